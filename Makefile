@@ -1,0 +1,100 @@
+# gotrain: the two commands are `make train` and `make test`; both set up what is missing.
+#
+# libtorch.mk finds libtorch when make starts, so on a fresh machine the targets that
+# need it first run scripts/setup.sh (which creates .venv with the pinned torch) and then
+# run themselves again in a new make that sees it.
+GO ?= go
+GOTEST_FLAGS ?= -count=1 -timeout 30m
+
+NEEDS_SETUP := all build vet env test test-cpu test-cuda-link test-race train bench fuzz print-env
+.PHONY: $(NEEDS_SETUP) setup test-libtorch2.6 clean libtorch-check
+
+# test-libtorch2.6 runs `go vet -tags cpu` and `go test -tags cpu` against the oldest
+# supported libtorch: Debian 13's libtorch-dev and python3-torch 2.6, in a trixie chroot
+# that scripts/chroot/trixie.sh builds once and caches (GOTRAIN_CHROOT, default
+# ~/.cache/gotrain/trixie). Needs root. Tests whose Python module trixie lacks
+# (tensorboard) skip there; see scripts/chroot/trixie.sh.
+TRIXIE_CHROOT := scripts/chroot/trixie.sh
+test-libtorch2.6:
+	$(TRIXIE_CHROOT) run make --no-print-directory -f scripts/chroot/test.mk test GOTEST_FLAGS="$(GOTEST_FLAGS)"
+
+clean:
+	rm -rf build
+
+ifndef GOTRAIN_SET_UP
+$(NEEDS_SETUP):
+	@scripts/setup.sh
+	@$(MAKE) --no-print-directory GOTRAIN_SET_UP=1 $@
+
+setup:
+	@scripts/setup.sh
+else
+include libtorch.mk
+export GOTRAIN_PYTHON := $(PYTHON)
+
+all: build
+
+# env prints the libtorch found, its version, CUDA or CPU build, BLAS and the cgo flags.
+env: libtorch-check
+	@echo "LIBTORCH      $(LIBTORCH)"
+	@echo "version       $(TORCH_VERSION)"
+	@echo "build         $(if $(filter 1,$(TORCH_HAS_CUDA)),CUDA (libtorch_cuda present),CPU only)"
+	@echo "go tags       $(or $(GOTRAIN_TAGS),(none: links libtorch_cuda))"
+	@echo "CGO_CXXFLAGS  $(CGO_CXXFLAGS)"
+	@echo "CGO_LDFLAGS   $(CGO_LDFLAGS)"
+	@$(GO) run $(GOTAGS_FLAG) ./cmd/gpucheck --libtorch-only
+
+build: libtorch-check
+	$(GO) build $(GOTAGS_FLAG) ./...
+
+vet: libtorch-check
+	$(GO) vet -tags cpu ./...
+	$(GO) vet ./...
+
+# test runs every test: the suite with the cpu tag, then again linking libtorch_cuda
+# (PyTorch's wheel is a CUDA build; without a GPU CUDA reports unavailable), then the
+# race detector over the packages whose goroutines share state.
+test: libtorch-check vet test-cpu test-cuda-link test-race
+
+test-cpu:
+	$(GO) test -tags cpu $(GOTEST_FLAGS) ./...
+
+test-cuda-link:
+ifeq ($(TORCH_HAS_CUDA),1)
+	$(GO) test $(GOTEST_FLAGS) ./...
+else
+	@echo "test-cuda-link: $(LIBTORCH) is a CPU build; nothing to link"
+endif
+
+# test-race: the packages that run goroutines (the loader's workers, the TensorBoard
+# writer's flush timer, the checkpoint writer) under the race detector.
+RACE_PKGS := ./checkpoint/... ./tensorboard/... ./internal/... ./torch/data/...
+test-race:
+	$(GO) test -race -tags cpu $(GOTEST_FLAGS) $(RACE_PKGS)
+
+# fuzz runs the checkpoint reader's fuzz target for FUZZTIME (CI: 60s).
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test -run '^$$' -fuzz='^FuzzRead$$' -fuzztime=$(FUZZTIME) ./checkpoint
+
+train: libtorch-check
+	$(GO) run $(GOTAGS_FLAG) ./cmd/train $(TRAIN_ARGS)
+
+
+# bench: gotrain's Trainer against the seed's Python loop and a libtorch C++ loop, all on
+# $(LIBTORCH) (see bench/README.md); prints the table, writes bench/results/ and, on a
+# full run, README's performance section. BENCH_QUICK=1 is a smoke run (under 3 minutes).
+BENCH_QUICK ?=
+BENCH_ARGS ?=
+BENCH_BIN := build/bench
+BENCH_CXX ?= g++
+$(BENCH_BIN)/loop: bench/cpp/loop.cpp $(TORCH_VERSION_H)
+	@mkdir -p $(BENCH_BIN)
+	$(BENCH_CXX) -std=c++20 -O2 $(CGO_CXXFLAGS) $< -o $@ $(CGO_LDFLAGS) -ltorch -ltorch_cpu -lc10
+
+bench: libtorch-check $(BENCH_BIN)/loop
+	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) build -tags cpu -o $(BENCH_BIN)/goloop ./bench/cmd/goloop
+	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) build -tags cpu -o $(BENCH_BIN)/databench ./bench/data
+	$(GO) run ./bench/cmd/bench -python $(PYTHON) -bin $(BENCH_BIN) $(if $(BENCH_QUICK),-quick,-readme README.md) $(BENCH_ARGS)
+
+endif

@@ -1,0 +1,296 @@
+// Command goloop is the gotrain side of the training-loop benchmark: gotrain's
+// trainer.Trainer on the same model, initial weights, data and thread count as
+// bench/python/seed_loop.py and bench/cpp/loop.cpp.
+//
+//	goloop -prep DIR -workload W -steps N -seed S   writes DIR/{data,init}.{bin,txt}
+//	goloop -dir DIR -workload W -threads N -warmup W -reps R -seed S [-cpuprofile F]
+//
+// One epoch is one pass over the in-memory dataset (steps × batch samples) through a
+// data.Loader over a data.TensorDataset; the first -warmup epochs are not timed. The
+// output is one JSON object on stdout (fields in bench/README.md).
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/gotrain/gotrain/amp"
+	"github.com/gotrain/gotrain/bench/internal/loopio"
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/data"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
+	"github.com/gotrain/gotrain/torch/optim"
+	"github.com/gotrain/gotrain/trainer"
+)
+
+func main() {
+	prep := flag.String("prep", "", "write the dataset and initial weights to this directory and exit")
+	dir := flag.String("dir", "", "directory written by -prep")
+	workload := flag.String("workload", "mlp", "mlp | mlp256 | cnn | cnn-bf16")
+	steps := flag.Int("steps", 200, "steps per epoch (with -prep)")
+	threads := flag.Int("threads", 1, "libtorch intra-op threads")
+	warmup := flag.Int("warmup", 1, "untimed warm-up epochs")
+	reps := flag.Int("reps", 5, "timed epochs")
+	check := flag.Int("check", 50, "losses of the first epoch's first N steps to report")
+	seed := flag.Int64("seed", 1, "seed")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the timed epochs")
+	device := flag.String("device", "cpu", "device for the Trainer run: cpu, cuda, cuda:N (scripts/gpu/run.sh)")
+	raw := flag.Bool("raw", false, "the loop written directly against package torch over pre-sliced batches, without Trainer and Loader")
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("goloop: ")
+	// One OS thread for all libtorch calls, as Trainer.Run does for its duration: glibc
+	// gives each thread its own malloc arena, and a loop that wandered between threads
+	// would grow RSS by an arena per thread.
+	runtime.LockOSThread()
+	w, err := loopio.Lookup(*workload)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if *prep != "" {
+		if err := prepare(*prep, w, *steps, *seed); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	res, err := run(*dir, w, *threads, *warmup, *reps, *check, *seed, *cpuprofile, *raw, *device)
+	if err != nil {
+		log.Fatal(err)
+	}
+	json.NewEncoder(os.Stdout).Encode(res)
+}
+
+func newModel(w loopio.Workload) *nn.Sequential {
+	if w.Hidden > 0 {
+		return models.MLP(784, w.Hidden, 10)
+	}
+	return models.SmallCNN(10)
+}
+
+// prepare draws the dataset (standard normal inputs, uniform labels) and the model's
+// initial weights from libtorch's generator seeded with seed, and writes them as raw
+// little-endian arrays with a text manifest that all three implementations read.
+func prepare(dir string, w loopio.Workload, steps int, seed int64) (err error) {
+	defer torch.Recover(&err, "prepare")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	scope := torch.NewScope()
+	defer scope.Close()
+	torch.ManualSeed(seed)
+	n := int64(steps * w.Batch)
+	x := torch.Randn([]int64{n, 1, 28, 28}, torch.Float32, torch.CPU)
+	y := torch.Randint(0, 10, []int64{n}, torch.Int64, torch.CPU)
+	if err := writeTensors(filepath.Join(dir, "data"), []string{"x", "y"}, []*torch.Tensor{x, y}); err != nil {
+		return err
+	}
+	m := newModel(w)
+	sd := nn.StateDict(m)
+	var names []string
+	var ts []*torch.Tensor
+	for k, v := range sd.All() {
+		names = append(names, k.(string))
+		ts = append(ts, v.(*torch.Tensor))
+	}
+	return writeTensors(filepath.Join(dir, "init"), names, ts)
+}
+
+func writeTensors(base string, names []string, ts []*torch.Tensor) error {
+	var man strings.Builder
+	bin, err := os.Create(base + ".bin")
+	if err != nil {
+		return err
+	}
+	defer bin.Close()
+	for i, t := range ts {
+		dt := "f32"
+		var raw any
+		switch t.DType() {
+		case torch.Float32:
+			raw = t.Float32s()
+		case torch.Int64:
+			dt, raw = "i64", t.Int64s()
+		default:
+			return fmt.Errorf("%s: dtype %v", names[i], t.DType())
+		}
+		if err := binary.Write(bin, binary.LittleEndian, raw); err != nil {
+			return err
+		}
+		fmt.Fprintf(&man, "%s %s %d", names[i], dt, t.Numel())
+		for _, d := range t.Shape() {
+			fmt.Fprintf(&man, " %d", d)
+		}
+		man.WriteString("\n")
+	}
+	if err := os.WriteFile(base+".txt", []byte(man.String()), 0o644); err != nil {
+		return err
+	}
+	return bin.Close()
+}
+
+func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed int64, cpuprofile string, raw bool, device string) (*loopio.Result, error) {
+	dev, err := torch.ParseDevice(device)
+	if err != nil {
+		return nil, err
+	}
+	d, err := loopio.ReadTensors(filepath.Join(dir, "data"))
+	if err != nil {
+		return nil, err
+	}
+	ds, err := data.NewTensorDataset(d[0].F32, []int64{1, 28, 28}, d[1].I64, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	loader, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: w.Batch, Inline: true, Device: dev})
+	if err != nil {
+		return nil, err
+	}
+	m := newModel(w)
+	init, err := loopio.ReadTensors(filepath.Join(dir, "init"))
+	if err != nil {
+		return nil, err
+	}
+	if err := loadInit(m, init); err != nil {
+		return nil, err
+	}
+	opt, err := optim.NewAdam(nn.Parameters(m), optim.AdamOptions{LR: 1e-3})
+	if err != nil {
+		return nil, err
+	}
+	ce := &nn.CrossEntropyLoss{}
+	res := &loopio.Result{Impl: "go", Torch: torch.Version(), Workload: w.Name, Steps: loader.Len(), Batch: w.Batch, Warmup: warmup, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	record := trainer.CallbackFunc(func(e trainer.Event, t *trainer.Trainer) error {
+		if e == trainer.BatchEnd && t.Epoch == 0 && len(res.Losses) < check {
+			res.Losses = append(res.Losses, t.LastLoss)
+		}
+		return nil
+	})
+	precision := "none"
+	if w.BF16 {
+		precision = "bf16"
+	}
+	tr, err := trainer.New(m, loader, nil, ce.Forward, opt,
+		trainer.WithOutput(io.Discard), trainer.WithDevice(device), trainer.WithSeed(seed),
+		trainer.WithAMP(precision), trainer.WithCallbacks(record),
+		func(t *trainer.Trainer) error { t.Config.Threads = threads; return nil })
+	if err != nil {
+		return nil, err
+	}
+	res.Threads = torch.NumThreads()
+	ctx := context.Background()
+	epoch := func(e int) error { return tr.RunTo(ctx, e) }
+	if raw {
+		res.Impl = "go-raw"
+		epoch = rawLoop(tr, ds, w.Batch, res, check)
+	}
+	for e := 1; e <= warmup+reps; e++ {
+		if e == warmup+1 && cpuprofile != "" {
+			f, err := os.Create(cpuprofile)
+			if err != nil {
+				return nil, err
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return nil, err
+			}
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		}
+		t0 := time.Now()
+		if err := epoch(e); err != nil {
+			return nil, err
+		}
+		res.EpochS = append(res.EpochS, time.Since(t0).Seconds())
+		res.RSSMB = append(res.RSSMB, loopio.RSSMB("VmRSS:"))
+	}
+	res.LoaderS = loaderEpoch(loader)
+	res.PeakRSSMB = loopio.RSSMB("VmHWM:")
+	res.LiveTensors = torch.LiveTensors()
+	return res, nil
+}
+
+// loaderEpoch times one epoch of the loader alone, each batch's tensors freed as the
+// trainer's step scope frees them: the share of gotrain's step that is data loading.
+func loaderEpoch(l *data.Loader) float64 {
+	t0 := time.Now()
+	it := l.Iter(context.Background(), 0, 0)
+	defer it.Close()
+	for {
+		s := torch.NewScope()
+		_, ok := it.Next()
+		s.Close()
+		if !ok {
+			break
+		}
+	}
+	return time.Since(t0).Seconds()
+}
+
+func loadInit(m nn.Module, init []loopio.Tensor) (err error) {
+	defer torch.Recover(&err, "loading the initial weights")
+	s := torch.NewScope()
+	defer s.Close()
+	sd := checkpoint.NewOrderedDict()
+	for _, t := range init {
+		var v *torch.Tensor
+		if t.F32 != nil {
+			v = torch.FromSlice(t.F32)
+		} else {
+			v = torch.FromSlice(t.I64)
+		}
+		sd.Set(t.Name, v.Reshape(t.Shape...)) // Reshape() is a 0-d tensor (num_batches_tracked)
+	}
+	return nn.LoadStateDict(m, sd, true)
+}
+
+// rawLoop returns an epoch of the seed's loop written directly against package torch,
+// with the Trainer's model, optimizer and seeding but over batches sliced from one
+// tensor: gotrain's binding without the Trainer's and the Loader's costs.
+func rawLoop(tr *trainer.Trainer, ds *data.TensorDataset, batch int, res *loopio.Result, check int) func(int) error {
+	x := torch.FromSlice(ds.Inputs, int64(ds.Len()), 1, 28, 28).Escape()
+	y := torch.FromSlice(ds.Labels).Escape()
+	steps := int64(ds.Len() / batch)
+	bf16 := tr.Config.AMP == "bf16"
+	return func(e int) (err error) {
+		defer torch.Recover(&err, "raw loop")
+		nn.SetTraining(tr.Model, true)
+		for s := range steps {
+			torch.WithScope(func() {
+				xb := x.Narrow(0, s*int64(batch), int64(batch))
+				yb := y.Narrow(0, s*int64(batch), int64(batch))
+				tr.Optimizer.ZeroGrad(true)
+				var loss *torch.Tensor
+				fwd := func() { loss = tr.Loss(tr.Model.Forward(xb), yb) }
+				if bf16 {
+					amp.Autocast(torch.CPU, torch.BFloat16, fwd)
+				} else {
+					fwd()
+				}
+				loss.Backward()
+				if err = tr.Optimizer.Step(); err != nil {
+					return
+				}
+				l := loss.Item()
+				if e == 1 && len(res.Losses) < check {
+					res.Losses = append(res.Losses, l)
+				}
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}

@@ -1,0 +1,141 @@
+// Package loopio holds what the three training-loop benchmark programs share on the Go
+// side: the workloads, the raw tensor files that carry the dataset and the initial
+// weights between them, and the JSON result each prints.
+package loopio
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Workload is one benchmarked training configuration.
+type Workload struct {
+	Name   string
+	Hidden int64 // MLP 784-Hidden-10; 0 means models.SmallCNN
+	Batch  int
+	BF16   bool // autocast to bfloat16 on the CPU
+	Desc   string
+}
+
+// Workloads lists the training workloads in table order.
+var Workloads = []Workload{
+	{Name: "mlp", Hidden: 32, Batch: 16, Desc: "MLP 784-32-10, batch 16, Adam"},
+	{Name: "mlp256", Hidden: 256, Batch: 64, Desc: "MLP 784-256-10, batch 64, Adam"},
+	{Name: "cnn", Batch: 128, Desc: "SmallCNN, batch 128, Adam"},
+	{Name: "cnn-bf16", Batch: 128, BF16: true, Desc: "SmallCNN, batch 128, Adam, AMP bf16"},
+}
+
+// Lookup returns the workload called name.
+func Lookup(name string) (Workload, error) {
+	for _, w := range Workloads {
+		if w.Name == name {
+			return w, nil
+		}
+	}
+	return Workload{}, fmt.Errorf("unknown workload %q", name)
+}
+
+// Result is what each implementation prints: one JSON object.
+type Result struct {
+	Impl     string `json:"impl"`
+	Torch    string `json:"torch"`
+	Workload string `json:"workload"`
+	Threads  int    `json:"threads"`
+	Steps    int    `json:"steps"`
+	Batch    int    `json:"batch"`
+	Warmup   int    `json:"warmup"`
+	// EpochS is the wall time of every epoch, warm-up epochs first.
+	EpochS []float64 `json:"epoch_s"`
+	// RSSMB is the resident set size after every epoch, in MiB.
+	RSSMB     []float64 `json:"rss_mb"`
+	PeakRSSMB float64   `json:"peak_rss_mb"`
+	// Losses are the first epoch's first losses, from the shared initial weights.
+	Losses []float64 `json:"losses"`
+	// Go only: one loader epoch alone, GOMAXPROCS, live tensor handles at the end.
+	LoaderS     float64 `json:"loader_s,omitempty"`
+	GOMAXPROCS  int     `json:"gomaxprocs,omitempty"`
+	LiveTensors int64   `json:"live_tensors,omitempty"`
+	Loader      string  `json:"loader,omitempty"`
+}
+
+// Tensor is one named array of a raw tensor file: F32 or I64 is set.
+type Tensor struct {
+	Name  string
+	Shape []int64
+	F32   []float32
+	I64   []int64
+}
+
+// ReadTensors reads base.bin (little-endian arrays, back to back) as described by
+// base.txt, one "name dtype numel dims..." line per array, dtype f32 or i64.
+func ReadTensors(base string) ([]Tensor, error) {
+	man, err := os.Open(base + ".txt")
+	if err != nil {
+		return nil, err
+	}
+	defer man.Close()
+	bin, err := os.Open(base + ".bin")
+	if err != nil {
+		return nil, err
+	}
+	defer bin.Close()
+	r := bufio.NewReaderSize(bin, 1<<20)
+	var out []Tensor
+	sc := bufio.NewScanner(man)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 {
+			continue
+		}
+		n, err := strconv.Atoi(f[2])
+		if err != nil {
+			return nil, fmt.Errorf("%s.txt: %q: %w", base, sc.Text(), err)
+		}
+		t := Tensor{Name: f[0]}
+		for _, d := range f[3:] {
+			v, err := strconv.ParseInt(d, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s.txt: %q: %w", base, sc.Text(), err)
+			}
+			t.Shape = append(t.Shape, v)
+		}
+		switch f[1] {
+		case "f32":
+			t.F32 = make([]float32, n)
+			err = binary.Read(r, binary.LittleEndian, t.F32)
+		case "i64":
+			t.I64 = make([]int64, n)
+			err = binary.Read(r, binary.LittleEndian, t.I64)
+		default:
+			err = fmt.Errorf("dtype %q", f[1])
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", base, t.Name, err)
+		}
+		out = append(out, t)
+	}
+	return out, sc.Err()
+}
+
+// RSSMB returns a /proc/self/status field in MiB ("VmRSS:" now, "VmHWM:" the peak).
+func RSSMB(key string) float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return math.NaN()
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, key); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseFloat(f[0], 64)
+				return kb / 1024
+			}
+		}
+	}
+	return math.NaN()
+}

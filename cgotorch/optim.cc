@@ -1,0 +1,325 @@
+// optim.cc: optimizer steps, zero_grad and gradient clipping, each one call over all
+// parameters, written with ATen's multi-tensor (_foreach_*) kernels the way
+// torch/optim/*.py's _multi_tensor_* functions are, so the arithmetic is PyTorch's.
+#include <ATen/core/grad_mode.h>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <tuple>
+#include <vector>
+#include "internal.h"
+
+using cg::T;
+
+namespace {
+
+using List = std::vector<at::Tensor>;
+
+// Buckets are the indices of tensors that share a device and dtype, in first-seen order,
+// as torch.optim.Optimizer._group_tensors_by_device_and_dtype groups them.
+std::vector<std::vector<size_t>> buckets(const List &ts) {
+  std::map<std::tuple<int, int, int>, size_t> where;
+  std::vector<std::vector<size_t>> out;
+  for (size_t i = 0; i < ts.size(); i++) {
+    auto d = ts[i].device();
+    std::tuple<int, int, int> key{static_cast<int>(d.type()), static_cast<int>(d.index()),
+                                  static_cast<int>(ts[i].scalar_type())};
+    auto it = where.find(key);
+    if (it == where.end()) {
+      where.emplace(key, out.size());
+      out.push_back({i});
+    } else {
+      out[it->second].push_back(i);
+    }
+  }
+  return out;
+}
+
+List pick(const List &ts, const std::vector<size_t> &idx) {
+  List out;
+  out.reserve(idx.size());
+  for (auto i : idx) out.push_back(ts[i]);
+  return out;
+}
+
+at::Tensor new_step() { return at::zeros({}, at::TensorOptions().dtype(at::kFloat)); }
+at::Tensor zeros_like(const at::Tensor &p) { return at::zeros_like(p, at::MemoryFormat::Preserve); }
+
+// Slot is one state tensor of one parameter: state[param*CG_OPT_NSTATE + k].
+struct Slots {
+  cg_tensor *state;
+  at::Tensor get(size_t p, int k) const {
+    cg_tensor h = state[p * CG_OPT_NSTATE + k];
+    return h ? T(h) : at::Tensor();
+  }
+  void set(size_t p, int k, at::Tensor t) const { state[p * CG_OPT_NSTATE + k] = new at::Tensor(std::move(t)); }
+};
+
+std::vector<at::Scalar> scalars(const std::vector<double> &v) { return std::vector<at::Scalar>(v.begin(), v.end()); }
+
+// grads_for applies maximize and (coupled) weight decay without touching p.grad.
+List grads_for(const List &params, List grads, bool maximize, double weight_decay) {
+  if (maximize) grads = at::_foreach_neg(grads);
+  if (weight_decay != 0) grads = at::_foreach_add(grads, params, weight_decay);
+  return grads;
+}
+
+void sgd(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
+  double lr = h[0], momentum = h[1], dampening = h[2], wd = h[3];
+  bool nesterov = h[4] != 0, maximize = h[5] != 0;
+  List grads = grads_for(params, grads_in, maximize, wd);
+  if (momentum != 0) {
+    List bufs;
+    bool all = true;
+    for (size_t i = 0; i < params.size(); i++) all = all && s.get(pid[i], 0).defined();
+    if (all) {
+      for (size_t i = 0; i < params.size(); i++) bufs.push_back(s.get(pid[i], 0));
+      at::_foreach_mul_(bufs, momentum);
+      at::_foreach_add_(bufs, grads, 1 - dampening);
+    } else {
+      for (size_t i = 0; i < params.size(); i++) {
+        at::Tensor buf = s.get(pid[i], 0);
+        if (!buf.defined()) {
+          buf = grads[i].detach().clone();
+          s.set(pid[i], 0, buf);
+        } else {
+          buf.mul_(momentum).add_(grads[i], 1 - dampening);
+        }
+        bufs.push_back(buf);
+      }
+    }
+    if (nesterov)
+      grads = at::_foreach_add(grads, bufs, momentum);
+    else
+      grads = bufs;
+  }
+  at::_foreach_add_(params, grads, -lr);
+}
+
+// ensure returns state slot k of each parameter, creating it with make when missing.
+template <class F>
+List ensure(const List &params, const std::vector<size_t> &pid, const Slots &s, int k, F make) {
+  List out;
+  out.reserve(params.size());
+  for (size_t i = 0; i < params.size(); i++) {
+    at::Tensor t = s.get(pid[i], k);
+    if (!t.defined()) {
+      t = make(params[i]);
+      s.set(pid[i], k, t);
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<double> step_values(const List &steps) {
+  at::_foreach_add_(steps, 1);
+  std::vector<double> v;
+  v.reserve(steps.size());
+  for (auto &st : steps) v.push_back(st.item<double>());
+  return v;
+}
+
+void adam(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
+  double lr = h[0], beta1 = h[1], beta2 = h[2], eps = h[3], wd = h[4];
+  bool amsgrad = h[5] != 0, maximize = h[6] != 0, decoupled = h[7] != 0;
+  List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
+  List exp_avgs = ensure(params, pid, s, 1, zeros_like);
+  List exp_avg_sqs = ensure(params, pid, s, 2, zeros_like);
+  List max_sqs;
+  if (amsgrad) max_sqs = ensure(params, pid, s, 3, zeros_like);
+
+  List grads = maximize ? at::_foreach_neg(grads_in) : grads_in;
+  std::vector<double> stepv = step_values(steps);
+  if (wd != 0) {
+    if (decoupled)
+      at::_foreach_mul_(params, 1 - lr * wd);
+    else
+      grads = at::_foreach_add(grads, params, wd);
+  }
+  at::_foreach_lerp_(exp_avgs, grads, 1 - beta1);
+  at::_foreach_mul_(exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2);
+
+  std::vector<double> step_size, bc2_sqrt;
+  for (double st : stepv) {
+    double bc1 = 1 - std::pow(beta1, st), bc2 = 1 - std::pow(beta2, st);
+    step_size.push_back((lr / bc1) * -1);
+    bc2_sqrt.push_back(std::pow(bc2, 0.5));
+  }
+  List denom;
+  if (amsgrad) {
+    at::_foreach_maximum_(max_sqs, exp_avg_sqs);
+    denom = at::_foreach_sqrt(max_sqs);
+  } else {
+    denom = at::_foreach_sqrt(exp_avg_sqs);
+  }
+  at::_foreach_div_(denom, scalars(bc2_sqrt));
+  at::_foreach_add_(denom, eps);
+  at::_foreach_addcdiv_(params, exp_avgs, denom, scalars(step_size));
+}
+
+void rmsprop(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
+  double lr = h[0], alpha = h[1], eps = h[2], wd = h[3], momentum = h[4];
+  bool centered = h[5] != 0, maximize = h[6] != 0;
+  List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
+  List square_avgs = ensure(params, pid, s, 1, zeros_like);
+  List bufs, grad_avgs;
+  if (momentum > 0) bufs = ensure(params, pid, s, 2, zeros_like);
+  if (centered) grad_avgs = ensure(params, pid, s, 3, zeros_like);
+
+  List grads = maximize ? at::_foreach_neg(grads_in) : grads_in;
+  at::_foreach_add_(steps, 1);
+  if (wd != 0) grads = at::_foreach_add(grads, params, wd);
+  at::_foreach_mul_(square_avgs, alpha);
+  at::_foreach_addcmul_(square_avgs, grads, grads, 1 - alpha);
+  List avg;
+  if (centered) {
+    at::_foreach_lerp_(grad_avgs, grads, 1 - alpha);
+    avg = at::_foreach_addcmul(square_avgs, grad_avgs, grad_avgs, -1);
+    at::_foreach_sqrt_(avg);
+  } else {
+    avg = at::_foreach_sqrt(square_avgs);
+  }
+  at::_foreach_add_(avg, eps);
+  if (momentum > 0) {
+    at::_foreach_mul_(bufs, momentum);
+    at::_foreach_addcdiv_(bufs, grads, avg);
+    at::_foreach_add_(params, bufs, -lr);
+  } else {
+    at::_foreach_addcdiv_(params, grads, avg, -lr);
+  }
+}
+
+void adagrad(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
+  double lr = h[0], lr_decay = h[1], eps = h[2], wd = h[3];
+  bool maximize = h[4] != 0;
+  double init = h[5];
+  List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
+  List sums = ensure(params, pid, s, 1,
+                     [init](const at::Tensor &p) { return at::full_like(p, init, at::MemoryFormat::Preserve); });
+  List grads = maximize ? at::_foreach_neg(grads_in) : grads_in;
+  std::vector<double> stepv = step_values(steps);
+  if (wd != 0) grads = at::_foreach_add(grads, params, wd);
+  std::vector<double> minus_clr;
+  for (double st : stepv) minus_clr.push_back(-lr / (1 + (st - 1) * lr_decay));
+  at::_foreach_addcmul_(sums, grads, grads, 1);
+  List std_ = at::_foreach_sqrt(sums);
+  at::_foreach_add_(std_, eps);
+  // param.addcdiv_(grad, std, value=-clr): _single_tensor_adagrad's arithmetic, which is
+  // what Python runs on CPU by default.
+  at::_foreach_addcdiv_(params, grads, std_, scalars(minus_clr));
+}
+
+// grads_of returns the defined gradients of params and their indices.
+void grads_of(cg_tensor *params, int n, List &grads, std::vector<size_t> *idx) {
+  for (int i = 0; i < n; i++) {
+    const at::Tensor &g = T(params[i]).grad();
+    if (!g.defined()) continue;
+    grads.push_back(g);
+    if (idx) idx->push_back(static_cast<size_t>(i));
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+cg_status cg_optim_step(int kind, int ngroups, const int64_t *group_sizes, const double *hyper, cg_tensor *params,
+                        cg_tensor *state) {
+  CG_TRY at::NoGradGuard no_grad;
+  Slots s{state};
+  size_t base = 0;
+  for (int g = 0; g < ngroups; g++) {
+    const double *h = hyper + static_cast<size_t>(g) * CG_OPT_NHYPER;
+    List ps, gs;
+    std::vector<size_t> pid;
+    for (int64_t j = 0; j < group_sizes[g]; j++) {
+      at::Tensor &p = T(params[base + j]);
+      const at::Tensor &gr = p.grad();
+      if (!gr.defined()) continue;
+      if (gr.is_sparse()) return cg::fail(CG_ERR_NOT_IMPLEMENTED, "optimizer step: sparse gradients are not supported");
+      ps.push_back(p);
+      gs.push_back(gr);
+      pid.push_back(base + j);
+    }
+    base += group_sizes[g];
+    for (auto &b : buckets(ps)) {
+      List bp = pick(ps, b), bg = pick(gs, b);
+      std::vector<size_t> bid;
+      for (auto i : b) bid.push_back(pid[i]);
+      switch (kind) {
+        case CG_OPT_SGD: sgd(h, bp, bg, bid, s); break;
+        case CG_OPT_ADAM: adam(h, bp, bg, bid, s); break;
+        case CG_OPT_RMSPROP: rmsprop(h, bp, bg, bid, s); break;
+        case CG_OPT_ADAGRAD: adagrad(h, bp, bg, bid, s); break;
+        default: return cg::fail(CG_ERR_INVALID, "optimizer step: unknown optimizer kind");
+      }
+    }
+  }
+  return cg::ok();
+  CG_CATCH_STATUS
+}
+
+cg_status cg_zero_grad(cg_tensor *params, int n, int set_to_none) {
+  CG_TRY at::NoGradGuard no_grad;
+  List zero;
+  for (int i = 0; i < n; i++) {
+    at::Tensor &g = T(params[i]).mutable_grad();
+    if (!g.defined()) continue;
+    if (set_to_none) {
+      g.reset();
+      continue;
+    }
+    if (g.grad_fn())
+      g.detach_();
+    else
+      g.requires_grad_(false);
+    zero.push_back(g);
+  }
+  for (auto &b : buckets(zero)) at::_foreach_zero_(pick(zero, b));
+  return cg::ok();
+  CG_CATCH_STATUS
+}
+
+cg_status cg_clip_grad_norm(cg_tensor *params, int n, double max_norm, double norm_type, int error_if_nonfinite,
+                            double *total_norm) {
+  CG_TRY at::NoGradGuard no_grad;
+  List grads;
+  grads_of(params, n, grads, nullptr);
+  *total_norm = 0;
+  if (grads.empty()) return cg::ok();
+  auto bs = buckets(grads);
+  List norms;
+  for (auto &b : bs)
+    for (auto &nm : at::_foreach_norm(pick(grads, b), norm_type)) norms.push_back(nm.to(grads[0].device()));
+  at::Tensor total = at::linalg_vector_norm(at::stack(norms), norm_type);
+  if (error_if_nonfinite && at::logical_or(total.isnan(), total.isinf()).item<bool>()) {
+    std::ostringstream m;
+    m << "The total norm of order " << norm_type
+      << " for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and scale "
+         "the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`";
+    return cg::fail(CG_ERR_INVALID, m.str());
+  }
+  // Python computes max_norm / (total + 1e-6) as Tensor.__rtruediv__: reciprocal, then multiply.
+  at::Tensor coef = at::clamp(at::reciprocal(total + 1e-6) * max_norm, std::nullopt, 1.0);
+  for (auto &b : bs) at::_foreach_mul_(pick(grads, b), coef.to(grads[b[0]].device()));
+  *total_norm = total.item<double>();
+  return cg::ok();
+  CG_CATCH_STATUS
+}
+
+cg_status cg_clip_grad_value(cg_tensor *params, int n, double clip_value) {
+  CG_TRY at::NoGradGuard no_grad;
+  List grads;
+  grads_of(params, n, grads, nullptr);
+  for (auto &b : buckets(grads)) {
+    List l = pick(grads, b);
+    at::_foreach_clamp_min_(l, -clip_value);
+    at::_foreach_clamp_max_(l, clip_value);
+  }
+  return cg::ok();
+  CG_CATCH_STATUS
+}
+
+}  // extern "C"

@@ -1,0 +1,127 @@
+package torch
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/gotrain/gotrain/checkpoint"
+)
+
+// ToCheckpoint returns v with every *Tensor replaced by a *checkpoint.Tensor, ready for
+// checkpoint.Write. Dicts (with their kind), lists and tuples are rebuilt; other values
+// pass through. A contiguous CPU tensor is referenced, not copied: keep the source tensors
+// alive and unchanged until the write returns. Other tensors are copied to host memory.
+func ToCheckpoint(v any) (any, error) {
+	return mapLeaves(v, func(leaf any) (any, error) {
+		if t, ok := leaf.(*Tensor); ok {
+			return TensorToCheckpoint(t)
+		}
+		return leaf, nil
+	})
+}
+
+// mapLeaves rebuilds the containers of a checkpoint value tree (dicts with their kind,
+// lists, tuples) with f applied to every other value; errors name the path.
+func mapLeaves(v any, f func(any) (any, error)) (any, error) {
+	switch x := v.(type) {
+	case *checkpoint.Dict:
+		out := &checkpoint.Dict{Kind: x.Kind, Attrs: x.Attrs}
+		for k, e := range x.All() {
+			c, err := mapLeaves(e, f)
+			if err != nil {
+				return nil, fmt.Errorf("%v: %w", k, err)
+			}
+			out.Set(k, c)
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			c, err := mapLeaves(e, f)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+			out[i] = c
+		}
+		return out, nil
+	case checkpoint.Tuple:
+		l, err := mapLeaves([]any(x), f)
+		if err != nil {
+			return nil, err
+		}
+		return checkpoint.Tuple(l.([]any)), nil
+	}
+	return f(v)
+}
+
+// TensorToCheckpoint converts one tensor (see ToCheckpoint for when it is copied).
+func TensorToCheckpoint(t *Tensor) (ct *checkpoint.Tensor, err error) {
+	defer Recover(&err, "tensor to checkpoint")
+	dt, err := checkpoint.ParseDType(t.DType().String())
+	if err != nil {
+		return nil, err
+	}
+	n := int(t.Numel()) * t.DType().Size()
+	var data []byte
+	if t.Device() == CPU && t.IsContiguous() {
+		if n > 0 {
+			data = unsafe.Slice((*byte)(t.DataPtr()), n)
+		}
+	} else {
+		data = make([]byte, n)
+		if n > 0 {
+			src := t.Detach()
+			defer src.Free()
+			err := copyToHost(src, unsafe.Pointer(&data[0]), int64(n))
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	ct = checkpoint.NewTensor(dt, t.Shape(), data)
+	ct.RequiresGrad = t.RequiresGrad()
+	return ct, nil
+}
+
+// FromCheckpoint returns v with every *checkpoint.Tensor replaced by a *Tensor on dev
+// (owned by the current scope). Containers are rebuilt; other values pass through.
+func FromCheckpoint(v any, dev Device) (any, error) {
+	return mapLeaves(v, func(leaf any) (any, error) {
+		if ct, ok := leaf.(*checkpoint.Tensor); ok {
+			return TensorFromCheckpoint(ct, dev)
+		}
+		return leaf, nil
+	})
+}
+
+// TensorFromCheckpoint copies a checkpoint tensor (any strides and storage offset) into a
+// new contiguous tensor on dev.
+func TensorFromCheckpoint(ct *checkpoint.Tensor, dev Device) (t *Tensor, err error) {
+	defer Recover(&err, "tensor from checkpoint")
+	dt, err := ParseDType(ct.DType.String())
+	if err != nil {
+		return nil, err
+	}
+	var p unsafe.Pointer
+	if ct.Numel() > 0 {
+		off := int(ct.Offset) * ct.DType.ElemSize()
+		if ct.Storage == nil || off >= len(ct.Storage.Data) {
+			return nil, fmt.Errorf("checkpoint tensor's storage is shorter than its offset")
+		}
+		p = unsafe.Pointer(&ct.Storage.Data[off])
+	}
+	shape, strides := ct.Shape, ct.Strides
+	if shape == nil {
+		shape, strides = []int64{}, []int64{}
+	}
+	t = fromBlobStrided(p, shape, strides, dt)
+	if dev != CPU {
+		moved := t.To(dev, false)
+		t.Free()
+		t = moved
+	}
+	if ct.RequiresGrad {
+		t.SetRequiresGrad(true)
+	}
+	return t, nil
+}

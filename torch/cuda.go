@@ -1,0 +1,79 @@
+package torch
+
+import "github.com/gotrain/gotrain/cgotorch"
+
+// CUDAIsAvailable reports whether a CUDA device can be used.
+func CUDAIsAvailable() bool { return cgotorch.CUDAAvailable() }
+
+// CUDADeviceCount returns the number of visible CUDA devices.
+func CUDADeviceCount() int { return cgotorch.CUDADeviceCount() }
+
+// CUDADeviceName returns the name of CUDA device n.
+func CUDADeviceName(n int) (string, error) { return cudaErr(cgotorch.CUDADeviceName(n)) }
+
+// CUDACapability returns the compute capability of CUDA device n.
+func CUDACapability(n int) (major, minor int, err error) {
+	major, minor, err = cgotorch.CUDACapability(n)
+	if err != nil {
+		err = wrapErr("cuda_capability", err)
+	}
+	return
+}
+
+// CUDATotalMemory returns the memory of CUDA device n in bytes.
+func CUDATotalMemory(n int) (int64, error) {
+	b, err := cgotorch.CUDATotalMemory(n)
+	if err != nil {
+		return 0, wrapErr("cuda_total_memory", err)
+	}
+	return b, nil
+}
+
+// CUDASynchronize waits for all work queued on CUDA device n.
+func CUDASynchronize(n int) error {
+	if err := cgotorch.CUDASynchronize(n); err != nil {
+		return wrapErr("cuda_synchronize", err)
+	}
+	return nil
+}
+
+// CUDAMemory is the caching allocator's view of one device.
+type CUDAMemory struct{ Allocated, Reserved, PeakAllocated int64 }
+
+// CUDAMemoryStats returns allocated, reserved and peak allocated bytes of device n.
+func CUDAMemoryStats(n int) (CUDAMemory, error) {
+	a, r, p, err := cgotorch.CUDAMemoryStats(n)
+	if err != nil {
+		return CUDAMemory{}, wrapErr("cuda_memory_stats", err)
+	}
+	return CUDAMemory{a, r, p}, nil
+}
+
+// CUDAResetPeakMemory resets the peak statistic of device n.
+func CUDAResetPeakMemory(n int) error {
+	if err := cgotorch.CUDAResetPeak(n); err != nil {
+		return wrapErr("cuda_reset_peak", err)
+	}
+	return nil
+}
+
+// CUDAEmptyCache returns cached, unused device memory to the driver.
+func CUDAEmptyCache() error {
+	if err := cgotorch.CUDAEmptyCache(); err != nil {
+		return wrapErr("cuda_empty_cache", err)
+	}
+	return nil
+}
+
+// CuDNNVersion returns the cuDNN version (e.g. 91000), 0 without cuDNN.
+func CuDNNVersion() int { return cgotorch.CuDNNVersion() }
+
+// CUDARuntimeVersion returns the CUDA runtime version (e.g. 13000), 0 without CUDA.
+func CUDARuntimeVersion() int { return cgotorch.CUDARuntimeVersion() }
+
+func cudaErr(s string, err error) (string, error) {
+	if err != nil {
+		return "", wrapErr("cuda_device_name", err)
+	}
+	return s, nil
+}

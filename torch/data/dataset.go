@@ -1,0 +1,153 @@
+package data
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Sample is one example in Go memory: a float32 input of shape Shape (row-major), and
+// either a class label or, for regression, a float32 target.
+//
+// Datasets fill a Sample in place: Get appends to s.Input[:0] (and s.Target[:0]) so
+// that the loader's workers can hand it storage inside a batch buffer, and the sample is
+// decoded straight to where the batch tensor is built from.
+type Sample struct {
+	Input []float32
+	Shape []int64
+	Label int64
+	// Target, when non-nil, is a float target of shape TargetShape (or [len(Target)] when
+	// TargetShape is nil); a batch then has a float32 target instead of int64 labels.
+	Target      []float32
+	TargetShape []int64
+}
+
+// Shape and TargetShape are read-only: datasets may share one shape slice among samples,
+// and transforms that change a shape assign a new slice.
+
+// Dataset is a random-access collection of samples, like torch.utils.data.Dataset.
+// Get is called from several goroutines at once and must be safe for that. Transforms
+// change samples in place, so Get copies into s rather than handing out the dataset's
+// own storage.
+type Dataset interface {
+	// Len is the number of samples.
+	Len() int
+	// Get writes sample i (0 <= i < Len()) into s, reusing s.Input's and s.Target's
+	// storage: s.Input = append(s.Input[:0], ...).
+	Get(i int, s *Sample) error
+}
+
+// TensorDataset is a dataset held in Go slices: sample i is the i-th block of
+// prod(SampleShape) values of Inputs, with label Labels[i] or, when Targets is set, the
+// i-th block of prod(TargetShape) values of Targets. It is torch.utils.data.TensorDataset
+// for a (features, labels) or (features, targets) pair.
+type TensorDataset struct {
+	Inputs      []float32
+	SampleShape []int64
+	Labels      []int64
+	Targets     []float32
+	TargetShape []int64
+}
+
+// NewTensorDataset checks that inputs, labels and targets agree in length and returns
+// the dataset. Pass nil labels for a regression dataset (targets set), or nil targets
+// for classification.
+func NewTensorDataset(inputs []float32, sampleShape []int64, labels []int64, targets []float32, targetShape []int64) (*TensorDataset, error) {
+	per := numel(sampleShape)
+	if per <= 0 || len(inputs)%per != 0 {
+		return nil, fmt.Errorf("data: TensorDataset: %d input values do not divide into samples of shape %v", len(inputs), sampleShape)
+	}
+	n := len(inputs) / per
+	if targets == nil && len(labels) != n {
+		return nil, fmt.Errorf("data: TensorDataset: %d samples but %d labels", n, len(labels))
+	}
+	if targets != nil {
+		if labels != nil {
+			return nil, fmt.Errorf("data: TensorDataset: both labels and targets given; a sample has one or the other")
+		}
+		if tper := numel(targetShape); tper <= 0 || len(targets) != n*tper {
+			return nil, fmt.Errorf("data: TensorDataset: %d samples need %d target values of shape %v, got %d", n, n*numel(targetShape), targetShape, len(targets))
+		}
+	}
+	return &TensorDataset{Inputs: inputs, SampleShape: sampleShape, Labels: labels, Targets: targets, TargetShape: targetShape}, nil
+}
+
+// Len returns the number of samples.
+func (d *TensorDataset) Len() int { return len(d.Inputs) / numel(d.SampleShape) }
+
+// Get writes sample i into s.
+func (d *TensorDataset) Get(i int, s *Sample) error {
+	if i < 0 || i >= d.Len() {
+		return fmt.Errorf("data: TensorDataset: index %d out of range [0, %d)", i, d.Len())
+	}
+	per := numel(d.SampleShape)
+	s.Input = append(s.Input[:0], d.Inputs[i*per:(i+1)*per]...)
+	s.Shape = d.SampleShape
+	if d.Targets != nil {
+		tper := numel(d.TargetShape)
+		s.Target = append(s.Target[:0], d.Targets[i*tper:(i+1)*tper]...)
+		s.TargetShape = d.TargetShape
+		return nil
+	}
+	s.Label = d.Labels[i]
+	s.Target, s.TargetShape = nil, nil
+	return nil
+}
+
+// Subset is the samples of Dataset at Indices, like torch.utils.data.Subset.
+type Subset struct {
+	Dataset Dataset
+	Indices []int
+}
+
+// Len returns len(Indices).
+func (s *Subset) Len() int { return len(s.Indices) }
+
+// Get writes sample Indices[i] of the underlying dataset into dst.
+func (s *Subset) Get(i int, dst *Sample) error {
+	if i < 0 || i >= len(s.Indices) {
+		return fmt.Errorf("data: Subset: index %d out of range [0, %d)", i, len(s.Indices))
+	}
+	return s.Dataset.Get(s.Indices[i], dst)
+}
+
+// Head returns the first n samples of ds (all of them when it has fewer), for smoke
+// runs on a slice of a data set.
+func Head(ds Dataset, n int) *Subset {
+	idx := make([]int, min(n, ds.Len()))
+	for i := range idx {
+		idx[i] = i
+	}
+	return &Subset{Dataset: ds, Indices: idx}
+}
+
+// RandomSplit splits ds into non-overlapping subsets of the given lengths, which must sum
+// to ds.Len(). The split is that of PyTorch's
+// random_split(ds, lengths, generator=torch.Generator().manual_seed(seed)).
+func RandomSplit(ds Dataset, lengths []int, seed int64) ([]*Subset, error) {
+	total := 0
+	for _, l := range lengths {
+		if l < 0 {
+			return nil, fmt.Errorf("data: RandomSplit: negative length in %v", lengths)
+		}
+		total += l
+	}
+	if total != ds.Len() {
+		return nil, fmt.Errorf("data: RandomSplit: lengths %v sum to %d, dataset has %d samples", lengths, total, ds.Len())
+	}
+	perm := Randperm(total, seed)
+	subsets := make([]*Subset, len(lengths))
+	off := 0
+	for k, l := range lengths {
+		subsets[k] = &Subset{Dataset: ds, Indices: slices.Clip(perm[off : off+l])}
+		off += l
+	}
+	return subsets, nil
+}
+
+func numel(shape []int64) int {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return int(n)
+}

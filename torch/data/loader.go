@@ -1,0 +1,384 @@
+package data
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// hostBatch is a collated batch in Go memory. Buffers are pooled by the Loader: a
+// worker fills one, the consumer builds tensors from it and hands it back.
+type hostBatch struct {
+	index       int
+	indices     []int // a window of the epoch's order; never written
+	input       []float32
+	shape       []int64 // of one sample
+	labels      []int64
+	targets     []float32
+	targetShape []int64
+	err         error
+}
+
+// Loader reads a dataset in batches, like torch.utils.data.DataLoader, with worker
+// goroutines instead of worker processes. Make one with NewLoader and read an epoch with
+// Iter.
+type Loader struct {
+	ds        Dataset
+	opts      LoaderOptions
+	sampler   Sampler
+	free      chan *hostBatch
+	waitNanos atomic.Int64
+}
+
+// NewLoader returns a loader of ds. It fails on invalid options (a negative size, a rank
+// outside the world).
+func NewLoader(ds Dataset, opts LoaderOptions) (*Loader, error) {
+	l := &Loader{ds: ds, opts: opts}
+	if err := l.validate(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Loader) validate() error {
+	o := &l.opts
+	if o.BatchSize == 0 {
+		o.BatchSize = 1
+	}
+	if o.Workers == 0 {
+		o.Workers = 1
+	}
+	if o.Prefetch == 0 {
+		o.Prefetch = 2 * o.Workers
+	}
+	if o.WorldSize == 0 {
+		o.WorldSize = 1
+	}
+	if o.BatchSize < 0 || o.Workers < 0 || o.Prefetch < 0 {
+		return fmt.Errorf("data: NewLoader: negative batch size %d, workers %d or prefetch %d", o.BatchSize, o.Workers, o.Prefetch)
+	}
+	l.sampler = o.Sampler
+	if l.sampler == nil {
+		s, err := NewDistributedSampler(l.ds.Len(), o.Rank, o.WorldSize, o.Shuffle, o.Seed, false)
+		if err != nil {
+			return err
+		}
+		l.sampler = s
+	}
+	l.free = make(chan *hostBatch, o.Prefetch+o.Workers+1)
+	return nil
+}
+
+// Len returns the number of batches in an epoch: the sampler's length divided by the
+// batch size, rounded up, or down with DropLast.
+func (l *Loader) Len() int {
+	n := l.sampler.Len()
+	if l.opts.DropLast {
+		return n / l.opts.BatchSize
+	}
+	return ceilDiv(n, l.opts.BatchSize)
+}
+
+// Sampler returns the sampler that orders the loader's epochs.
+func (l *Loader) Sampler() Sampler { return l.sampler }
+
+// WaitTime is the total time consumers of this loader's iterators have spent blocked in
+// Next waiting for a batch that was not ready. The trainer reports it as a share of step
+// time: near zero means data loading keeps up.
+func (l *Loader) WaitTime() time.Duration { return time.Duration(l.waitNanos.Load()) }
+
+func (l *Loader) getBuf() *hostBatch {
+	select {
+	case hb := <-l.free:
+		return hb
+	default:
+		return &hostBatch{}
+	}
+}
+
+func (l *Loader) putBuf(hb *hostBatch) {
+	hb.err, hb.indices = nil, nil
+	select {
+	case l.free <- hb:
+	default:
+	}
+}
+
+// Iter reads epoch from batch start on. Batch k of an epoch is the same whatever batch
+// the iterator started at, and batches before start are never read, so a resumed run
+// continues an epoch exactly. Cancelling ctx stops the workers; Next then returns false
+// and Err returns the context's error.
+//
+// The caller must call Close when it stops before the end (a deferred Close is always
+// safe); an iterator that has run to its end or failed has already stopped its
+// goroutines.
+func (l *Loader) Iter(ctx context.Context, epoch, start int) *Iter {
+	it := &Iter{l: l, epoch: epoch, next: start, start: start, end: l.Len()}
+	it.ctx, it.cancel = context.WithCancel(ctx)
+	if start < 0 || start > it.end {
+		it.finish(fmt.Errorf("data: Iter: start batch %d is outside an epoch of %d batches", start, it.end))
+		return it
+	}
+	if start == it.end {
+		it.finish(nil)
+		return it
+	}
+	it.order = l.sampler.EpochIndices(epoch)
+	if l.opts.Inline {
+		it.inline = newWorker(it)
+		return it
+	}
+	p := min(l.opts.Prefetch, it.end-start)
+	it.slots = make([]chan *hostBatch, p)
+	for i := range it.slots {
+		it.slots[i] = make(chan *hostBatch, 1)
+	}
+	it.tokens = make(chan struct{}, p)
+	it.claim.Store(int64(start))
+	for range min(l.opts.Workers, it.end-start) {
+		it.wg.Add(1)
+		go it.work()
+	}
+	return it
+}
+
+// Iter is one pass over an epoch, from some batch to the end. Its methods are called
+// from one goroutine, the one that uses the batches.
+type Iter struct {
+	l                *Loader
+	epoch            int
+	start, next, end int
+	order            []int
+	ctx              context.Context
+	cancel           context.CancelFunc
+	slots            []chan *hostBatch
+	tokens           chan struct{}
+	claim            atomic.Int64
+	wg               sync.WaitGroup
+	err              error
+	wait             time.Duration
+	done             bool
+	inline           *worker // set when batches are filled by Next itself
+}
+
+// Err returns the error that ended the iteration: a dataset or transform error, the
+// context's error after a cancel, or nil after a normal end or Close.
+func (it *Iter) Err() error { return it.err }
+
+// WaitTime is the time Next has spent blocked waiting for a batch.
+func (it *Iter) WaitTime() time.Duration { return it.wait }
+
+// Close stops the workers and waits for them to exit. It is safe to call more than once
+// and after the end.
+func (it *Iter) Close() { it.finish(nil) }
+
+func (it *Iter) finish(err error) {
+	if it.done {
+		return
+	}
+	it.done = true
+	it.err = err
+	it.cancel()
+	it.wg.Wait()
+	for _, s := range it.slots {
+		select {
+		case hb := <-s:
+			it.l.putBuf(hb)
+		default:
+		}
+	}
+}
+
+// nextHost waits for the next batch in order. The caller hands the buffer back with
+// putBuf once it no longer needs it.
+func (it *Iter) nextHost() (*hostBatch, bool) {
+	if it.done {
+		return nil, false
+	}
+	if it.next >= it.end {
+		it.finish(nil)
+		return nil, false
+	}
+	if it.inline != nil {
+		if err := it.ctx.Err(); err != nil {
+			it.finish(err)
+			return nil, false
+		}
+		hb := it.l.getBuf()
+		it.inline.fill(hb, it.next)
+		if hb.err != nil {
+			err := hb.err
+			it.l.putBuf(hb)
+			it.finish(err)
+			return nil, false
+		}
+		it.next++
+		return hb, true
+	}
+	slot := it.slots[(it.next-it.start)%len(it.slots)]
+	var hb *hostBatch
+	select {
+	case hb = <-slot:
+	default:
+		t0 := time.Now()
+		select {
+		case hb = <-slot:
+		case <-it.ctx.Done():
+		}
+		d := time.Since(t0)
+		it.wait += d
+		it.l.waitNanos.Add(int64(d))
+	}
+	if hb == nil {
+		it.finish(it.ctx.Err())
+		return nil, false
+	}
+	<-it.tokens
+	if hb.err != nil {
+		err := hb.err
+		it.l.putBuf(hb)
+		it.finish(err)
+		return nil, false
+	}
+	it.next++
+	return hb, true
+}
+
+// work fills batches until the epoch is claimed or the iterator stops. A token bounds
+// how far workers run ahead of the consumer: batch b is only claimed once fewer than
+// len(slots) batches are waiting, so batch b and b+len(slots) never share a slot.
+func (it *Iter) work() {
+	defer it.wg.Done()
+	w := newWorker(it)
+	for {
+		select {
+		case it.tokens <- struct{}{}:
+		case <-it.ctx.Done():
+			return
+		}
+		b := int(it.claim.Add(1) - 1)
+		if b >= it.end {
+			<-it.tokens
+			return
+		}
+		hb := it.l.getBuf()
+		w.fill(hb, b)
+		select {
+		case it.slots[(b-it.start)%len(it.slots)] <- hb:
+		case <-it.ctx.Done():
+			it.l.putBuf(hb)
+			return
+		}
+	}
+}
+
+type worker struct {
+	it     *Iter
+	pcg    *rand.PCG
+	rng    *rand.Rand
+	sample Sample
+}
+
+func newWorker(it *Iter) *worker {
+	w := &worker{it: it, pcg: rand.NewPCG(0, 0)}
+	w.rng = rand.New(w.pcg)
+	return w
+}
+
+// fill reads, transforms and collates batch b into hb. Samples are decoded straight into
+// hb's storage when the dataset appends to the slice it is given.
+func (w *worker) fill(hb *hostBatch, b int) {
+	it := w.it
+	bs := it.l.opts.BatchSize
+	hb.index = b
+	hb.indices = slices.Clip(it.order[b*bs : min((b+1)*bs, len(it.order))])
+	hb.input, hb.labels, hb.targets = hb.input[:0], hb.labels[:0], hb.targets[:0]
+	hb.shape, hb.targetShape = nil, nil
+	defer func() {
+		if p := recover(); p != nil {
+			hb.err = fmt.Errorf("data: epoch %d batch %d: panic in dataset or transform: %v\n%s", it.epoch, b, p, debug.Stack())
+		}
+	}()
+	augSeed := mixSeed(it.l.opts.Seed, it.epoch)
+	s := &w.sample
+	for j, idx := range hb.indices {
+		if j%8 == 0 && it.ctx.Err() != nil {
+			hb.err = it.ctx.Err()
+			return
+		}
+		n := len(hb.input)
+		s.Input = hb.input[n:n:cap(hb.input)]
+		if err := it.l.ds.Get(idx, s); err != nil {
+			hb.err = fmt.Errorf("data: epoch %d batch %d: sample %d: %w", it.epoch, b, idx, err)
+			return
+		}
+		if t := it.l.opts.Transform; t != nil {
+			w.pcg.Seed(augSeed, uint64(idx))
+			if err := t.Apply(s, w.rng); err != nil {
+				hb.err = fmt.Errorf("data: epoch %d batch %d: sample %d: %w", it.epoch, b, idx, err)
+				return
+			}
+		}
+		if err := hb.add(s, len(hb.indices)); err != nil {
+			hb.err = fmt.Errorf("data: epoch %d batch %d: sample %d: %w", it.epoch, b, idx, err)
+			return
+		}
+	}
+}
+
+// add appends sample s to the batch, unless the dataset already wrote it in place.
+func (hb *hostBatch) add(s *Sample, batchSize int) error {
+	if numel(s.Shape) != len(s.Input) {
+		return fmt.Errorf("shape %v does not match its %d values", s.Shape, len(s.Input))
+	}
+	n := len(hb.input)
+	if n == 0 {
+		hb.shape = s.Shape
+		if s.Target != nil {
+			hb.targetShape = s.TargetShape
+			if hb.targetShape == nil {
+				hb.targetShape = []int64{int64(len(s.Target))}
+			}
+		}
+	} else if !slices.Equal(s.Shape, hb.shape) {
+		return fmt.Errorf("shape %v differs from the batch's %v; collating needs samples of one shape", s.Shape, hb.shape)
+	}
+	if (s.Target != nil) != (hb.targetShape != nil) {
+		return errors.New("a batch mixes samples with labels and samples with float targets")
+	}
+	inPlace := len(s.Input) > 0 && n+len(s.Input) <= cap(hb.input) && &hb.input[:n+1][n] == &s.Input[0]
+	switch {
+	case inPlace:
+		hb.input = hb.input[:n+len(s.Input)]
+	case cap(hb.input) < batchSize*len(s.Input):
+		grown := make([]float32, n, batchSize*len(s.Input))
+		copy(grown, hb.input)
+		hb.input = append(grown, s.Input...)
+	default:
+		hb.input = append(hb.input, s.Input...)
+	}
+	if hb.targetShape != nil {
+		if numel(hb.targetShape) != len(s.Target) {
+			return fmt.Errorf("target of %d values differs from the batch's target shape %v", len(s.Target), hb.targetShape)
+		}
+		hb.targets = append(hb.targets, s.Target...)
+	} else {
+		hb.labels = append(hb.labels, s.Label)
+	}
+	return nil
+}
+
+// mixSeed derives the augmentation stream of an epoch from the loader's seed (SplitMix64
+// finalizer), so nearby seeds and epochs give unrelated streams.
+func mixSeed(seed int64, epoch int) uint64 {
+	z := uint64(seed) ^ (uint64(epoch)+1)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}

@@ -1,0 +1,44 @@
+package data
+
+import "github.com/gotrain/gotrain/torch"
+
+// LoaderOptions configures a Loader. The zero value of a field means its default.
+type LoaderOptions struct {
+	// BatchSize is the number of samples per batch (default 1).
+	BatchSize int
+	// Shuffle draws each epoch's order from (Seed, epoch): it is the order of PyTorch's
+	// DistributedSampler(ds, num_replicas=WorldSize, rank=Rank, seed=Seed) after
+	// set_epoch(epoch), which with WorldSize 1 is a plain seeded shuffle (not the order of
+	// PyTorch's RandomSampler, which draws from the global generator). Without Shuffle
+	// the order is the dataset's.
+	Shuffle bool
+	// DropLast drops the last batch of an epoch when it is smaller than BatchSize, like
+	// DataLoader's drop_last. The sampler itself pads ranks to equal length
+	// (DistributedSampler's drop_last=False); pass a Sampler to cut instead.
+	DropLast bool
+	// Workers is the number of goroutines that read, transform and collate (default 1).
+	// The order of batches and their contents do not depend on it.
+	Workers int
+	// Inline fills each batch on the goroutine that calls Next, with no worker goroutines
+	// (PyTorch's num_workers=0). For in-memory data without costly transforms it is the
+	// fastest choice: it saves the handoff between threads. Workers and Prefetch are
+	// then unused.
+	Inline bool
+	// Prefetch bounds the batches being read or waiting to be used (default 2*Workers),
+	// and so the host memory the loader holds.
+	Prefetch int
+	// Seed seeds the shuffle and the random transforms.
+	Seed int64
+	// Rank and WorldSize split each epoch among processes as DistributedSampler does
+	// (WorldSize 0 means 1).
+	Rank, WorldSize int
+	// Sampler, when set, orders the epochs instead of the sampler that Shuffle, Seed,
+	// Rank and WorldSize describe.
+	Sampler Sampler
+	// Device is where Next puts the batch tensors (the zero value is the CPU). On a CUDA
+	// device they go through pinned host memory with a non-blocking copy.
+	Device torch.Device
+	// Transform is applied to every sample in the workers, with randomness drawn from
+	// (Seed, epoch, sample index).
+	Transform Transform
+}

@@ -1,0 +1,305 @@
+// Package distributed is torch.distributed for gotrain: a c10d process group over a
+// TCPStore rendezvous, joined from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR, MASTER_PORT) or from explicit Options, with the collectives data-parallel
+// training needs: broadcast, all-reduce and barrier over tensor lists.
+//
+// The backend is Gloo, which handles CPU tensors and, in CUDA builds, CUDA tensors
+// through host staging. Every collective is bounded by Options.Timeout, so a dead or
+// stuck peer becomes an error (naming the lost rank when the store can tell) rather
+// than a hang.
+//
+// The same program runs under torchrun --no-python, a Kubernetes PyTorchJob, or
+// cmd/train --nproc-per-node:
+//
+//	if distributed.Launched() {
+//		opts, err := distributed.EnvOptions()
+//		...
+//		pg, err := distributed.Init(opts)
+//		...
+//		defer pg.Close()
+//	}
+package distributed
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gotrain/gotrain/cgotorch"
+	"github.com/gotrain/gotrain/torch"
+)
+
+// DefaultTimeout bounds the rendezvous and each collective when Options.Timeout is 0:
+// torch.distributed's Gloo default.
+const DefaultTimeout = 30 * time.Minute
+
+// DefaultBucketBytes is the gradient bucket size of AllReduceGradients, DDP's 25 MB.
+const DefaultBucketBytes = 25 << 20
+
+// ErrUnavailable is returned by Init in a build without c10d (build tag nodist).
+var ErrUnavailable = errors.New("distributed: gotrain was built without distributed support (tag nodist); install libgloo-dev (scripts/setup.sh) and rebuild without -tags nodist")
+
+// Options says which process group to join.
+type Options struct {
+	// Rank is this process' rank in [0, WorldSize); WorldSize the number of processes.
+	Rank, WorldSize int
+	// LocalRank is the rank on this node; on CUDA it picks the device cuda:LocalRank.
+	LocalRank int
+	// LocalWorldSize is the number of processes on this node (0: unknown).
+	LocalWorldSize int
+	// MasterAddr and MasterPort locate the TCPStore that rank 0 hosts.
+	MasterAddr string
+	MasterPort int
+	// Timeout bounds the rendezvous and every collective (0: DefaultTimeout).
+	Timeout time.Duration
+}
+
+// Launched reports whether the process was started by a launcher (torchrun,
+// cmd/train --nproc-per-node, a PyTorchJob): WORLD_SIZE is set in the environment.
+func Launched() bool { return os.Getenv("WORLD_SIZE") != "" }
+
+// EnvOptions reads torchrun's environment contract. A missing or malformed variable,
+// or a rank outside the world, is an error that names it.
+func EnvOptions() (Options, error) {
+	var o Options
+	var errs []error
+	num := func(name string, required bool, lo int) int {
+		s := os.Getenv(name)
+		if s == "" {
+			if required {
+				errs = append(errs, fmt.Errorf("%s is not set", name))
+			}
+			return 0
+		}
+		v, err := strconv.Atoi(s)
+		if err != nil || v < lo {
+			errs = append(errs, fmt.Errorf("%s=%q is not an integer >= %d", name, s, lo))
+		}
+		return v
+	}
+	o.WorldSize = num("WORLD_SIZE", true, 1)
+	o.Rank = num("RANK", true, 0)
+	o.LocalRank = num("LOCAL_RANK", false, 0)
+	o.LocalWorldSize = num("LOCAL_WORLD_SIZE", false, 1)
+	o.MasterAddr = os.Getenv("MASTER_ADDR")
+	if o.MasterAddr == "" {
+		errs = append(errs, errors.New("MASTER_ADDR is not set"))
+	}
+	o.MasterPort = num("MASTER_PORT", true, 1)
+	if len(errs) == 0 {
+		errs = append(errs, o.validate())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return o, fmt.Errorf("distributed: bad launch environment (torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT): %w", err)
+	}
+	return o, nil
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.WorldSize < 1:
+		return fmt.Errorf("world size %d is not >= 1", o.WorldSize)
+	case o.Rank < 0 || o.Rank >= o.WorldSize:
+		return fmt.Errorf("rank %d is not in [0, %d) (RANK must be below WORLD_SIZE)", o.Rank, o.WorldSize)
+	case o.LocalRank < 0 || (o.LocalWorldSize > 0 && o.LocalRank >= o.LocalWorldSize):
+		return fmt.Errorf("local rank %d is not in [0, %d)", o.LocalRank, o.LocalWorldSize)
+	case o.MasterAddr == "":
+		return errors.New("master address is empty")
+	case o.MasterPort < 1 || o.MasterPort > 65535:
+		return fmt.Errorf("master port %d is not in 1..65535", o.MasterPort)
+	}
+	return nil
+}
+
+// ProcessGroup is a joined c10d process group. Its collectives must be called by every
+// rank in the same order, as torch.distributed's.
+type ProcessGroup struct {
+	h    cgotorch.ProcessGroup
+	opts Options
+}
+
+// Init joins the process group: rank 0 hosts the TCPStore on MasterAddr:MasterPort and
+// every rank connects to it, waiting at most Timeout for the others.
+func Init(o Options) (*ProcessGroup, error) {
+	if !cgotorch.DistAvailable() {
+		return nil, ErrUnavailable
+	}
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("distributed: %w", err)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	h, err := cgotorch.DistInit(o.MasterAddr, o.MasterPort, o.Rank, o.WorldSize, o.Timeout.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("distributed: init rank %d of %d: %w", o.Rank, o.WorldSize, err)
+	}
+	return &ProcessGroup{h: h, opts: o}, nil
+}
+
+// Close leaves the process group (rank 0's store stops serving). Closing nil is a no-op.
+func (pg *ProcessGroup) Close() {
+	if pg != nil && pg.h != nil {
+		cgotorch.DistFree(pg.h)
+		pg.h = nil
+	}
+}
+
+// Rank is this process' rank; a nil group is a single process, rank 0.
+func (pg *ProcessGroup) Rank() int {
+	if pg == nil {
+		return 0
+	}
+	return pg.opts.Rank
+}
+
+// WorldSize is the number of ranks; a nil group is a single process, 1.
+func (pg *ProcessGroup) WorldSize() int {
+	if pg == nil {
+		return 1
+	}
+	return pg.opts.WorldSize
+}
+
+// LocalRank is the rank on this node.
+func (pg *ProcessGroup) LocalRank() int { return pg.opts.LocalRank }
+
+// IsMain reports whether this is rank 0 (or a single process), the one that writes files.
+func (pg *ProcessGroup) IsMain() bool { return pg.Rank() == 0 }
+
+// Options returns the options the group was joined with.
+func (pg *ProcessGroup) Options() Options { return pg.opts }
+
+// Device is the device this rank trains on: cuda:LocalRank when CUDA is available,
+// else the CPU.
+func (pg *ProcessGroup) Device() torch.Device {
+	if torch.CUDAIsAvailable() {
+		return torch.CUDA(pg.opts.LocalRank)
+	}
+	return torch.CPU
+}
+
+func (pg *ProcessGroup) handle() (cgotorch.ProcessGroup, error) {
+	if pg == nil || pg.h == nil {
+		return nil, errors.New("distributed: process group is closed")
+	}
+	return pg.h, nil
+}
+
+func handles(ts []*torch.Tensor) []cgotorch.Tensor {
+	hs := make([]cgotorch.Tensor, len(ts))
+	for i, t := range ts {
+		hs[i] = t.Handle()
+	}
+	return hs
+}
+
+// Broadcast copies root's tensors into every rank's tensors in place, coalesced into
+// one flat buffer per dtype. The tensors must have the same shapes on every rank.
+func (pg *ProcessGroup) Broadcast(ts []*torch.Tensor, root int) error {
+	h, err := pg.handle()
+	if err != nil {
+		return err
+	}
+	if len(ts) == 0 {
+		return nil
+	}
+	return wrap(cgotorch.DistBroadcast(h, handles(ts), root))
+}
+
+// ReduceOp is an all-reduce operation.
+type ReduceOp int
+
+// The reduce operations.
+const (
+	Sum ReduceOp = cgotorch.DistSum
+	Max ReduceOp = cgotorch.DistMax
+	Min ReduceOp = cgotorch.DistMin
+)
+
+// AllReduce reduces the tensors across ranks in place.
+func (pg *ProcessGroup) AllReduce(ts []*torch.Tensor, op ReduceOp) error {
+	h, err := pg.handle()
+	if err != nil {
+		return err
+	}
+	if len(ts) == 0 {
+		return nil
+	}
+	return wrap(cgotorch.DistAllReduce(h, handles(ts), int(op)))
+}
+
+// AllReduceFloat64s reduces a few numbers (metric sums, flags) across ranks.
+func (pg *ProcessGroup) AllReduceFloat64s(vs []float64, op ReduceOp) ([]float64, error) {
+	if len(vs) == 0 {
+		return nil, nil
+	}
+	var out []float64
+	var err error
+	torch.WithScope(func() {
+		t := torch.FromSlice(vs)
+		if err = pg.AllReduce([]*torch.Tensor{t}, op); err == nil {
+			out = t.Float64s()
+		}
+	})
+	return out, err
+}
+
+// AllReduceGradients averages the parameters' gradients across ranks, as DDP does after
+// backward: parameters are grouped in order into buckets of about bucketBytes
+// (0: DefaultBucketBytes), and each bucket is one flattened all-reduce (one cgo call).
+// A parameter without a gradient takes part as zeros.
+func (pg *ProcessGroup) AllReduceGradients(params []*torch.Tensor, bucketBytes int64) error {
+	h, err := pg.handle()
+	if err != nil {
+		return err
+	}
+	if bucketBytes <= 0 {
+		bucketBytes = DefaultBucketBytes
+	}
+	var bucket []cgotorch.Tensor
+	var size int64
+	flush := func() error {
+		if len(bucket) == 0 {
+			return nil
+		}
+		err := cgotorch.DistAllReduceGrads(h, bucket)
+		bucket, size = bucket[:0], 0
+		return wrap(err)
+	}
+	for _, p := range params {
+		n := p.Numel() * int64(p.DType().Size())
+		if size > 0 && size+n > bucketBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		bucket = append(bucket, p.Handle())
+		size += n
+	}
+	return flush()
+}
+
+// Barrier blocks until every rank reaches it.
+func (pg *ProcessGroup) Barrier() error {
+	h, err := pg.handle()
+	if err != nil {
+		return err
+	}
+	return wrap(cgotorch.DistBarrier(h))
+}
+
+// wrap turns the C boundary's error into one that reads "distributed: ...".
+func wrap(err error) error {
+	var ce *cgotorch.Error
+	if errors.As(err, &ce) {
+		if strings.HasPrefix(ce.Msg, "distributed ") {
+			return errors.New(ce.Msg)
+		}
+		return fmt.Errorf("distributed: %s", ce.Msg)
+	}
+	return err
+}

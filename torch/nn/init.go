@@ -1,0 +1,81 @@
+package nn
+
+import (
+	"math"
+
+	"github.com/gotrain/gotrain/torch"
+)
+
+// The Init functions fill a tensor in place, without recording gradients, from torch's
+// default generator, as torch.nn.init's functions of the same name do.
+
+// fill draws a new tensor like t with gen and copies it into t.
+func fill(t *torch.Tensor, gen func(shape []int64, dt torch.DType, dev torch.Device) *torch.Tensor) {
+	torch.WithScope(func() {
+		torch.NoGrad(func() { t.CopyFrom(gen(t.Shape(), t.DType(), t.Device()), false) })
+	})
+}
+
+// InitUniform fills t with samples from U(lo, hi) (nn.init.uniform_).
+func InitUniform(t *torch.Tensor, lo, hi float64) {
+	fill(t, func(s []int64, dt torch.DType, dev torch.Device) *torch.Tensor {
+		u := torch.Rand(s, dt, dev)
+		u.MulScalarInPlace(hi - lo)
+		u.AddScalarInPlace(lo)
+		return u
+	})
+}
+
+// InitNormal fills t with samples from N(mean, std²) (nn.init.normal_).
+func InitNormal(t *torch.Tensor, mean, std float64) {
+	fill(t, func(s []int64, dt torch.DType, dev torch.Device) *torch.Tensor {
+		n := torch.Randn(s, dt, dev)
+		n.MulScalarInPlace(std)
+		n.AddScalarInPlace(mean)
+		return n
+	})
+}
+
+// InitConstant fills t with v (nn.init.constant_).
+func InitConstant(t *torch.Tensor, v float64) { torch.NoGrad(func() { t.Fill(v) }) }
+
+// Fans returns a weight's fan_in and fan_out as PyTorch computes them: dimension 1 and 0
+// times the size of the receptive field (the product of dimensions 2 and up).
+func Fans(t *torch.Tensor) (fanIn, fanOut int64) {
+	s := t.Shape()
+	if len(s) < 2 {
+		panic("nn: fan in and fan out need a tensor of at least 2 dimensions")
+	}
+	rf := int64(1)
+	for _, d := range s[2:] {
+		rf *= d
+	}
+	return s[1] * rf, s[0] * rf
+}
+
+// InitKaimingUniform is nn.init.kaiming_uniform_(t, a, mode="fan_in" or "fan_out",
+// nonlinearity="leaky_relu"): U(-b, b) with b = sqrt(3) * sqrt(2/(1+a²)) / sqrt(fan).
+// With a = sqrt(5) this is Linear's and Conv2d's default: b = 1/sqrt(fan_in).
+func InitKaimingUniform(t *torch.Tensor, a float64, fanOut bool) {
+	fi, fo := Fans(t)
+	fan := fi
+	if fanOut {
+		fan = fo
+	}
+	b := math.Sqrt(3) * math.Sqrt(2/(1+a*a)) / math.Sqrt(float64(fan))
+	InitUniform(t, -b, b)
+}
+
+// InitKaimingNormal is nn.init.kaiming_normal_(t, mode="fan_in" or "fan_out",
+// nonlinearity="relu"): N(0, 2/fan), torchvision's initialisation for ResNet convs.
+func InitKaimingNormal(t *torch.Tensor, fanOut bool) {
+	fi, fo := Fans(t)
+	fan := fi
+	if fanOut {
+		fan = fo
+	}
+	InitNormal(t, 0, math.Sqrt(2/float64(fan)))
+}
+
+// newParam returns an uninitialised float32 tensor on the CPU.
+func newParam(shape ...int64) *torch.Tensor { return torch.Empty(shape, torch.Float32, torch.CPU) }

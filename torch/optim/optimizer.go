@@ -1,0 +1,500 @@
+package optim
+
+import (
+	"fmt"
+	"math/big"
+
+	"github.com/gotrain/gotrain/cgotorch"
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/torch"
+)
+
+// Optimizer updates parameters from their gradients. SGD, Adam (and AdamW), RMSprop and
+// Adagrad implement it.
+type Optimizer interface {
+	// Step updates every parameter that has a gradient, in one call into libtorch.
+	Step() error
+	// ZeroGrad zeroes the gradients, or drops them when setToNone is true
+	// (optimizer.zero_grad(set_to_none)).
+	ZeroGrad(setToNone bool)
+	// ParamGroups returns the live parameter groups: changing a group's LR or Options
+	// changes the next Step.
+	ParamGroups() []*ParamGroup
+	// StateDict returns PyTorch's optimizer.state_dict() layout. Its tensors are the
+	// optimizer's own: write it out before the next Step.
+	StateDict() *checkpoint.Dict
+	// LoadStateDict loads a state dict in PyTorch's layout (from StateDict, or from
+	// Python's optimizer.state_dict()).
+	LoadStateDict(sd *checkpoint.Dict) error
+	// Params returns every parameter, group by group.
+	Params() []*torch.Tensor
+}
+
+// ParamGroup is one parameter group: its parameters, learning rate and the rest of
+// PyTorch's group keys.
+type ParamGroup struct {
+	Params []*torch.Tensor
+	// LR is the group's learning rate ("lr"), read by every Step.
+	LR float64
+	// InitialLR is "initial_lr", which the first LR scheduler sets from LR; it is in the
+	// state dict only when HasInitialLR is true.
+	InitialLR    float64
+	HasInitialLR bool
+	// Options holds the group's other keys in PyTorch's order and types ("momentum",
+	// "betas" as a checkpoint.Tuple, "eps", "weight_decay", "foreach": nil, ..., plus
+	// keys schedulers add such as "max_lr"). Step reads it, so setting a key here (for
+	// example "momentum") takes effect at the next Step.
+	Options *checkpoint.Dict
+}
+
+// Float returns the numeric group option key (ints and bools convert), or def when the
+// group has no such key.
+func (g *ParamGroup) Float(key string, def float64) float64 {
+	v, ok := g.Options.Get(key)
+	if !ok {
+		return def
+	}
+	f, ok := number(v)
+	if !ok {
+		return def
+	}
+	return f
+}
+
+// Group is a parameter group for the New*Groups constructors: its parameters and the
+// options that differ from the optimizer's, by PyTorch key ("lr", "weight_decay",
+// "momentum", "betas" as [2]float64 or a checkpoint.Tuple, ...).
+type Group struct {
+	Params  []*torch.Tensor
+	Options map[string]any
+}
+
+// number converts a Python number read from a state dict (or a Go number) to float64.
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case float32:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case int:
+		return float64(x), true
+	case int32:
+		return float64(x), true
+	case bool:
+		if x {
+			return 1, true
+		}
+		return 0, true
+	case *big.Int:
+		f, _ := new(big.Float).SetInt(x).Float64()
+		return f, true
+	}
+	return 0, false
+}
+
+func boolv(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// pair reads a two-number tuple option such as "betas".
+func pair(g *ParamGroup, key string, def [2]float64) [2]float64 {
+	v, ok := g.Options.Get(key)
+	if !ok {
+		return def
+	}
+	var l []any
+	switch x := v.(type) {
+	case checkpoint.Tuple:
+		l = x
+	case []any:
+		l = x
+	case [2]float64:
+		return x
+	}
+	if len(l) < 2 {
+		return def
+	}
+	a, ok1 := number(l[0])
+	b, ok2 := number(l[1])
+	if !ok1 || !ok2 {
+		return def
+	}
+	return [2]float64{a, b}
+}
+
+// kind describes one optimizer algorithm for the shared implementation.
+type kind struct {
+	name  string
+	code  int
+	slots []string // state names, in cgotorch's slot order and PyTorch's key order
+	// hyper returns cgotorch's hyperparameters for a group.
+	hyper func(g *ParamGroup) [cgotorch.OptNHyper]float64
+	// check validates a group's options as PyTorch's constructor does.
+	check func(g *ParamGroup) error
+	// eager creates state before the first step (Adagrad), for params that have none.
+	eager func(o *base, i int, p *torch.Tensor)
+}
+
+// base is the implementation the optimizers share: groups, per-parameter state and the
+// one-call step.
+type base struct {
+	k        *kind
+	groups   []*ParamGroup
+	defaults *checkpoint.Dict // the group keys other than "lr", with this optimizer's values
+	state    [][cgotorch.OptNState]*torch.Tensor
+}
+
+func newBase(k *kind, groups []Group, lr float64, defaults *checkpoint.Dict) (*base, error) {
+	if len(groups) == 0 {
+		return nil, fmt.Errorf("optim: %s: optimizer got an empty parameter list", k.name)
+	}
+	o := &base{k: k, defaults: defaults}
+	for gi, gr := range groups {
+		if len(gr.Params) == 0 {
+			return nil, fmt.Errorf("optim: %s: parameter group %d is empty", k.name, gi)
+		}
+		g := &ParamGroup{Params: append([]*torch.Tensor(nil), gr.Params...), LR: lr, Options: copyDict(defaults)}
+		for key, v := range gr.Options {
+			switch key {
+			case "lr":
+				f, ok := number(v)
+				if !ok {
+					return nil, fmt.Errorf("optim: %s: group %d: lr is %T, want a number", k.name, gi, v)
+				}
+				g.LR = f
+			case "params", "initial_lr":
+				return nil, fmt.Errorf("optim: %s: group %d: option %q cannot be set", k.name, gi, key)
+			default:
+				if b, ok := v.([2]float64); ok {
+					v = checkpoint.Tuple{b[0], b[1]}
+				}
+				g.Options.Set(key, v)
+			}
+		}
+		if g.LR < 0 {
+			return nil, fmt.Errorf("optim: %s: invalid learning rate: %v", k.name, g.LR)
+		}
+		if err := k.check(g); err != nil {
+			return nil, fmt.Errorf("optim: %s: group %d: %w", k.name, gi, err)
+		}
+		o.groups = append(o.groups, g)
+	}
+	seen := map[*torch.Tensor]bool{}
+	for _, p := range o.Params() {
+		if seen[p] {
+			return nil, fmt.Errorf("optim: %s: some parameters appear in more than one parameter group", k.name)
+		}
+		seen[p] = true
+	}
+	o.syncState()
+	return o, nil
+}
+
+func copyDict(d *checkpoint.Dict) *checkpoint.Dict {
+	out := checkpoint.NewDict()
+	for k, v := range d.All() {
+		out.Set(k, v)
+	}
+	return out
+}
+
+// syncState sizes the state to the parameter count and creates eager state.
+func (o *base) syncState() {
+	ps := o.Params()
+	for len(o.state) < len(ps) {
+		o.state = append(o.state, [cgotorch.OptNState]*torch.Tensor{})
+	}
+	o.state = o.state[:len(ps)]
+	if o.k.eager != nil {
+		for i, p := range ps {
+			o.k.eager(o, i, p)
+		}
+	}
+}
+
+// ParamGroups returns the live parameter groups.
+func (o *base) ParamGroups() []*ParamGroup { return o.groups }
+
+// Params returns every parameter, group by group.
+func (o *base) Params() []*torch.Tensor {
+	var ps []*torch.Tensor
+	for _, g := range o.groups {
+		ps = append(ps, g.Params...)
+	}
+	return ps
+}
+
+func handlesOf(ts []*torch.Tensor) []cgotorch.Tensor {
+	hs := make([]cgotorch.Tensor, len(ts))
+	for i, t := range ts {
+		hs[i] = t.Handle()
+	}
+	return hs
+}
+
+// Step updates every parameter that has a gradient, in one call into libtorch, with
+// the arithmetic of PyTorch's implementation.
+func (o *base) Step() (err error) {
+	defer torch.Recover(&err, "optim: "+o.k.name+" step")
+	o.syncState()
+	ps := o.Params()
+	sizes := make([]int64, len(o.groups))
+	hyper := make([]float64, 0, len(o.groups)*cgotorch.OptNHyper)
+	for i, g := range o.groups {
+		sizes[i] = int64(len(g.Params))
+		h := o.k.hyper(g)
+		hyper = append(hyper, h[:]...)
+	}
+	st := make([]cgotorch.Tensor, len(ps)*cgotorch.OptNState)
+	for i := range ps {
+		for k, t := range o.state[i] {
+			if t != nil {
+				st[i*cgotorch.OptNState+k] = t.Handle()
+			}
+		}
+	}
+	err = cgotorch.OptimStep(o.k.code, sizes, hyper, handlesOf(ps), st)
+	// Adopt the state the step created, also after a failure (the handles are ours).
+	for i := range ps {
+		for k := range o.state[i] {
+			if h := st[i*cgotorch.OptNState+k]; h != nil && o.state[i][k] == nil {
+				o.state[i][k] = torch.FromHandle(h).Escape()
+			}
+		}
+	}
+	return torch.ErrorFrom(o.k.name+" step", err)
+}
+
+// ZeroGrad zeroes every parameter's gradient in one call, or drops the gradients when
+// setToNone is true (PyTorch's default, and cheaper). It panics with a *torch.Error
+// if libtorch fails.
+func (o *base) ZeroGrad(setToNone bool) {
+	if err := cgotorch.ZeroGrad(handlesOf(o.Params()), setToNone); err != nil {
+		panic(torch.ErrorFrom("zero_grad", err))
+	}
+}
+
+// Free releases the optimizer's state tensors now instead of leaving them to the
+// garbage collector. The optimizer starts from empty state if used again.
+func (o *base) Free() {
+	for i := range o.state {
+		for k, t := range o.state[i] {
+			t.Free()
+			o.state[i][k] = nil
+		}
+	}
+}
+
+// State returns parameter i's state tensors by PyTorch name ("exp_avg", "step", ...);
+// the tensors are the optimizer's own.
+func (o *base) State(i int) map[string]*torch.Tensor {
+	m := map[string]*torch.Tensor{}
+	if i < 0 || i >= len(o.state) {
+		return m
+	}
+	for k, name := range o.k.slots {
+		if t := o.state[i][k]; t != nil {
+			m[name] = t
+		}
+	}
+	return m
+}
+
+// StateDict returns PyTorch's optimizer state dict: "state" maps each parameter's index
+// (int64, counted across groups in order) to its state tensors, and "param_groups"
+// lists each group's options with "params" holding its indices.
+func (o *base) StateDict() *checkpoint.Dict {
+	o.syncState()
+	state := checkpoint.NewDict()
+	for i, slots := range o.state {
+		var d *checkpoint.Dict
+		for k, name := range o.k.slots {
+			if slots[k] == nil {
+				continue
+			}
+			if d == nil {
+				d = checkpoint.NewDict()
+			}
+			d.Set(name, slots[k])
+		}
+		if d != nil {
+			state.Set(int64(i), d)
+		}
+	}
+	groups := make([]any, len(o.groups))
+	next := int64(0)
+	for gi, g := range o.groups {
+		d := checkpoint.NewDict()
+		d.Set("lr", g.LR)
+		for k, v := range g.Options.All() {
+			d.Set(k, v)
+		}
+		if g.HasInitialLR {
+			d.Set("initial_lr", g.InitialLR)
+		}
+		ids := make([]any, len(g.Params))
+		for i := range ids {
+			ids[i] = next
+			next++
+		}
+		d.Set("params", ids)
+		groups[gi] = d
+	}
+	sd := checkpoint.NewDict()
+	sd.Set("state", state)
+	sd.Set("param_groups", groups)
+	return sd
+}
+
+// LoadStateDict loads PyTorch's optimizer state dict layout, as Python's
+// optimizer.load_state_dict does: the groups must match in number and size, parameters
+// are matched by position, and state tensors are copied to their parameter's device and
+// dtype ("step" keeps its own). Tensors may be *torch.Tensor or *checkpoint.Tensor.
+func (o *base) LoadStateDict(sd *checkpoint.Dict) (err error) {
+	defer torch.Recover(&err, "optim: "+o.k.name+": load_state_dict")
+	if sd == nil {
+		return fmt.Errorf("nil state dict")
+	}
+	groups, err := checkpoint.GetList(sd, "param_groups")
+	if err != nil {
+		return err
+	}
+	stateD, err := checkpoint.GetDict(sd, "state")
+	if err != nil {
+		return err
+	}
+	if len(groups) != len(o.groups) {
+		return fmt.Errorf("loaded state dict has a different number of parameter groups (%d, want %d)", len(groups), len(o.groups))
+	}
+	ids := map[int64]int{}
+	newGroups := make([]*ParamGroup, len(groups))
+	flat := 0
+	for gi, gv := range groups {
+		gd, ok := gv.(*checkpoint.Dict)
+		if !ok {
+			return fmt.Errorf("param_groups[%d] is %T, want a dict", gi, gv)
+		}
+		pl, err := checkpoint.GetList(gd, "params")
+		if err != nil {
+			return err
+		}
+		cur := o.groups[gi]
+		if len(pl) != len(cur.Params) {
+			return fmt.Errorf("loaded state dict contains a parameter group that doesn't match the size of optimizer's group (group %d: %d parameters, want %d)", gi, len(pl), len(cur.Params))
+		}
+		for _, idv := range pl {
+			id, ok := idv.(int64)
+			if !ok {
+				return fmt.Errorf("param_groups[%d] params holds %T, want int", gi, idv)
+			}
+			ids[id] = flat
+			flat++
+		}
+		ng := &ParamGroup{Params: cur.Params, Options: copyDict(o.defaults)}
+		for k, v := range gd.All() {
+			key, _ := k.(string)
+			switch key {
+			case "params", "param_names":
+			case "lr":
+				f, ok := number(v)
+				if !ok {
+					return fmt.Errorf("param_groups[%d] lr is %T, want a number", gi, v)
+				}
+				ng.LR = f
+			case "initial_lr":
+				f, ok := number(v)
+				if !ok {
+					return fmt.Errorf("param_groups[%d] initial_lr is %T, want a number", gi, v)
+				}
+				ng.InitialLR, ng.HasInitialLR = f, true
+			default:
+				ng.Options.Set(k, v)
+			}
+		}
+		newGroups[gi] = ng
+	}
+	ps := o.Params()
+	newState := make([][cgotorch.OptNState]*torch.Tensor, len(ps))
+	free := func() {
+		for i := range newState {
+			for _, t := range newState[i] {
+				t.Free()
+			}
+		}
+	}
+	for kv, v := range stateD.All() {
+		id, ok := kv.(int64)
+		if !ok {
+			free()
+			return fmt.Errorf("state key %v is %T, want int", kv, kv)
+		}
+		i, ok := ids[id]
+		if !ok {
+			continue // Python keeps state for unknown ids; nothing here can use it.
+		}
+		d, ok := v.(*checkpoint.Dict)
+		if !ok {
+			free()
+			return fmt.Errorf("state[%d] is %T, want a dict", id, v)
+		}
+		for k, name := range o.k.slots {
+			sv, ok := d.Get(name)
+			if !ok {
+				continue
+			}
+			t, err := o.loadTensor(sv, ps[i], name == "step")
+			if err != nil {
+				free()
+				return fmt.Errorf("state[%d][%s]: %w", id, name, err)
+			}
+			newState[i][k] = t
+		}
+	}
+	o.Free()
+	o.groups = newGroups
+	o.state = newState
+	for gi, g := range o.groups {
+		if err := o.k.check(g); err != nil {
+			return fmt.Errorf("param_groups[%d]: %w", gi, err)
+		}
+	}
+	o.syncState()
+	return nil
+}
+
+// loadTensor copies a loaded state value into a new tensor the optimizer owns.
+func (o *base) loadTensor(v any, p *torch.Tensor, isStep bool) (*torch.Tensor, error) {
+	var src *torch.Tensor
+	switch x := v.(type) {
+	case *torch.Tensor:
+		src = x
+	case *checkpoint.Tensor:
+		t, err := torch.TensorFromCheckpoint(x, torch.CPU)
+		if err != nil {
+			return nil, err
+		}
+		defer t.Free()
+		src = t
+	default:
+		f, ok := number(v)
+		if !ok || !isStep {
+			return nil, fmt.Errorf("got %T, want a tensor", v)
+		}
+		// Old checkpoints store step as a number; PyTorch upgrades it to a tensor.
+		return torch.Full(nil, f, torch.Float32, torch.CPU).Escape(), nil
+	}
+	dt, dev := p.DType(), p.Device()
+	if isStep {
+		dt, dev = src.DType(), src.Device()
+	} else if !dt.IsFloatingPoint() {
+		dt = src.DType()
+	}
+	t := torch.Empty(src.Shape(), dt, dev).Escape()
+	t.CopyFrom(src, false)
+	return t, nil
+}

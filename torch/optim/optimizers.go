@@ -1,0 +1,309 @@
+package optim
+
+import (
+	"fmt"
+
+	"github.com/gotrain/gotrain/cgotorch"
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/torch"
+)
+
+func single(params []*torch.Tensor) []Group { return []Group{{Params: params}} }
+
+func or(v, def float64) float64 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func nonNegative(g *ParamGroup, keys ...string) error {
+	for _, k := range keys {
+		if v := g.Float(k, 0); v < 0 {
+			return fmt.Errorf("invalid %s value: %v", k, v)
+		}
+	}
+	return nil
+}
+
+// ---- SGD ----
+
+// SGDOptions are torch.optim.SGD's arguments. A zero LR means PyTorch's default, 1e-3.
+type SGDOptions struct {
+	LR, Momentum, Dampening, WeightDecay float64
+	Nesterov, Maximize                   bool
+}
+
+// SGD is torch.optim.SGD: stochastic gradient descent with optional momentum, dampening,
+// Nesterov momentum and (L2) weight decay. Its state is "momentum_buffer" per parameter
+// when momentum is non-zero.
+type SGD struct{ *base }
+
+var sgdKind = &kind{
+	name:  "SGD",
+	code:  cgotorch.OptSGD,
+	slots: []string{"momentum_buffer"},
+	hyper: func(g *ParamGroup) (h [cgotorch.OptNHyper]float64) {
+		h[0], h[1], h[2], h[3] = g.LR, g.Float("momentum", 0), g.Float("dampening", 0), g.Float("weight_decay", 0)
+		h[4], h[5] = g.Float("nesterov", 0), g.Float("maximize", 0)
+		return h
+	},
+	check: func(g *ParamGroup) error {
+		if err := nonNegative(g, "momentum", "weight_decay"); err != nil {
+			return err
+		}
+		if g.Float("nesterov", 0) != 0 && (g.Float("momentum", 0) <= 0 || g.Float("dampening", 0) != 0) {
+			return fmt.Errorf("Nesterov momentum requires a momentum and zero dampening")
+		}
+		return nil
+	},
+}
+
+func sgdDefaults(o SGDOptions) *checkpoint.Dict {
+	d := checkpoint.NewDict()
+	d.Set("momentum", o.Momentum)
+	d.Set("dampening", o.Dampening)
+	d.Set("weight_decay", o.WeightDecay)
+	d.Set("nesterov", o.Nesterov)
+	d.Set("maximize", o.Maximize)
+	d.Set("foreach", nil)
+	d.Set("differentiable", false)
+	d.Set("fused", nil)
+	return d
+}
+
+// NewSGD returns torch.optim.SGD over params with one parameter group.
+func NewSGD(params []*torch.Tensor, o SGDOptions) (*SGD, error) {
+	return NewSGDGroups(single(params), o)
+}
+
+// NewSGDGroups returns torch.optim.SGD over parameter groups; o gives the options a
+// group does not override.
+func NewSGDGroups(groups []Group, o SGDOptions) (*SGD, error) {
+	b, err := newBase(sgdKind, groups, or(o.LR, 1e-3), sgdDefaults(o))
+	if err != nil {
+		return nil, err
+	}
+	return &SGD{b}, nil
+}
+
+// ---- Adam and AdamW ----
+
+// AdamOptions are torch.optim.Adam's (and AdamW's) arguments. Zero LR, Betas and Eps
+// mean PyTorch's defaults (1e-3, (0.9, 0.999), 1e-8); WeightDecay is taken as given, so
+// set it to 1e-2 for AdamW's PyTorch default (DefaultAdamW does).
+type AdamOptions struct {
+	LR          float64
+	Betas       [2]float64
+	Eps         float64
+	WeightDecay float64
+	AMSGrad     bool
+	Maximize    bool
+}
+
+// DefaultAdam is torch.optim.Adam's defaults.
+var DefaultAdam = AdamOptions{LR: 1e-3, Betas: [2]float64{0.9, 0.999}, Eps: 1e-8}
+
+// DefaultAdamW is torch.optim.AdamW's defaults (weight decay 1e-2).
+var DefaultAdamW = AdamOptions{LR: 1e-3, Betas: [2]float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 1e-2}
+
+// Adam is torch.optim.Adam, or AdamW (decoupled weight decay) when made by NewAdamW.
+// Its state per parameter is "step" (a 0-dim float32 CPU tensor), "exp_avg",
+// "exp_avg_sq" and, with AMSGrad, "max_exp_avg_sq".
+type Adam struct{ *base }
+
+func adamKind(name string, decoupled bool) *kind {
+	return &kind{
+		name:  name,
+		code:  cgotorch.OptAdam,
+		slots: []string{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+		hyper: func(g *ParamGroup) (h [cgotorch.OptNHyper]float64) {
+			betas := pair(g, "betas", [2]float64{0.9, 0.999})
+			h[0], h[1], h[2], h[3] = g.LR, betas[0], betas[1], g.Float("eps", 1e-8)
+			h[4], h[5], h[6] = g.Float("weight_decay", 0), g.Float("amsgrad", 0), g.Float("maximize", 0)
+			// AdamW always decouples, also for groups loaded from an older torch without the key.
+			h[7] = boolv(decoupled || g.Float("decoupled_weight_decay", 0) != 0)
+			return h
+		},
+		check: func(g *ParamGroup) error {
+			if err := nonNegative(g, "eps", "weight_decay"); err != nil {
+				return err
+			}
+			b := pair(g, "betas", [2]float64{0.9, 0.999})
+			for i, v := range b {
+				if v < 0 || v >= 1 {
+					return fmt.Errorf("invalid beta parameter at index %d: %v", i, v)
+				}
+			}
+			return nil
+		},
+	}
+}
+
+var (
+	adamK  = adamKind("Adam", false)
+	adamWK = adamKind("AdamW", true)
+)
+
+func adamDefaults(o AdamOptions, decoupled bool) *checkpoint.Dict {
+	if o.Betas == [2]float64{} {
+		o.Betas = DefaultAdam.Betas
+	}
+	d := checkpoint.NewDict()
+	d.Set("betas", checkpoint.Tuple{o.Betas[0], o.Betas[1]})
+	d.Set("eps", or(o.Eps, 1e-8))
+	d.Set("weight_decay", o.WeightDecay)
+	d.Set("amsgrad", o.AMSGrad)
+	d.Set("maximize", o.Maximize)
+	d.Set("foreach", nil)
+	d.Set("capturable", false)
+	d.Set("differentiable", false)
+	d.Set("fused", nil)
+	d.Set("decoupled_weight_decay", decoupled)
+	return d
+}
+
+// NewAdam returns torch.optim.Adam over params with one parameter group.
+func NewAdam(params []*torch.Tensor, o AdamOptions) (*Adam, error) {
+	return NewAdamGroups(single(params), o)
+}
+
+// NewAdamGroups returns torch.optim.Adam over parameter groups; o gives the options a
+// group does not override.
+func NewAdamGroups(groups []Group, o AdamOptions) (*Adam, error) {
+	b, err := newBase(adamK, groups, or(o.LR, 1e-3), adamDefaults(o, false))
+	if err != nil {
+		return nil, err
+	}
+	return &Adam{b}, nil
+}
+
+// NewAdamW returns torch.optim.AdamW (Adam with decoupled weight decay: each step
+// multiplies the parameters by 1 - lr*weight_decay) over params with one group. Note
+// that a zero WeightDecay is zero; DefaultAdamW has PyTorch's 1e-2.
+func NewAdamW(params []*torch.Tensor, o AdamOptions) (*Adam, error) {
+	return NewAdamWGroups(single(params), o)
+}
+
+// NewAdamWGroups returns torch.optim.AdamW over parameter groups.
+func NewAdamWGroups(groups []Group, o AdamOptions) (*Adam, error) {
+	b, err := newBase(adamWK, groups, or(o.LR, 1e-3), adamDefaults(o, true))
+	if err != nil {
+		return nil, err
+	}
+	return &Adam{b}, nil
+}
+
+// ---- RMSprop ----
+
+// RMSpropOptions are torch.optim.RMSprop's arguments. Zero LR, Alpha and Eps mean
+// PyTorch's defaults (1e-2, 0.99, 1e-8).
+type RMSpropOptions struct {
+	LR, Alpha, Eps, WeightDecay, Momentum float64
+	Centered, Maximize                    bool
+}
+
+// RMSprop is torch.optim.RMSprop. Its state per parameter is "step", "square_avg",
+// "momentum_buffer" (with momentum) and "grad_avg" (when centered).
+type RMSprop struct{ *base }
+
+var rmspropKind = &kind{
+	name:  "RMSprop",
+	code:  cgotorch.OptRMSprop,
+	slots: []string{"step", "square_avg", "momentum_buffer", "grad_avg"},
+	hyper: func(g *ParamGroup) (h [cgotorch.OptNHyper]float64) {
+		h[0], h[1], h[2], h[3] = g.LR, g.Float("alpha", 0.99), g.Float("eps", 1e-8), g.Float("weight_decay", 0)
+		h[4], h[5], h[6] = g.Float("momentum", 0), g.Float("centered", 0), g.Float("maximize", 0)
+		return h
+	},
+	check: func(g *ParamGroup) error { return nonNegative(g, "eps", "momentum", "weight_decay", "alpha") },
+}
+
+// NewRMSprop returns torch.optim.RMSprop over params with one parameter group.
+func NewRMSprop(params []*torch.Tensor, o RMSpropOptions) (*RMSprop, error) {
+	return NewRMSpropGroups(single(params), o)
+}
+
+// NewRMSpropGroups returns torch.optim.RMSprop over parameter groups.
+func NewRMSpropGroups(groups []Group, o RMSpropOptions) (*RMSprop, error) {
+	d := checkpoint.NewDict()
+	d.Set("momentum", o.Momentum)
+	d.Set("alpha", or(o.Alpha, 0.99))
+	d.Set("eps", or(o.Eps, 1e-8))
+	d.Set("centered", o.Centered)
+	d.Set("weight_decay", o.WeightDecay)
+	d.Set("capturable", false)
+	d.Set("foreach", nil)
+	d.Set("maximize", o.Maximize)
+	d.Set("differentiable", false)
+	b, err := newBase(rmspropKind, groups, or(o.LR, 1e-2), d)
+	if err != nil {
+		return nil, err
+	}
+	return &RMSprop{b}, nil
+}
+
+// ---- Adagrad ----
+
+// AdagradOptions are torch.optim.Adagrad's arguments. Zero LR and Eps mean PyTorch's
+// defaults (1e-2, 1e-10).
+type AdagradOptions struct {
+	LR, LRDecay, WeightDecay, InitialAccumulatorValue, Eps float64
+	Maximize                                               bool
+}
+
+// Adagrad is torch.optim.Adagrad. As in PyTorch its state ("step" and "sum") exists for
+// every parameter from construction on.
+type Adagrad struct{ *base }
+
+var adagradKind = &kind{
+	name:  "Adagrad",
+	code:  cgotorch.OptAdagrad,
+	slots: []string{"step", "sum"},
+	hyper: func(g *ParamGroup) (h [cgotorch.OptNHyper]float64) {
+		h[0], h[1], h[2], h[3] = g.LR, g.Float("lr_decay", 0), g.Float("eps", 1e-10), g.Float("weight_decay", 0)
+		h[4], h[5] = g.Float("maximize", 0), g.Float("initial_accumulator_value", 0)
+		return h
+	},
+	check: func(g *ParamGroup) error {
+		return nonNegative(g, "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
+	},
+	eager: func(o *base, i int, p *torch.Tensor) {
+		if o.state[i][0] != nil {
+			return
+		}
+		init := 0.0
+		for _, g := range o.groups {
+			for _, q := range g.Params {
+				if q == p {
+					init = g.Float("initial_accumulator_value", 0)
+				}
+			}
+		}
+		o.state[i][0] = torch.Full(nil, 0, torch.Float32, torch.CPU).Escape()
+		o.state[i][1] = p.FullLike(init).Escape()
+	},
+}
+
+// NewAdagrad returns torch.optim.Adagrad over params with one parameter group.
+func NewAdagrad(params []*torch.Tensor, o AdagradOptions) (*Adagrad, error) {
+	return NewAdagradGroups(single(params), o)
+}
+
+// NewAdagradGroups returns torch.optim.Adagrad over parameter groups.
+func NewAdagradGroups(groups []Group, o AdagradOptions) (*Adagrad, error) {
+	d := checkpoint.NewDict()
+	d.Set("lr_decay", o.LRDecay)
+	d.Set("eps", or(o.Eps, 1e-10))
+	d.Set("weight_decay", o.WeightDecay)
+	d.Set("initial_accumulator_value", o.InitialAccumulatorValue)
+	d.Set("foreach", nil)
+	d.Set("maximize", o.Maximize)
+	d.Set("differentiable", false)
+	d.Set("fused", nil)
+	b, err := newBase(adagradKind, groups, or(o.LR, 1e-2), d)
+	if err != nil {
+		return nil, err
+	}
+	return &Adagrad{b}, nil
+}

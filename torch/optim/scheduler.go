@@ -1,0 +1,1066 @@
+package optim
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/gotrain/gotrain/checkpoint"
+)
+
+// Scheduler is a learning-rate scheduler, torch.optim.lr_scheduler's LRScheduler: Step
+// advances it by one epoch (or step) and writes the new learning rates into the
+// optimizer's parameter groups.
+type Scheduler interface {
+	// Step advances the schedule and sets the groups' LR.
+	Step()
+	// LastLR returns the learning rates the last Step set (get_last_lr()).
+	LastLR() []float64
+	// StateDict returns PyTorch's scheduler.state_dict() keys and values.
+	StateDict() *checkpoint.Dict
+	// LoadStateDict restores a state dict from StateDict or from Python.
+	LoadStateDict(sd *checkpoint.Dict) error
+}
+
+// MetricScheduler is a scheduler stepped with a metric, as ReduceLROnPlateau is.
+type MetricScheduler interface {
+	Scheduler
+	// StepMetric advances the schedule given the epoch's metric (validation loss...).
+	StepMetric(v float64)
+}
+
+// lrBase is LRScheduler's shared state and step logic.
+type lrBase struct {
+	opt       Optimizer
+	baseLRs   []float64
+	lastEpoch int64
+	stepCount int64
+	isInitial bool
+	lastLR    []float64
+	// getLR is the recursive ("chainable") form; closed is the closed form, or nil.
+	getLR  func() []float64
+	closed func() []float64
+	// own writes and reads the subclass's fields (which precede the common keys).
+	own     func(d *checkpoint.Dict)
+	loadOwn func(d *checkpoint.Dict) error
+}
+
+func (s *lrBase) init(opt Optimizer) {
+	s.opt = opt
+	for _, g := range opt.ParamGroups() {
+		if !g.HasInitialLR {
+			g.InitialLR, g.HasInitialLR = g.LR, true
+		}
+		s.baseLRs = append(s.baseLRs, g.InitialLR)
+	}
+	s.lastEpoch = -1
+	s.initialStep()
+}
+
+func (s *lrBase) initialStep() {
+	s.stepCount = 0
+	s.isInitial = true
+	s.Step()
+	s.isInitial = false
+}
+
+func (s *lrBase) lrs() []float64 {
+	var out []float64
+	for _, g := range s.opt.ParamGroups() {
+		out = append(out, g.LR)
+	}
+	return out
+}
+
+func (s *lrBase) base() *lrBase { return s }
+
+// Step advances the schedule by one and sets the optimizer's learning rates.
+func (s *lrBase) Step() {
+	s.stepCount++
+	s.update(nil)
+}
+
+func (s *lrBase) update(epoch *int64) {
+	var v []float64
+	if epoch == nil {
+		s.lastEpoch++
+		v = s.getLR()
+	} else {
+		s.lastEpoch = *epoch
+		if s.closed != nil {
+			v = s.closed()
+		} else {
+			v = s.getLR()
+		}
+	}
+	for i, g := range s.opt.ParamGroups() {
+		g.LR = v[i]
+	}
+	s.lastLR = s.lrs()
+}
+
+// LastLR returns the learning rates set by the last step.
+func (s *lrBase) LastLR() []float64 { return append([]float64(nil), s.lastLR...) }
+
+// LastEpoch returns the number of steps taken since construction (last_epoch).
+func (s *lrBase) LastEpoch() int64 { return s.lastEpoch }
+
+func floats(v []float64) []any {
+	out := make([]any, len(v))
+	for i, f := range v {
+		out[i] = f
+	}
+	return out
+}
+
+// StateDict returns PyTorch's LRScheduler.state_dict(): the scheduler's own fields,
+// then base_lrs, last_epoch, _step_count, _is_initial, _get_lr_called_within_step and
+// _last_lr.
+func (s *lrBase) StateDict() *checkpoint.Dict {
+	d := checkpoint.NewDict()
+	if s.own != nil {
+		s.own(d)
+	}
+	d.Set("base_lrs", floats(s.baseLRs))
+	d.Set("last_epoch", s.lastEpoch)
+	d.Set("_step_count", s.stepCount)
+	d.Set("_is_initial", s.isInitial)
+	d.Set("_get_lr_called_within_step", false)
+	d.Set("_last_lr", floats(s.lastLR))
+	return d
+}
+
+func getFloats(d *checkpoint.Dict, key string) ([]float64, error) {
+	l, err := checkpoint.GetList(d, key)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(l))
+	for i, v := range l {
+		f, ok := number(v)
+		if !ok {
+			return nil, fmt.Errorf("%s[%d] is %T, want a number", key, i, v)
+		}
+		out[i] = f
+	}
+	return out, nil
+}
+
+func getNum(d *checkpoint.Dict, key string) (float64, error) {
+	v, ok := d.Get(key)
+	if !ok {
+		return 0, fmt.Errorf("missing key %q", key)
+	}
+	f, ok := number(v)
+	if !ok {
+		return 0, fmt.Errorf("%s is %T, want a number", key, v)
+	}
+	return f, nil
+}
+
+// LoadStateDict restores the state (as Python's scheduler.__dict__.update(sd)).
+func (s *lrBase) LoadStateDict(sd *checkpoint.Dict) error {
+	if sd == nil {
+		return fmt.Errorf("optim: scheduler: nil state dict")
+	}
+	var err error
+	wrap := func(e error) error { return fmt.Errorf("optim: scheduler: load_state_dict: %w", e) }
+	if s.baseLRs, err = getFloats(sd, "base_lrs"); err != nil {
+		return wrap(err)
+	}
+	if s.lastLR, err = getFloats(sd, "_last_lr"); err != nil {
+		return wrap(err)
+	}
+	le, err := getNum(sd, "last_epoch")
+	if err != nil {
+		return wrap(err)
+	}
+	s.lastEpoch = int64(le)
+	if sc, err := getNum(sd, "_step_count"); err == nil {
+		s.stepCount = int64(sc)
+	}
+	if v, err := checkpoint.GetBool(sd, "_is_initial"); err == nil {
+		s.isInitial = v
+	}
+	if s.loadOwn != nil {
+		if err := s.loadOwn(sd); err != nil {
+			return wrap(err)
+		}
+	}
+	return nil
+}
+
+// ---- StepLR, MultiStepLR, ExponentialLR ----
+
+// StepLR multiplies the learning rate by Gamma every StepSize steps.
+type StepLR struct {
+	*lrBase
+	StepSize int64
+	Gamma    float64
+}
+
+// NewStepLR returns torch.optim.lr_scheduler.StepLR(opt, stepSize, gamma) (PyTorch's
+// default gamma is 0.1), after its initial step.
+func NewStepLR(opt Optimizer, stepSize int64, gamma float64) *StepLR {
+	s := &StepLR{lrBase: &lrBase{}, StepSize: stepSize, Gamma: gamma}
+	s.getLR = func() []float64 {
+		if s.lastEpoch == 0 || s.lastEpoch%s.StepSize != 0 {
+			return s.lrs()
+		}
+		out := s.lrs()
+		for i := range out {
+			out[i] *= s.Gamma
+		}
+		return out
+	}
+	s.closed = func() []float64 {
+		out := make([]float64, len(s.baseLRs))
+		for i, b := range s.baseLRs {
+			out[i] = b * math.Pow(s.Gamma, float64(floorDiv(s.lastEpoch, s.StepSize)))
+		}
+		return out
+	}
+	s.own = func(d *checkpoint.Dict) { d.Set("step_size", s.StepSize); d.Set("gamma", s.Gamma) }
+	s.loadOwn = func(d *checkpoint.Dict) error {
+		ss, err := getNum(d, "step_size")
+		if err != nil {
+			return err
+		}
+		s.StepSize = int64(ss)
+		s.Gamma, err = getNum(d, "gamma")
+		return err
+	}
+	s.init(opt)
+	return s
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+// MultiStepLR multiplies the learning rate by Gamma at each milestone step.
+type MultiStepLR struct {
+	*lrBase
+	Milestones map[int64]int64 // milestone → count (PyTorch's Counter)
+	Gamma      float64
+}
+
+// NewMultiStepLR returns torch.optim.lr_scheduler.MultiStepLR(opt, milestones, gamma).
+// Its state dict stores the milestones as a plain {step: count} dict where PyTorch has a
+// collections.Counter, which torch.load(weights_only=True) does not allow.
+func NewMultiStepLR(opt Optimizer, milestones []int64, gamma float64) *MultiStepLR {
+	s := &MultiStepLR{lrBase: &lrBase{}, Milestones: map[int64]int64{}, Gamma: gamma}
+	for _, m := range milestones {
+		s.Milestones[m]++
+	}
+	s.getLR = func() []float64 {
+		out := s.lrs()
+		n, ok := s.Milestones[s.lastEpoch]
+		if !ok {
+			return out
+		}
+		for i := range out {
+			out[i] *= math.Pow(s.Gamma, float64(n))
+		}
+		return out
+	}
+	s.closed = func() []float64 {
+		var ms []int64
+		for m, n := range s.Milestones {
+			for range n {
+				ms = append(ms, m)
+			}
+		}
+		sort.Slice(ms, func(i, j int) bool { return ms[i] < ms[j] })
+		k := sort.Search(len(ms), func(i int) bool { return ms[i] > s.lastEpoch })
+		out := make([]float64, len(s.baseLRs))
+		for i, b := range s.baseLRs {
+			out[i] = b * math.Pow(s.Gamma, float64(k))
+		}
+		return out
+	}
+	s.own = func(d *checkpoint.Dict) {
+		md := checkpoint.NewDict()
+		keys := make([]int64, 0, len(s.Milestones))
+		for m := range s.Milestones {
+			keys = append(keys, m)
+		}
+		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+		for _, m := range keys {
+			md.Set(m, s.Milestones[m])
+		}
+		d.Set("milestones", md)
+		d.Set("gamma", s.Gamma)
+	}
+	s.loadOwn = func(d *checkpoint.Dict) error {
+		md, err := checkpoint.GetDict(d, "milestones")
+		if err != nil {
+			return err
+		}
+		s.Milestones = map[int64]int64{}
+		for k, v := range md.All() {
+			kf, ok1 := number(k)
+			vf, ok2 := number(v)
+			if !ok1 || !ok2 {
+				return fmt.Errorf("milestones holds %T: %T", k, v)
+			}
+			s.Milestones[int64(kf)] = int64(vf)
+		}
+		s.Gamma, err = getNum(d, "gamma")
+		return err
+	}
+	s.init(opt)
+	return s
+}
+
+// ExponentialLR multiplies the learning rate by Gamma every step.
+type ExponentialLR struct {
+	*lrBase
+	Gamma float64
+}
+
+// NewExponentialLR returns torch.optim.lr_scheduler.ExponentialLR(opt, gamma).
+func NewExponentialLR(opt Optimizer, gamma float64) *ExponentialLR {
+	s := &ExponentialLR{lrBase: &lrBase{}, Gamma: gamma}
+	s.getLR = func() []float64 {
+		out := s.lrs()
+		if s.isInitial {
+			return out
+		}
+		for i := range out {
+			out[i] *= s.Gamma
+		}
+		return out
+	}
+	s.closed = func() []float64 {
+		out := make([]float64, len(s.baseLRs))
+		for i, b := range s.baseLRs {
+			out[i] = b * math.Pow(s.Gamma, float64(s.lastEpoch))
+		}
+		return out
+	}
+	s.own = func(d *checkpoint.Dict) { d.Set("gamma", s.Gamma) }
+	s.loadOwn = func(d *checkpoint.Dict) (err error) { s.Gamma, err = getNum(d, "gamma"); return err }
+	s.init(opt)
+	return s
+}
+
+// ---- CosineAnnealingLR ----
+
+// CosineAnnealingLR anneals the learning rate from its initial value to EtaMin over TMax
+// steps along a cosine, with PyTorch's recursive formula (so it reads the groups' current
+// LR, and the optimizer's state must be restored with the scheduler's).
+type CosineAnnealingLR struct {
+	*lrBase
+	TMax   int64
+	EtaMin float64
+}
+
+// NewCosineAnnealingLR returns torch.optim.lr_scheduler.CosineAnnealingLR(opt, tMax,
+// etaMin).
+func NewCosineAnnealingLR(opt Optimizer, tMax int64, etaMin float64) *CosineAnnealingLR {
+	s := &CosineAnnealingLR{lrBase: &lrBase{}, TMax: tMax, EtaMin: etaMin}
+	s.getLR = func() []float64 {
+		out := s.lrs()
+		T, t := float64(s.TMax), float64(s.lastEpoch)
+		switch {
+		case s.isInitial:
+		case s.stepCount == 1 && s.lastEpoch > 0:
+			for i, b := range s.baseLRs {
+				out[i] = s.EtaMin + (b-s.EtaMin)*(1+math.Cos(t*math.Pi/T))/2
+			}
+		case pyMod(s.lastEpoch-1-s.TMax, 2*s.TMax) == 0:
+			for i, b := range s.baseLRs {
+				out[i] = out[i] + (b-s.EtaMin)*(1-math.Cos(math.Pi/T))/2
+			}
+		default:
+			for i := range out {
+				out[i] = (1+math.Cos(math.Pi*t/T))/(1+math.Cos(math.Pi*(t-1)/T))*(out[i]-s.EtaMin) + s.EtaMin
+			}
+		}
+		return out
+	}
+	s.closed = func() []float64 {
+		out := make([]float64, len(s.baseLRs))
+		for i, b := range s.baseLRs {
+			out[i] = s.EtaMin + (b-s.EtaMin)*(1+math.Cos(math.Pi*float64(s.lastEpoch)/float64(s.TMax)))/2
+		}
+		return out
+	}
+	s.own = func(d *checkpoint.Dict) { d.Set("T_max", s.TMax); d.Set("eta_min", s.EtaMin) }
+	s.loadOwn = func(d *checkpoint.Dict) error {
+		tm, err := getNum(d, "T_max")
+		if err != nil {
+			return err
+		}
+		s.TMax = int64(tm)
+		s.EtaMin, err = getNum(d, "eta_min")
+		return err
+	}
+	s.init(opt)
+	return s
+}
+
+// pyMod is Python's % on integers (the result has the divisor's sign).
+func pyMod(a, b int64) int64 {
+	m := a % b
+	if m != 0 && (m < 0) != (b < 0) {
+		m += b
+	}
+	return m
+}
+
+// ---- LinearLR ----
+
+// LinearLR scales the learning rate by a factor going linearly from StartFactor to
+// EndFactor over TotalIters steps.
+type LinearLR struct {
+	*lrBase
+	StartFactor, EndFactor float64
+	TotalIters             int64
+}
+
+// NewLinearLR returns torch.optim.lr_scheduler.LinearLR(opt, startFactor, endFactor,
+// totalIters); PyTorch's defaults are 1/3, 1.0 and 5.
+func NewLinearLR(opt Optimizer, startFactor, endFactor float64, totalIters int64) (*LinearLR, error) {
+	if startFactor > 1 || startFactor <= 0 {
+		return nil, fmt.Errorf("optim: LinearLR: starting multiplicative factor expected to be greater than 0 and less or equal to 1")
+	}
+	if endFactor > 1 || endFactor < 0 {
+		return nil, fmt.Errorf("optim: LinearLR: ending multiplicative factor expected to be between 0 and 1")
+	}
+	s := &LinearLR{lrBase: &lrBase{}, StartFactor: startFactor, EndFactor: endFactor, TotalIters: totalIters}
+	s.getLR = func() []float64 {
+		out := s.lrs()
+		switch {
+		case s.lastEpoch == 0:
+			for i := range out {
+				out[i] *= s.StartFactor
+			}
+		case s.isInitial || s.lastEpoch > s.TotalIters:
+		default:
+			for i := range out {
+				out[i] *= 1.0 + (s.EndFactor-s.StartFactor)/(float64(s.TotalIters)*s.StartFactor+float64(s.lastEpoch-1)*(s.EndFactor-s.StartFactor))
+			}
+		}
+		return out
+	}
+	s.closed = func() []float64 {
+		out := make([]float64, len(s.baseLRs))
+		for i, b := range s.baseLRs {
+			out[i] = b * (s.StartFactor + (s.EndFactor-s.StartFactor)*float64(min(s.TotalIters, s.lastEpoch))/float64(s.TotalIters))
+		}
+		return out
+	}
+	s.own = func(d *checkpoint.Dict) {
+		d.Set("start_factor", s.StartFactor)
+		d.Set("end_factor", s.EndFactor)
+		d.Set("total_iters", s.TotalIters)
+	}
+	s.loadOwn = func(d *checkpoint.Dict) (err error) {
+		if s.StartFactor, err = getNum(d, "start_factor"); err != nil {
+			return err
+		}
+		if s.EndFactor, err = getNum(d, "end_factor"); err != nil {
+			return err
+		}
+		ti, err := getNum(d, "total_iters")
+		s.TotalIters = int64(ti)
+		return err
+	}
+	s.init(opt)
+	return s, nil
+}
+
+// ---- LambdaLR ----
+
+// LambdaLR sets each group's learning rate to its initial value times a function of the
+// step count. The functions are not part of the state dict (PyTorch stores None for
+// them), so a restored LambdaLR must be constructed with the same functions.
+type LambdaLR struct {
+	*lrBase
+	lambdas []func(epoch int64) float64
+}
+
+// NewLambdaLR returns torch.optim.lr_scheduler.LambdaLR(opt, lambdas): one function for
+// every group, or one per group.
+func NewLambdaLR(opt Optimizer, lambdas ...func(epoch int64) float64) (*LambdaLR, error) {
+	n := len(opt.ParamGroups())
+	if len(lambdas) == 1 {
+		for len(lambdas) < n {
+			lambdas = append(lambdas, lambdas[0])
+		}
+	}
+	if len(lambdas) != n {
+		return nil, fmt.Errorf("optim: LambdaLR: expected %d lr_lambdas, but got %d", n, len(lambdas))
+	}
+	s := &LambdaLR{lrBase: &lrBase{}, lambdas: lambdas}
+	s.getLR = func() []float64 {
+		out := make([]float64, len(s.baseLRs))
+		for i, b := range s.baseLRs {
+			out[i] = b * s.lambdas[i](s.lastEpoch)
+		}
+		return out
+	}
+	s.init(opt)
+	return s, nil
+}
+
+// StateDict returns PyTorch's LambdaLR state dict, with lr_lambdas [None, ...].
+func (s *LambdaLR) StateDict() *checkpoint.Dict {
+	d := s.lrBase.StateDict()
+	d.Set("lr_lambdas", make([]any, len(s.lambdas)))
+	return d
+}
+
+// ---- OneCycleLR ----
+
+// OneCycleOptions are torch.optim.lr_scheduler.OneCycleLR's arguments after max_lr and
+// total_steps. Zero values mean PyTorch's defaults (PctStart 0.3, AnnealStrategy "cos",
+// BaseMomentum 0.85, MaxMomentum 0.95, DivFactor 25, FinalDivFactor 1e4), except the
+// booleans: set NoCycleMomentum to turn cycle_momentum off.
+type OneCycleOptions struct {
+	PctStart                  float64
+	AnnealStrategy            string
+	NoCycleMomentum           bool
+	BaseMomentum, MaxMomentum float64
+	DivFactor, FinalDivFactor float64
+	ThreePhase                bool
+}
+
+// OneCycleLR is the 1cycle policy. Like PyTorch it writes initial_lr, max_lr, min_lr
+// and (when cycling momentum) max_momentum, base_momentum and momentum or betas into the
+// optimizer's parameter groups, so checkpoint the optimizer with it.
+type OneCycleLR struct {
+	*lrBase
+	TotalSteps    int64
+	phases        []oneCyclePhase
+	anneal        string
+	cycleMomentum bool
+	useBeta1      bool
+}
+
+type oneCyclePhase struct {
+	end                                        float64
+	endIsInt                                   bool
+	startLR, endLR, startMomentum, endMomentum string
+}
+
+// NewOneCycleLR returns torch.optim.lr_scheduler.OneCycleLR(opt, maxLR, totalSteps, ...).
+// maxLR has one value for every group or one per group.
+func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleOptions) (*OneCycleLR, error) {
+	if totalSteps <= 0 {
+		return nil, fmt.Errorf("optim: OneCycleLR: expected positive integer total_steps, but got %d", totalSteps)
+	}
+	if o.PctStart == 0 {
+		o.PctStart = 0.3
+	}
+	if o.PctStart < 0 || o.PctStart > 1 {
+		return nil, fmt.Errorf("optim: OneCycleLR: expected float between 0 and 1 pct_start, but got %v", o.PctStart)
+	}
+	if o.AnnealStrategy == "" {
+		o.AnnealStrategy = "cos"
+	}
+	if o.AnnealStrategy != "cos" && o.AnnealStrategy != "linear" {
+		return nil, fmt.Errorf("optim: OneCycleLR: anneal_strategy must be one of 'cos' or 'linear', instead got %s", o.AnnealStrategy)
+	}
+	o.BaseMomentum = or(o.BaseMomentum, 0.85)
+	o.MaxMomentum = or(o.MaxMomentum, 0.95)
+	o.DivFactor = or(o.DivFactor, 25)
+	o.FinalDivFactor = or(o.FinalDivFactor, 1e4)
+	groups := opt.ParamGroups()
+	if len(maxLR) == 1 {
+		for len(maxLR) < len(groups) {
+			maxLR = append(maxLR, maxLR[0])
+		}
+	}
+	if len(maxLR) != len(groups) {
+		return nil, fmt.Errorf("optim: OneCycleLR: expected %d values for max_lr, got %d", len(groups), len(maxLR))
+	}
+	s := &OneCycleLR{lrBase: &lrBase{}, TotalSteps: totalSteps, anneal: o.AnnealStrategy, cycleMomentum: !o.NoCycleMomentum}
+	n := float64(totalSteps)
+	if o.ThreePhase {
+		s.phases = []oneCyclePhase{
+			{o.PctStart*n - 1, false, "initial_lr", "max_lr", "max_momentum", "base_momentum"},
+			{2*o.PctStart*n - 2, false, "max_lr", "initial_lr", "base_momentum", "max_momentum"},
+			{n - 1, true, "initial_lr", "min_lr", "max_momentum", "max_momentum"},
+		}
+	} else {
+		s.phases = []oneCyclePhase{
+			{o.PctStart*n - 1, false, "initial_lr", "max_lr", "max_momentum", "base_momentum"},
+			{n - 1, true, "max_lr", "min_lr", "base_momentum", "max_momentum"},
+		}
+	}
+	for i, g := range groups {
+		g.InitialLR, g.HasInitialLR = maxLR[i]/o.DivFactor, true
+		g.Options.Set("max_lr", maxLR[i])
+		g.Options.Set("min_lr", g.InitialLR/o.FinalDivFactor)
+	}
+	if s.cycleMomentum {
+		_, hasBetas := groups[0].Options.Get("betas")
+		_, hasMomentum := groups[0].Options.Get("momentum")
+		if !hasBetas && !hasMomentum {
+			return nil, fmt.Errorf("optim: OneCycleLR: optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+		}
+		s.useBeta1 = hasBetas
+		for _, g := range groups {
+			s.setMomentum(g, o.MaxMomentum)
+			g.Options.Set("max_momentum", o.MaxMomentum)
+			g.Options.Set("base_momentum", o.BaseMomentum)
+		}
+	}
+	s.getLR = s.compute
+	s.own = s.writeOwn
+	s.loadOwn = s.readOwn
+	s.init(opt)
+	return s, nil
+}
+
+func (s *OneCycleLR) setMomentum(g *ParamGroup, m float64) {
+	if s.useBeta1 {
+		b := pair(g, "betas", [2]float64{0.9, 0.999})
+		g.Options.Set("betas", checkpoint.Tuple{m, b[1]})
+	} else {
+		g.Options.Set("momentum", m)
+	}
+}
+
+func (s *OneCycleLR) annealFn(start, end, pct float64) float64 {
+	if s.anneal == "linear" {
+		return (end-start)*pct + start
+	}
+	cosOut := math.Cos(math.Pi*pct) + 1
+	return end + (start-end)/2.0*cosOut
+}
+
+func groupValue(g *ParamGroup, key string) float64 {
+	if key == "initial_lr" {
+		return g.InitialLR
+	}
+	return g.Float(key, math.NaN())
+}
+
+func (s *OneCycleLR) compute() []float64 {
+	step := s.lastEpoch
+	if step > s.TotalSteps {
+		panic(fmt.Errorf("optim: OneCycleLR: tried to step %d times. The specified number of total steps is %d", step, s.TotalSteps))
+	}
+	var out []float64
+	for _, g := range s.opt.ParamGroups() {
+		start := 0.0
+		var lr, mom float64
+		for i, ph := range s.phases {
+			if float64(step) <= ph.end || i == len(s.phases)-1 {
+				pct := (float64(step) - start) / (ph.end - start)
+				lr = s.annealFn(groupValue(g, ph.startLR), groupValue(g, ph.endLR), pct)
+				if s.cycleMomentum {
+					mom = s.annealFn(groupValue(g, ph.startMomentum), groupValue(g, ph.endMomentum), pct)
+				}
+				break
+			}
+			start = ph.end
+		}
+		out = append(out, lr)
+		if s.cycleMomentum {
+			s.setMomentum(g, mom)
+		}
+	}
+	return out
+}
+
+func (s *OneCycleLR) writeOwn(d *checkpoint.Dict) {
+	d.Set("total_steps", s.TotalSteps)
+	phases := make([]any, len(s.phases))
+	for i, ph := range s.phases {
+		p := checkpoint.NewDict()
+		if ph.endIsInt {
+			p.Set("end_step", int64(ph.end))
+		} else {
+			p.Set("end_step", ph.end)
+		}
+		p.Set("start_lr", ph.startLR)
+		p.Set("end_lr", ph.endLR)
+		p.Set("start_momentum", ph.startMomentum)
+		p.Set("end_momentum", ph.endMomentum)
+		phases[i] = p
+	}
+	d.Set("_schedule_phases", phases)
+	d.Set("_anneal_func_type", s.anneal)
+	d.Set("cycle_momentum", s.cycleMomentum)
+	if s.cycleMomentum {
+		d.Set("use_beta1", s.useBeta1)
+	}
+}
+
+func (s *OneCycleLR) readOwn(d *checkpoint.Dict) error {
+	ts, err := getNum(d, "total_steps")
+	if err != nil {
+		return err
+	}
+	s.TotalSteps = int64(ts)
+	pl, err := checkpoint.GetList(d, "_schedule_phases")
+	if err != nil {
+		return err
+	}
+	s.phases = nil
+	for i := range pl {
+		pd, err := checkpoint.GetDict(pl, i)
+		if err != nil {
+			return err
+		}
+		var ph oneCyclePhase
+		ev, _ := pd.Get("end_step")
+		_, ph.endIsInt = ev.(int64)
+		if ph.end, err = getNum(pd, "end_step"); err != nil {
+			return err
+		}
+		for key, dst := range map[string]*string{"start_lr": &ph.startLR, "end_lr": &ph.endLR, "start_momentum": &ph.startMomentum, "end_momentum": &ph.endMomentum} {
+			if *dst, err = checkpoint.GetString(pd, key); err != nil {
+				return err
+			}
+		}
+		s.phases = append(s.phases, ph)
+	}
+	if a, err := checkpoint.GetString(d, "_anneal_func_type"); err == nil {
+		s.anneal = a
+	}
+	if s.cycleMomentum, err = checkpoint.GetBool(d, "cycle_momentum"); err != nil {
+		return err
+	}
+	if s.cycleMomentum {
+		s.useBeta1, _ = checkpoint.GetBool(d, "use_beta1")
+	}
+	return nil
+}
+
+// ---- SequentialLR ----
+
+// SequentialLR runs schedulers one after another, switching at the milestones.
+type SequentialLR struct {
+	opt        Optimizer
+	scheds     []*lrBase
+	children   []Scheduler
+	milestones []int64
+	lastEpoch  int64
+	lastLR     []float64
+}
+
+type lrScheduler interface {
+	Scheduler
+	base() *lrBase
+}
+
+// NewSequentialLR returns torch.optim.lr_scheduler.SequentialLR(opt, schedulers,
+// milestones). The schedulers must be this package's epoch schedulers on opt (not
+// ReduceLROnPlateau or another SequentialLR), with one more scheduler than milestones.
+func NewSequentialLR(opt Optimizer, schedulers []Scheduler, milestones []int64) (*SequentialLR, error) {
+	if len(schedulers) < 1 {
+		return nil, fmt.Errorf("optim: SequentialLR expects at least one scheduler, but got no scheduler")
+	}
+	if len(milestones) != len(schedulers)-1 {
+		return nil, fmt.Errorf("optim: SequentialLR expects number of schedulers provided to be one more than the number of milestone points, but got number of schedulers %d and the number of milestones to be equal to %d", len(schedulers), len(milestones))
+	}
+	s := &SequentialLR{opt: opt, children: schedulers, milestones: append([]int64(nil), milestones...)}
+	for i, c := range schedulers {
+		b, ok := c.(lrScheduler)
+		if !ok {
+			return nil, fmt.Errorf("optim: SequentialLR: scheduler %d (%T) is not supported", i, c)
+		}
+		if b.base().opt != opt {
+			return nil, fmt.Errorf("optim: SequentialLR expects all schedulers to belong to the same optimizer")
+		}
+		s.scheds = append(s.scheds, b.base())
+	}
+	s.lastEpoch = 0
+	for _, g := range opt.ParamGroups() {
+		g.LR = g.InitialLR
+	}
+	for _, b := range s.scheds {
+		b.lastEpoch--
+	}
+	idx := s.index(0)
+	s.scheds[idx].initialStep()
+	s.lastLR = s.scheds[idx].LastLR()
+	return s, nil
+}
+
+// index is bisect_right(milestones, epoch).
+func (s *SequentialLR) index(epoch int64) int {
+	return sort.Search(len(s.milestones), func(i int) bool { return s.milestones[i] > epoch })
+}
+
+// Step advances the active scheduler, restarting the next one (from its closed form at
+// epoch 0) at each milestone.
+func (s *SequentialLR) Step() {
+	s.lastEpoch++
+	idx := s.index(s.lastEpoch)
+	b := s.scheds[idx]
+	if idx > 0 && s.milestones[idx-1] == s.lastEpoch {
+		zero := int64(0)
+		b.update(&zero)
+	} else {
+		s.children[idx].Step()
+	}
+	s.lastLR = b.LastLR()
+}
+
+// LastLR returns the learning rates set by the last step.
+func (s *SequentialLR) LastLR() []float64 { return append([]float64(nil), s.lastLR...) }
+
+// StateDict returns PyTorch's SequentialLR state dict: _milestones, last_epoch, _last_lr
+// and _schedulers, the children's state dicts.
+func (s *SequentialLR) StateDict() *checkpoint.Dict {
+	d := checkpoint.NewDict()
+	ms := make([]any, len(s.milestones))
+	for i, m := range s.milestones {
+		ms[i] = m
+	}
+	d.Set("_milestones", ms)
+	d.Set("last_epoch", s.lastEpoch)
+	d.Set("_last_lr", floats(s.lastLR))
+	cs := make([]any, len(s.children))
+	for i, c := range s.children {
+		cs[i] = c.StateDict()
+	}
+	d.Set("_schedulers", cs)
+	return d
+}
+
+// LoadStateDict restores a SequentialLR state dict and its children's.
+func (s *SequentialLR) LoadStateDict(sd *checkpoint.Dict) error {
+	le, err := getNum(sd, "last_epoch")
+	if err != nil {
+		return fmt.Errorf("optim: SequentialLR: %w", err)
+	}
+	lr, err := getFloats(sd, "_last_lr")
+	if err != nil {
+		return fmt.Errorf("optim: SequentialLR: %w", err)
+	}
+	cs, err := checkpoint.GetList(sd, "_schedulers")
+	if err != nil || len(cs) != len(s.children) {
+		return fmt.Errorf("optim: SequentialLR: _schedulers does not match %d schedulers", len(s.children))
+	}
+	for i, c := range s.children {
+		cd, ok := cs[i].(*checkpoint.Dict)
+		if !ok {
+			return fmt.Errorf("optim: SequentialLR: _schedulers[%d] is %T", i, cs[i])
+		}
+		if err := c.LoadStateDict(cd); err != nil {
+			return err
+		}
+	}
+	if ms, err := getFloats(sd, "_milestones"); err == nil {
+		s.milestones = s.milestones[:0]
+		for _, m := range ms {
+			s.milestones = append(s.milestones, int64(m))
+		}
+	}
+	s.lastEpoch, s.lastLR = int64(le), lr
+	return nil
+}
+
+// ---- ReduceLROnPlateau ----
+
+// PlateauOptions are torch.optim.lr_scheduler.ReduceLROnPlateau's arguments. Zero values
+// mean PyTorch's defaults (Mode "min", Factor 0.1, Patience 10, Threshold 1e-4,
+// ThresholdMode "rel", Eps 1e-8); set ZeroPatience for a patience of 0. MinLRs has one
+// value for all groups or one per group (default 0).
+type PlateauOptions struct {
+	Mode          string
+	Factor        float64
+	Patience      int64
+	ZeroPatience  bool
+	Threshold     float64
+	ThresholdMode string
+	Cooldown      int64
+	MinLRs        []float64
+	Eps           float64
+}
+
+// ReduceLROnPlateau reduces the learning rate by Factor when the metric has not improved
+// for more than Patience epochs. Step it with StepMetric; Step alone does nothing.
+type ReduceLROnPlateau struct {
+	opt                          Optimizer
+	factor, threshold, eps       float64
+	patience, cooldown           int64
+	mode, thresholdMode          string
+	minLRs                       []float64
+	defaultMinLR                 *float64
+	best, modeWorse              float64
+	cooldownCounter, numBadEpoch int64
+	lastEpoch                    int64
+	lastLR                       []float64
+}
+
+// NewReduceLROnPlateau returns torch.optim.lr_scheduler.ReduceLROnPlateau(opt, ...).
+func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) (*ReduceLROnPlateau, error) {
+	if o.Factor == 0 {
+		o.Factor = 0.1
+	}
+	if o.Factor >= 1 {
+		return nil, fmt.Errorf("optim: ReduceLROnPlateau: factor should be < 1.0")
+	}
+	if o.Patience == 0 && !o.ZeroPatience {
+		o.Patience = 10
+	}
+	if o.Mode == "" {
+		o.Mode = "min"
+	}
+	if o.ThresholdMode == "" {
+		o.ThresholdMode = "rel"
+	}
+	if o.Mode != "min" && o.Mode != "max" {
+		return nil, fmt.Errorf("optim: ReduceLROnPlateau: mode %s is unknown", o.Mode)
+	}
+	if o.ThresholdMode != "rel" && o.ThresholdMode != "abs" {
+		return nil, fmt.Errorf("optim: ReduceLROnPlateau: threshold mode %s is unknown", o.ThresholdMode)
+	}
+	if o.Threshold == 0 {
+		o.Threshold = 1e-4
+	}
+	s := &ReduceLROnPlateau{opt: opt, factor: o.Factor, threshold: o.Threshold, eps: or(o.Eps, 1e-8),
+		patience: o.Patience, cooldown: o.Cooldown, mode: o.Mode, thresholdMode: o.ThresholdMode}
+	n := len(opt.ParamGroups())
+	switch len(o.MinLRs) {
+	case 0, 1:
+		v := 0.0
+		if len(o.MinLRs) == 1 {
+			v = o.MinLRs[0]
+		}
+		s.defaultMinLR = &v
+		for range n {
+			s.minLRs = append(s.minLRs, v)
+		}
+	case n:
+		s.minLRs = append([]float64(nil), o.MinLRs...)
+	default:
+		return nil, fmt.Errorf("optim: ReduceLROnPlateau: expected %d min_lrs, got %d", n, len(o.MinLRs))
+	}
+	s.modeWorse = math.Inf(1)
+	if s.mode == "max" {
+		s.modeWorse = math.Inf(-1)
+	}
+	s.lastLR = s.lrs()
+	s.best = s.modeWorse
+	return s, nil
+}
+
+func (s *ReduceLROnPlateau) lrs() []float64 {
+	var out []float64
+	for _, g := range s.opt.ParamGroups() {
+		out = append(out, g.LR)
+	}
+	return out
+}
+
+// Step does nothing: ReduceLROnPlateau needs a metric (StepMetric).
+func (s *ReduceLROnPlateau) Step() {}
+
+func (s *ReduceLROnPlateau) isBetter(a, best float64) bool {
+	switch {
+	case s.mode == "min" && s.thresholdMode == "rel":
+		return a < best*(1.0-s.threshold)
+	case s.mode == "min":
+		return a < best-s.threshold
+	case s.thresholdMode == "rel":
+		return a > best*(s.threshold+1.0)
+	}
+	return a > best+s.threshold
+}
+
+// StepMetric records the epoch's metric and reduces the learning rates on a plateau.
+func (s *ReduceLROnPlateau) StepMetric(v float64) {
+	s.lastEpoch++
+	if s.isBetter(v, s.best) {
+		s.best = v
+		s.numBadEpoch = 0
+	} else {
+		s.numBadEpoch++
+	}
+	if s.cooldownCounter > 0 {
+		s.cooldownCounter--
+		s.numBadEpoch = 0
+	}
+	if s.numBadEpoch > s.patience {
+		for i, g := range s.opt.ParamGroups() {
+			old := g.LR
+			nl := math.Max(old*s.factor, s.minLRs[i])
+			if old-nl > s.eps {
+				g.LR = nl
+			}
+		}
+		s.cooldownCounter = s.cooldown
+		s.numBadEpoch = 0
+	}
+	s.lastLR = s.lrs()
+}
+
+// LastLR returns the groups' learning rates after the last StepMetric.
+func (s *ReduceLROnPlateau) LastLR() []float64 { return append([]float64(nil), s.lastLR...) }
+
+// StateDict returns PyTorch's ReduceLROnPlateau state dict.
+func (s *ReduceLROnPlateau) StateDict() *checkpoint.Dict {
+	d := checkpoint.NewDict()
+	d.Set("factor", s.factor)
+	if s.defaultMinLR != nil {
+		d.Set("default_min_lr", *s.defaultMinLR)
+	} else {
+		d.Set("default_min_lr", nil)
+	}
+	d.Set("min_lrs", floats(s.minLRs))
+	d.Set("patience", s.patience)
+	d.Set("cooldown", s.cooldown)
+	d.Set("eps", s.eps)
+	d.Set("last_epoch", s.lastEpoch)
+	d.Set("_last_lr", floats(s.lastLR))
+	d.Set("mode_worse", s.modeWorse)
+	d.Set("mode", s.mode)
+	d.Set("threshold", s.threshold)
+	d.Set("threshold_mode", s.thresholdMode)
+	d.Set("best", s.best)
+	d.Set("cooldown_counter", s.cooldownCounter)
+	d.Set("num_bad_epochs", s.numBadEpoch)
+	return d
+}
+
+// LoadStateDict restores a ReduceLROnPlateau state dict.
+func (s *ReduceLROnPlateau) LoadStateDict(sd *checkpoint.Dict) (err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("optim: ReduceLROnPlateau: load_state_dict: %w", err)
+		}
+	}()
+	nums := map[string]*float64{"factor": &s.factor, "eps": &s.eps, "mode_worse": &s.modeWorse, "threshold": &s.threshold, "best": &s.best}
+	for k, dst := range nums {
+		if *dst, err = getNum(sd, k); err != nil {
+			return err
+		}
+	}
+	ints := map[string]*int64{"patience": &s.patience, "cooldown": &s.cooldown, "last_epoch": &s.lastEpoch, "cooldown_counter": &s.cooldownCounter, "num_bad_epochs": &s.numBadEpoch}
+	for k, dst := range ints {
+		f, err := getNum(sd, k)
+		if err != nil {
+			return err
+		}
+		*dst = int64(f)
+	}
+	if s.minLRs, err = getFloats(sd, "min_lrs"); err != nil {
+		return err
+	}
+	if s.lastLR, err = getFloats(sd, "_last_lr"); err != nil {
+		return err
+	}
+	s.defaultMinLR = nil
+	if f, err := getNum(sd, "default_min_lr"); err == nil {
+		s.defaultMinLR = &f
+	}
+	if s.mode, err = checkpoint.GetString(sd, "mode"); err != nil {
+		return err
+	}
+	s.thresholdMode, err = checkpoint.GetString(sd, "threshold_mode")
+	return err
+}

@@ -1,0 +1,430 @@
+package trainer
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/curves"
+	"github.com/gotrain/gotrain/tensorboard"
+)
+
+// EarlyStopping stops training when the monitored metric stops improving, with
+// PyTorch Lightning's semantics:
+//
+//   - it is checked once per epoch, after validation; Patience counts those checks;
+//   - an improvement is strict and larger than MinDelta: current < best - MinDelta when
+//     minimising, current > best + MinDelta when maximising (a change of exactly MinDelta
+//     is no improvement);
+//   - Best changes only on an improvement, which resets Wait to 0; otherwise Wait grows
+//     by one and training stops once Wait >= Patience;
+//   - with CheckFinite (the default from NewEarlyStopping) a NaN or infinite value stops
+//     at once.
+//
+// Its state (Wait, Best, StoppedEpoch) is saved in checkpoints, so a resumed run counts on.
+type EarlyStopping struct {
+	Monitor     string
+	Maximize    bool
+	Patience    int
+	MinDelta    float64
+	CheckFinite bool
+
+	Wait         int
+	Best         float64
+	StoppedEpoch int
+}
+
+// NewEarlyStopping watches monitor (maximised unless its name contains "loss").
+func NewEarlyStopping(monitor string, patience int, minDelta float64) *EarlyStopping {
+	e := &EarlyStopping{Monitor: monitor, Maximize: monitorMaximises(monitor), Patience: patience, MinDelta: math.Abs(minDelta), CheckFinite: true}
+	e.Best = math.Inf(1)
+	if e.Maximize {
+		e.Best = math.Inf(-1)
+	}
+	return e
+}
+
+// OnEvent checks the metric at EpochEnd.
+func (e *EarlyStopping) OnEvent(ev Event, t *Trainer) error {
+	if ev != EpochEnd {
+		return nil
+	}
+	v, ok := t.Metrics[e.Monitor]
+	if !ok {
+		return fmt.Errorf("EarlyStopping: metric %q is not recorded (have %s)", e.Monitor, metricNames(t.Metrics))
+	}
+	stop, why := e.Check(v)
+	if stop {
+		e.StoppedEpoch = t.Epoch
+		t.Stop(why)
+	}
+	return nil
+}
+
+// Check records one value and reports whether training should stop, and why.
+func (e *EarlyStopping) Check(v float64) (bool, string) {
+	if e.CheckFinite && (math.IsNaN(v) || math.IsInf(v, 0)) {
+		return true, fmt.Sprintf("early stopping: %s = %v is not finite", e.Monitor, v)
+	}
+	improved := v < e.Best-e.MinDelta
+	if e.Maximize {
+		improved = v > e.Best+e.MinDelta
+	}
+	if improved {
+		e.Best, e.Wait = v, 0
+		return false, ""
+	}
+	e.Wait++
+	if e.Wait >= e.Patience {
+		return true, fmt.Sprintf("early stopping: %s did not improve on %.6g for %d epochs", e.Monitor, e.Best, e.Wait)
+	}
+	return false, ""
+}
+
+// StateKey names the state in checkpoints.
+func (e *EarlyStopping) StateKey() string { return "EarlyStopping{monitor=" + e.Monitor + "}" }
+
+// StateDict returns the counters, with Lightning's key names.
+func (e *EarlyStopping) StateDict() *checkpoint.Dict {
+	d := checkpoint.NewDict()
+	d.Set("wait_count", int64(e.Wait))
+	d.Set("best_score", e.Best)
+	d.Set("stopped_epoch", int64(e.StoppedEpoch))
+	d.Set("patience", int64(e.Patience))
+	return d
+}
+
+// LoadStateDict restores the counters.
+func (e *EarlyStopping) LoadStateDict(d *checkpoint.Dict) error {
+	w, err1 := checkpoint.GetInt(d, "wait_count")
+	b, err2 := checkpoint.GetFloat(d, "best_score")
+	s, err3 := checkpoint.GetInt(d, "stopped_epoch")
+	if err := firstErr(err1, err2, err3); err != nil {
+		return err
+	}
+	e.Wait, e.Best, e.StoppedEpoch = int(w), b, int(s)
+	return nil
+}
+
+func metricNames(m map[string]float64) string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// ModelCheckpoint saves the training state: last.pt after every epoch, best_model.pth
+// when the monitored metric improves (the seed's file name), and, with TopK > 0, the k
+// best epochs as epoch=NNN-<monitor>=<value>.pt. It deletes only top-k files it wrote
+// itself (its table survives resume), never anything else in the directory.
+type ModelCheckpoint struct {
+	Dir      string
+	Monitor  string
+	Maximize bool
+	TopK     int
+
+	BestScore float64
+	BestPath  string
+	// Kept is the top-k table: file path to score.
+	Kept map[string]float64
+}
+
+// NewModelCheckpoint saves into dir, judging by monitor.
+func NewModelCheckpoint(dir, monitor string, topK int) *ModelCheckpoint {
+	m := &ModelCheckpoint{Dir: dir, Monitor: monitor, Maximize: monitorMaximises(monitor), TopK: topK, Kept: map[string]float64{}}
+	m.BestScore = math.Inf(1)
+	if m.Maximize {
+		m.BestScore = math.Inf(-1)
+	}
+	return m
+}
+
+func (m *ModelCheckpoint) better(a, b float64) bool {
+	if math.IsNaN(a) {
+		return false
+	}
+	if m.Maximize {
+		return a > b
+	}
+	return a < b
+}
+
+// OnEvent saves at EpochEnd.
+func (m *ModelCheckpoint) OnEvent(ev Event, t *Trainer) error {
+	if ev != EpochEnd {
+		return nil
+	}
+	v, ok := t.Metrics[m.Monitor]
+	if !ok {
+		return fmt.Errorf("ModelCheckpoint: metric %q is not recorded (have %s)", m.Monitor, metricNames(t.Metrics))
+	}
+	// Update the table first, so every file of this epoch carries the updated state.
+	var same []string
+	if m.better(v, m.BestScore) {
+		m.BestScore = v
+		m.BestPath = filepath.Join(m.Dir, "best_model.pth")
+		same = append(same, m.BestPath)
+	}
+	if m.TopK > 0 {
+		p, err := m.admitTopK(t, v)
+		if err != nil {
+			return err
+		}
+		if p != "" {
+			same = append(same, p)
+		}
+	}
+	last := filepath.Join(m.Dir, "last.pt")
+	if err := t.SaveCheckpoint(last); err != nil {
+		return err
+	}
+	// The epoch's other files hold the same bytes: link them to last.pt rather than
+	// serializing the state again. last.pt is replaced by a rename, so a link keeps
+	// this epoch's version.
+	for _, p := range same {
+		if err := linkAtomic(last, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// admitTopK enters this epoch into the top-k table when it beats the worst kept epoch
+// (whose file it deletes), and returns its file name, or "" when it is not kept.
+func (m *ModelCheckpoint) admitTopK(t *Trainer, v float64) (string, error) {
+	if len(m.Kept) >= m.TopK {
+		worst, ws := "", 0.0
+		for p, s := range m.Kept {
+			if worst == "" || m.better(ws, s) {
+				worst, ws = p, s
+			}
+		}
+		if !m.better(v, ws) {
+			return "", nil
+		}
+		delete(m.Kept, worst)
+		if err := os.Remove(worst); err != nil && !os.IsNotExist(err) {
+			return "", err
+		}
+	}
+	path := filepath.Join(m.Dir, fmt.Sprintf("epoch=%03d-%s=%.4f.pt", t.Epoch, m.Monitor, v))
+	m.Kept[path] = v
+	return path, nil
+}
+
+// StateKey names the state in checkpoints.
+func (m *ModelCheckpoint) StateKey() string { return "ModelCheckpoint{monitor=" + m.Monitor + "}" }
+
+// StateDict returns the best score and the top-k table.
+func (m *ModelCheckpoint) StateDict() *checkpoint.Dict {
+	d := checkpoint.NewDict()
+	d.Set("best_model_score", m.BestScore)
+	d.Set("best_model_path", m.BestPath)
+	k := checkpoint.NewDict()
+	paths := make([]string, 0, len(m.Kept))
+	for p := range m.Kept {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		k.Set(p, m.Kept[p])
+	}
+	d.Set("best_k_models", k)
+	return d
+}
+
+// LoadStateDict restores the best score and the top-k table.
+func (m *ModelCheckpoint) LoadStateDict(d *checkpoint.Dict) error {
+	s, err := checkpoint.GetFloat(d, "best_model_score")
+	if err != nil {
+		return err
+	}
+	m.BestScore = s
+	m.BestPath, _ = checkpoint.GetString(d, "best_model_path")
+	m.Kept = map[string]float64{}
+	if k, err := checkpoint.GetDict(d, "best_k_models"); err == nil {
+		for p, v := range k.All() {
+			ps, _ := p.(string)
+			vf, _ := v.(float64)
+			m.Kept[ps] = vf
+		}
+	}
+	return nil
+}
+
+// HistoryWriter rewrites the history file after every epoch: JSON lines, or CSV when
+// Path ends in .csv.
+type HistoryWriter struct{ Path string }
+
+// OnEvent writes at EpochEnd.
+func (h *HistoryWriter) OnEvent(ev Event, t *Trainer) error {
+	if ev != EpochEnd {
+		return nil
+	}
+	var b strings.Builder
+	if strings.HasSuffix(h.Path, ".csv") {
+		b.WriteString("epoch,train_loss,val_loss,val_acc,lr,elapsed_sec,samples_per_sec,grad_norm,loss_scale,skipped_steps\n")
+		for _, r := range t.History {
+			fmt.Fprintf(&b, "%d,%g,%g,%g,%g,%g,%g,%g,%g,%d\n", r.Epoch, r.TrainLoss, r.ValLoss, r.ValAcc, r.LR, r.Elapsed, r.SamplesPerSec, r.GradNorm, r.LossScale, r.SkippedSteps)
+		}
+	} else {
+		for _, r := range t.History {
+			line, err := json.Marshal(jsonRecord(r))
+			if err != nil {
+				return err
+			}
+			b.Write(line)
+			b.WriteByte('\n')
+		}
+	}
+	return writeFileAtomic(h.Path, []byte(b.String()))
+}
+
+// jsonRecord is the record's history dict (recordDict) for JSON: NaN and infinities,
+// which JSON cannot hold, become null, and user metrics sit beside the built-in keys.
+func jsonRecord(r Record) map[string]any {
+	m := map[string]any{}
+	var put func(k string, v any)
+	put = func(k string, v any) {
+		switch x := v.(type) {
+		case float64:
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				m[k] = nil
+			} else {
+				m[k] = x
+			}
+		case *checkpoint.Dict: // metrics
+			for mk, mv := range x.All() {
+				put(mk.(string), mv)
+			}
+		default:
+			m[k] = v
+		}
+	}
+	for k, v := range recordDict(r).All() {
+		put(k.(string), v)
+	}
+	return m
+}
+
+// TensorBoard writes scalars to a TensorBoard event file in Dir: per epoch train/loss,
+// val/loss, val/acc, lr, grad_norm, loss_scale and throughput (samples/s); per
+// LogEvery optimizer steps (default 50) train/loss_step; and the run config as text.
+type TensorBoard struct {
+	Dir      string
+	LogEvery int
+	w        *tensorboard.Writer
+}
+
+// Writer returns the event writer once training has begun (nil before), so other
+// callbacks can add their own scalars to the same file.
+func (tb *TensorBoard) Writer() *tensorboard.Writer { return tb.w }
+
+// OnEvent logs.
+func (tb *TensorBoard) OnEvent(ev Event, t *Trainer) error {
+	switch ev {
+	case TrainBegin:
+		if tb.w != nil {
+			return nil
+		}
+		w, err := tensorboard.NewWriter(tb.Dir)
+		if err != nil {
+			return err
+		}
+		tb.w = w
+		cfg, err := json.MarshalIndent(t.Config, "", "  ")
+		if err != nil {
+			return err
+		}
+		return w.AddText("config", "```\n"+string(cfg)+"\n```", t.GlobalStep)
+	case BatchEnd:
+		every := tb.LogEvery
+		if every <= 0 {
+			every = 50
+		}
+		if tb.w != nil && t.BatchInEpoch%every == 0 {
+			return tb.w.AddScalar("train/loss_step", t.LastLoss, t.GlobalStep)
+		}
+	case EpochEnd:
+		if tb.w == nil {
+			return nil
+		}
+		r := t.History[len(t.History)-1]
+		vals := map[string]float64{"train/loss": r.TrainLoss, "lr": r.LR, "throughput": r.SamplesPerSec, "loss_scale": r.LossScale}
+		if !math.IsNaN(r.ValLoss) {
+			vals["val/loss"] = r.ValLoss
+			vals["val/acc"] = r.ValAcc
+		}
+		if !math.IsNaN(r.GradNorm) {
+			vals["grad_norm"] = r.GradNorm
+		}
+		for k, v := range r.Metrics {
+			vals["val/"+k] = v
+		}
+		if err := tb.w.AddScalars(int64(r.Epoch), vals); err != nil {
+			return err
+		}
+		return tb.w.Flush()
+	case TrainEnd:
+		if tb.w != nil {
+			err := tb.w.Close()
+			tb.w = nil
+			return err
+		}
+	}
+	return nil
+}
+
+// Curves draws loss and accuracy per epoch to a PNG after every epoch.
+type Curves struct{ Path string }
+
+// OnEvent draws at EpochEnd.
+func (c *Curves) OnEvent(ev Event, t *Trainer) error {
+	if ev != EpochEnd || len(t.History) == 0 {
+		return nil
+	}
+	x := make([]float64, len(t.History))
+	cols := map[string][]float64{}
+	for i, r := range t.History {
+		x[i] = float64(r.Epoch)
+		cols["train_loss"] = append(cols["train_loss"], r.TrainLoss)
+		cols["val_loss"] = append(cols["val_loss"], r.ValLoss)
+		cols["val_acc"] = append(cols["val_acc"], r.ValAcc)
+	}
+	return curves.WritePNG(c.Path, curves.FromHistory(t.Config.Experiment, x, cols))
+}
+
+// LRMonitor records the learning rate of every parameter group after each optimizer
+// step, and writes it to a TensorBoard callback's file when one is given.
+type LRMonitor struct {
+	TensorBoard *TensorBoard
+	// Steps and LRs are the recorded (global step, LR per group) pairs.
+	Steps []int64
+	LRs   [][]float64
+}
+
+// OnEvent records at BatchEnd.
+func (m *LRMonitor) OnEvent(ev Event, t *Trainer) error {
+	if ev != BatchEnd || (len(m.Steps) > 0 && m.Steps[len(m.Steps)-1] == t.GlobalStep) {
+		return nil
+	}
+	var lrs []float64
+	for i, g := range t.Optimizer.ParamGroups() {
+		lrs = append(lrs, g.LR)
+		if m.TensorBoard != nil && m.TensorBoard.w != nil {
+			if err := m.TensorBoard.w.AddScalar(fmt.Sprintf("lr/group%d", i), g.LR, t.GlobalStep); err != nil {
+				return err
+			}
+		}
+	}
+	m.Steps = append(m.Steps, t.GlobalStep)
+	m.LRs = append(m.LRs, lrs)
+	return nil
+}

@@ -1,0 +1,165 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/data"
+	"github.com/gotrain/gotrain/torch/distributed"
+	"github.com/gotrain/gotrain/torch/nn"
+)
+
+// WithDistributed makes the trainer one rank of data-parallel training over pg, as
+// PyTorch's DistributedDataParallel does:
+//
+//   - New broadcasts rank 0's parameters and buffers to every rank;
+//   - after the last micro-batch of each accumulation window, gradients are averaged
+//     across ranks (bucketed all-reduces of about 25 MB), before unscaling and clipping;
+//   - the train loader must split the data by rank (data.LoaderOptions Rank and
+//     WorldSize, DistributedSampler semantics), or have a custom sampler;
+//   - epoch metrics are reduced across ranks, so every rank sees global values, and a
+//     stop on any rank (early stopping) stops them all after the same epoch;
+//   - only rank 0 writes the run directory (config, checkpoints, history, TensorBoard)
+//     and prints; the other ranks run without a run directory and silently.
+//
+// With device "" or "auto" a rank uses cuda:LocalRank when CUDA is available. Every
+// rank must build the same model and optimizer and, on resume, load the same
+// checkpoint with the same world size.
+func WithDistributed(pg *distributed.ProcessGroup) Option {
+	return func(t *Trainer) error {
+		if pg == nil {
+			return errors.New("trainer: WithDistributed: nil process group")
+		}
+		t.dist = pg
+		return nil
+	}
+}
+
+// Distributed returns the process group of WithDistributed, nil for a single process.
+func (t *Trainer) Distributed() *distributed.ProcessGroup { return t.dist }
+
+// IsMain reports whether this trainer writes files and output: true for a single
+// process and for rank 0.
+func (t *Trainer) IsMain() bool { return t.dist == nil || t.dist.IsMain() }
+
+// setupDistributed runs in New before the device is resolved.
+func (t *Trainer) setupDistributed() error {
+	if t.dist == nil {
+		return nil
+	}
+	if s, ok := t.Train.Sampler().(*data.DistributedSampler); ok && (s.WorldSize != t.dist.WorldSize() || s.Rank != t.dist.Rank()) {
+		return fmt.Errorf("trainer: rank %d of %d: the train loader splits the data for rank %d of %d; build it with data.LoaderOptions{Rank: %d, WorldSize: %d}",
+			t.dist.Rank(), t.dist.WorldSize(), s.Rank, s.WorldSize, t.dist.Rank(), t.dist.WorldSize())
+	}
+	switch t.Config.Device {
+	case "", "auto", "cuda":
+		t.Config.Device = t.dist.Device().String()
+	}
+	if d := t.dist.Device(); d.IsCUDA() && t.Config.Device == d.String() && d.Index >= torch.CUDADeviceCount() {
+		return fmt.Errorf("trainer: rank %d has LOCAL_RANK %d but only %d CUDA devices are visible: start at most %d processes per node",
+			t.dist.Rank(), t.dist.LocalRank(), torch.CUDADeviceCount(), torch.CUDADeviceCount())
+	}
+	if !t.dist.IsMain() {
+		t.Out = io.Discard
+		t.RunDir = ""
+	}
+	return nil
+}
+
+// syncFromMain runs at the end of New: every rank starts from rank 0's weights.
+func (t *Trainer) syncFromMain() (err error) {
+	if t.dist == nil {
+		return nil
+	}
+	defer torch.Recover(&err, "broadcasting the model from rank 0")
+	ts := slices.Clone(t.params)
+	for _, b := range nn.NamedBuffers(t.Model) {
+		ts = append(ts, b.Tensor)
+	}
+	return t.dist.Broadcast(ts, 0)
+}
+
+// allReduceGradients averages the gradients across ranks, once per optimizer step.
+func (t *Trainer) allReduceGradients() error {
+	if t.dist == nil {
+		return nil
+	}
+	if err := t.dist.AllReduceGradients(t.params, distributed.DefaultBucketBytes); err != nil {
+		return fmt.Errorf("epoch %d batch %d: %w", t.Epoch+1, t.BatchInEpoch, err)
+	}
+	return nil
+}
+
+// globalEpochStats returns the epoch's training statistics summed over the ranks (the
+// elapsed and waiting times are the slowest rank's).
+func (t *Trainer) globalEpochStats() (epochStats, error) {
+	st := t.epochStats
+	if t.dist == nil {
+		return st, nil
+	}
+	sums, err := t.dist.AllReduceFloat64s([]float64{st.LossSum, float64(st.Batches), float64(st.Samples), st.GradNormSum, float64(st.Steps), float64(st.Skipped)}, distributed.Sum)
+	if err != nil {
+		return st, fmt.Errorf("epoch %d: reducing training metrics: %w", t.Epoch+1, err)
+	}
+	maxes, err := t.dist.AllReduceFloat64s([]float64{st.Elapsed, st.Wait}, distributed.Max)
+	if err != nil {
+		return st, fmt.Errorf("epoch %d: reducing training metrics: %w", t.Epoch+1, err)
+	}
+	w := float64(t.dist.WorldSize())
+	st.LossSum, st.Batches, st.Samples = sums[0], int(sums[1]), int64(sums[2])
+	// Gradients are averaged before clipping, so every rank saw the same norms and
+	// steps: the sums are divided back.
+	st.GradNormSum, st.Steps, st.Skipped = sums[3]/w, int(math.Round(sums[4]/w)), int(math.Round(sums[5]/w))
+	st.Elapsed, st.Wait = maxes[0], maxes[1]
+	return st, nil
+}
+
+// reduceValidation sums validation totals over the ranks. The averages are ratios of
+// sums, so they are right whether the validation loader is split by rank or not.
+func (t *Trainer) reduceValidation(lossSum, correct *float64, n *int64, batches *int, sums map[string]float64) error {
+	if t.dist == nil {
+		return nil
+	}
+	names := make([]string, 0, len(t.metrics))
+	for name := range t.metrics {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	vs := []float64{*lossSum, *correct, float64(*n), float64(*batches)}
+	for _, name := range names {
+		vs = append(vs, sums[name])
+	}
+	out, err := t.dist.AllReduceFloat64s(vs, distributed.Sum)
+	if err != nil {
+		return fmt.Errorf("epoch %d: reducing validation metrics: %w", t.Epoch+1, err)
+	}
+	*lossSum, *correct, *n, *batches = out[0], out[1], int64(out[2]), int(out[3])
+	for i, name := range names {
+		sums[name] = out[4+i]
+	}
+	return nil
+}
+
+// agreeToStop makes a stop on any rank (early stopping runs on rank 0 only) a stop on
+// every rank after the same epoch.
+func (t *Trainer) agreeToStop() error {
+	if t.dist == nil {
+		return nil
+	}
+	flag := 0.0
+	if t.stopReason != "" {
+		flag = 1
+	}
+	out, err := t.dist.AllReduceFloat64s([]float64{flag}, distributed.Max)
+	if err != nil {
+		return fmt.Errorf("epoch %d: agreeing to stop: %w", t.Epoch, err)
+	}
+	if out[0] != 0 {
+		t.Stop("stopped on another rank")
+	}
+	return nil
+}

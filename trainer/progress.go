@@ -1,0 +1,66 @@
+package trainer
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// progress shows an epoch's progress: a bar redrawn in place on a terminal, periodic
+// lines otherwise (logs, CI).
+type progress struct {
+	w        io.Writer
+	tty      bool
+	epoch    int
+	target   int
+	total    int
+	every    int
+	started  time.Time
+	lastDraw time.Time
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func newProgress(w io.Writer, epoch, target, total, every int) *progress {
+	if every <= 0 {
+		every = max(total/10, 1)
+	}
+	return &progress{w: w, tty: w != nil && isTerminal(w), epoch: epoch, target: target, total: total, every: every, started: time.Now()}
+}
+
+func (p *progress) update(batch int, loss float64) {
+	if p.w == nil {
+		return
+	}
+	if p.tty {
+		if batch < p.total && time.Since(p.lastDraw) < 100*time.Millisecond {
+			return
+		}
+		p.lastDraw = time.Now()
+		const width = 30
+		done := width * batch / max(p.total, 1)
+		rate := float64(batch) / time.Since(p.started).Seconds()
+		eta := time.Duration(float64(p.total-batch)/max(rate, 1e-9)) * time.Second
+		fmt.Fprintf(p.w, "\rEpoch %d/%d [%s%s] %d/%d loss %.4f %.1f it/s eta %s ", p.epoch, p.target,
+			strings.Repeat("=", done), strings.Repeat(" ", width-done), batch, p.total, loss, rate, eta.Round(time.Second))
+		return
+	}
+	if batch%p.every == 0 || batch == p.total {
+		fmt.Fprintf(p.w, "  epoch %d batch %d/%d, loss: %.4f (%.1fs)\n", p.epoch, batch, p.total, loss, time.Since(p.started).Seconds())
+	}
+}
+
+func (p *progress) done() {
+	if p.w != nil && p.tty {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
