@@ -100,4 +100,43 @@ func TestKillDuringWrite(t *testing.T) {
 		last = i
 	}
 	t.Logf("%d rewrites, %d kills; last iteration %d", writes, kills, last)
+
+	// The killed children left temporary files; the next write removes every one whose
+	// writer is dead (orphanAge 0: no wait).
+	defer func(age time.Duration) { orphanAge = age }(orphanAge)
+	orphanAge = 0
+	require.NoError(t, Write(path, killCheckpoint(last+1)))
+	left, err := filepath.Glob(filepath.Join(filepath.Dir(path), ".ck.pt.tmp-*"))
+	require.NoError(t, err)
+	require.Empty(t, left, "temporary files of killed writers")
+}
+
+// TestOrphanRemoval: a write removes the temporary files of dead writers of the same
+// path that are older than orphanAge, and keeps live writers', young ones and other
+// files.
+func TestOrphanRemoval(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "last.pt")
+	// A pid that is not running: a child that has exited and been reaped.
+	cmd := exec.Command("true")
+	require.NoError(t, cmd.Run())
+	dead := cmd.Process.Pid
+	touch := func(name string, age time.Duration) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte("partial"), 0o644))
+		old := time.Now().Add(-age)
+		require.NoError(t, os.Chtimes(p, old, old))
+		return p
+	}
+	deadOld := touch(fmt.Sprintf(".last.pt.tmp-%d-123", dead), time.Hour)
+	deadYoung := touch(fmt.Sprintf(".last.pt.tmp-%d-456", dead), 0)
+	live := touch(fmt.Sprintf(".last.pt.tmp-%d-789", os.Getppid()), time.Hour)
+	other := touch(fmt.Sprintf(".best.pt.tmp-%d-123", dead), time.Hour)
+	odd := touch(".last.pt.tmp-notapid", time.Hour)
+
+	require.NoError(t, Write(path, killCheckpoint(1)))
+	require.NoFileExists(t, deadOld)
+	for _, p := range []string{deadYoung, live, other, odd} {
+		require.FileExists(t, p)
+	}
 }

@@ -9,7 +9,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // alignment is the record data alignment torch.save uses (and mmap loading relies on).
@@ -18,7 +20,9 @@ const alignment = 64
 // Write saves v to path as torch.save would, replacing path atomically: the data goes
 // to a temporary file in the same directory, which is synced and renamed over path,
 // and then the directory is synced. After a crash path holds either the old or the
-// new checkpoint, never a mix. A failed Write leaves path unchanged.
+// new checkpoint, never a mix. A failed Write leaves path unchanged. A writer killed
+// mid-write leaves its temporary file (.NAME.tmp-PID-*); the next Write of the same path
+// removes it once that process is gone.
 //
 // The zip's root folder is the file name without its extension, as in torch.save.
 func Write(path string, v any) error {
@@ -144,7 +148,9 @@ func atomicWrite(path string, write func(io.Writer) error) (err error) {
 	if fi, err := os.Stat(path); err == nil {
 		mode = fi.Mode().Perm()
 	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	// The temporary name carries the writer's pid, so that a later write can tell the
+	// leftovers of a killed writer from a live one's file and remove them.
+	f, err := os.CreateTemp(dir, fmt.Sprintf(".%s.tmp-%d-*", base, os.Getpid()))
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
@@ -179,5 +185,39 @@ func atomicWrite(path string, write func(io.Writer) error) (err error) {
 		d.Sync()
 		d.Close()
 	}
+	removeOrphans(dir, base)
 	return nil
+}
+
+// orphanAge is how long a dead writer's temporary file must have been untouched before
+// removeOrphans deletes it (a guard for directories shared between machines, where a
+// pid names another host's process).
+var orphanAge = time.Minute
+
+// removeOrphans deletes the temporary files that writers of dir/base killed mid-write
+// (SIGKILL, power loss) left behind: those whose pid is not a live process and that
+// have not been modified for orphanAge. A checkpoint rewritten every epoch thus never
+// accumulates dead copies of itself. Errors are ignored: this is housekeeping.
+func removeOrphans(dir, base string) {
+	prefix := "." + base + ".tmp-"
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		rest, ok := strings.CutPrefix(name, prefix)
+		if !ok || e.IsDir() {
+			continue
+		}
+		pidStr, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if !ok || err != nil || pid <= 0 || pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < orphanAge {
+			continue
+		}
+		os.Remove(filepath.Join(dir, name))
+	}
 }
