@@ -40,6 +40,7 @@ env: libtorch-check
 	@echo "version       $(TORCH_VERSION)"
 	@echo "build         $(if $(filter 1,$(TORCH_HAS_CUDA)),CUDA (libtorch_cuda present),CPU only)"
 	@echo "go tags       $(or $(GOTRAIN_TAGS),(none: links libtorch_cuda))"
+	@echo "NCCL          $(if $(filter 1,$(TORCH_HAS_NCCL)),yes (headers in CUDA_INCDIRS),no$(if $(filter 1,$(TORCH_HAS_CUDA)), (missing: $(filter-out $(NCCL_FOUND),$(NCCL_HEADERS)))))"
 	@echo "CGO_CXXFLAGS  $(CGO_CXXFLAGS)"
 	@echo "CGO_LDFLAGS   $(CGO_LDFLAGS)"
 	@$(GO) run $(GOTAGS_FLAG) ./cmd/gpucheck --libtorch-only

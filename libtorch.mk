@@ -32,7 +32,23 @@ ifeq ($(origin GOTRAIN_TAGS),undefined)
 GOTRAIN_TAGS := $(if $(filter 1,$(TORCH_HAS_CUDA)),,cpu)
 endif
 
-CGO_CXXFLAGS := $(TORCH_INCFLAGS)
+# NCCL for torch/distributed (cgotorch/dist_nccl.cc) in CUDA builds: ProcessGroupNCCL.hpp
+# includes NCCL's and the CUDA runtime's headers. PyTorch's wheel has them in the
+# nvidia-* packages beside torch (scripts/requirements.txt adds the crt and cccl header
+# packages the runtime's headers include); CUDA_INCDIRS overrides the search (a CUDA
+# toolkit's include dir, say). GOTRAIN_NCCL is defined only when every header is found;
+# otherwise the build has no NCCL and says so when asked for it.
+ifeq ($(TORCH_HAS_CUDA),1)
+ifeq ($(origin CUDA_INCDIRS),undefined)
+CUDA_INCDIRS := $(if $(filter /usr,$(LIBTORCH)),,$(wildcard $(LIBTORCH)/../nvidia/*/include)) $(wildcard /usr/local/cuda/include)
+endif
+NCCL_HEADERS := nccl.h cuda_runtime_api.h crt/host_config.h nv/target
+NCCL_FOUND := $(foreach h,$(NCCL_HEADERS),$(if $(firstword $(wildcard $(addsuffix /$(h),$(CUDA_INCDIRS)))),$(h)))
+TORCH_HAS_NCCL := $(if $(filter $(words $(NCCL_HEADERS)),$(words $(NCCL_FOUND))),1,0)
+endif
+TORCH_HAS_NCCL ?= 0
+
+CGO_CXXFLAGS := $(TORCH_INCFLAGS)$(if $(filter 1,$(TORCH_HAS_NCCL)), -DGOTRAIN_NCCL=1 $(addprefix -isystem ,$(abspath $(CUDA_INCDIRS))))
 CGO_LDFLAGS := -L$(TORCH_LIBDIR) -Wl,-rpath,$(TORCH_LIBDIR)
 export CGO_CXXFLAGS CGO_LDFLAGS
 export CGO_ENABLED := 1

@@ -146,6 +146,9 @@ int cg_cuda_device_count(void);
 cg_status cg_cuda_device_name(int device, char *buf, int n);
 cg_status cg_cuda_capability(int device, int *major, int *minor);
 cg_status cg_cuda_total_memory(int device, int64_t *bytes);
+// cg_cuda_set_device makes device the current CUDA device of the calling thread, where
+// kernels and NCCL communicators without an explicit device go.
+cg_status cg_cuda_set_device(int device);
 cg_status cg_cuda_synchronize(int device);
 cg_status cg_cuda_memory_stats(int device, int64_t *allocated, int64_t *reserved, int64_t *peak);
 cg_status cg_cuda_empty_cache(void);
@@ -233,7 +236,7 @@ cg_status cg_amp_update_scale(cg_tensor scale, cg_tensor growth_tracker, cg_tens
 
 // ==== distributed (dist.cc; dist_stub.cc with build tag nodist) ====
 // torch.distributed's c10d: a TCPStore rendezvous (rank 0 hosts it at addr:port) and a
-// Gloo process group. A cg_pg owns both. Collectives block until done or until the
+// Gloo or NCCL process group (dist_nccl.cc). A cg_pg owns both. Collectives block until done or until the
 // timeout; a failure's message names the ranks that were lost when the store can tell.
 #ifndef GOTRAIN_CGOTORCH_DIST_H
 #define GOTRAIN_CGOTORCH_DIST_H
@@ -243,9 +246,14 @@ extern "C" {
 
 typedef void *cg_pg;
 enum { CG_DIST_SUM = 0, CG_DIST_MAX = 1, CG_DIST_MIN = 2 };
+enum { CG_DIST_GLOO = 0, CG_DIST_NCCL = 1 };
 
 int cg_dist_available(void);  // 0 in a nodist build
-cg_status cg_dist_init(const char *addr, int port, int rank, int world, int64_t timeout_ms, cg_pg *out);
+// cg_dist_nccl_available: 1 when this build can make NCCL process groups (a CUDA build
+// compiled with NCCL's and CUDA's headers), else 0 and *why says what is missing
+// (static storage; may be NULL).
+int cg_dist_nccl_available(const char **why);
+cg_status cg_dist_init(const char *addr, int port, int rank, int world, int64_t timeout_ms, int backend, cg_pg *out);
 void cg_dist_free(cg_pg pg);
 // cg_dist_broadcast copies root's tensors into every rank's, in place (coalesced by dtype).
 cg_status cg_dist_broadcast(cg_pg pg, cg_tensor *ts, int n, int root);

@@ -6,6 +6,7 @@
 // so the same source builds against any CUDA libtorch, wheel or unpacked.
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/version.h>
 #include <dlfcn.h>
 #include <cstring>
@@ -92,6 +93,13 @@ cg_status cg_cuda_total_memory(int device, int64_t *bytes) {
   size_t b = 0;
   if (driver().mem(&b, dev) != 0) return cg::fail(CG_ERR_OTHER, "cuDeviceTotalMem failed");
   *bytes = static_cast<int64_t>(b);
+  return cg::ok();
+  CG_CATCH_STATUS
+}
+cg_status cg_cuda_set_device(int device) {
+  CG_TRY auto s = check_device(device);
+  if (s.code) return s;
+  c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
   return cg::ok();
   CG_CATCH_STATUS
 }

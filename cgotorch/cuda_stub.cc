@@ -13,6 +13,7 @@ int cg_cuda_device_count(void) { return 0; }
 cg_status cg_cuda_device_name(int, char *, int) { return no_cuda(); }
 cg_status cg_cuda_capability(int, int *, int *) { return no_cuda(); }
 cg_status cg_cuda_total_memory(int, int64_t *) { return no_cuda(); }
+cg_status cg_cuda_set_device(int) { return no_cuda(); }
 cg_status cg_cuda_synchronize(int) { return no_cuda(); }
 cg_status cg_cuda_memory_stats(int, int64_t *, int64_t *, int64_t *) { return no_cuda(); }
 cg_status cg_cuda_empty_cache(void) { return no_cuda(); }

@@ -1,7 +1,8 @@
 //go:build !nodist
 
 // dist.cc: torch.distributed's c10d for gotrain: a TCPStore for rendezvous and a Gloo
-// process group, with the few collectives data-parallel training needs.
+// or NCCL process group (NCCL's is made in dist_nccl.cc), with the few collectives
+// data-parallel training needs.
 //
 // PyTorch's wheel ships c10d's headers but not gloo's, which ProcessGroupGloo.hpp
 // includes; the build uses Debian's libgloo-dev headers for those declarations while
@@ -20,6 +21,11 @@
 #include "internal.h"
 
 using cg::T;
+
+// Defined in dist_nccl.cc (CUDA builds) or dist_nccl_cpu.cc (tag cpu): an NCCL backend,
+// or an exception saying why this build has none.
+c10::intrusive_ptr<c10d::Backend> cg_make_nccl_backend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
+                                                      int world, std::chrono::milliseconds timeout);
 
 namespace {
 
@@ -121,8 +127,15 @@ extern "C" {
 
 int cg_dist_available(void) { return 1; }
 
-cg_status cg_dist_init(const char *addr, int port, int rank, int world, int64_t timeout_ms, cg_pg *out) {
+cg_status cg_dist_init(const char *addr, int port, int rank, int world, int64_t timeout_ms, int backend,
+                       cg_pg *out) {
   CG_TRY
+  if (backend != CG_DIST_GLOO && backend != CG_DIST_NCCL)
+    return cg::fail(CG_ERR_INVALID, "unknown process group backend " + std::to_string(backend));
+  if (backend == CG_DIST_NCCL) {
+    const char *why = nullptr;
+    if (!cg_dist_nccl_available(&why)) return cg::fail(CG_ERR_NOT_IMPLEMENTED, why);
+  }
   if (world < 1 || rank < 0 || rank >= world)
     return cg::fail(CG_ERR_INVALID, "rank " + std::to_string(rank) + " is not in [0, " + std::to_string(world) + ")");
   if (port <= 0 || port > 65535) return cg::fail(CG_ERR_INVALID, "port " + std::to_string(port) + " is not in 1..65535");
@@ -159,6 +172,12 @@ cg_status cg_dist_init(const char *addr, int port, int rank, int world, int64_t 
     s << ": " << m;
     return cg::fail(CG_ERR_OTHER, s.str());
   }
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gotrain/pg/", pg->store);
+  if (backend == CG_DIST_NCCL) {
+    pg->backend = cg_make_nccl_backend(prefixed, rank, world, pg->timeout);
+    *out = pg.release();
+    return cg::ok();
+  }
   auto opts = c10d::ProcessGroupGloo::Options::create(pg->timeout);
   // Gloo connects to peers on the address they resolve for MASTER_ADDR's side of the
   // network; the loopback address keeps single-node runs off the hostname lookup.
@@ -167,7 +186,6 @@ cg_status cg_dist_init(const char *addr, int port, int rank, int world, int64_t 
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   else
     opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gotrain/pg/", pg->store);
   pg->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world, opts);
   *out = pg.release();
   return cg::ok();

@@ -21,13 +21,28 @@ const (
 // DistAvailable reports whether this build has c10d (false with build tag nodist).
 func DistAvailable() bool { return C.cg_dist_available() != 0 }
 
+// Process group backends for DistInit.
+const (
+	DistGloo = C.CG_DIST_GLOO
+	DistNCCL = C.CG_DIST_NCCL
+)
+
+// DistNCCLAvailable reports whether this build can make NCCL process groups, and if not,
+// why.
+func DistNCCLAvailable() (bool, string) {
+	var why *C.char
+	ok := C.cg_dist_nccl_available(&why) != 0
+	return ok, C.GoString(why)
+}
+
 // DistInit joins a process group of world ranks through the TCPStore at addr:port,
-// which rank 0 hosts. timeoutMs bounds the rendezvous and every collective.
-func DistInit(addr string, port, rank, world int, timeoutMs int64) (ProcessGroup, error) {
+// which rank 0 hosts, with backend DistGloo or DistNCCL. timeoutMs bounds the
+// rendezvous and every collective.
+func DistInit(addr string, port, rank, world int, timeoutMs int64, backend int) (ProcessGroup, error) {
 	ca := C.CString(addr)
 	defer C.free(unsafe.Pointer(ca))
 	var pg C.cg_pg
-	err := st(C.cg_dist_init(ca, C.int(port), C.int(rank), C.int(world), C.int64_t(timeoutMs), &pg))
+	err := st(C.cg_dist_init(ca, C.int(port), C.int(rank), C.int(world), C.int64_t(timeoutMs), C.int(backend), &pg))
 	return ProcessGroup(pg), err
 }
 

@@ -14,7 +14,11 @@ cg_status no_dist() {
 
 extern "C" {
 int cg_dist_available(void) { return 0; }
-cg_status cg_dist_init(const char *, int, int, int, int64_t, cg_pg *) { return no_dist(); }
+int cg_dist_nccl_available(const char **why) {
+  if (why) *why = "gotrain was built without distributed support (tag nodist)";
+  return 0;
+}
+cg_status cg_dist_init(const char *, int, int, int, int64_t, int, cg_pg *) { return no_dist(); }
 void cg_dist_free(cg_pg) {}
 cg_status cg_dist_broadcast(cg_pg, cg_tensor *, int, int) { return no_dist(); }
 cg_status cg_dist_allreduce(cg_pg, cg_tensor *, int, int) { return no_dist(); }

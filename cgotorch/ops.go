@@ -243,6 +243,9 @@ func CUDAAvailable() bool { return C.cg_cuda_available() != 0 }
 // CUDADeviceCount returns the number of visible CUDA devices.
 func CUDADeviceCount() int { return int(C.cg_cuda_device_count()) }
 
+// CUDASetDevice makes device the current CUDA device of the calling thread.
+func CUDASetDevice(device int) error { return st(C.cg_cuda_set_device(C.int(device))) }
+
 // CUDADeviceName returns the name of a device.
 func CUDADeviceName(device int) (string, error) {
 	buf := make([]byte, 256)

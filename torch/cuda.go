@@ -29,6 +29,17 @@ func CUDATotalMemory(n int) (int64, error) {
 	return b, nil
 }
 
+// CUDASetDevice makes CUDA device n the current device of the calling OS thread
+// (torch.cuda.set_device): where work without an explicit device index goes, and the
+// device NCCL communicators and cuDNN handles are made on. Call it after
+// runtime.LockOSThread; the Trainer does.
+func CUDASetDevice(n int) error {
+	if err := cgotorch.CUDASetDevice(n); err != nil {
+		return wrapErr("cuda_set_device", err)
+	}
+	return nil
+}
+
 // CUDASynchronize waits for all work queued on CUDA device n.
 func CUDASynchronize(n int) error {
 	if err := cgotorch.CUDASynchronize(n); err != nil {

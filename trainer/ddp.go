@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/data"
@@ -62,6 +63,10 @@ func (t *Trainer) setupDistributed() error {
 	if d := t.dist.Device(); d.IsCUDA() && t.Config.Device == d.String() && d.Index >= torch.CUDADeviceCount() {
 		return fmt.Errorf("trainer: rank %d has LOCAL_RANK %d but only %d CUDA devices are visible: start at most %d processes per node",
 			t.dist.Rank(), t.dist.LocalRank(), torch.CUDADeviceCount(), torch.CUDADeviceCount())
+	}
+	if t.dist.Backend() == distributed.NCCL && !strings.HasPrefix(t.Config.Device, "cuda") {
+		return fmt.Errorf("trainer: rank %d: the process group uses NCCL, which reduces GPU tensors, but the device is %q: train on cuda, or join with backend gloo",
+			t.dist.Rank(), t.Config.Device)
 	}
 	if !t.dist.IsMain() {
 		t.Out = io.Discard

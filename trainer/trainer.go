@@ -330,6 +330,14 @@ func (t *Trainer) RunTo(ctx context.Context, target int) (err error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer torch.Recover(&err, "training")
+	if t.Device.IsCUDA() && t.Device.Index >= 0 {
+		// Work without an explicit index (cuDNN handles, NCCL's barrier, temporaries)
+		// goes to the training device, not cuda:0 — with one process per GPU, every
+		// rank would otherwise also hold a context on GPU 0.
+		if err := torch.CUDASetDevice(t.Device.Index); err != nil {
+			return err
+		}
+	}
 	t.stopReason = ""
 	if target <= t.Epoch && t.BatchInEpoch == 0 {
 		t.printf("trainer: already at epoch %d of %d; nothing to train (use RunFor to train more)\n", t.Epoch, target)

@@ -160,7 +160,8 @@ func stripLaunchFlags(args []string) []string {
 
 // joinProcessGroup joins the process group when a launcher started this process; it
 // returns nil for a single process.
-func joinProcessGroup(timeout time.Duration) (*distributed.ProcessGroup, error) {
+// backend "auto" keeps GOTRAIN_DIST_BACKEND's choice, or lets Init choose.
+func joinProcessGroup(backend string, timeout time.Duration) (*distributed.ProcessGroup, error) {
 	if !distributed.Launched() {
 		return nil, nil
 	}
@@ -169,12 +170,15 @@ func joinProcessGroup(timeout time.Duration) (*distributed.ProcessGroup, error) 
 		return nil, err
 	}
 	o.Timeout = timeout
+	if backend != "auto" {
+		o.Backend = backend
+	}
 	pg, err := distributed.Init(o)
 	if err != nil {
 		return nil, err
 	}
 	if pg.IsMain() {
-		fmt.Printf("distributed: %d ranks (gloo), rendezvous %s:%d, timeout %s\n", o.WorldSize, o.MasterAddr, o.MasterPort, timeout)
+		fmt.Printf("distributed: %d ranks (%s), rendezvous %s:%d, timeout %s\n", o.WorldSize, pg.Backend(), o.MasterAddr, o.MasterPort, timeout)
 	}
 	return pg, nil
 }

@@ -48,6 +48,8 @@ func TestBadLaunchEnvironment(t *testing.T) {
 	}{
 		"rank >= world size": {env: []string{"RANK=2", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500"}, want: "RANK must be below WORLD_SIZE"},
 		"no master addr":     {env: []string{"RANK=0", "WORLD_SIZE=2", "MASTER_PORT=29500"}, want: "MASTER_ADDR is not set"},
+		"unknown backend":    {args: []string{"--nproc-per-node", "2", "--dist-backend", "mpi", "--dist-timeout", "10s"}, want: `backend "mpi" is not gloo, nccl`},
+		"nccl on the cpu":    {env: []string{"RANK=0", "WORLD_SIZE=1", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}, args: []string{"--dist-backend", "nccl", "--device", "cpu"}, want: "NCCL"},
 		"port in use":        {args: []string{"--nproc-per-node", "2", "--master-port", port, "--dist-timeout", "3s"}, want: "could not host the rendezvous store on 127.0.0.1:" + port},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -78,6 +78,7 @@ func run(args []string) error {
 	// Multi-process training (launch.go).
 	nproc := fs.Int("nproc-per-node", 1, "start this many local ranks of data-parallel training (torchrun --standalone)")
 	masterPort := fs.Int("master-port", 0, "rendezvous port for --nproc-per-node (0: a free one)")
+	distBackend := fs.String("dist-backend", "auto", "process group backend: auto (nccl on GPUs when built with it, else gloo), gloo, nccl")
 	distTimeout := fs.Duration("dist-timeout", distributed.DefaultTimeout, "distributed rendezvous and collective timeout (a lost rank fails the others after at most this)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -116,7 +117,11 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	pg, err := joinProcessGroup(*distTimeout) // nil unless started by a launcher (launch.go)
+	backend := *distBackend
+	if backend == "auto" && c.Device == "cpu" {
+		backend = distributed.Gloo
+	}
+	pg, err := joinProcessGroup(backend, *distTimeout) // nil unless started by a launcher (launch.go)
 	if err != nil {
 		return err
 	}

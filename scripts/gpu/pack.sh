@@ -6,6 +6,10 @@
 #                                       library without tests, testdata, cmd/ sources, race
 #                                       and boringcrypto objects, docs, api, misc, test)
 #   vendor/                             `go mod vendor` of this module
+#   include/                            headers the GPU machine's torch lacks: gloo's
+#                                       (Debian's libgloo-dev, for torch/distributed) and
+#                                       the CUDA runtime's crt/ and nv/ (the pip packages
+#                                       nvidia-cuda-crt and -cccl in .venv, for NCCL)
 #   manifest                            versions and go.mod/go.sum hashes the vendor matches
 # into GOTRAIN_GPU_BUNDLE (default .cache/gpu-bundle, git-ignored; under 60 MB so it can
 # travel with the working tree). The toolchain tarball is reused while the Go version is
@@ -44,6 +48,22 @@ fi
 
 rm -rf "$OUT/vendor"
 $GO mod vendor -o "$OUT/vendor"
+# Headers for distributed training on the GPU machine (run.sh builds without them,
+# tag nodist or no NCCL, when they are missing here).
+rm -rf "$OUT/include"
+mkdir -p "$OUT/include"
+if [ -d /usr/include/gloo ]; then
+  cp -a /usr/include/gloo "$OUT/include/"
+else
+  echo "pack: no /usr/include/gloo (apt-get install libgloo-dev): the GPU run builds with -tags nodist" >&2
+fi
+cudainc=$(ls -d "$REPO"/.venv/lib/python3*/site-packages/nvidia/cu13/include 2>/dev/null | head -1)
+if [ -n "$cudainc" ] && [ -f "$cudainc/crt/host_config.h" ] && [ -d "$cudainc/nv" ]; then
+  cp -a "$cudainc/crt" "$cudainc/nv" "$OUT/include/"
+else
+  echo "pack: no crt/ and nv/ CUDA headers in .venv (scripts/setup.sh installs them): the GPU run builds without NCCL" >&2
+fi
+
 {
   echo "go $gover"
   echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (dirty)')"
@@ -54,6 +74,7 @@ $GO mod vendor -o "$OUT/vendor"
 
 echo "pack: bundle in $OUT"
 du -b "$tarball" | awk '{printf "  %-46s %6.1f MB\n", "go toolchain ('"$(basename "$tarball")"')", $1/1e6}'
+du -sb "$OUT/include" | awk '{printf "  %-46s %6.1f MB\n", "include/ (gloo, crt, nv headers)", $1/1e6}'
 du -sb "$OUT/vendor" | awk '{printf "  %-46s %6.1f MB (%d modules)\n", "vendor/", $1/1e6, '"$(grep -c '^# ' "$OUT/vendor/modules.txt" 2>/dev/null || echo 0)"'}'
 total=$(du -sb "$OUT" | cut -f1)
 awk -v t="$total" 'BEGIN{printf "  %-46s %6.1f MB\n", "total", t/1e6}'

@@ -44,7 +44,8 @@ if [ "$DRYRUN" = 1 ]; then
   GPUCHECK_ARGS=${GOTRAIN_GPUCHECK_ARGS:---libtorch-only --json}
 else
   PY=${GOTRAIN_PYTHON:-python3}
-  TAGS="cuda nodist"
+  # torch/distributed needs gloo's headers, which pack.sh brings in include/.
+  if [ -d "$BUNDLE/include/gloo" ]; then TAGS=cuda; else TAGS="cuda nodist"; fi
   GPUCHECK_ARGS=${GOTRAIN_GPUCHECK_ARGS:---require-cuda --json}
 fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gotrain-gpu.XXXXXX")
@@ -124,8 +125,14 @@ copy_source() {
 # cgo_env: the flags libtorch.mk derives for LIBTORCH (its print-env target).
 cgo_env() {
   local env
-  if command -v make >/dev/null && env=$(make -s --no-print-directory -C "$WORK/src" -f libtorch.mk LIBTORCH="$LIBTORCH" print-env); then
+  # NCCL's headers: the nvidia-* packages beside torch, plus the crt/ and nv/ headers
+  # pack.sh brings (include/), which the CUDA runtime's headers include.
+  local cudainc
+  cudainc="$(ls -d "$LIBTORCH"/../nvidia/*/include 2>/dev/null | tr '\n' ' ') $BUNDLE/include"
+  if command -v make >/dev/null && env=$(make -s --no-print-directory -C "$WORK/src" -f libtorch.mk LIBTORCH="$LIBTORCH" CUDA_INCDIRS="$cudainc" print-env); then
     eval "$env"
+    [ -d "$BUNDLE/include" ] && CGO_CXXFLAGS="$CGO_CXXFLAGS -isystem $BUNDLE/include" # gloo
+    case "$CGO_CXXFLAGS" in *GOTRAIN_NCCL*) log "NCCL: headers found, building with NCCL" ;; *) log "NCCL: headers missing, building without NCCL" ;; esac
   else
     log "no make or no libtorch.mk print-env: using the plain torch package flags"
     export CGO_CXXFLAGS="-isystem $LIBTORCH/include -isystem $LIBTORCH/include/torch/csrc/api/include"
@@ -197,7 +204,13 @@ main() {
   cgo_env
 
   # shellcheck disable=SC2086
-  step build 300 go build -tags "$TAGS" $PKGS
+  if ! step build 300 go build -tags "$TAGS" $PKGS && [[ $TAGS != *nodist* ]]; then
+    log "the build with distributed support failed; the rest runs with -tags nodist"
+    TAGS="$TAGS nodist"
+    export TAGS
+    # shellcheck disable=SC2086
+    step build-nodist 300 go build -tags "$TAGS" $PKGS
+  fi
 
   if has_go_files cmd/gpucheck; then
     # shellcheck disable=SC2086

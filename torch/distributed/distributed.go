@@ -3,10 +3,14 @@
 // MASTER_ADDR, MASTER_PORT) or from explicit Options, with the collectives data-parallel
 // training needs: broadcast, all-reduce and barrier over tensor lists.
 //
-// The backend is Gloo, which handles CPU tensors and, in CUDA builds, CUDA tensors
-// through host staging. Every collective is bounded by Options.Timeout, so a dead or
-// stuck peer becomes an error (naming the lost rank when the store can tell) rather
-// than a hang.
+// The backend is Gloo or NCCL, as with torch.distributed: Gloo handles CPU tensors
+// and, in CUDA builds, CUDA tensors through host staging; NCCL (CUDA builds with NCCL's
+// headers, see NCCLAvailable) runs the collectives on the GPUs. Backend "" picks NCCL
+// when this rank trains on a GPU and the build has it, else Gloo. Every Gloo collective
+// is bounded by Options.Timeout, so a dead or stuck peer becomes an error (naming the
+// lost rank when the store can tell) rather than a hang; NCCL's own watchdog enforces
+// the same timeout by aborting the communicator (and, by PyTorch's default
+// TORCH_NCCL_ASYNC_ERROR_HANDLING, the process).
 //
 // The same program runs under torchrun --no-python, a Kubernetes PyTorchJob, or
 // cmd/train --nproc-per-node:
@@ -55,6 +59,41 @@ type Options struct {
 	MasterPort int
 	// Timeout bounds the rendezvous and every collective (0: DefaultTimeout).
 	Timeout time.Duration
+	// Backend is "gloo", "nccl", or "" to choose: NCCL when CUDA is available and the
+	// build has NCCL, else Gloo. EnvOptions reads it from GOTRAIN_DIST_BACKEND.
+	Backend string
+}
+
+// The process group backends.
+const (
+	Gloo = "gloo"
+	NCCL = "nccl"
+)
+
+// NCCLAvailable reports whether this build can make NCCL process groups, and if not,
+// why (a build with -tags cpu, or one made without NCCL's and CUDA's headers).
+func NCCLAvailable() (bool, string) { return cgotorch.DistNCCLAvailable() }
+
+// backend resolves Options.Backend.
+func (o Options) backend() (string, error) {
+	switch strings.ToLower(o.Backend) {
+	case "", "auto":
+		if ok, _ := NCCLAvailable(); ok && torch.CUDAIsAvailable() && o.LocalRank < torch.CUDADeviceCount() {
+			return NCCL, nil
+		}
+		return Gloo, nil
+	case Gloo:
+		return Gloo, nil
+	case NCCL:
+		if ok, why := NCCLAvailable(); !ok {
+			return "", errors.New(why)
+		}
+		if n := torch.CUDADeviceCount(); o.LocalRank >= n {
+			return "", fmt.Errorf("the NCCL backend needs a GPU for local rank %d, and %d are visible", o.LocalRank, n)
+		}
+		return NCCL, nil
+	}
+	return "", fmt.Errorf("unknown backend %q (want gloo, nccl, or empty to choose)", o.Backend)
 }
 
 // Launched reports whether the process was started by a launcher (torchrun,
@@ -89,6 +128,7 @@ func EnvOptions() (Options, error) {
 		errs = append(errs, errors.New("MASTER_ADDR is not set"))
 	}
 	o.MasterPort = num("MASTER_PORT", true, 1)
+	o.Backend = os.Getenv("GOTRAIN_DIST_BACKEND")
 	if len(errs) == 0 {
 		errs = append(errs, o.validate())
 	}
@@ -111,14 +151,20 @@ func (o Options) validate() error {
 	case o.MasterPort < 1 || o.MasterPort > 65535:
 		return fmt.Errorf("master port %d is not in 1..65535", o.MasterPort)
 	}
+	switch strings.ToLower(o.Backend) {
+	case "", "auto", Gloo, NCCL:
+	default:
+		return fmt.Errorf("backend %q is not gloo, nccl, or empty to choose", o.Backend)
+	}
 	return nil
 }
 
 // ProcessGroup is a joined c10d process group. Its collectives must be called by every
 // rank in the same order, as torch.distributed's.
 type ProcessGroup struct {
-	h    cgotorch.ProcessGroup
-	opts Options
+	h       cgotorch.ProcessGroup
+	opts    Options
+	backend string
 }
 
 // Init joins the process group: rank 0 hosts the TCPStore on MasterAddr:MasterPort and
@@ -133,12 +179,27 @@ func Init(o Options) (*ProcessGroup, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
-	h, err := cgotorch.DistInit(o.MasterAddr, o.MasterPort, o.Rank, o.WorldSize, o.Timeout.Milliseconds())
+	backend, err := o.backend()
 	if err != nil {
-		return nil, fmt.Errorf("distributed: init rank %d of %d: %w", o.Rank, o.WorldSize, err)
+		return nil, fmt.Errorf("distributed: rank %d: %w", o.Rank, err)
 	}
-	return &ProcessGroup{h: h, opts: o}, nil
+	cb := cgotorch.DistGloo
+	if backend == NCCL {
+		cb = cgotorch.DistNCCL
+		// NCCL makes its communicators on the current device: this rank's GPU.
+		if err := torch.CUDASetDevice(o.LocalRank); err != nil {
+			return nil, fmt.Errorf("distributed: rank %d: %w", o.Rank, err)
+		}
+	}
+	h, err := cgotorch.DistInit(o.MasterAddr, o.MasterPort, o.Rank, o.WorldSize, o.Timeout.Milliseconds(), cb)
+	if err != nil {
+		return nil, fmt.Errorf("distributed: init rank %d of %d (%s): %w", o.Rank, o.WorldSize, backend, err)
+	}
+	return &ProcessGroup{h: h, opts: o, backend: backend}, nil
 }
+
+// Backend is the group's backend, "gloo" or "nccl".
+func (pg *ProcessGroup) Backend() string { return pg.backend }
 
 // Close leaves the process group (rank 0's store stops serving). Closing nil is a no-op.
 func (pg *ProcessGroup) Close() {
@@ -241,6 +302,9 @@ func (pg *ProcessGroup) AllReduceFloat64s(vs []float64, op ReduceOp) ([]float64,
 	var err error
 	torch.WithScope(func() {
 		t := torch.FromSlice(vs)
+		if pg != nil && pg.backend == NCCL { // NCCL reduces GPU tensors only
+			t = t.To(pg.Device(), false)
+		}
 		if err = pg.AllReduce([]*torch.Tensor{t}, op); err == nil {
 			out = t.Float64s()
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gotrain/gotrain/cgotorch"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/distributed"
 	"github.com/gotrain/gotrain/torch/distributed/disttest"
@@ -125,7 +126,7 @@ func TestLostRankIsAnErrorNamingIt(t *testing.T) {
 
 func TestEnvOptions(t *testing.T) {
 	set := func(kv map[string]string) {
-		for _, k := range []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} {
+		for _, k := range []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GOTRAIN_DIST_BACKEND"} {
 			t.Setenv(k, kv[k])
 		}
 	}
@@ -143,6 +144,7 @@ func TestEnvOptions(t *testing.T) {
 		"bad port":           {"MASTER_PORT", "70000", "not in 1..65535"},
 		"rank >= world size": {"RANK", "2", "rank 2 is not in [0, 2)"},
 		"bad world size":     {"WORLD_SIZE", "two", `WORLD_SIZE="two" is not an integer`},
+		"bad backend":        {"GOTRAIN_DIST_BACKEND", "mpi", `backend "mpi" is not gloo, nccl`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			kv := map[string]string{}
@@ -176,4 +178,47 @@ func TestUnreachableStore(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "could not reach the rendezvous store"), err.Error())
 	assert.Less(t, time.Since(began), 20*time.Second)
+}
+
+// TestBackendChoice: on a machine without a GPU the automatic choice is Gloo, asking for
+// NCCL is an error that says why, and an unknown backend is refused before any
+// rendezvous.
+func TestBackendChoice(t *testing.T) {
+	one := func(backend string) distributed.Options {
+		return distributed.Options{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: disttest.FreePort(t), Timeout: 10 * time.Second, Backend: backend}
+	}
+	if !cgotorch.DistAvailable() {
+		t.Skip("built with -tags nodist")
+	}
+	ok, why := distributed.NCCLAvailable()
+	if !cgotorch.CUDABuild {
+		assert.False(t, ok)
+		assert.Contains(t, why, "-tags cpu")
+	} else if os.Getenv("CI") == "true" {
+		// scripts/setup.sh installs the headers NCCL needs, so CI's CUDA build has it.
+		assert.True(t, ok, "CUDA build without NCCL: %s", why)
+	}
+	if torch.CUDAIsAvailable() {
+		t.Skip("a GPU is visible: the NCCL side is tested by the cuda-tagged tests")
+	}
+
+	pg, err := distributed.Init(one(""))
+	require.NoError(t, err)
+	assert.Equal(t, distributed.Gloo, pg.Backend())
+	sum, err := pg.AllReduceFloat64s([]float64{2, 3}, distributed.Sum)
+	require.NoError(t, err)
+	assert.Equal(t, []float64{2, 3}, sum)
+	pg.Close()
+
+	_, err = distributed.Init(one("nccl"))
+	require.Error(t, err)
+	if ok {
+		assert.Contains(t, err.Error(), "the NCCL backend needs a GPU for local rank 0, and 0 are visible")
+	} else {
+		assert.Contains(t, err.Error(), why)
+	}
+
+	_, err = distributed.Init(one("mpi"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `backend "mpi" is not gloo, nccl, or empty`)
 }
