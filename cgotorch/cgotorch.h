@@ -205,11 +205,11 @@ extern "C" {
 
 // Optimizer kinds and their per-group hyperparameters, CG_OPT_NHYPER doubles each (bools
 // as 0/1): SGD lr, momentum, dampening, weight_decay, nesterov, maximize; ADAM lr, beta1,
-// beta2, eps, weight_decay, amsgrad, maximize, decoupled_weight_decay; RMSPROP lr, alpha,
+// beta2, eps, weight_decay, amsgrad, maximize, decoupled_weight_decay, fused; RMSPROP lr, alpha,
 // eps, weight_decay, momentum, centered, maximize; ADAGRAD lr, lr_decay, eps,
 // weight_decay, maximize, initial_accumulator_value.
 enum { CG_OPT_SGD = 0, CG_OPT_ADAM = 1, CG_OPT_RMSPROP = 2, CG_OPT_ADAGRAD = 3 };
-enum { CG_OPT_NHYPER = 8, CG_OPT_NSTATE = 4 };
+enum { CG_OPT_NHYPER = 10, CG_OPT_NSTATE = 4 };
 // cg_optim_step runs one step over every group (group_sizes[g] consecutive params).
 // state[i*CG_OPT_NSTATE+k] is state tensor k of param i (SGD momentum_buffer; ADAM step,
 // exp_avg, exp_avg_sq, max_exp_avg_sq; RMSPROP step, square_avg, momentum_buffer,

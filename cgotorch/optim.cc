@@ -122,12 +122,29 @@ std::vector<double> step_values(const List &steps) {
 
 void adam(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
   double lr = h[0], beta1 = h[1], beta2 = h[2], eps = h[3], wd = h[4];
-  bool amsgrad = h[5] != 0, maximize = h[6] != 0, decoupled = h[7] != 0;
+  bool amsgrad = h[5] != 0, maximize = h[6] != 0, decoupled = h[7] != 0, fused = h[8] != 0;
   List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
   List exp_avgs = ensure(params, pid, s, 1, zeros_like);
   List exp_avg_sqs = ensure(params, pid, s, 2, zeros_like);
   List max_sqs;
   if (amsgrad) max_sqs = ensure(params, pid, s, 3, zeros_like);
+
+  if (fused) {
+    // torch.optim.Adam(fused=True): _fused_adam(w)_ updates each parameter and its state
+    // in one pass (ATen's CPU and CUDA kernels). Steps stay 0-dim float32 CPU tensors, as
+    // in the other path's state dict; the kernel reads them from the parameters' device.
+    at::_foreach_add_(steps, 1);
+    List dsteps = steps;
+    for (size_t i = 0; i < steps.size(); i++)
+      if (steps[i].device() != params[i].device()) dsteps[i] = steps[i].to(params[i].device(), /*non_blocking=*/true);
+    if (decoupled)
+      at::_fused_adamw_(params, grads_in, exp_avgs, exp_avg_sqs, max_sqs, dsteps, lr, beta1, beta2, wd, eps, amsgrad,
+                        maximize);
+    else
+      at::_fused_adam_(params, grads_in, exp_avgs, exp_avg_sqs, max_sqs, dsteps, lr, beta1, beta2, wd, eps, amsgrad,
+                       maximize);
+    return;
+  }
 
   List grads = maximize ? at::_foreach_neg(grads_in) : grads_in;
   std::vector<double> stepv = step_values(steps);

@@ -33,6 +33,10 @@ type Config struct {
 	LR          float64 `json:"lr" yaml:"lr"`
 	WeightDecay float64 `json:"weight_decay" yaml:"weight_decay"`
 	Momentum    float64 `json:"momentum" yaml:"momentum"`
+	// Fused selects the fused Adam/AdamW kernels (PyTorch's fused=True; the default):
+	// one pass per parameter instead of seven multi-tensor operations. False gives
+	// PyTorch's default implementation, equal to it to the last bit.
+	Fused bool `json:"fused" yaml:"fused"`
 	Scheduler   string  `json:"scheduler" yaml:"scheduler"`
 	// SchedulerInterval is "epoch" (step the scheduler after each epoch, the seed's
 	// behaviour) or "step" (after each optimizer step that was not skipped).
@@ -68,6 +72,7 @@ func DefaultConfig() Config {
 		Workers:           2,
 		Optimizer:         "adam",
 		LR:                1e-3,
+		Fused:             true,
 		Scheduler:         "cosine",
 		SchedulerInterval: "epoch",
 		Accumulation:      1,

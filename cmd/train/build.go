@@ -72,9 +72,9 @@ func optimizer(c trainer.Config, params []*torch.Tensor) (optim.Optimizer, error
 	case "sgd":
 		return optim.NewSGD(params, optim.SGDOptions{LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay})
 	case "adam":
-		return optim.NewAdam(params, optim.AdamOptions{LR: c.LR, WeightDecay: c.WeightDecay})
+		return optim.NewAdam(params, optim.AdamOptions{LR: c.LR, WeightDecay: c.WeightDecay, Fused: c.Fused})
 	case "adamw":
-		return optim.NewAdamW(params, optim.AdamOptions{LR: c.LR, WeightDecay: c.WeightDecay})
+		return optim.NewAdamW(params, optim.AdamOptions{LR: c.LR, WeightDecay: c.WeightDecay, Fused: c.Fused})
 	case "rmsprop":
 		return optim.NewRMSprop(params, optim.RMSpropOptions{LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay})
 	case "adagrad":

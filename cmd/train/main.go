@@ -60,6 +60,7 @@ func run(args []string) error {
 	fs.StringVar(&c.Optimizer, "optimizer", c.Optimizer, "optimizer: sgd, adam, adamw, rmsprop, adagrad")
 	fs.Float64Var(&c.LR, "lr", c.LR, "learning rate")
 	fs.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "weight decay")
+	fs.BoolVar(&c.Fused, "fused", c.Fused, "fused Adam/AdamW kernels (PyTorch's fused=True); --fused=false for PyTorch's default arithmetic")
 	fs.Float64Var(&c.Momentum, "momentum", c.Momentum, "SGD momentum")
 	fs.StringVar(&c.Scheduler, "scheduler", c.Scheduler, "LR scheduler: none, step, cosine, exponential, onecycle, plateau")
 	fs.StringVar(&c.AMP, "amp", c.AMP, "mixed precision: none, bf16, fp16 (fp16 needs CUDA)")
@@ -153,7 +154,7 @@ func overlay(base, flagged trainer.Config, set map[string]bool) trainer.Config {
 		"device": func() { base.Device = flagged.Device }, "threads": func() { base.Threads = flagged.Threads },
 		"experiment": func() { base.Experiment = flagged.Experiment }, "runs-dir": func() { base.RunsDir = flagged.RunsDir },
 		"log-every": func() { base.LogEvery = flagged.LogEvery }, "synthetic": func() { base.Synthetic = flagged.Synthetic },
-		"limit": func() { base.Limit = flagged.Limit },
+		"limit": func() { base.Limit = flagged.Limit }, "fused": func() { base.Fused = flagged.Fused },
 	}
 	for name := range set {
 		if f, ok := fields[name]; ok {

@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/trainer"
 )
 
 func TestMain(m *testing.M) {
@@ -148,4 +150,28 @@ func TestBadFlags(t *testing.T) {
 	out, err = child("--resume", filepath.Join(t.TempDir(), "missing.pt")).CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "missing.pt")
+}
+
+// TestFusedAdamIsTheDefault: cmd/train's Adam and AdamW use the fused kernel unless
+// --fused=false, and the choice is in the optimizer's param groups as PyTorch's
+// "fused" option (True, or None for the default implementation).
+func TestFusedAdamIsTheDefault(t *testing.T) {
+	for _, c := range []struct {
+		opt   string
+		fused bool
+		want  any
+	}{{"adam", true, true}, {"adamw", true, true}, {"adam", false, nil}} {
+		cfg := trainer.DefaultConfig()
+		cfg.Optimizer, cfg.Fused = c.opt, c.fused
+		torch.WithScope(func() {
+			o, err := optimizer(cfg, []*torch.Tensor{torch.Zeros([]int64{2}, torch.Float32, torch.CPU).SetRequiresGrad(true)})
+			require.NoError(t, err)
+			g, err := checkpoint.GetList(o.StateDict(), "param_groups")
+			require.NoError(t, err)
+			f, err := checkpoint.Get(g[0], "fused")
+			require.NoError(t, err)
+			assert.Equal(t, c.want, f, "%s fused=%v", c.opt, c.fused)
+		})
+	}
+	assert.True(t, trainer.DefaultConfig().Fused)
 }

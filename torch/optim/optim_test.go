@@ -111,6 +111,17 @@ var optCases = []optCase{
 			o.LR, o.Maximize = 0.01, true
 			return optim.NewAdamWGroups(g, o)
 		}},
+	{Name: "adam-fused-amsgrad", Class: "Adam", Kwargs: map[string]any{"lr": 0.01, "weight_decay": 0.05, "amsgrad": true, "fused": true},
+		Groups: []map[string]any{{}, {"lr": 0.1, "betas": []float64{0.5, 0.9}}},
+		make: func(g []optim.Group) (optim.Optimizer, error) {
+			return optim.NewAdamGroups(g, optim.AdamOptions{LR: 0.01, WeightDecay: 0.05, AMSGrad: true, Fused: true})
+		}},
+	{Name: "adamw-fused", Class: "AdamW", Kwargs: map[string]any{"lr": 0.01, "maximize": true, "fused": true},
+		make: func(g []optim.Group) (optim.Optimizer, error) {
+			o := optim.DefaultAdamW
+			o.LR, o.Maximize, o.Fused = 0.01, true, true
+			return optim.NewAdamWGroups(g, o)
+		}},
 	{Name: "rmsprop", Class: "RMSprop", Kwargs: map[string]any{"lr": 0.01, "weight_decay": 0.1},
 		make: func(g []optim.Group) (optim.Optimizer, error) {
 			return optim.NewRMSpropGroups(g, optim.RMSpropOptions{LR: 0.01, WeightDecay: 0.1})
@@ -282,6 +293,10 @@ func TestOptimizersMatchPyTorch(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			r := out[c.Name]
 			requireClose(t, r.Ref, final[c.Name], 1e-6, "Go vs Python, 20 steps")
+			if c.Kwargs["fused"] == true {
+				// The same fused ATen kernel on both sides: equal to the last bit.
+				requireClose(t, r.Ref, final[c.Name], 0, "Go vs Python fused, 20 steps")
+			}
 			requireClose(t, r.Ref, r.FromGo, 1e-6, "Go's state dict continued in Python")
 
 			// Python's state dict, written at step 10, continues in Go.

@@ -33,11 +33,13 @@ import (
 	"github.com/gotrain/gotrain/bench/internal/loopio"
 )
 
-// The implementations, in table order. "go-raw" is the loop written directly against
-// package torch over pre-sliced batches (the binding without Trainer and Loader);
+// The implementations, in table order. "go" is the Trainer with its default fused Adam;
+// "go-raw" is the loop written directly against package torch over pre-sliced batches
+// (the binding without Trainer and Loader); "go-unfused" is the Trainer with PyTorch's
+// default (multi-tensor, unfused) Adam arithmetic, the same algorithm as the C++ loop;
 // "python-batches" is the seed's loop with the DataLoader replaced by a list of batch
 // tensors (Python's floor).
-var impls = []string{"go", "go-raw", "python", "python-batches", "cpp"}
+var impls = []string{"go", "go-raw", "go-unfused", "python", "python-batches", "cpp"}
 
 type config struct {
 	bin, python string
@@ -115,7 +117,7 @@ func main() {
 	if *quick {
 		cfg.reps = min(cfg.reps, 2)
 		cfg.steps = map[string]int{"mlp": 50, "mlp256": 25, "cnn": 2, "cnn-bf16": 2}
-		cfg.impls = []string{"go", "python", "cpp"} // the three; the two floors only in full runs
+		cfg.impls = []string{"go", "python", "cpp"} // the three; floors and variants only in full runs
 		cfg.rounds = 1
 	}
 	host, _ := os.Hostname()
@@ -252,6 +254,8 @@ func runImpl(cfg config, c *Case, w loopio.Workload, dir string, threads int, im
 		args = append([]string{filepath.Join(cfg.bin, "goloop")}, common...)
 	case "go-raw":
 		args = append([]string{filepath.Join(cfg.bin, "goloop"), "-raw"}, common...)
+	case "go-unfused":
+		args = append([]string{filepath.Join(cfg.bin, "goloop"), "-fused=false"}, common...)
 	case "python":
 		args = append([]string{cfg.python, "bench/python/seed_loop.py"}, common...)
 	case "python-batches":

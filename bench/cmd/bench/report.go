@@ -12,25 +12,25 @@ func markdown(r *Results) string {
 	p("Command: `%s` — %s on %s (%s, %d cores), torch %s; load average %s at the start, %s at the end.\n\n",
 		r.Command, r.Date, r.Host, r.CPU, r.Cores, r.Torch, r.LoadStart, r.LoadEnd)
 	p("Step time: median over %d timed epochs per implementation (min–max), in µs, pooled over %d run(s) of each implementation in rotated order, each after one warm-up epoch. ", len(firstTimed(r)), r.Rounds)
-	p("Ratios are speed ratios (>1: gotrain is faster). Python = the seed's loop fed by a DataLoader; ")
-	p("Python (batches) = the same loop over pre-sliced batch tensors; gotrain (raw loop) = the loop written against package torch over pre-sliced batches, without Trainer and Loader. ")
+	p("Ratios are speed ratios (>1: gotrain is faster). gotrain = the Trainer with its default fused Adam (PyTorch's fused=True kernel); Python = the seed's loop fed by a DataLoader; ")
+	p("Python (batches) = the same loop over pre-sliced batch tensors; gotrain (raw loop) = the loop written against package torch over pre-sliced batches, without Trainer and Loader; gotrain (unfused) = the Trainer with PyTorch's default Adam arithmetic, the algorithm the Python and C++ loops run. ")
 	p("Loader alone = one epoch of gotrain's Loader with nothing else, per step. Load = the highest 1-minute load average around the runs (the machine has %d cores; above that, timings are inflated by other jobs).\n\n", r.Cores)
-	p("| workload | threads | gotrain | gotrain (raw loop) | Python | Python (batches) | C++ | vs Python | vs Python (batches) | vs C++ | gotrain − C++ | raw − C++ | loader alone | gotrain samples/s | losses agree | load |\n")
-	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|--:|\n")
+	p("| workload | threads | gotrain | gotrain (raw loop) | gotrain (unfused) | Python | Python (batches) | C++ | vs Python | vs Python (batches) | vs C++ | unfused vs C++ | gotrain − C++ | raw − C++ | loader alone | gotrain samples/s | losses agree | load |\n")
+	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|--:|\n")
 	for _, c := range r.Cases {
 		g, py, cc := c.Impl["go"], c.Impl["python"], c.Impl["cpp"]
-		gr, pb := orEmpty(c.Impl["go-raw"]), orEmpty(c.Impl["python-batches"])
+		gr, gu, pb := orEmpty(c.Impl["go-raw"]), orEmpty(c.Impl["go-unfused"]), orEmpty(c.Impl["python-batches"])
 		ok := "✓"
 		if !c.LossCheckOK {
 			ok = "✗"
 		}
-		p("| %s | %d | %s | %s | %s | %s | %s | %.2f× | %.2f× | %.2f× | %+.0f µs | %+.0f µs | %.0f µs | %.0f | %s (%.0e) | %.1f |\n",
-			c.Desc, c.Threads, stepCell(g), stepCell(gr), stepCell(py), stepCell(pb), stepCell(cc),
-			py.StepUS/g.StepUS, pb.StepUS/g.StepUS, cc.StepUS/g.StepUS, g.OverCppUS, gr.OverCppUS, c.GoLoaderUS, g.SamplesPerS,
+		p("| %s | %d | %s | %s | %s | %s | %s | %s | %.2f× | %.2f× | %.2f× | %.2f× | %+.0f µs | %+.0f µs | %.0f µs | %.0f | %s (%.0e) | %.1f |\n",
+			c.Desc, c.Threads, stepCell(g), stepCell(gr), stepCell(gu), stepCell(py), stepCell(pb), stepCell(cc),
+			py.StepUS/g.StepUS, pb.StepUS/g.StepUS, cc.StepUS/g.StepUS, cc.StepUS/gu.StepUS, g.OverCppUS, gr.OverCppUS, c.GoLoaderUS, g.SamplesPerS,
 			ok, maxLossDiff(c), maxLoad(c))
 	}
 	p("\nMemory: peak RSS (MiB) and RSS growth from epoch 2 to the last epoch.\n\n")
-	p("| workload | threads | gotrain | gotrain (raw loop) | Python | Python (batches) | C++ |\n|---|--:|--:|--:|--:|--:|--:|\n")
+	p("| workload | threads | gotrain | gotrain (raw loop) | gotrain (unfused) | Python | Python (batches) | C++ |\n|---|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, c := range r.Cases {
 		p("| %s | %d |", c.Desc, c.Threads)
 		for _, impl := range impls {

@@ -48,6 +48,7 @@ func main() {
 	seed := flag.Int64("seed", 1, "seed")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the timed epochs")
 	device := flag.String("device", "cpu", "device for the Trainer run: cpu, cuda, cuda:N (scripts/gpu/run.sh)")
+	fused := flag.Bool("fused", true, "fused Adam (optim.AdamOptions.Fused, cmd/train's default); false: PyTorch's default multi-tensor arithmetic")
 	raw := flag.Bool("raw", false, "the loop written directly against package torch over pre-sliced batches, without Trainer and Loader")
 	flag.Parse()
 	log.SetFlags(0)
@@ -66,7 +67,7 @@ func main() {
 		}
 		return
 	}
-	res, err := run(*dir, w, *threads, *warmup, *reps, *check, *seed, *cpuprofile, *raw, *device)
+	res, err := run(*dir, w, *threads, *warmup, *reps, *check, *seed, *cpuprofile, *raw, *fused, *device)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func writeTensors(base string, names []string, ts []*torch.Tensor) error {
 	return bin.Close()
 }
 
-func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed int64, cpuprofile string, raw bool, device string) (*loopio.Result, error) {
+func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed int64, cpuprofile string, raw, fused bool, device string) (*loopio.Result, error) {
 	dev, err := torch.ParseDevice(device)
 	if err != nil {
 		return nil, err
@@ -166,7 +167,7 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 	if err := loadInit(m, init); err != nil {
 		return nil, err
 	}
-	opt, err := optim.NewAdam(nn.Parameters(m), optim.AdamOptions{LR: 1e-3})
+	opt, err := optim.NewAdam(nn.Parameters(m), optim.AdamOptions{LR: 1e-3, Fused: fused})
 	if err != nil {
 		return nil, err
 	}
