@@ -22,8 +22,7 @@
 
 using cg::T;
 
-// Defined in dist_nccl.cc (CUDA builds) or dist_nccl_cpu.cc (tag cpu): an NCCL backend,
-// or an exception saying why this build has none.
+// Defined in dist_nccl.cc: an NCCL backend, or an exception saying why this build has none.
 c10::intrusive_ptr<c10d::Backend> cg_make_nccl_backend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
                                                       int world, std::chrono::milliseconds timeout);
 

@@ -7,6 +7,7 @@ package cgotorch
 // available" failure of libtorch bindings).
 
 /*
+#cgo CXXFLAGS: -DGOTRAIN_CUDA_BUILD=1
 #cgo LDFLAGS: -Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed
 */
 import "C"

@@ -131,6 +131,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--loader", default="dataloader", choices=["dataloader", "batches"])
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (scripts/gpu/run.sh)")
+    p.add_argument("--fused", action="store_true", help="Adam(fused=True): the kernel gotrain's default Adam runs")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
 
@@ -149,7 +150,7 @@ def main():
         sd = model.state_dict()
         for name, t in read_tensors(os.path.join(a.dir, "init")):
             sd[name].copy_(t)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True if a.fused else None)
     trainer = GPUTrainer(model, loader, nn.CrossEntropyLoss(), optimizer, torch.device(a.device),
                          use_amp=a.workload == "cnn-bf16")
     torch.manual_seed(a.seed)

@@ -37,9 +37,21 @@ import (
 // "go-raw" is the loop written directly against package torch over pre-sliced batches
 // (the binding without Trainer and Loader); "go-unfused" is the Trainer with PyTorch's
 // default (multi-tensor, unfused) Adam arithmetic, the same algorithm as the C++ loop;
+// "python-fused" is the seed's loop with Adam(fused=True), gotrain's default's twin;
 // "python-batches" is the seed's loop with the DataLoader replaced by a list of batch
 // tensors (Python's floor).
-var impls = []string{"go", "go-raw", "go-unfused", "python", "python-batches", "cpp"}
+var impls = []string{"go", "go-raw", "go-unfused", "python", "python-batches", "python-fused", "cpp"}
+
+// lossRef is the implementation whose losses impl's must match (within 1e-4): the one
+// running the same Adam kernel. The fused kernel rounds differently from the multi-tensor
+// ops, and under bf16 autocast that grows past 1e-4 within the checked steps.
+func lossRef(impl string) string {
+	switch impl {
+	case "go", "go-raw", "python-fused":
+		return "python-fused"
+	}
+	return "cpp"
+}
 
 type config struct {
 	bin, python string
@@ -61,7 +73,7 @@ type Measurement struct {
 	SamplesPerS  float64    `json:"samples_per_s"`
 	OverCppUS    float64    `json:"overhead_over_cpp_us"`
 	RSSGrowthPct float64    `json:"rss_growth_pct_epoch2_to_last"`
-	LossDiff     float64    `json:"max_loss_diff_vs_cpp"`
+	LossDiff     float64    `json:"max_loss_diff_vs_same_kernel"`
 	Load         [2]float64 `json:"loadavg_before_after"`
 	// Timed holds the timed epochs of every round.
 	Timed []float64 `json:"timed_epoch_s"`
@@ -117,7 +129,7 @@ func main() {
 	if *quick {
 		cfg.reps = min(cfg.reps, 2)
 		cfg.steps = map[string]int{"mlp": 50, "mlp256": 25, "cnn": 2, "cnn-bf16": 2}
-		cfg.impls = []string{"go", "python", "cpp"} // the three; floors and variants only in full runs
+		cfg.impls = []string{"go", "python", "python-fused", "cpp"} // the three and go's twin; floors and variants only in full runs
 		cfg.rounds = 1
 	}
 	host, _ := os.Hostname()
@@ -229,10 +241,11 @@ func runCase(cfg config, w loopio.Workload, dir string, threads int) (*Case, err
 		m.SamplesPerS = steps * float64(m.Batch) / median(m.Timed)
 	}
 	cpp := c.Impl["cpp"]
-	for _, m := range c.Impl {
+	for name, m := range c.Impl {
 		m.OverCppUS = m.StepUS - cpp.StepUS
-		m.LossDiff = maxDiff(m.Losses, cpp.Losses)
-		if m.LossDiff > 1e-4 || len(m.Losses) != len(cpp.Losses) || len(m.Losses) == 0 {
+		ref := c.Impl[lossRef(name)]
+		m.LossDiff = maxDiff(m.Losses, ref.Losses)
+		if m.LossDiff > 1e-4 || len(m.Losses) != len(ref.Losses) || len(m.Losses) == 0 {
 			c.LossCheckOK = false
 		}
 	}
@@ -260,6 +273,8 @@ func runImpl(cfg config, c *Case, w loopio.Workload, dir string, threads int, im
 		args = append([]string{cfg.python, "bench/python/seed_loop.py"}, common...)
 	case "python-batches":
 		args = append([]string{cfg.python, "bench/python/seed_loop.py", "--loader", "batches"}, common...)
+	case "python-fused":
+		args = append([]string{cfg.python, "bench/python/seed_loop.py", "--fused"}, common...)
 	case "cpp":
 		args = append([]string{filepath.Join(cfg.bin, "loop")}, common...)
 	}
