@@ -131,7 +131,10 @@ cgo_env() {
   cudainc="$(ls -d "$LIBTORCH"/../nvidia/*/include 2>/dev/null | tr '\n' ' ') $BUNDLE/include"
   if command -v make >/dev/null && env=$(make -s --no-print-directory -C "$WORK/src" -f libtorch.mk LIBTORCH="$LIBTORCH" CUDA_INCDIRS="$cudainc" print-env); then
     eval "$env"
-    [ -d "$BUNDLE/include" ] && CGO_CXXFLAGS="$CGO_CXXFLAGS -isystem $BUNDLE/include" # gloo
+    case " $CGO_CXXFLAGS " in # gloo's headers, unless NCCL's search already added the dir
+      *" -isystem $BUNDLE/include "*) ;;
+      *) [ -d "$BUNDLE/include" ] && CGO_CXXFLAGS="$CGO_CXXFLAGS -isystem $BUNDLE/include" ;;
+    esac
     case "$CGO_CXXFLAGS" in *GOTRAIN_NCCL*) log "NCCL: headers found, building with NCCL" ;; *) log "NCCL: headers missing, building without NCCL" ;; esac
   else
     log "no make or no libtorch.mk print-env: using the plain torch package flags"
