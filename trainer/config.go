@@ -36,8 +36,8 @@ type Config struct {
 	// Fused selects the fused Adam/AdamW kernels (PyTorch's fused=True; the default):
 	// one pass per parameter instead of seven multi-tensor operations. False gives
 	// PyTorch's default implementation, equal to it to the last bit.
-	Fused bool `json:"fused" yaml:"fused"`
-	Scheduler   string  `json:"scheduler" yaml:"scheduler"`
+	Fused     bool   `json:"fused" yaml:"fused"`
+	Scheduler string `json:"scheduler" yaml:"scheduler"`
 	// SchedulerInterval is "epoch" (step the scheduler after each epoch, the seed's
 	// behaviour) or "step" (after each optimizer step that was not skipped).
 	SchedulerInterval string `json:"scheduler_interval" yaml:"scheduler_interval"`

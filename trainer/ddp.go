@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -167,4 +168,57 @@ func (t *Trainer) agreeToStop() error {
 		t.Stop("stopped on another rank")
 	}
 	return nil
+}
+
+// ErrInterruptedElsewhere is the cause of an interruption that another rank asked for.
+var ErrInterruptedElsewhere = errors.New("interrupted on another rank")
+
+// interruption reports why training must stop before the next optimizer step: ctx's
+// error for a single process. With DDP a signal reaches the ranks at slightly different
+// moments, so the ranks all-reduce their flags before every step and all stop at the
+// same one; rank 0 then saves a checkpoint every rank can resume from.
+func (t *Trainer) interruption(ctx context.Context) (error, error) {
+	if t.dist == nil {
+		return ctx.Err(), nil
+	}
+	flag := 0.0
+	if ctx.Err() != nil {
+		flag = 1
+	}
+	out, err := t.dist.AllReduceFloat64s([]float64{flag}, distributed.Max)
+	if err != nil {
+		return nil, fmt.Errorf("epoch %d batch %d: agreeing on an interruption: %w", t.Epoch+1, t.BatchInEpoch, err)
+	}
+	switch {
+	case out[0] == 0:
+		return nil, nil
+	case ctx.Err() != nil:
+		return ctx.Err(), nil
+	}
+	return ErrInterruptedElsewhere, nil
+}
+
+// gatherEpochProgress runs on every rank when they stop mid-epoch together: the epoch's
+// running sums become the sums over all ranks, so that rank 0's last.pt holds the whole
+// job's progress and not rank 0's share alone.
+func (t *Trainer) gatherEpochProgress() error {
+	if t.dist == nil {
+		return nil
+	}
+	st, err := t.globalEpochStats()
+	if err != nil {
+		return err
+	}
+	t.epochStats = st
+	return nil
+}
+
+// scatterEpochProgress undoes gatherEpochProgress after a resume: every rank loaded the
+// job's sums, and the epoch's end adds the ranks' sums up again, so only rank 0 keeps
+// the summed counts. The per-step averages (grad norm, steps, skipped) and the times are
+// the same on every rank and stay.
+func (t *Trainer) scatterEpochProgress() {
+	if t.dist != nil && !t.dist.IsMain() {
+		t.epochStats.LossSum, t.epochStats.Batches, t.epochStats.Samples = 0, 0, 0
+	}
 }

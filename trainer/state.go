@@ -215,6 +215,7 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 		t.epochStats = epochStats{LossSum: fl("loss_sum"), Batches: int(in("batches")), Samples: in("samples"),
 			GradNormSum: fl("grad_norm_sum"), Steps: int(in("steps")), Skipped: int(in("skipped")),
 			Elapsed: fl("elapsed"), Wait: fl("wait")}
+		t.scatterEpochProgress() // DDP hook (ddp.go)
 	}
 	if sd, err := checkpoint.GetDict(v, "scaler_state_dict"); err == nil {
 		if err := t.Scaler.LoadStateDict(sd); err != nil {

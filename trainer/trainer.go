@@ -425,10 +425,14 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 	k := t.Config.Accumulation
 	windowStart := start - start%k
 	for {
-		if err := ctx.Err(); err != nil {
+		cause, err := t.interruption(ctx) // DDP hook (ddp.go): every rank stops at the same step
+		if err != nil {
+			return err
+		}
+		if cause != nil {
 			t.epochStats.Elapsed += time.Since(began).Seconds()
 			t.epochStats.Wait += it.WaitTime().Seconds()
-			return t.interrupted(err)
+			return t.interrupted(cause)
 		}
 		// A window of k micro-batches is one optimizer step; the last window of an
 		// epoch may be shorter (it still steps, as Lightning and Accelerate do).
@@ -574,6 +578,12 @@ func (t *Trainer) optimizerStep() error {
 
 func (t *Trainer) interrupted(cause error) error {
 	where := fmt.Sprintf("epoch %d, batch %d of %d (global step %d)", t.Epoch+1, t.BatchInEpoch, t.Train.Len(), t.GlobalStep)
+	if err := t.gatherEpochProgress(); err != nil { // DDP hook (ddp.go)
+		return fmt.Errorf("interrupted at %s: %w; %v", where, cause, err)
+	}
+	if !t.IsMain() {
+		return &InterruptedError{Cause: cause, Checkpoint: "rank 0's run directory", Where: where}
+	}
 	if t.RunDir == "" {
 		return fmt.Errorf("interrupted at %s: %w (no run directory, nothing saved)", where, cause)
 	}
@@ -660,6 +670,11 @@ func (t *Trainer) improves(v float64) bool {
 func (t *Trainer) validate(ctx context.Context, rec *Record) (err error) {
 	nn.SetTraining(t.Model, false)
 	defer nn.SetTraining(t.Model, true)
+	if t.dist != nil {
+		// Ranks reduce their validation sums together, so none may stop half-way: a
+		// cancel is acted on at the next training step, where the ranks agree on it.
+		ctx = context.WithoutCancel(ctx)
+	}
 	it := t.Val.Iter(ctx, 0, 0)
 	defer it.Close()
 	var lossSum, correct float64

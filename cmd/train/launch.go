@@ -59,10 +59,11 @@ func launch(n, port int, args []string) error {
 		}
 		cmds[r] = cmd
 	}
-	// The ranks are in this process group, so a terminal's SIGINT reaches them; a
-	// SIGTERM sent to the launcher alone is passed on.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM)
+	// The ranks are in this process group, so a terminal's SIGINT reaches them too; a
+	// SIGINT or SIGTERM sent to the launcher alone is passed on. Either way the launcher
+	// waits for the ranks, which agree on the step to stop at and let rank 0 save.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	go func() {
 		for s := range sigs {
@@ -99,7 +100,11 @@ func launch(n, port int, args []string) error {
 			}
 			if first == nil {
 				first = fmt.Errorf("rank %d: %w", e.rank, e.err)
-				grace = time.After(launchGrace)
+				// An interrupted rank (exit 130) stopped where the others stop, and rank 0
+				// may still be writing last.pt: no deadline for them.
+				if !errors.As(e.err, &ee) || ee.ExitCode() != 130 {
+					grace = time.After(launchGrace)
+				}
 			}
 		case <-grace:
 			s := []os.Signal{syscall.SIGTERM, os.Kill}[min(signalled, 1)]

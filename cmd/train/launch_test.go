@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/checkpoint"
 )
 
 var small = []string{"--synthetic", "512", "--epochs", "1", "--workers", "1", "--log-every", "100", "--threads", "1"}
@@ -65,4 +70,50 @@ func TestBadLaunchEnvironment(t *testing.T) {
 			assert.Empty(t, entries)
 		})
 	}
+}
+
+// TestLaunchSIGINTThenResumeIsExact: a SIGINT to the launcher in the middle of epoch 2
+// stops both ranks at the same step (they agree on it before every step), rank 0 writes
+// last.pt, and --resume with the same world size ends bitwise equal to an uninterrupted
+// two-rank run.
+func TestLaunchSIGINTThenResumeIsExact(t *testing.T) {
+	runs := t.TempDir()
+	args := []string{"--nproc-per-node", "2", "--runs-dir", runs, "--synthetic", "4096", "--model", "mlp", "--epochs", "3",
+		"--batch-size", "32", "--workers", "1", "--deterministic", "--seed", "5", "--log-every", "1", "--threads", "1"}
+	out, err := child(append(args, "--experiment", "ref")...).CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	cmd := child(append(args, "--experiment", "cut")...)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	var log strings.Builder
+	sc := bufio.NewScanner(stdout)
+	sent := false
+	for sc.Scan() {
+		line := sc.Text()
+		log.WriteString(line + "\n")
+		if !sent && strings.Contains(line, "epoch 2 batch 10/") {
+			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+			sent = true
+		}
+	}
+	err = cmd.Wait()
+	require.True(t, sent, "never reached epoch 2:\n%s", log.String())
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "the interrupted run must fail:\n%s", log.String())
+	assert.Equal(t, 130, ee.ExitCode(), log.String())
+	assert.Contains(t, log.String(), "--resume")
+	assert.NotContains(t, log.String(), "lost rank", "the ranks must stop together")
+	last := filepath.Join(runs, "cut", "checkpoints", "last.pt")
+	v, err := checkpoint.Read(last)
+	require.NoError(t, err)
+	b, err := checkpoint.GetInt(v, "batch_in_epoch")
+	require.NoError(t, err)
+	require.Positive(t, b, "stopped mid-epoch")
+
+	out, err = child("--nproc-per-node", "2", "--resume", last).CombinedOutput()
+	require.NoError(t, err, string(out))
+	sameState(t, filepath.Join(runs, "ref", "checkpoints", "last.pt"), last)
 }
