@@ -193,8 +193,8 @@ func TestDict(t *testing.T) {
 }
 
 func TestUnsupportedStorage(t *testing.T) {
-	_, err := newUnpickler([]byte("\x80\x02ctorch\nComplexFloatStorage\n."), nil).load()
-	require.ErrorContains(t, err, "unsupported tensor storage torch.ComplexFloatStorage")
+	_, err := newUnpickler([]byte("\x80\x02ctorch\nQInt8Storage\n."), nil).load()
+	require.ErrorContains(t, err, "unsupported tensor storage torch.QInt8Storage")
 }
 
 // readRaw reads a hand-made archive: data.pkl, the given data records, version.
@@ -251,4 +251,47 @@ func TestAbsurdSizes(t *testing.T) {
 	// A string that claims 4 GiB.
 	_, err = readRaw(t, "\x80\x02X\xff\xff\xff\xffabc.", nil)
 	require.ErrorContains(t, err, "truncated")
+}
+
+// TestNewDTypesRoundTrip: tensors of the dtypes torch pickles with _rebuild_tensor_v3
+// (and complex ones, with their storage classes) and torch dtype objects as values come
+// back from Write as they went in; safetensors refuses complex tensors by name.
+func TestNewDTypesRoundTrip(t *testing.T) {
+	d := NewDict()
+	d.Set("u16", NewTensor(Uint16, []int64{2}, []byte{1, 0, 0xff, 0xff}))
+	d.Set("u64", NewTensor(Uint64, []int64{1}, []byte{0, 0, 0, 0, 0, 0, 0, 0x80}))
+	d.Set("f8", NewTensor(Float8E4M3FN, []int64{3}, []byte{0x38, 0xc0, 0x7f}))
+	d.Set("e5m2", NewTensor(Float8E5M2, []int64{2}, []byte{0x7c, 0x3c}))
+	d.Set("c64", NewTensor(Complex64, []int64{1}, f32s(1.5, -2)))
+	d.Set("dtype", Float16)
+	path := filepath.Join(t.TempDir(), "new.pt")
+	require.NoError(t, Write(path, d))
+	v, err := Read(path)
+	require.NoError(t, err)
+	for _, k := range []string{"u16", "u64", "f8", "e5m2", "c64"} {
+		want, _ := d.Get(k)
+		got, err := GetTensor(v, k)
+		require.NoError(t, err, k)
+		require.Equal(t, want.(*Tensor).DType, got.DType, k)
+		require.Equal(t, want.(*Tensor).Storage.Data, got.Storage.Data, k)
+	}
+	dt, err := Get(v, "dtype")
+	require.NoError(t, err)
+	require.Equal(t, Float16, dt)
+	f8, _ := GetTensor(v, "f8")
+	require.Equal(t, 1.0, f8.Float64s()[0])
+	require.Equal(t, -2.0, f8.Float64s()[1])
+	require.True(t, math.IsNaN(f8.Float64s()[2]))
+	e5, _ := GetTensor(v, "e5m2")
+	require.True(t, math.IsInf(e5.Float64s()[0], 1))
+	require.Equal(t, 1.0, e5.Float64s()[1])
+	c, _ := GetTensor(v, "c64")
+	require.Equal(t, []complex128{complex(1.5, -2)}, c.Complex128s())
+	u, _ := GetTensor(v, "u64")
+	require.Equal(t, float64(1<<63), u.Float64s()[0])
+
+	st := NewDict()
+	st.Set("c", NewTensor(Complex64, []int64{1}, f32s(1, 2)))
+	err = WriteSafetensors(filepath.Join(t.TempDir(), "c.safetensors"), st, nil)
+	require.ErrorContains(t, err, "the format has no complex64 dtype")
 }

@@ -13,6 +13,13 @@
 //	float                       float64
 //	bool, None, str, bytes      bool, nil, string, []byte
 //	torch.Tensor                *Tensor (sharing a *Storage with its views)
+//	torch.float16 (a dtype)     DType
+//
+// Tensors may have any dtype torch.save writes to a CPU file: float64/32/16, bfloat16,
+// int64/32/16/8, uint64/32/16/8, bool, complex128/64 and float8_e4m3fn/e5m2 (the ones
+// added in torch 2.1-2.3 as torch writes them, with _rebuild_tensor_v3 over an
+// UntypedStorage). Float64s decodes every one of them (complex: the real part;
+// Complex128s has both).
 //
 // Writing also accepts Go conveniences: ints and floats of any size, Dict by value,
 // slices of any element type (as lists) and maps with string keys (as dicts, in sorted

@@ -61,6 +61,8 @@ func describe(v any) string {
 		return "bytes"
 	case *Tensor:
 		return "tensor"
+	case DType:
+		return "dtype"
 	}
 	return fmt.Sprintf("%T", v)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/gotrain/gotrain/internal/testpy"
@@ -103,6 +104,7 @@ func TestInteropPython(t *testing.T) {
 			dir := t.TempDir()
 			runInterop(t, py, "gen", dir)
 			values := requireReadsExactly(t, dir)
+			requireNewDTypeValues(t, values["new_dtypes"])
 
 			var args []string
 			for name, v := range values {
@@ -124,5 +126,56 @@ func TestInteropPython(t *testing.T) {
 			out := runInterop(t, py, append([]string{"check"}, args...)...)
 			t.Log(out)
 		})
+	}
+}
+
+// requireNewDTypeValues compares the elements Go decodes from the new_dtypes fixture
+// (uint16/32/64 as decimal strings, float8 as Python floats, complex as [re, im]) with
+// the numbers Python wrote beside them.
+func requireNewDTypeValues(t *testing.T, v any) {
+	t.Helper()
+	want, err := GetDict(v, "values")
+	require.NoError(t, err)
+	for k, w := range want.All() {
+		name := k.(string)
+		tn, err := GetTensor(v, name)
+		require.NoError(t, err, name)
+		ws := w.([]any)
+		switch {
+		case tn.DType == Complex64 || tn.DType == Complex128:
+			got := tn.Complex128s()
+			require.Len(t, got, len(ws), name)
+			for i, e := range ws {
+				p := e.([]any)
+				require.Equal(t, complex(p[0].(float64), p[1].(float64)), got[i], "%s[%d]", name, i)
+			}
+		case tn.DType == Float8E4M3FN || tn.DType == Float8E5M2:
+			got := tn.Float64s()
+			require.Len(t, got, len(ws), name)
+			for i, e := range ws {
+				f := e.(float64)
+				if math.IsNaN(f) {
+					require.True(t, math.IsNaN(got[i]), "%s[%d] = %v, want NaN", name, i, got[i])
+					continue
+				}
+				require.Equal(t, math.Float64bits(f), math.Float64bits(got[i]), "%s[%d] = %v, want %v", name, i, got[i], f)
+			}
+		default: // unsigned integers, exactly
+			b := tn.Bytes()
+			es := tn.DType.ElemSize()
+			require.Len(t, b, es*len(ws), name)
+			for i, e := range ws {
+				var u uint64
+				switch es {
+				case 2:
+					u = uint64(binary.LittleEndian.Uint16(b[i*es:]))
+				case 4:
+					u = uint64(binary.LittleEndian.Uint32(b[i*es:]))
+				case 8:
+					u = binary.LittleEndian.Uint64(b[i*es:])
+				}
+				require.Equal(t, e.(string), strconv.FormatUint(u, 10), "%s[%d]", name, i)
+			}
+		}
 	}
 }

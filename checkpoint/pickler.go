@@ -353,20 +353,39 @@ func (p *pickler) tensor(t *Tensor) error {
 		p.storages[t.Storage] = key
 		p.order = append(p.order, t.Storage)
 	}
-	p.global("torch._utils", "_rebuild_tensor_v2")
+	// torch's own choice: a legacy typed storage and _rebuild_tensor_v2 where the dtype
+	// has a storage class, else an UntypedStorage of bytes and _rebuild_tensor_v3.
+	v3 := !t.DType.hasStorageClass()
+	if v3 {
+		p.global("torch._utils", "_rebuild_tensor_v3")
+	} else {
+		p.global("torch._utils", "_rebuild_tensor_v2")
+	}
 	p.buf = append(p.buf, opMark, opMark)
 	_ = p.str("storage")
-	p.global("torch", dtypes[t.DType].storage)
+	if v3 {
+		p.global("torch.storage", "UntypedStorage")
+	} else {
+		p.global("torch", dtypes[t.DType].storage)
+	}
 	_ = p.str(key)
 	_ = p.str("cpu")
-	p.int64(t.Storage.Numel())
+	if v3 {
+		p.int64(int64(len(t.Storage.Data)))
+	} else {
+		p.int64(t.Storage.Numel())
+	}
 	p.buf = append(p.buf, opTuple, opBinPersID)
 	p.int64(t.Offset)
 	p.intTuple(t.Shape)
 	p.intTuple(strides)
 	p.bool(t.RequiresGrad)
 	p.global("collections", "OrderedDict")
-	p.buf = append(p.buf, opEmptyTuple, opReduce, opTuple, opReduce)
+	p.buf = append(p.buf, opEmptyTuple, opReduce)
+	if v3 {
+		p.global("torch", t.DType.String())
+	}
+	p.buf = append(p.buf, opTuple, opReduce)
 	p.tensors[t] = p.put()
 	return nil
 }
@@ -432,6 +451,11 @@ func (p *pickler) dump(v any, depth int) error {
 			return fmt.Errorf("nil *Tensor")
 		}
 		return p.tensor(x)
+	case DType:
+		if !x.valid() {
+			return fmt.Errorf("invalid %v", x)
+		}
+		p.global("torch", x.String()) // a torch dtype object, as torch pickles torch.float32
 	default:
 		return p.reflectValue(v, depth)
 	}

@@ -109,11 +109,18 @@ func readZip(r io.ReaderAt, size int64) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		untyped := dt == 0 // torch.storage.UntypedStorage: numel counts bytes
+		if untyped {
+			dt = Uint8
+		}
 		if s, ok := storages[key]; ok {
-			if s.DType != dt || s.Numel() != numel {
+			if s.untyped != untyped || (untyped && int64(len(s.Data)) != numel) || (!untyped && (s.DType != dt || s.Numel() != numel)) {
 				return nil, fmt.Errorf("storage %q used as both %v[%d] and %v[%d]", key, s.DType, s.Numel(), dt, numel)
 			}
 			return s, nil
+		}
+		if untyped && bigEndian {
+			return nil, fmt.Errorf("storage data/%s: big-endian untyped storages are not supported", key)
 		}
 		f, ok := files["data/"+key]
 		if !ok {
@@ -129,9 +136,9 @@ func readZip(r io.ReaderAt, size int64) (any, error) {
 			return nil, fmt.Errorf("data/%s: %w", key, err)
 		}
 		if bigEndian {
-			swapBytes(data, dt.ElemSize())
+			swapBytes(data, dt.wordSize())
 		}
-		s := &Storage{DType: dt, Data: data, Key: key}
+		s := &Storage{DType: dt, Data: data, Key: key, untyped: untyped}
 		storages[key] = s
 		return s, nil
 	}
@@ -285,6 +292,9 @@ func parseLegacy(r io.ReaderAt, size int64, buf []byte) (any, error) {
 		dt, key, numel, err := parsePID(pid, 6)
 		if err != nil {
 			return nil, err
+		}
+		if dt == 0 {
+			return nil, errors.New("untyped storages are not supported in legacy checkpoints")
 		}
 		if s, ok := storages[key]; ok {
 			if s.DType != dt || s.Numel() != numel {

@@ -139,8 +139,8 @@ func readSafetensors(r io.ReaderAt, size int64) (*Dict, map[string]string, error
 }
 
 func stDType(name string) (DType, error) {
-	for d := Float32; d <= Bool; d++ {
-		if dtypes[d].st == name {
+	for d := Float32; d <= lastDType; d++ {
+		if dtypes[d].st != "" && dtypes[d].st == name {
 			return d, nil
 		}
 	}
@@ -194,6 +194,9 @@ func WriteSafetensorsTo(w io.Writer, tensors *Dict, metadata map[string]string) 
 		}
 		if err := tt.check(); err != nil {
 			return fmt.Errorf("checkpoint: safetensors: %q: %w", name, err)
+		}
+		if dtypes[tt.DType].st == "" {
+			return fmt.Errorf("checkpoint: safetensors: %q: the format has no %v dtype", name, tt.DType)
 		}
 		n := tt.Numel() * int64(tt.DType.ElemSize())
 		e, err := json.Marshal(stEntry{DType: dtypes[tt.DType].st, Shape: nonNilShape(tt.Shape), DataOffsets: [2]int64{off, off + n}})

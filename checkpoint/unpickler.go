@@ -31,8 +31,9 @@ var errTruncated = errors.New("pickle data truncated")
 // global is an allowlisted global, as it sits on the pickle stack.
 type global struct{ module, name string }
 
-// storageType is a legacy storage class (torch.FloatStorage ...), only usable inside a
-// persistent id, as in torch's weights_only unpickler.
+// storageType is a legacy storage class (torch.FloatStorage ...), or with dtype 0
+// torch.storage.UntypedStorage, only usable inside a persistent id, as in torch's
+// weights_only unpickler.
 type storageType struct{ dtype DType }
 
 // pyList is a list under construction; APPENDS mutate it after other references
@@ -41,8 +42,10 @@ type pyList struct{ items []any }
 
 var storageTypes = func() map[string]DType {
 	m := map[string]DType{}
-	for d := Float32; d <= Bool; d++ {
-		m[dtypes[d].storage] = d
+	for d := Float32; d <= lastDType; d++ {
+		if d.hasStorageClass() {
+			m[dtypes[d].storage] = d
+		}
 	}
 	return m
 }()
@@ -56,22 +59,27 @@ func allowed(module, name string) (any, error) {
 	case "collections.OrderedDict",
 		"torch._utils._rebuild_tensor",
 		"torch._utils._rebuild_tensor_v2",
+		"torch._utils._rebuild_tensor_v3",
 		"torch._utils._rebuild_parameter",
 		"torch._utils._rebuild_parameter_with_state",
 		"torch.Size",
 		"_codecs.encode":
 		return global{module, name}, nil
 	}
+	if module == "torch.storage" && name == "UntypedStorage" {
+		return storageType{}, nil
+	}
 	if module == "torch" {
 		if d, ok := storageTypes[name]; ok {
 			return storageType{d}, nil
 		}
 		if strings.HasSuffix(name, "Storage") {
-			return nil, fmt.Errorf("unsupported tensor storage torch.%s (supported dtypes: float64/32/16, bfloat16, int64/32/16/8, uint8, bool)", name)
+			return nil, fmt.Errorf("unsupported tensor storage torch.%s", name)
 		}
-	}
-	if module == "torch._utils" && name == "_rebuild_tensor_v3" {
-		return nil, errors.New("unsupported torch._utils._rebuild_tensor_v3: the tensor has a dtype added in torch 2.3 (uint16/32/64, float8, ...)")
+		// A dtype object (torch.float32): _rebuild_tensor_v3's argument, or a value.
+		if d, err := ParseDType(name); err == nil && dtypes[d].name == name {
+			return d, nil
+		}
 	}
 	return nil, &ForbiddenGlobalError{module, name}
 }
@@ -647,6 +655,8 @@ func typeName(v any) string {
 		return "global " + v.(global).module + "." + v.(global).name
 	case storageType:
 		return "storage class"
+	case DType:
+		return "dtype"
 	case nil:
 		return "None"
 	}
@@ -735,6 +745,29 @@ func call(fn any, args Tuple) (any, error) {
 			return nil, fmt.Errorf("%s: %w", g.name, err)
 		}
 		return t, nil
+	case "_rebuild_tensor_v3":
+		// (storage, offset, size, stride, requires_grad, backward_hooks, dtype[, metadata])
+		// over an UntypedStorage of bytes, as torch 2.3+ pickles the dtypes without a
+		// legacy storage class.
+		if len(args) != 7 && len(args) != 8 {
+			return nil, fmt.Errorf("%s takes 7 or 8 arguments, got %d", g.name, len(args))
+		}
+		st, ok := args[0].(*Storage)
+		if !ok {
+			return nil, fmt.Errorf("%s: first argument is a %s, not a storage", g.name, typeName(args[0]))
+		}
+		dt, ok := args[6].(DType)
+		if !ok {
+			return nil, fmt.Errorf("%s: dtype is a %s", g.name, typeName(args[6]))
+		}
+		if st.DType != dt {
+			if !st.untyped || st.DType != Uint8 || len(st.Data)%dt.ElemSize() != 0 {
+				return nil, fmt.Errorf("%s: a %s storage of %d bytes cannot hold %s elements", g.name, st.DType, len(st.Data), dt)
+			}
+			st.DType = dt // the bytes' first reader types them
+		}
+		v2 := Tuple{st, args[1], args[2], args[3], args[4], args[5]}
+		return call(global{g.module, "_rebuild_tensor_v2"}, v2)
 	case "_rebuild_parameter", "_rebuild_parameter_with_state":
 		if len(args) < 3 {
 			return nil, fmt.Errorf("%s: too few arguments", g.name)
@@ -909,6 +942,8 @@ func (f *finisher) value(v any, depth int) (any, int64, error) {
 		return x, size, nil
 	case global, storageType, *Storage:
 		return nil, 0, fmt.Errorf("a bare %s cannot be a value", typeName(v))
+	case DType:
+		return v, 1, nil
 	}
 	return v, 1, nil
 }

@@ -25,6 +25,17 @@ const (
 	Int8
 	Uint8
 	Bool
+	// Added in torch 2.1-2.3. torch.save writes the ones without a legacy storage class
+	// (all but the complex types) with _rebuild_tensor_v3 over an UntypedStorage.
+	Uint16
+	Uint32
+	Uint64
+	Complex64
+	Complex128
+	Float8E4M3FN
+	Float8E5M2
+
+	lastDType = Float8E5M2
 )
 
 type dtypeInfo struct {
@@ -45,9 +56,32 @@ var dtypes = [...]dtypeInfo{
 	Int8:     {"int8", "CharStorage", "I8", 1},
 	Uint8:    {"uint8", "ByteStorage", "U8", 1},
 	Bool:     {"bool", "BoolStorage", "BOOL", 1},
+	// No legacy storage class: written with _rebuild_tensor_v3 (see hasStorageClass).
+	Uint16:       {"uint16", "", "U16", 2},
+	Uint32:       {"uint32", "", "U32", 4},
+	Uint64:       {"uint64", "", "U64", 8},
+	Complex64:    {"complex64", "ComplexFloatStorage", "", 8},
+	Complex128:   {"complex128", "ComplexDoubleStorage", "", 16},
+	Float8E4M3FN: {"float8_e4m3fn", "", "F8_E4M3", 1},
+	Float8E5M2:   {"float8_e5m2", "", "F8_E5M2", 1},
 }
 
-func (d DType) valid() bool { return d >= Float32 && d <= Bool }
+func (d DType) valid() bool { return d >= Float32 && d <= lastDType }
+
+// hasStorageClass reports whether torch pickles the dtype's storage as a legacy typed
+// storage (torch.FloatStorage ...) rebuilt by _rebuild_tensor_v2.
+func (d DType) hasStorageClass() bool { return dtypes[d].storage != "" }
+
+// isComplex reports whether an element is a (real, imaginary) pair.
+func (d DType) isComplex() bool { return d == Complex64 || d == Complex128 }
+
+// wordSize is the size of the scalars byte order applies to (a complex number's parts).
+func (d DType) wordSize() int {
+	if d.isComplex() {
+		return d.ElemSize() / 2
+	}
+	return d.ElemSize()
+}
 
 // String returns torch's name for the dtype, without the "torch." prefix.
 func (d DType) String() string {
@@ -82,8 +116,12 @@ func ParseDType(name string) (DType, error) {
 		return Int32, nil
 	case "short":
 		return Int16, nil
+	case "cfloat":
+		return Complex64, nil
+	case "cdouble":
+		return Complex128, nil
 	}
-	for d := Float32; d <= Bool; d++ {
+	for d := Float32; d <= lastDType; d++ {
 		if dtypes[d].name == name {
 			return d, nil
 		}
@@ -101,6 +139,10 @@ type Storage struct {
 	// Key is the record name the storage was read from ("0", "1", ...). Writers assign
 	// their own keys and ignore it.
 	Key string
+
+	// untyped marks a storage read as torch.storage.UntypedStorage (bytes) whose dtype
+	// the first _rebuild_tensor_v3 over it sets.
+	untyped bool
 }
 
 // Numel returns the number of elements in the storage.
@@ -268,7 +310,8 @@ func (t *Tensor) Bytes() []byte {
 }
 
 // Float64s returns the tensor's elements in row-major order converted to float64
-// (bool as 0 or 1). Conversion is exact for every dtype except int64 beyond 2^53.
+// (bool as 0 or 1, complex as the real part; see Complex128s). Conversion is exact for
+// every dtype except int64 and uint64 beyond 2^53.
 func (t *Tensor) Float64s() []float64 {
 	b := t.Bytes()
 	es := t.DType.ElemSize()
@@ -319,8 +362,72 @@ func decodeElem(d DType, b []byte) float64 {
 		if b[0] != 0 {
 			return 1
 		}
+	case Uint16:
+		return float64(binary.LittleEndian.Uint16(b))
+	case Uint32:
+		return float64(binary.LittleEndian.Uint32(b))
+	case Uint64:
+		return float64(binary.LittleEndian.Uint64(b))
+	case Complex64: // the real part
+		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))
+	case Complex128:
+		return math.Float64frombits(binary.LittleEndian.Uint64(b))
+	case Float8E4M3FN:
+		return float8ToFloat64(b[0], 3, 7, true)
+	case Float8E5M2:
+		return float8ToFloat64(b[0], 2, 15, false)
 	}
 	return 0
+}
+
+// float8ToFloat64 decodes an 8-bit float with mbits mantissa bits and exponent bias
+// bias. fn is the "finite" variant (e4m3fn): no infinities, and NaN only at S.1111.111;
+// otherwise (e5m2) the IEEE rules apply: an all-ones exponent is Inf or NaN.
+func float8ToFloat64(v byte, mbits, bias int, fn bool) float64 {
+	ebits := 7 - mbits
+	sign := 1.0
+	if v&0x80 != 0 {
+		sign = -1
+	}
+	exp := int(v>>mbits) & (1<<ebits - 1)
+	mant := int(v) & (1<<mbits - 1)
+	emax := 1<<ebits - 1
+	switch {
+	case fn && exp == emax && mant == 1<<mbits-1:
+		return math.NaN()
+	case !fn && exp == emax && mant == 0:
+		return sign * math.Inf(1)
+	case !fn && exp == emax:
+		return math.NaN()
+	case exp == 0: // subnormal
+		return sign * math.Ldexp(float64(mant), 1-bias-mbits)
+	}
+	return sign * math.Ldexp(float64(1<<mbits+mant), exp-bias-mbits)
+}
+
+// Complex128s returns a complex tensor's elements in row-major order (real tensors'
+// as complex numbers with a zero imaginary part).
+func (t *Tensor) Complex128s() []complex128 {
+	if !t.DType.isComplex() {
+		re := t.Float64s()
+		out := make([]complex128, len(re))
+		for i, x := range re {
+			out[i] = complex(x, 0)
+		}
+		return out
+	}
+	b := t.Bytes()
+	es := t.DType.ElemSize()
+	out := make([]complex128, len(b)/es)
+	for i := range out {
+		e := b[i*es:]
+		if t.DType == Complex64 {
+			out[i] = complex(float64(math.Float32frombits(binary.LittleEndian.Uint32(e))), float64(math.Float32frombits(binary.LittleEndian.Uint32(e[4:]))))
+		} else {
+			out[i] = complex(math.Float64frombits(binary.LittleEndian.Uint64(e)), math.Float64frombits(binary.LittleEndian.Uint64(e[8:])))
+		}
+	}
+	return out
 }
 
 func halfToFloat32(h uint16) float32 {

@@ -122,6 +122,34 @@ def dtypes():
     return out
 
 
+def new_dtypes():
+    # The dtypes torch.save writes with _rebuild_tensor_v3 over an UntypedStorage (uint16/
+    # 32/64, float8) or with complex storage classes, a view sharing one of those storages,
+    # and each tensor's values as Python numbers for the Go side to compare with.
+    out = collections.OrderedDict()
+    u16 = torch.tensor([0, 1, 65535, 40000], dtype=torch.uint16)
+    out["uint16"] = u16
+    out["uint16_view"] = u16[1:3]
+    out["uint32"] = torch.tensor([[0, 1], [2**32 - 1, 123456789]], dtype=torch.uint32)
+    out["uint64"] = torch.tensor([0, 1, 2**63, 2**64 - 1], dtype=torch.uint64)
+    f8 = [0.0, -0.0, 0.015625, -3.5, 448.0, 1e-3, 0.1, float("nan")]
+    out["float8_e4m3fn"] = torch.tensor(f8, dtype=torch.float32).to(torch.float8_e4m3fn)
+    out["float8_e5m2"] = torch.tensor(f8 + [float("inf"), -float("inf"), 57344.0, 1.5e-5],
+                                      dtype=torch.float32).to(torch.float8_e5m2)
+    out["complex64"] = torch.tensor([1 + 2j, -0.5 - 0.25j], dtype=torch.complex64)
+    out["complex128"] = torch.tensor([[3 - 4j]], dtype=torch.complex128)
+    values = {}
+    for k, v in list(out.items()):
+        if v.is_complex():
+            values[k] = [[z.real, z.imag] for z in v.flatten().tolist()]
+        elif v.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            values[k] = v.float().flatten().tolist()
+        else:
+            values[k] = [str(x) for x in v.flatten().tolist()]
+    out["values"] = values
+    return out
+
+
 def fixtures():
     torch.manual_seed(0)
     return {
@@ -130,6 +158,7 @@ def fixtures():
         "training_checkpoint": training_checkpoint(),
         "views": views(),
         "dtypes": dtypes(),
+        "new_dtypes": new_dtypes(),
     }
 
 

@@ -320,6 +320,8 @@ func repr(v any) string {
 		return tensorRepr(x)
 	case *checkpoint.Dict:
 		return fmt.Sprintf("dict (%d items)", x.Len())
+	case checkpoint.DType:
+		return "torch." + x.String()
 	}
 	return fmt.Sprint(v)
 }
@@ -331,6 +333,8 @@ func toJSON(v any) any {
 	switch x := v.(type) {
 	case nil:
 		return map[string]any{"type": "None"}
+	case checkpoint.DType:
+		return map[string]any{"type": "dtype", "value": x.String()}
 	case bool:
 		return map[string]any{"type": "bool", "value": x}
 	case int64:
