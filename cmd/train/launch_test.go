@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -83,29 +80,9 @@ func TestLaunchSIGINTThenResumeIsExact(t *testing.T) {
 	out, err := child(append(args, "--experiment", "ref")...).CombinedOutput()
 	require.NoError(t, err, string(out))
 
-	cmd := child(append(args, "--experiment", "cut")...)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = cmd.Stdout
-	require.NoError(t, cmd.Start())
-	var log strings.Builder
-	sc := bufio.NewScanner(stdout)
-	sent := false
-	for sc.Scan() {
-		line := sc.Text()
-		log.WriteString(line + "\n")
-		if !sent && strings.Contains(line, "epoch 2 batch 10/") {
-			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-			sent = true
-		}
-	}
-	err = cmd.Wait()
-	require.True(t, sent, "never reached epoch 2:\n%s", log.String())
-	var ee *exec.ExitError
-	require.ErrorAs(t, err, &ee, "the interrupted run must fail:\n%s", log.String())
-	assert.Equal(t, 130, ee.ExitCode(), log.String())
-	assert.Contains(t, log.String(), "--resume")
-	assert.NotContains(t, log.String(), "lost rank", "the ranks must stop together")
+	log := interruptAt(t, child(append(args, "--experiment", "cut")...), "epoch 2 batch 10/")
+	assert.Contains(t, log, "--resume")
+	assert.NotContains(t, log, "lost rank", "the ranks must stop together")
 	last := filepath.Join(runs, "cut", "checkpoints", "last.pt")
 	v, err := checkpoint.Read(last)
 	require.NoError(t, err)

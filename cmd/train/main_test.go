@@ -101,28 +101,8 @@ func TestSIGINTThenResumeIsExact(t *testing.T) {
 	out, err := ref.CombinedOutput()
 	require.NoError(t, err, string(out))
 
-	cmd := child(append(common, "--runs-dir", dir, "--experiment", "cut")...)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = cmd.Stdout
-	require.NoError(t, cmd.Start())
-	var log strings.Builder
-	sc := bufio.NewScanner(stdout)
-	sent := false
-	for sc.Scan() {
-		line := sc.Text()
-		log.WriteString(line + "\n")
-		if !sent && strings.Contains(line, "epoch 2 batch 10/") {
-			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-			sent = true
-		}
-	}
-	err = cmd.Wait()
-	require.True(t, sent, "never reached epoch 2:\n%s", log.String())
-	var ee *exec.ExitError
-	require.ErrorAs(t, err, &ee, "the interrupted run must fail:\n%s", log.String())
-	assert.Equal(t, 130, ee.ExitCode())
-	assert.Contains(t, log.String(), "--resume")
+	log := interruptAt(t, child(append(common, "--runs-dir", dir, "--experiment", "cut")...), "epoch 2 batch 10/")
+	assert.Contains(t, log, "--resume")
 	last := filepath.Join(dir, "cut", "checkpoints", "last.pt")
 	v, err := checkpoint.Read(last)
 	require.NoError(t, err)
@@ -174,4 +154,32 @@ func TestFusedAdamIsTheDefault(t *testing.T) {
 		})
 	}
 	assert.True(t, trainer.DefaultConfig().Fused)
+}
+
+// interruptAt runs cmd, sends it SIGINT when it prints a line containing marker, and
+// requires it to end as an interrupted run does (exit status 130). It returns what cmd
+// printed.
+func interruptAt(t *testing.T, cmd *exec.Cmd, marker string) string {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	var log strings.Builder
+	sc := bufio.NewScanner(stdout)
+	sent := false
+	for sc.Scan() {
+		line := sc.Text()
+		log.WriteString(line + "\n")
+		if !sent && strings.Contains(line, marker) {
+			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+			sent = true
+		}
+	}
+	err = cmd.Wait()
+	require.True(t, sent, "never printed %q:\n%s", marker, log.String())
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "the interrupted run must fail:\n%s", log.String())
+	assert.Equal(t, 130, ee.ExitCode(), log.String())
+	return log.String()
 }
