@@ -88,6 +88,9 @@ func TorchVersionNum() int { return int(C.cg_torch_version_num()) }
 // SetNumThreads sets libtorch's intra-op thread count.
 func SetNumThreads(n int) error { return st(C.cg_set_num_threads(C.int(n))) }
 
+// ThreadID returns the calling OS thread's id.
+func ThreadID() int64 { return int64(C.cg_thread_id()) }
+
 // NumThreads returns libtorch's intra-op thread count.
 func NumThreads() int { return int(C.cg_get_num_threads()) }
 

@@ -44,6 +44,8 @@ const char *cg_torch_version(void);  // static string, e.g. "2.14.1"
 int cg_torch_version_num(void);      // major*10000 + minor*100 + patch
 cg_status cg_set_num_threads(int n);
 int cg_get_num_threads(void);
+// cg_thread_id is the calling OS thread's id (gettid), cached per thread.
+int64_t cg_thread_id(void);
 cg_status cg_manual_seed(uint64_t seed);
 cg_status cg_set_deterministic(int on);
 // RNG state of the default generator of a device (device_type 0 CPU, 1 CUDA), as the

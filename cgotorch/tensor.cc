@@ -9,6 +9,8 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/version.h>
 #include <malloc.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -46,6 +48,10 @@ cg_status cg_set_num_threads(int n) {
   CG_CATCH_STATUS
 }
 int cg_get_num_threads(void) { return at::get_num_threads(); }
+int64_t cg_thread_id(void) {
+  static thread_local int64_t tid = static_cast<int64_t>(syscall(SYS_gettid));
+  return tid;
+}
 
 cg_status cg_manual_seed(uint64_t seed) {
   CG_TRY

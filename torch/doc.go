@@ -11,10 +11,11 @@
 // runtime cleanup as a safety net, but should be freed with Free. LiveTensors counts the
 // handles alive, so tests can assert that a loop leaks nothing.
 //
-// Scopes are process-wide, not per goroutine: open them on the goroutine that runs the
-// model (the Trainer does so once per step) and do not create tensors on other
-// goroutines while one is open. The data loader's workers therefore work on Go memory
-// and hand tensors over on the consumer's goroutine.
+// Scopes are per goroutine: while a scope is open its goroutine is locked to its OS
+// thread, and only tensors that goroutine creates go into it, so several goroutines can
+// each train or evaluate with their own scopes at once (a tensor made on a goroutine
+// with no scope open gets the safety-net cleanup). Close a scope on the goroutine that
+// opened it; WithScope does.
 //
 // # Errors
 //

@@ -24,23 +24,36 @@ var live atomic.Int64
 // LiveTensors returns the number of tensor handles created and not yet freed.
 func LiveTensors() int64 { return live.Load() }
 
-// Scope owns the tensors created while it is the innermost open scope.
+// Scope owns the tensors created while it is the innermost open scope of its goroutine.
 type Scope struct {
 	parent  *Scope
+	tid     int64 // the OS thread its goroutine is locked to while it is open
 	tensors []*Tensor
 	closed  bool
 }
 
 var (
 	scopeMu sync.Mutex
-	current *Scope
+	// current is the innermost open scope of each OS thread with one open. A goroutine
+	// with an open scope is locked to its thread, so this is per goroutine.
+	current = map[int64]*Scope{}
+	// scoped counts the threads with an open scope: zero lets wrap skip the lookup.
+	scoped atomic.Int32
 )
 
-// NewScope opens a scope; tensors created until it closes belong to it.
+// NewScope opens a scope; tensors this goroutine creates until the scope closes belong
+// to it. Scopes are per goroutine: the goroutine is locked to its OS thread until Close
+// (tensors made on other goroutines meanwhile are theirs), so Close must be called on the
+// goroutine that opened the scope.
 func NewScope() *Scope {
+	runtime.LockOSThread()
+	tid := cgotorch.ThreadID()
 	scopeMu.Lock()
-	s := &Scope{parent: current}
-	current = s
+	s := &Scope{parent: current[tid], tid: tid}
+	if s.parent == nil {
+		scoped.Add(1)
+	}
+	current[tid] = s
 	scopeMu.Unlock()
 	return s
 }
@@ -59,15 +72,21 @@ func (s *Scope) Close() {
 		scopeMu.Unlock()
 		return
 	}
-	if current != s {
+	if current[s.tid] != s || cgotorch.ThreadID() != s.tid {
 		scopeMu.Unlock()
-		panic("torch: Scope.Close: scopes must be closed innermost first")
+		panic("torch: Scope.Close: scopes must be closed innermost first, on the goroutine that opened them")
 	}
-	current = s.parent
+	if s.parent == nil {
+		delete(current, s.tid)
+		scoped.Add(-1)
+	} else {
+		current[s.tid] = s.parent
+	}
 	s.closed = true
 	ts := s.tensors
 	s.tensors = nil
 	scopeMu.Unlock()
+	runtime.UnlockOSThread()
 	for i := len(ts) - 1; i >= 0; i-- {
 		if t := ts[i]; t.scope == s {
 			t.release()
@@ -129,14 +148,18 @@ func wrap(h cgotorch.Tensor) *Tensor {
 	}
 	live.Add(1)
 	t := &Tensor{h: h}
-	scopeMu.Lock()
-	if current != nil {
-		t.scope = current
-		current.tensors = append(current.tensors, t)
-	} else {
+	if scoped.Load() > 0 {
+		tid := cgotorch.ThreadID()
+		scopeMu.Lock()
+		if s := current[tid]; s != nil {
+			t.scope = s
+			s.tensors = append(s.tensors, t)
+		}
+		scopeMu.Unlock()
+	}
+	if t.scope == nil {
 		t.guard()
 	}
-	scopeMu.Unlock()
 	return t
 }
 

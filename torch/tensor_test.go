@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -94,6 +95,57 @@ func TestScopesFreeWhatTheyOwn(t *testing.T) {
 	x.Free()
 	assert.Equal(t, start, torch.LiveTensors())
 	assert.Panics(t, func() { x.Sum() }, "use after Free panics instead of crashing")
+}
+
+// TestScopesArePerGoroutine: goroutines with scopes of their own work at once, a
+// scope never takes another goroutine's tensors, and a tensor made on a goroutine with no
+// scope open survives other goroutines' scopes closing.
+func TestScopesArePerGoroutine(t *testing.T) {
+	start := torch.LiveTensors()
+	var free *torch.Tensor
+	opened, made := make(chan struct{}), make(chan struct{})
+	go func() { // no scope: its tensor is its own to Free
+		<-opened
+		free = torch.Full([]int64{2}, 5, torch.Float32, torch.CPU)
+		close(made)
+	}()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				torch.WithScope(func() {
+					if g == 0 && i == 0 {
+						close(opened)
+						<-made // the other goroutine made its tensor while this scope is open
+					}
+					x := torch.Full([]int64{8}, float64(g), torch.Float32, torch.CPU)
+					y := x.MulScalar(2).AddScalar(1)
+					if got := y.Float32s()[0]; got != float32(2*g+1) {
+						t.Errorf("goroutine %d step %d: got %v: a tensor was freed or swapped under it", g, i, got)
+					}
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	require.NotNil(t, free)
+	assert.Equal(t, []float32{5, 5}, free.Float32s(), "another goroutine's scope must not free it")
+	free.Free()
+	assert.Equal(t, start, torch.LiveTensors())
+	assert.Panics(t, func() {
+		s := torch.NewScope()
+		defer s.Close()
+		ch := make(chan any)
+		go func() {
+			defer func() { ch <- recover() }()
+			s.Close() // not the goroutine that opened it
+		}()
+		if r := <-ch; r != nil {
+			panic(r)
+		}
+	})
 }
 
 func TestNoGradRestoresMode(t *testing.T) {
