@@ -36,6 +36,9 @@ type Loader struct {
 	waitNanos atomic.Int64
 }
 
+// Dataset returns the data set the loader reads (DataLoader.dataset).
+func (l *Loader) Dataset() Dataset { return l.ds }
+
 // NewLoader returns a loader of ds. It fails on invalid options (a negative size, a rank
 // outside the world).
 func NewLoader(ds Dataset, opts LoaderOptions) (*Loader, error) {
