@@ -942,8 +942,6 @@ func (f *finisher) value(v any, depth int) (any, int64, error) {
 		return x, size, nil
 	case global, storageType, *Storage:
 		return nil, 0, fmt.Errorf("a bare %s cannot be a value", typeName(v))
-	case DType:
-		return v, 1, nil
 	}
 	return v, 1, nil
 }
