@@ -24,6 +24,13 @@ var live atomic.Int64
 // LiveTensors returns the number of tensor handles created and not yet freed.
 func LiveTensors() int64 { return live.Load() }
 
+var hostReads atomic.Int64
+
+// HostReads returns how many times a tensor's values have been read back to Go (Item,
+// ItemInt, Data and the slice accessors, checkpoint copies). On a CUDA device each read is
+// a host synchronisation, so a training loop counts them to prove it has none per step.
+func HostReads() int64 { return hostReads.Load() }
+
 // Scope owns the tensors created while it is the innermost open scope of its goroutine.
 type Scope struct {
 	parent  *Scope
@@ -372,6 +379,7 @@ func Data[T Elem](t *Tensor) []T {
 		defer cgotorch.TensorFree(h)
 		src = &Tensor{h: h}
 	}
+	hostReads.Add(1)
 	out := make([]T, src.Numel())
 	var p unsafe.Pointer
 	if len(out) > 0 {
@@ -395,6 +403,7 @@ func (t *Tensor) Bools() []bool { return Data[bool](t) }
 
 // Item returns the value of a one-element tensor.
 func (t *Tensor) Item() float64 {
+	hostReads.Add(1)
 	d, _, err := cgotorch.Item(t.Handle())
 	check("item", err)
 	return d
@@ -402,6 +411,7 @@ func (t *Tensor) Item() float64 {
 
 // ItemInt returns the value of a one-element integer tensor.
 func (t *Tensor) ItemInt() int64 {
+	hostReads.Add(1)
 	_, i, err := cgotorch.Item(t.Handle())
 	check("item", err)
 	return i
@@ -438,6 +448,7 @@ func fromBlobStrided(p unsafe.Pointer, shape, strides []int64, dt DType) *Tensor
 }
 
 func copyToHost(t *Tensor, dst unsafe.Pointer, n int64) error {
+	hostReads.Add(1)
 	if err := cgotorch.CopyToHost(t.Handle(), dst, n); err != nil {
 		return wrapErr("copy_to_host", err)
 	}
