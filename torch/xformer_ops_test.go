@@ -144,7 +144,10 @@ func TestTransformerOpsMatchPyTorch(t *testing.T) {
 			return f32(i["sq"].MulScalar(3).Abs().ToDType(torch.Int64).OneHot(-1))
 		}},
 		{"sort_values", "fmask.sort(dim=1, descending=True).values", func(i map[string]*torch.Tensor) *torch.Tensor { v, _ := i["fmask"].Sort(1, true, true); return v }},
-		{"sort_indices", "fmask.sort(dim=0, stable=True).indices.float()", func(i map[string]*torch.Tensor) *torch.Tensor { _, ix := i["fmask"].Sort(0, false, true); return f32(ix) }},
+		{"sort_indices", "fmask.sort(dim=0, stable=True).indices.float()", func(i map[string]*torch.Tensor) *torch.Tensor {
+			_, ix := i["fmask"].Sort(0, false, true)
+			return f32(ix)
+		}},
 		{"scatter", "torch.zeros(5, 6).scatter(1, fmask.argsort(1), fmask)", func(i map[string]*torch.Tensor) *torch.Tensor {
 			_, ix := i["fmask"].Sort(1, false, true)
 			return torch.Zeros([]int64{5, 6}, torch.Float32, torch.CPU).Scatter(1, ix, i["fmask"])
