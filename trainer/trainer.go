@@ -527,7 +527,7 @@ func (t *Trainer) microStep(b data.Batch, k int) (err error) {
 			err = fmt.Errorf("epoch %d batch %d: %w", t.Epoch+1, t.BatchInEpoch+1, e)
 		}
 	}()
-	_, loss := t.forward(t.onDevice(b.Input), t.onDevice(b.Target))
+	_, loss := t.forward(t.onDevice(b.Get(data.Input)), t.onDevice(legacyTarget(b)))
 	lv := loss.Item()
 	if t.terminateNaN && (math.IsNaN(lv) || math.IsInf(lv, 0)) {
 		return fmt.Errorf("training loss is %v at epoch %d batch %d (global step %d): stopping (TerminateOnNaN); lower the learning rate, clip gradients, or check the data", lv, t.Epoch+1, t.BatchInEpoch+1, t.GlobalStep+1)
@@ -690,8 +690,8 @@ func (t *Trainer) validate(ctx context.Context, rec *Record) (err error) {
 					ok = false
 					return
 				}
-				y := t.onDevice(b.Target)
-				out, loss := t.forward(t.onDevice(b.Input), y)
+				y := t.onDevice(legacyTarget(b))
+				out, loss := t.forward(t.onDevice(b.Get(data.Input)), y)
 				lossSum += loss.Item()
 				batches++
 				if y.DType() == torch.Int64 {
@@ -730,4 +730,13 @@ func (t *Trainer) validate(ctx context.Context, rec *Record) (err error) {
 		}
 	}
 	return t.fire(ValidationEnd)
+}
+
+// legacyTarget is what the loss compares the output with: the labels of a
+// classification batch, or the float target of a regression batch.
+func legacyTarget(b data.Batch) *torch.Tensor {
+	if b.Has(data.Label) {
+		return b.Get(data.Label)
+	}
+	return b.Get(data.Target)
 }
