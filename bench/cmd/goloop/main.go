@@ -37,6 +37,7 @@ import (
 )
 
 func main() {
+	baseRSS := loopio.RSSMB("VmRSS:") // libtorch is loaded before main runs
 	prep := flag.String("prep", "", "write the dataset and initial weights to this directory and exit")
 	dir := flag.String("dir", "", "directory written by -prep")
 	workload := flag.String("workload", "mlp", "mlp | mlp256 | cnn | cnn-bf16")
@@ -48,7 +49,7 @@ func main() {
 	seed := flag.Int64("seed", 1, "seed")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the timed epochs")
 	device := flag.String("device", "cpu", "device for the Trainer run: cpu, cuda, cuda:N (scripts/gpu/run.sh)")
-	fused := flag.Bool("fused", true, "fused Adam (optim.AdamOptions.Fused, cmd/train's default); false: PyTorch's default multi-tensor arithmetic")
+	fused := flag.Bool("fused", true, "fused Adam (optim.AdamOptions.Fused, cmd/train's default); false: the multi-tensor (_foreach_*) arithmetic of Python's Adam(foreach=True)")
 	raw := flag.Bool("raw", false, "the loop written directly against package torch over pre-sliced batches, without Trainer and Loader")
 	flag.Parse()
 	log.SetFlags(0)
@@ -71,6 +72,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	res.BaseRSSMB = baseRSS
 	json.NewEncoder(os.Stdout).Encode(res)
 }
 
@@ -172,7 +174,8 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 		return nil, err
 	}
 	ce := &nn.CrossEntropyLoss{}
-	res := &loopio.Result{Impl: "go", Torch: torch.Version(), Workload: w.Name, Steps: loader.Len(), Batch: w.Batch, Warmup: warmup, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	adam := map[bool]string{true: "fused", false: "foreach"}[fused]
+	res := &loopio.Result{Impl: "go", Adam: adam, Torch: torch.Version(), Workload: w.Name, Steps: loader.Len(), Batch: w.Batch, Warmup: warmup, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	record := trainer.CallbackFunc(func(e trainer.Event, t *trainer.Trainer) error {
 		if e == trainer.BatchEnd && t.Epoch == 0 && len(res.Losses) < check {
 			res.Losses = append(res.Losses, t.LastLoss)
