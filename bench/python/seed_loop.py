@@ -9,10 +9,11 @@ initial weights, data and thread count as bench/cmd/goloop (gotrain) and bench/c
 torch.utils.data.DataLoader over a TensorDataset in memory (num_workers=0);
 --loader batches feeds it a list of pre-sliced batch tensors, with no loader cost at all.
 
---adam picks torch.optim.Adam's implementation: single (the default, and the seed's: it
-passes neither foreach nor fused, and on the CPU PyTorch then runs _single_tensor_adam;
-multi-tensor is the default only when every tensor is on CUDA), foreach (foreach=True,
-_multi_tensor_adam: gotrain's unfused Adam) or fused (fused=True: gotrain's default).
+--adam picks torch.optim.Adam's implementation: default (the seed's call, passing neither
+foreach nor fused: PyTorch then runs _single_tensor_adam on the CPU, and _multi_tensor_adam
+only when every tensor is on CUDA), single (foreach=False), foreach (foreach=True,
+_multi_tensor_adam: gotrain's unfused Adam) or fused (fused=True: gotrain's default). The
+output's "adam" is the implementation that ran: single, foreach or fused.
 Prints one JSON object (fields in bench/README.md).
 """
 import argparse
@@ -136,8 +137,9 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--loader", default="dataloader", choices=["dataloader", "batches"])
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (scripts/gpu/run.sh)")
-    p.add_argument("--adam", default="single", choices=["single", "foreach", "fused"],
-                   help="single: PyTorch's CPU default (the seed's); foreach: foreach=True; fused: fused=True")
+    p.add_argument("--adam", default="default", choices=["default", "single", "foreach", "fused"],
+                   help="default: the seed's Adam(lr) (single-tensor on the CPU); single: foreach=False; "
+                        "foreach: foreach=True; fused: fused=True")
     a = p.parse_args()
     # The baseline the driver subtracts from the peak: torch and its libraries (the CUDA
     # wheel's too) are loaded, nothing is allocated yet.
@@ -160,16 +162,17 @@ def main():
         for name, t in read_tensors(os.path.join(a.dir, "init")):
             sd[name].copy_(t)
     params = list(model.parameters())
-    if a.adam == "single":
-        # The seed's call; check that PyTorch resolves it to the single-tensor path here.
-        from torch.optim.optimizer import _default_to_fused_or_foreach
-        fused, foreach = _default_to_fused_or_foreach(params, differentiable=False, use_fused=False)
-        assert not fused and not foreach, "PyTorch's default Adam is not single-tensor on this device"
-        optimizer = torch.optim.Adam(params, lr=1e-3)
-    else:
-        optimizer = torch.optim.Adam(params, lr=1e-3, **{a.adam: True})
+    kwargs = {"default": {}, "single": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[a.adam]
+    optimizer = torch.optim.Adam(params, lr=1e-3, **kwargs)
     trainer = GPUTrainer(model, loader, nn.CrossEntropyLoss(), optimizer, torch.device(a.device),
                          use_amp=a.workload == "cnn-bf16")
+    adam = a.adam
+    if adam == "default":
+        # What torch.optim.Adam.step resolves the seed's call to, on the parameters'
+        # device (the trainer has moved them): single-tensor on the CPU.
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+        fused, foreach = _default_to_fused_or_foreach(params, differentiable=False, use_fused=False)
+        adam = "fused" if fused else "foreach" if foreach else "single"
     torch.manual_seed(a.seed)
 
     epoch_s, rss, losses = [], [], []
@@ -180,7 +183,7 @@ def main():
         epoch_s.append(time.perf_counter() - t0)
         rss.append(rss_mb("VmRSS:"))
     print(json.dumps({
-        "impl": "python", "adam": a.adam, "torch": torch.__version__, "workload": a.workload, "threads": torch.get_num_threads(),
+        "impl": "python", "adam": adam, "torch": torch.__version__, "workload": a.workload, "threads": torch.get_num_threads(),
         "steps": len(loader), "batch": bs, "warmup": a.warmup, "epoch_s": epoch_s, "rss_mb": rss,
         "base_rss_mb": base_rss, "peak_rss_mb": rss_mb("VmHWM:"), "losses": losses[:a.check], "loader": a.loader,
     }))
