@@ -75,7 +75,7 @@ func zipRecords(entries []zipEntry) (map[string]*zipEntry, error) {
 	if !ok {
 		return nil, errors.New("zip entries are not in a root folder, not a torch.save file")
 	}
-	files := make(map[string]*zipEntry, len(entries))
+	files := make(map[string]*zipEntry, len(entries)) // charged by readZipDir
 	for i := range entries {
 		e := &entries[i]
 		name, ok := strings.CutPrefix(e.name, root+"/")

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-		"slices"
+	"slices"
 	"strings"
 )
 
@@ -48,8 +48,8 @@ func readSafetensors(r io.ReaderAt, size int64, b *budget) (*Dict, map[string]st
 	if n > maxSafetensorsHeader || int64(n) > size-8 {
 		return nil, nil, fmt.Errorf("header length %d is invalid for a file of %d bytes", n, size)
 	}
-	// The header, the decoder's copy of it and the raw values.
-	if err := b.alloc(4 * int64(n)); err != nil {
+	// The header, the decoder's buffer (grown by doubling) and the raw values.
+	if err := b.alloc(8 * int64(n)); err != nil {
 		return nil, nil, err
 	}
 	if err := b.step(4 * int64(n)); err != nil {
@@ -86,7 +86,7 @@ func readSafetensors(r io.ReaderAt, size int64, b *budget) (*Dict, map[string]st
 		}
 		seen[name] = true
 		// A decoder per entry (for DisallowUnknownFields), the entry and its dict slot.
-		if err := b.alloc(2048 + 4*int64(len(msg)+len(name))); err != nil {
+		if err := b.alloc(2048 + 32*int64(len(msg)+len(name))); err != nil {
 			return nil, nil, err
 		}
 		if err := b.step(256 + 4*int64(len(msg)+len(name))); err != nil {

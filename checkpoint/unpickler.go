@@ -21,7 +21,18 @@ type ForbiddenGlobalError struct {
 
 // Error implements error; the message names the global as module.name.
 func (e *ForbiddenGlobalError) Error() string {
-	return fmt.Sprintf("checkpoint: refusing global %s.%s: not on the allowlist of tensor, storage and container types", e.Module, e.Name)
+	return fmt.Sprintf("checkpoint: refusing global %s: not on the allowlist of tensor, storage and container types", printable(e.Module+"."+e.Name))
+}
+
+// printable returns s, or s quoted when it holds anything but printable ASCII, so that
+// an error message never carries control characters from a file.
+func printable(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] >= 0x7f {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // errTruncated is returned when the pickle ends before STOP; the legacy reader uses it
@@ -117,6 +128,10 @@ func boxCost(v any) int64 {
 		return 16
 	case Tuple, []byte:
 		return 24
+	case global:
+		return 32
+	case storageType:
+		return 8
 	}
 	return 0
 }
@@ -361,7 +376,10 @@ func (u *unpickler) step(op byte) error {
 			return err
 		}
 		b, _ := u.read(n)
-		if err := u.b.alloc(2*int64(n) + 64); err != nil {
+		if n > maxLongBytes {
+			return fmt.Errorf("integer of %d bytes (torch's weights_only unpickler reads at most %d, with LONG1)", n, maxLongBytes)
+		}
+		if err := u.b.alloc(4*int64(n) + 64); err != nil {
 			return err
 		}
 		if err := u.b.step(int64(n)); err != nil {
@@ -379,7 +397,7 @@ func (u *unpickler) step(op byte) error {
 		case "00":
 			u.push(false)
 		default:
-			v, err := parseInt(s)
+			v, err := u.parseInt(s)
 			if err != nil {
 				return err
 			}
@@ -390,7 +408,7 @@ func (u *unpickler) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		v, err := parseInt(strings.TrimSuffix(s, "L"))
+		v, err := u.parseInt(strings.TrimSuffix(s, "L"))
 		if err != nil {
 			return err
 		}
@@ -437,6 +455,9 @@ func (u *unpickler) step(op byte) error {
 	case opString:
 		s, err := u.line()
 		if err != nil {
+			return err
+		}
+		if err := u.b.alloc(3 * int64(len(s))); err != nil {
 			return err
 		}
 		q, err := strconv.Unquote(s)
@@ -698,13 +719,26 @@ func normInt(v *big.Int) any {
 // (sys.int_info.default_max_str_digits), which also bounds the quadratic conversion.
 const maxIntDigits = 4300
 
-func parseInt(s string) (any, error) {
+// maxLongBytes is the size of the largest integer torch's weights_only unpickler reads
+// (LONG1's one-byte length), and so the largest gotrain reads and writes.
+const maxLongBytes = 255
+
+func (u *unpickler) parseInt(s string) (any, error) {
 	if len(strings.TrimLeft(s, "+-")) > maxIntDigits {
 		return nil, fmt.Errorf("integer literal of more than %d digits (Python refuses it too)", maxIntDigits)
+	}
+	if err := u.b.alloc(4*int64(len(s)) + 256); err != nil {
+		return nil, err
+	}
+	if err := u.b.step(int64(len(s)) * int64(len(s)/256+1)); err != nil { // quadratic conversion
+		return nil, err
 	}
 	v, ok := new(big.Int).SetString(s, 10)
 	if !ok {
 		return nil, fmt.Errorf("bad integer %q", s)
+	}
+	if (v.BitLen()+8)/8 > maxLongBytes {
+		return nil, fmt.Errorf("integer of more than %d bytes (torch's weights_only unpickler reads at most %d)", maxLongBytes, maxLongBytes)
 	}
 	return normInt(v), nil
 }

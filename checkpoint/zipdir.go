@@ -32,7 +32,7 @@ const (
 	zipEnd64Len    = 56
 	zipDirLen      = 46
 	zipLocalLen    = 30
-	zipEntryCost   = 96 // bytes of a zipEntry and its share of the slice
+	zipEntryCost   = 384 // a zipEntry, its sorted copy, its folded name and its map entry
 )
 
 func readAt(r io.ReaderAt, b []byte, off int64) error {

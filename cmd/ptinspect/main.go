@@ -241,7 +241,11 @@ func (p *printer) entry(prefix string, v any, depth int) {
 		}
 		if x.Attrs.Len() > 0 {
 			for k, e := range x.Attrs.All() {
-				p.entry("."+p.repr(k)+" (attribute): ", e, depth+1)
+				name := p.repr(k)
+				if s, ok := k.(string); ok {
+					name = escape(s)
+				}
+				p.entry("."+name+" (attribute): ", e, depth+1)
 			}
 		}
 	case []any, checkpoint.Tuple:
