@@ -178,13 +178,13 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 	res := &loopio.Result{Impl: "go", Adam: adam, Torch: torch.Version(), Workload: w.Name, Steps: loader.Len(), Batch: w.Batch, Warmup: warmup, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	record := trainer.CallbackFunc(func(e trainer.Event, t *trainer.Trainer) error {
 		if e == trainer.BatchEnd && t.Epoch == 0 && len(res.Losses) < check {
-			res.Losses = append(res.Losses, t.LastLoss)
+			res.Losses = append(res.Losses, t.StepLoss.Item())
 		}
 		return nil
 	})
-	precision := "none"
+	precision := amp.Off
 	if w.BF16 {
-		precision = "bf16"
+		precision = amp.BF16
 	}
 	tr, err := trainer.New(m, loader, nil, ce.Forward, opt,
 		trainer.WithOutput(io.Discard), trainer.WithDevice(device), trainer.WithSeed(seed),
@@ -266,7 +266,7 @@ func rawLoop(tr *trainer.Trainer, ds *data.TensorDataset, batch int, res *loopio
 	x := torch.FromSlice(ds.Inputs, int64(ds.Len()), 1, 28, 28).Escape()
 	y := torch.FromSlice(ds.Labels).Escape()
 	steps := int64(ds.Len() / batch)
-	bf16 := tr.Config.AMP == "bf16"
+	bf16 := tr.Config.AMP == amp.BF16
 	return func(e int) (err error) {
 		defer torch.Recover(&err, "raw loop")
 		nn.SetTraining(tr.Model, true)
@@ -276,7 +276,7 @@ func rawLoop(tr *trainer.Trainer, ds *data.TensorDataset, batch int, res *loopio
 				yb := y.Narrow(0, s*int64(batch), int64(batch))
 				tr.Optimizer.ZeroGrad(true)
 				var loss *torch.Tensor
-				fwd := func() { loss = tr.Loss(tr.Model.Forward(xb), yb) }
+				fwd := func() { loss = (&nn.CrossEntropyLoss{}).Forward(tr.Model.Forward(xb), yb) }
 				if bf16 {
 					amp.Autocast(torch.CPU, torch.BFloat16, fwd)
 				} else {
