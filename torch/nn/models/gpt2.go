@@ -326,10 +326,12 @@ func (m *GPT2LMHeadModel) Loss(ids *torch.Tensor) *torch.Tensor {
 }
 
 // CausalLMLoss is the next-token cross-entropy of logits [B, T, V] against labels
-// [B, T] (the logits at t predict labels at t+1), ignoring labels of -100.
+// [B, T] (the logits at t predict labels at t+1), ignoring labels of -100. As in
+// transformers, the labels are shifted (the last position gets -100) rather than the
+// logits, which saves a copy of the largest activation.
 func CausalLMLoss(logits, labels *torch.Tensor) *torch.Tensor {
-	t, v := logits.Size(1), logits.Size(2)
-	pred := logits.Narrow(1, 0, t-1).Reshape(-1, v)
-	target := labels.Narrow(1, 1, t-1).Reshape(-1)
-	return torch.CrossEntropy(pred, target, torch.CrossEntropyOptions{})
+	b, t := labels.Size(0), labels.Size(1)
+	pad := torch.Full([]int64{b, 1}, -100, labels.DType(), labels.Device())
+	target := torch.Cat([]*torch.Tensor{labels.Narrow(1, 1, t-1), pad}, 1)
+	return torch.CrossEntropy(logits.Reshape(-1, logits.Size(2)), target.Reshape(-1), torch.CrossEntropyOptions{})
 }
