@@ -12,7 +12,7 @@ import (
 // need about 2·n bytes (the tensor data and the pickle) and a few work units per byte.
 const (
 	DefaultMemoryFixed   = 16 << 20
-	DefaultMemoryPerByte = 32
+	DefaultMemoryPerByte = 64
 	DefaultWorkFixed     = 16 << 20
 	DefaultWorkPerByte   = 64
 )
@@ -95,9 +95,11 @@ func (b *budget) alloc(n int64) error {
 		return nil
 	}
 	if b.err == nil {
-		b.mem = satAdd(b.mem, n)
-		if b.mem > b.maxMem {
+		// An allocation beyond the budget is refused, not made: mem stays what was made.
+		if m := satAdd(b.mem, n); m > b.maxMem {
 			b.err = &LimitError{"memory", b.maxMem, "MaxMemory"}
+		} else {
+			b.mem = m
 		}
 	}
 	return b.err
@@ -109,16 +111,32 @@ func (b *budget) step(n int64) error {
 		return nil
 	}
 	if b.err == nil {
-		b.work = satAdd(b.work, n)
-		if b.work > b.maxWork {
+		if w := satAdd(b.work, n); w > b.maxWork {
 			b.err = &LimitError{"work", b.maxWork, "MaxWork"}
+		} else {
+			b.work = w
 		}
 	}
 	return b.err
 }
 
-// growCharge charges the growth of a slice of len n, cap c by k elements of size elem,
-// before append does it: Go at most doubles a slice (plus size-class rounding).
+// growCap is the capacity appendGrow gives a slice of len n, cap c that needs k more.
+func growCap(n, c, k int) int { return max(2*c, n+k, 4) }
+
+// appendGrow appends v to s, doubling its capacity when it is full. append grows large
+// slices by 1.25x, which allocates 5 times the final size over a slice's growth;
+// doubling allocates at most twice, and growCharge can charge it exactly.
+func appendGrow[T any](s []T, v ...T) []T {
+	if len(s)+len(v) > cap(s) {
+		ns := make([]T, len(s), growCap(len(s), cap(s), len(v)))
+		copy(ns, s)
+		s = ns
+	}
+	return append(s, v...)
+}
+
+// growCharge charges what appendGrow allocates to add k elements of size elem to a
+// slice of len n and cap c (with the allocator's size-class rounding).
 func (b *budget) growCharge(n, c, k int, elem int64) error {
 	if b == nil {
 		return nil
@@ -126,7 +144,7 @@ func (b *budget) growCharge(n, c, k int, elem int64) error {
 	if n+k <= c {
 		return b.err
 	}
-	return b.alloc((int64(2*c+k) + 8) * elem * 9 / 8)
+	return b.alloc((int64(growCap(n, c, k))*elem*9)/8 + 16)
 }
 
 // Read loads the checkpoint at path within the budget o sets.

@@ -48,8 +48,9 @@ func readSafetensors(r io.ReaderAt, size int64, b *budget) (*Dict, map[string]st
 	if n > maxSafetensorsHeader || int64(n) > size-8 {
 		return nil, nil, fmt.Errorf("header length %d is invalid for a file of %d bytes", n, size)
 	}
-	// The header, the decoder's buffer (grown by doubling) and the raw values.
-	if err := b.alloc(8 * int64(n)); err != nil {
+	// The header, the decoder's buffer (grown by doubling), the shapes (8 bytes per
+	// element of at least 2 header bytes, with growth) and the metadata map.
+	if err := b.alloc(16 * int64(n)); err != nil {
 		return nil, nil, err
 	}
 	if err := b.step(4 * int64(n)); err != nil {
@@ -71,37 +72,32 @@ func readSafetensors(r io.ReaderAt, size int64, b *budget) (*Dict, map[string]st
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return nil, nil, errors.New("header: not a JSON object")
 	}
+	dec.DisallowUnknownFields()
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
 			return nil, nil, fmt.Errorf("header: %w", err)
 		}
 		name := t.(string) // object keys are strings
-		var msg json.RawMessage
-		if err := dec.Decode(&msg); err != nil {
-			return nil, nil, fmt.Errorf("header: %w", err)
-		}
 		if seen[name] {
 			return nil, nil, fmt.Errorf("header: %q appears twice", name)
 		}
 		seen[name] = true
-		// A decoder per entry (for DisallowUnknownFields), the entry and its dict slot.
-		if err := b.alloc(2048 + 32*int64(len(msg)+len(name))); err != nil {
+		// The entry, its names and its slots in the slices and maps (with growth).
+		if err := b.alloc(512 + 2*int64(len(name))); err != nil {
 			return nil, nil, err
 		}
-		if err := b.step(256 + 4*int64(len(msg)+len(name))); err != nil {
+		if err := b.step(256); err != nil {
 			return nil, nil, err
 		}
 		if name == "__metadata__" {
-			if err := json.Unmarshal(msg, &meta); err != nil {
+			if err := dec.Decode(&meta); err != nil {
 				return nil, nil, fmt.Errorf("__metadata__: %w", err)
 			}
 			continue
 		}
 		var e stEntry
-		d := json.NewDecoder(bytes.NewReader(msg))
-		d.DisallowUnknownFields()
-		if err := d.Decode(&e); err != nil {
+		if err := dec.Decode(&e); err != nil {
 			return nil, nil, fmt.Errorf("tensor %q: %w", name, err)
 		}
 		if len(e.Shape) > maxSafetensorsRank {
@@ -150,18 +146,21 @@ func readSafetensors(r io.ReaderAt, size int64, b *budget) (*Dict, map[string]st
 	}
 	out := NewDict()
 	for _, ne := range entries {
-		b, e := ne.e.DataOffsets[0], ne.e.DataOffsets[1]
+		start, e := ne.e.DataOffsets[0], ne.e.DataOffsets[1]
 		shape := ne.e.Shape
 		if shape == nil {
 			shape = []int64{}
 		}
+		if err := b.alloc(16*int64(len(shape)) + 64); err != nil {
+			return nil, nil, err
+		}
 		t := &Tensor{DType: ne.dt, Shape: shape, Strides: ContiguousStrides(shape),
-			Storage: &Storage{DType: ne.dt, Data: data[b:e:e]}}
+			Storage: &Storage{DType: ne.dt, Data: data[start:e:e]}}
 		if err := t.check(); err != nil {
 			return nil, nil, fmt.Errorf("tensor %q: %w", ne.name, err)
 		}
-		if nb := t.Numel() * int64(ne.dt.ElemSize()); nb != e-b {
-			return nil, nil, fmt.Errorf("tensor %q: %d bytes for shape %v of %s", ne.name, e-b, shape, ne.e.DType)
+		if nb := t.Numel() * int64(ne.dt.ElemSize()); nb != e-start {
+			return nil, nil, fmt.Errorf("tensor %q: %d bytes for shape %v of %s", ne.name, e-start, shape, ne.e.DType)
 		}
 		out.Set(ne.name, t)
 	}

@@ -184,7 +184,7 @@ func (u *unpickler) line() (string, error) {
 func (u *unpickler) push(v any) {
 	u.b.growCharge(len(u.stack), cap(u.stack), 1, 16)
 	u.b.alloc(boxCost(v))
-	u.stack = append(u.stack, v)
+	u.stack = appendGrow(u.stack, v)
 }
 
 func (u *unpickler) pop() (any, error) {
@@ -201,6 +201,18 @@ func (u *unpickler) top() (any, error) {
 		return nil, errors.New("stack underflow")
 	}
 	return u.stack[len(u.stack)-1], nil
+}
+
+// popMarkView is popMark without the copy: the items stay valid until the next push.
+func (u *unpickler) popMarkView() ([]any, error) {
+	if len(u.marks) == 0 {
+		return nil, errors.New("no MARK on the stack")
+	}
+	m := u.marks[len(u.marks)-1]
+	u.marks = u.marks[:len(u.marks)-1]
+	items := u.stack[m:]
+	u.stack = u.stack[:m]
+	return items, nil
 }
 
 // popMark returns the items above the topmost mark and removes them and the mark.
@@ -325,7 +337,7 @@ func (u *unpickler) step(op byte) error {
 		return err
 	case opMark:
 		u.b.growCharge(len(u.marks), cap(u.marks), 1, 8)
-		u.marks = append(u.marks, len(u.stack))
+		u.marks = appendGrow(u.marks, len(u.stack))
 	case opPop:
 		if len(u.marks) > 0 && len(u.stack) == u.marks[len(u.marks)-1] {
 			u.marks = u.marks[:len(u.marks)-1]
@@ -521,7 +533,7 @@ func (u *unpickler) step(op byte) error {
 			items = []any{v}
 		} else {
 			var err error
-			if items, err = u.popMark(); err != nil {
+			if items, err = u.popMarkView(); err != nil {
 				return err
 			}
 		}
@@ -536,7 +548,7 @@ func (u *unpickler) step(op byte) error {
 		if err := u.b.growCharge(len(l.items), cap(l.items), len(items), 16); err != nil {
 			return err
 		}
-		l.items = append(l.items, items...)
+		l.items = appendGrow(l.items, items...)
 	case opEmptyDict:
 		u.b.alloc(dictCost)
 		u.push(NewDict())
@@ -561,7 +573,7 @@ func (u *unpickler) step(op byte) error {
 			u.stack = u.stack[:len(u.stack)-2]
 		} else {
 			var err error
-			if items, err = u.popMark(); err != nil {
+			if items, err = u.popMarkView(); err != nil {
 				return err
 			}
 		}
@@ -1073,6 +1085,9 @@ func (f *finisher) value(v any, depth int) (any, int64, error) {
 	}
 	switch x := v.(type) {
 	case *pyList:
+		if len(x.items) == 0 {
+			return []any{}, 24, nil // nothing to convert or to share
+		}
 		if size, ok := f.lists[x]; ok {
 			if size == 0 {
 				return nil, 0, errCycle
@@ -1107,6 +1122,9 @@ func (f *finisher) value(v any, depth int) (any, int64, error) {
 		f.tuples[&x[0]] = size
 		return x, size, nil
 	case *Dict:
+		if x.Len() == 0 && x.Attrs == nil {
+			return x, 64, nil
+		}
 		if size, ok := f.dicts[x]; ok {
 			if size == 0 {
 				return nil, 0, errCycle

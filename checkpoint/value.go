@@ -638,34 +638,36 @@ func (kn *keyNorm) norm(k any, depth int) (any, dictKey, error) {
 			}
 		}
 		out := make(Tuple, len(v))
-		enc := make([]byte, 0, 2+8*len(v))
-		enc = append(enc, '(')
+		dks := make([]dictKey, len(v))
+		size := int64(1)
 		for i, e := range v {
 			ne, dk, err := kn.norm(e, depth+1)
 			if err != nil {
 				return nil, dictKey{}, err
 			}
-			out[i] = ne
+			out[i], dks[i] = ne, dk
+			size = satAdd(size, int64(len(dk.s))+21)
+		}
+		if kn != nil {
+			// A nested tuple's encoding is copied into its parent's (and then into a
+			// string): charge it, as sharing could otherwise double it at every level.
+			if err := kn.b.alloc(2*size + 64*int64(len(v)) + 128); err != nil {
+				return nil, dictKey{}, err
+			}
+			if err := kn.b.step(size); err != nil {
+				return nil, dictKey{}, err
+			}
+		}
+		enc := make([]byte, 0, size)
+		enc = append(enc, '(')
+		for _, dk := range dks {
 			enc = append(enc, dk.kind)
 			enc = binary.AppendVarint(enc, dk.i)
 			enc = binary.AppendUvarint(enc, uint64(len(dk.s)))
-			if kn != nil {
-				// A nested tuple's encoding is copied into its parent's: charge it,
-				// as sharing could otherwise double it at every level.
-				if err := kn.b.alloc(int64(len(dk.s)) + 16); err != nil {
-					return nil, dictKey{}, err
-				}
-				if err := kn.b.step(int64(len(dk.s)) + 16); err != nil {
-					return nil, dictKey{}, err
-				}
-			}
 			enc = append(enc, dk.s...)
 		}
 		dk := dictKey{kind: 't', s: string(enc)}
 		if cached != nil {
-			if err := kn.b.alloc(int64(len(enc)) + 64); err != nil {
-				return nil, dictKey{}, err
-			}
 			kn.tuples[cached] = dk
 		}
 		return out, dk, nil
@@ -717,9 +719,9 @@ func (d *Dict) setNorm(nk any, dk dictKey, v any) {
 		d.vals[i] = v
 		return
 	}
-	d.keys = append(d.keys, nk)
-	d.vals = append(d.vals, v)
-	d.nks = append(d.nks, dk)
+	d.keys = appendGrow(d.keys, nk)
+	d.vals = appendGrow(d.vals, v)
+	d.nks = appendGrow(d.nks, dk)
 	if d.index != nil {
 		d.index[dk] = len(d.keys) - 1
 	} else if len(d.keys) > smallDict {

@@ -6,6 +6,8 @@
 #                                        mmap=True) and compare it exactly with its JSON
 #   python interop.py stgen ST           write dtypes() as a safetensors file (by hand)
 #   python interop.py stcheck ST PT      check that safetensors file ST holds PT's tensors
+#   python interop.py describe PT ...    torch.load each PT and print, one JSON line each,
+#                                        its description or the error torch raised
 #
 # The description keeps everything that must survive a round trip: container kinds and
 # order, int/float bits, dtypes, shapes, strides, offsets, storage bytes, storage sharing
@@ -258,7 +260,15 @@ def st_gen(st):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "gen":
+    if sys.argv[1] == "describe":
+        import warnings
+        warnings.simplefilter("ignore")
+        for p in sys.argv[2:]:
+            try:
+                print(json.dumps({"desc": desc(torch.load(p))}))
+            except Exception as e:  # what torch refuses, and why
+                print(json.dumps({"error": f"{type(e).__name__}: {e}"[:300]}))
+    elif sys.argv[1] == "gen":
         gen(sys.argv[2])
     elif sys.argv[1] == "stcheck":
         st_check(sys.argv[2], sys.argv[3])
