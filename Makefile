@@ -84,7 +84,7 @@ train: libtorch-check
 
 # bench: gotrain's Trainer against the seed's Python loop and a libtorch C++ loop, all on
 # $(LIBTORCH) (see bench/README.md); prints the table, writes bench/results/ and, on a
-# full run, README's performance section. BENCH_QUICK=1 is a smoke run (under 3 minutes).
+# full run, README's performance section. BENCH_QUICK=1 is a smoke run (about 3 minutes on a quiet machine).
 BENCH_QUICK ?=
 BENCH_ARGS ?=
 BENCH_BIN := build/bench

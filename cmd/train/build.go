@@ -94,11 +94,9 @@ func scheduler(c trainer.Config, opt optim.Optimizer, stepsPerEpoch int) (optim.
 	case "exponential":
 		return optim.NewExponentialLR(opt, 0.9), trainer.PerEpoch, nil
 	case "onecycle":
-		s, err := optim.NewOneCycleLR(opt, []float64{c.LR * 10}, epochs*int64(max(stepsPerEpoch, 1)), optim.OneCycleOptions{})
-		return s, trainer.PerStep, err
+		return optim.NewOneCycleLR(opt, []float64{c.LR * 10}, epochs*int64(max(stepsPerEpoch, 1)), optim.OneCycleOptions{}), trainer.PerStep, nil
 	case "plateau":
-		s, err := optim.NewReduceLROnPlateau(opt, optim.PlateauOptions{Mode: c.MonitorDirection().String(), Factor: 0.1, Patience: 2})
-		return s, trainer.PerEpoch, err
+		return optim.NewReduceLROnPlateau(opt, optim.PlateauOptions{Mode: c.MonitorDirection().String(), Factor: 0.1, Patience: 2}), trainer.PerEpoch, nil
 	}
 	return nil, 0, fmt.Errorf("unknown scheduler %q (want none, step, cosine, exponential, onecycle or plateau)", c.Scheduler)
 }

@@ -55,10 +55,7 @@ func ExampleNewSGDGroups() {
 func ExampleNewOneCycleLR() {
 	p := []*torch.Tensor{torch.Zeros([]int64{1}, torch.Float32, torch.CPU).Escape()}
 	opt, _ := optim.NewSGD(p, optim.SGDOptions{LR: 0.1, Momentum: 0.9})
-	sched, err := optim.NewOneCycleLR(opt, []float64{1}, 10, optim.OneCycleOptions{})
-	if err != nil {
-		panic(err)
-	}
+	sched := optim.NewOneCycleLR(opt, []float64{1}, 10, optim.OneCycleOptions{})
 	for range 5 {
 		fmt.Printf("%.3f ", sched.LastLR()[0])
 		sched.Step()

@@ -8,6 +8,12 @@ import (
 	"github.com/gotrain/gotrain/checkpoint"
 )
 
+// The scheduler constructors follow gotrain's constructor rule: their arguments are
+// hyperparameters a program chooses, so an impossible one (a step size below 1, a
+// factor out of range, a list of the wrong length) is a programming error and panics
+// with a message naming it, as PyTorch raises ValueError at construction; none returns
+// an error. Loading state (LoadStateDict), which depends on a file, returns errors.
+
 // Scheduler is a learning-rate scheduler, torch.optim.lr_scheduler's LRScheduler: Step
 // advances it by one epoch (or step) and writes the new learning rates into the
 // optimizer's parameter groups.
@@ -202,6 +208,9 @@ type StepLR struct {
 // NewStepLR returns torch.optim.lr_scheduler.StepLR(opt, stepSize, gamma) (PyTorch's
 // default gamma is 0.1), after its initial step.
 func NewStepLR(opt Optimizer, stepSize int64, gamma float64) *StepLR {
+	if stepSize < 1 {
+		panic(fmt.Sprintf("optim: StepLR: step_size must be >= 1, got %d", stepSize))
+	}
 	s := &StepLR{lrBase: &lrBase{}, StepSize: stepSize, Gamma: gamma}
 	s.getLR = func() []float64 {
 		if s.lastEpoch == 0 || s.lastEpoch%s.StepSize != 0 {
@@ -363,6 +372,9 @@ type CosineAnnealingLR struct {
 // NewCosineAnnealingLR returns torch.optim.lr_scheduler.CosineAnnealingLR(opt, tMax,
 // etaMin).
 func NewCosineAnnealingLR(opt Optimizer, tMax int64, etaMin float64) *CosineAnnealingLR {
+	if tMax < 1 {
+		panic(fmt.Sprintf("optim: CosineAnnealingLR: T_max must be >= 1, got %d", tMax))
+	}
 	s := &CosineAnnealingLR{lrBase: &lrBase{}, TMax: tMax, EtaMin: etaMin}
 	s.getLR = func() []float64 {
 		out := s.lrs()
@@ -426,12 +438,12 @@ type LinearLR struct {
 
 // NewLinearLR returns torch.optim.lr_scheduler.LinearLR(opt, startFactor, endFactor,
 // totalIters); PyTorch's defaults are 1/3, 1.0 and 5.
-func NewLinearLR(opt Optimizer, startFactor, endFactor float64, totalIters int64) (*LinearLR, error) {
+func NewLinearLR(opt Optimizer, startFactor, endFactor float64, totalIters int64) *LinearLR {
 	if startFactor > 1 || startFactor <= 0 {
-		return nil, fmt.Errorf("optim: LinearLR: starting multiplicative factor expected to be greater than 0 and less or equal to 1")
+		panic("optim: LinearLR: starting multiplicative factor expected to be greater than 0 and less or equal to 1")
 	}
 	if endFactor > 1 || endFactor < 0 {
-		return nil, fmt.Errorf("optim: LinearLR: ending multiplicative factor expected to be between 0 and 1")
+		panic("optim: LinearLR: ending multiplicative factor expected to be between 0 and 1")
 	}
 	s := &LinearLR{lrBase: &lrBase{}, StartFactor: startFactor, EndFactor: endFactor, TotalIters: totalIters}
 	s.getLR = func() []float64 {
@@ -473,7 +485,7 @@ func NewLinearLR(opt Optimizer, startFactor, endFactor float64, totalIters int64
 		return err
 	}
 	s.init(opt)
-	return s, nil
+	return s
 }
 
 // ---- LambdaLR ----
@@ -488,7 +500,7 @@ type LambdaLR struct {
 
 // NewLambdaLR returns torch.optim.lr_scheduler.LambdaLR(opt, lambdas): one function for
 // every group, or one per group.
-func NewLambdaLR(opt Optimizer, lambdas ...func(epoch int64) float64) (*LambdaLR, error) {
+func NewLambdaLR(opt Optimizer, lambdas ...func(epoch int64) float64) *LambdaLR {
 	n := len(opt.ParamGroups())
 	if len(lambdas) == 1 {
 		for len(lambdas) < n {
@@ -496,7 +508,7 @@ func NewLambdaLR(opt Optimizer, lambdas ...func(epoch int64) float64) (*LambdaLR
 		}
 	}
 	if len(lambdas) != n {
-		return nil, fmt.Errorf("optim: LambdaLR: expected %d lr_lambdas, but got %d", n, len(lambdas))
+		panic(fmt.Sprintf("optim: LambdaLR: expected %d lr_lambdas, but got %d", n, len(lambdas)))
 	}
 	s := &LambdaLR{lrBase: &lrBase{}, lambdas: lambdas}
 	s.getLR = func() []float64 {
@@ -507,7 +519,7 @@ func NewLambdaLR(opt Optimizer, lambdas ...func(epoch int64) float64) (*LambdaLR
 		return out
 	}
 	s.init(opt)
-	return s, nil
+	return s
 }
 
 // StateDict returns PyTorch's LambdaLR state dict, with lr_lambdas [None, ...].
@@ -552,21 +564,21 @@ type oneCyclePhase struct {
 
 // NewOneCycleLR returns torch.optim.lr_scheduler.OneCycleLR(opt, maxLR, totalSteps, ...).
 // maxLR has one value for every group or one per group.
-func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleOptions) (*OneCycleLR, error) {
+func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleOptions) *OneCycleLR {
 	if totalSteps <= 0 {
-		return nil, fmt.Errorf("optim: OneCycleLR: expected positive integer total_steps, but got %d", totalSteps)
+		panic(fmt.Sprintf("optim: OneCycleLR: expected positive integer total_steps, but got %d", totalSteps))
 	}
 	if o.PctStart == 0 {
 		o.PctStart = 0.3
 	}
 	if o.PctStart < 0 || o.PctStart > 1 {
-		return nil, fmt.Errorf("optim: OneCycleLR: expected float between 0 and 1 pct_start, but got %v", o.PctStart)
+		panic(fmt.Sprintf("optim: OneCycleLR: expected float between 0 and 1 pct_start, but got %v", o.PctStart))
 	}
 	if o.AnnealStrategy == "" {
 		o.AnnealStrategy = "cos"
 	}
 	if o.AnnealStrategy != "cos" && o.AnnealStrategy != "linear" {
-		return nil, fmt.Errorf("optim: OneCycleLR: anneal_strategy must be one of 'cos' or 'linear', instead got %s", o.AnnealStrategy)
+		panic(fmt.Sprintf("optim: OneCycleLR: anneal_strategy must be one of 'cos' or 'linear', instead got %s", o.AnnealStrategy))
 	}
 	o.BaseMomentum = or(o.BaseMomentum, 0.85)
 	o.MaxMomentum = or(o.MaxMomentum, 0.95)
@@ -579,7 +591,7 @@ func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleO
 		}
 	}
 	if len(maxLR) != len(groups) {
-		return nil, fmt.Errorf("optim: OneCycleLR: expected %d values for max_lr, got %d", len(groups), len(maxLR))
+		panic(fmt.Sprintf("optim: OneCycleLR: expected %d values for max_lr, got %d", len(groups), len(maxLR)))
 	}
 	s := &OneCycleLR{lrBase: &lrBase{}, TotalSteps: totalSteps, anneal: o.AnnealStrategy, cycleMomentum: !o.NoCycleMomentum}
 	n := float64(totalSteps)
@@ -604,7 +616,7 @@ func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleO
 		_, hasBetas := groups[0].Options.Get("betas")
 		_, hasMomentum := groups[0].Options.Get("momentum")
 		if !hasBetas && !hasMomentum {
-			return nil, fmt.Errorf("optim: OneCycleLR: optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+			panic("optim: OneCycleLR: optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
 		}
 		s.useBeta1 = hasBetas
 		for _, g := range groups {
@@ -617,7 +629,7 @@ func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleO
 	s.own = s.writeOwn
 	s.loadOwn = s.readOwn
 	s.init(opt)
-	return s, nil
+	return s
 }
 
 func (s *OneCycleLR) setMomentum(g *ParamGroup, m float64) {
@@ -757,21 +769,21 @@ type lrScheduler interface {
 // NewSequentialLR returns torch.optim.lr_scheduler.SequentialLR(opt, schedulers,
 // milestones). The schedulers must be this package's epoch schedulers on opt (not
 // ReduceLROnPlateau or another SequentialLR), with one more scheduler than milestones.
-func NewSequentialLR(opt Optimizer, schedulers []Scheduler, milestones []int64) (*SequentialLR, error) {
+func NewSequentialLR(opt Optimizer, schedulers []Scheduler, milestones []int64) *SequentialLR {
 	if len(schedulers) < 1 {
-		return nil, fmt.Errorf("optim: SequentialLR expects at least one scheduler, but got no scheduler")
+		panic("optim: SequentialLR expects at least one scheduler, but got no scheduler")
 	}
 	if len(milestones) != len(schedulers)-1 {
-		return nil, fmt.Errorf("optim: SequentialLR expects number of schedulers provided to be one more than the number of milestone points, but got number of schedulers %d and the number of milestones to be equal to %d", len(schedulers), len(milestones))
+		panic(fmt.Sprintf("optim: SequentialLR expects number of schedulers provided to be one more than the number of milestone points, but got number of schedulers %d and the number of milestones to be equal to %d", len(schedulers), len(milestones)))
 	}
 	s := &SequentialLR{opt: opt, children: schedulers, milestones: append([]int64(nil), milestones...)}
 	for i, c := range schedulers {
 		b, ok := c.(lrScheduler)
 		if !ok {
-			return nil, fmt.Errorf("optim: SequentialLR: scheduler %d (%T) is not supported", i, c)
+			panic(fmt.Sprintf("optim: SequentialLR: scheduler %d (%T) is not supported", i, c))
 		}
 		if b.base().opt != opt {
-			return nil, fmt.Errorf("optim: SequentialLR expects all schedulers to belong to the same optimizer")
+			panic("optim: SequentialLR expects all schedulers to belong to the same optimizer")
 		}
 		s.scheds = append(s.scheds, b.base())
 	}
@@ -785,7 +797,7 @@ func NewSequentialLR(opt Optimizer, schedulers []Scheduler, milestones []int64) 
 	idx := s.index(0)
 	s.scheds[idx].initialStep()
 	s.lastLR = s.scheds[idx].LastLR()
-	return s, nil
+	return s
 }
 
 // index is bisect_right(milestones, epoch).
@@ -897,12 +909,12 @@ type ReduceLROnPlateau struct {
 }
 
 // NewReduceLROnPlateau returns torch.optim.lr_scheduler.ReduceLROnPlateau(opt, ...).
-func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) (*ReduceLROnPlateau, error) {
+func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) *ReduceLROnPlateau {
 	if o.Factor == 0 {
 		o.Factor = 0.1
 	}
 	if o.Factor >= 1 {
-		return nil, fmt.Errorf("optim: ReduceLROnPlateau: factor should be < 1.0")
+		panic("optim: ReduceLROnPlateau: factor should be < 1.0")
 	}
 	if o.Patience == 0 && !o.ZeroPatience {
 		o.Patience = 10
@@ -914,10 +926,10 @@ func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) (*ReduceLROnPlateau, 
 		o.ThresholdMode = "rel"
 	}
 	if o.Mode != "min" && o.Mode != "max" {
-		return nil, fmt.Errorf("optim: ReduceLROnPlateau: mode %s is unknown", o.Mode)
+		panic(fmt.Sprintf("optim: ReduceLROnPlateau: mode %s is unknown", o.Mode))
 	}
 	if o.ThresholdMode != "rel" && o.ThresholdMode != "abs" {
-		return nil, fmt.Errorf("optim: ReduceLROnPlateau: threshold mode %s is unknown", o.ThresholdMode)
+		panic(fmt.Sprintf("optim: ReduceLROnPlateau: threshold mode %s is unknown", o.ThresholdMode))
 	}
 	if o.Threshold == 0 {
 		o.Threshold = 1e-4
@@ -938,7 +950,7 @@ func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) (*ReduceLROnPlateau, 
 	case n:
 		s.minLRs = append([]float64(nil), o.MinLRs...)
 	default:
-		return nil, fmt.Errorf("optim: ReduceLROnPlateau: expected %d min_lrs, got %d", n, len(o.MinLRs))
+		panic(fmt.Sprintf("optim: ReduceLROnPlateau: expected %d min_lrs, got %d", n, len(o.MinLRs)))
 	}
 	s.modeWorse = math.Inf(1)
 	if s.mode == "max" {
@@ -946,7 +958,7 @@ func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) (*ReduceLROnPlateau, 
 	}
 	s.lastLR = s.lrs()
 	s.best = s.modeWorse
-	return s, nil
+	return s
 }
 
 func (s *ReduceLROnPlateau) lrs() []float64 {

@@ -29,40 +29,37 @@ func metrics() []float64 {
 type schedCase struct {
 	name   string
 	adam   bool
-	make   func(o optim.Optimizer) (optim.Scheduler, error)
+	make   func(o optim.Optimizer) optim.Scheduler
 	metric bool
 }
 
 var schedCases = []schedCase{
-	{name: "step", make: func(o optim.Optimizer) (optim.Scheduler, error) { return optim.NewStepLR(o, 30, 0.5), nil }},
-	{name: "multistep", make: func(o optim.Optimizer) (optim.Scheduler, error) {
-		return optim.NewMultiStepLR(o, []int64{30, 80, 80, 150}, 0.3), nil
+	{name: "step", make: func(o optim.Optimizer) optim.Scheduler { return optim.NewStepLR(o, 30, 0.5) }},
+	{name: "multistep", make: func(o optim.Optimizer) optim.Scheduler {
+		return optim.NewMultiStepLR(o, []int64{30, 80, 80, 150}, 0.3)
 	}},
-	{name: "exponential", make: func(o optim.Optimizer) (optim.Scheduler, error) { return optim.NewExponentialLR(o, 0.98), nil }},
-	{name: "cosine", make: func(o optim.Optimizer) (optim.Scheduler, error) { return optim.NewCosineAnnealingLR(o, 50, 0.001), nil }},
-	{name: "linear", make: func(o optim.Optimizer) (optim.Scheduler, error) { return optim.NewLinearLR(o, 0.25, 1, 40) }},
-	{name: "lambda", make: func(o optim.Optimizer) (optim.Scheduler, error) {
+	{name: "exponential", make: func(o optim.Optimizer) optim.Scheduler { return optim.NewExponentialLR(o, 0.98) }},
+	{name: "cosine", make: func(o optim.Optimizer) optim.Scheduler { return optim.NewCosineAnnealingLR(o, 50, 0.001) }},
+	{name: "linear", make: func(o optim.Optimizer) optim.Scheduler { return optim.NewLinearLR(o, 0.25, 1, 40) }},
+	{name: "lambda", make: func(o optim.Optimizer) optim.Scheduler {
 		return optim.NewLambdaLR(o, func(e int64) float64 { return math.Pow(0.95, float64(e)) }, func(e int64) float64 { return 1 / (1 + float64(e)) })
 	}},
-	{name: "onecycle", make: func(o optim.Optimizer) (optim.Scheduler, error) {
+	{name: "onecycle", make: func(o optim.Optimizer) optim.Scheduler {
 		return optim.NewOneCycleLR(o, []float64{1.0, 0.5}, schedSteps, optim.OneCycleOptions{})
 	}},
-	{name: "onecycle-adam-3phase", adam: true, make: func(o optim.Optimizer) (optim.Scheduler, error) {
+	{name: "onecycle-adam-3phase", adam: true, make: func(o optim.Optimizer) optim.Scheduler {
 		return optim.NewOneCycleLR(o, []float64{0.01}, schedSteps+10, optim.OneCycleOptions{AnnealStrategy: "linear", ThreePhase: true, PctStart: 0.25})
 	}},
-	{name: "sequential", make: func(o optim.Optimizer) (optim.Scheduler, error) {
-		a, err := optim.NewLinearLR(o, 0.1, 1, 10)
-		if err != nil {
-			return nil, err
-		}
+	{name: "sequential", make: func(o optim.Optimizer) optim.Scheduler {
+		a := optim.NewLinearLR(o, 0.1, 1, 10)
 		b := optim.NewCosineAnnealingLR(o, 100, 0)
 		c := optim.NewExponentialLR(o, 0.97)
 		return optim.NewSequentialLR(o, []optim.Scheduler{a, b, c}, []int64{20, 150})
 	}},
-	{name: "plateau", metric: true, make: func(o optim.Optimizer) (optim.Scheduler, error) {
+	{name: "plateau", metric: true, make: func(o optim.Optimizer) optim.Scheduler {
 		return optim.NewReduceLROnPlateau(o, optim.PlateauOptions{Patience: 3, Cooldown: 2, Factor: 0.5, MinLRs: []float64{0.001, 0.0001}})
 	}},
-	{name: "plateau-max-abs", metric: true, make: func(o optim.Optimizer) (optim.Scheduler, error) {
+	{name: "plateau-max-abs", metric: true, make: func(o optim.Optimizer) optim.Scheduler {
 		return optim.NewReduceLROnPlateau(o, optim.PlateauOptions{Mode: "max", ThresholdMode: "abs", ZeroPatience: true, Threshold: 0.001})
 	}},
 }
@@ -188,8 +185,7 @@ func TestSchedulersMatchPyTorch(t *testing.T) {
 	for _, c := range schedCases {
 		names = append(names, c.name)
 		o := schedOpt(t, c)
-		s, err := c.make(o)
-		require.NoError(t, err, c.name)
+		s := c.make(o)
 		seq := [][]float64{lrsOf(o)}
 		for i := range schedSteps {
 			stepSched(c, s, i)
@@ -204,8 +200,7 @@ func TestSchedulersMatchPyTorch(t *testing.T) {
 		// Restore mid-way into a fresh optimizer and scheduler (optimizer first, as PyTorch
 		// documents), and continue.
 		o2 := schedOpt(t, c)
-		s2, err := c.make(o2)
-		require.NoError(t, err)
+		s2 := c.make(o2)
 		loadState(t, filepath.Join(dir, "go-"+c.name+".pt"), o2, s2)
 		res := [][]float64{lrsOf(o2)}
 		for i := schedSteps / 2; i < schedSteps; i++ {
@@ -236,8 +231,7 @@ func TestSchedulersMatchPyTorch(t *testing.T) {
 
 			// The state dict has PyTorch's keys.
 			o := schedOpt(t, c)
-			s, err := c.make(o)
-			require.NoError(t, err)
+			s := c.make(o)
 			var keys []string
 			for _, k := range s.StateDict().Keys() {
 				keys = append(keys, k.(string))
@@ -248,8 +242,7 @@ func TestSchedulersMatchPyTorch(t *testing.T) {
 
 			// Python's state, written half-way, continues in Go.
 			o3 := schedOpt(t, c)
-			s3, err := c.make(o3)
-			require.NoError(t, err)
+			s3 := c.make(o3)
 			loadState(t, filepath.Join(dir, "py-"+c.name+".pt"), o3, s3)
 			res := [][]float64{lrsOf(o3)}
 			for i := schedSteps / 2; i < schedSteps; i++ {
@@ -269,4 +262,29 @@ func withoutVersionKeys(keys []string) []string {
 		}
 	}
 	return out
+}
+
+// TestSchedulerConstructorsPanicOnImpossibleArguments: a scheduler's arguments are the
+// program's choice, so an impossible one is a programming error that panics, naming it.
+func TestSchedulerConstructorsPanicOnImpossibleArguments(t *testing.T) {
+	o := schedOpt(t, schedCase{})
+	for name, build := range map[string]func(){
+		"step_size":            func() { optim.NewStepLR(o, 0, 0.1) },
+		"T_max":                func() { optim.NewCosineAnnealingLR(o, 0, 0) },
+		"starting":             func() { optim.NewLinearLR(o, 2, 1, 5) },
+		"lr_lambdas":           func() { optim.NewLambdaLR(o, nil, nil, nil) },
+		"total_steps":          func() { optim.NewOneCycleLR(o, []float64{1, 1}, 0, optim.OneCycleOptions{}) },
+		"number of schedulers": func() { optim.NewSequentialLR(o, []optim.Scheduler{optim.NewExponentialLR(o, 0.9)}, []int64{3}) },
+		"mode sideways":        func() { optim.NewReduceLROnPlateau(o, optim.PlateauOptions{Mode: "sideways"}) },
+	} {
+		require.Contains(t, panicMessage(t, build), name)
+	}
+}
+
+// panicMessage returns the string f panics with ("" when it does not panic).
+func panicMessage(t *testing.T, f func()) (msg string) {
+	t.Helper()
+	defer func() { msg, _ = recover().(string) }()
+	f()
+	return ""
 }
