@@ -82,9 +82,10 @@ train: libtorch-check
 	$(GO) run $(GOTAGS_FLAG) ./cmd/train $(TRAIN_ARGS)
 
 
-# bench: gotrain's Trainer against the seed's Python loop and a libtorch C++ loop, all on
-# $(LIBTORCH) (see bench/README.md); prints the table, writes bench/results/ and, on a
-# full run, README's performance section. BENCH_QUICK=1 is a smoke run (about 3 minutes on a quiet machine).
+# bench: gotrain's Trainer against the seed's Python loop and libtorch C++ loops running the
+# same Adam kernels, and the per-op cost in Go, C++ and Python, all on $(LIBTORCH) (see
+# bench/README.md); prints the tables, writes bench/results/ and, on a full run, README's
+# performance section. BENCH_QUICK=1 is a smoke run (3 to 5 minutes).
 BENCH_QUICK ?=
 BENCH_ARGS ?=
 BENCH_BIN := build/bench
