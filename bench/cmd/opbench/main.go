@@ -3,7 +3,7 @@
 // is the crossing (cgo call, handle, scope bookkeeping, free). bench/cpp/ops.cpp and
 // bench/python/ops.py run the same ops on the same libtorch.
 //
-//	opbench [-n 100000] [-reps 7] [-block 100] [-threads 1]
+//	opbench [-n 100000] [-reps 7] [-block 100] [-threads 1] [-cpuprofile FILE]
 //
 // The ops: "add", a.Add(b) of two 16-element float32 tensors; "linear", the forward of
 // nn.Linear(16, 16) on a [1, 16] input with autograd recording (its parameters require
@@ -19,6 +19,7 @@ import (
 	"log"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/gotrain/gotrain/torch"
@@ -30,6 +31,7 @@ func main() {
 	reps := flag.Int("reps", 7, "timed reps (after one warm-up rep)")
 	block := flag.Int("block", 100, "ops per scope")
 	threads := flag.Int("threads", 1, "libtorch intra-op threads")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of all reps (go tool pprof)")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("opbench: ")
@@ -47,6 +49,17 @@ func main() {
 	ops := map[string]func(){
 		"add":    func() { a.Add(b) },
 		"linear": func() { lin.Forward(x) },
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
 	}
 	live := torch.LiveTensors()
 	out := map[string][]float64{}
