@@ -163,12 +163,16 @@ func TestGPT2MatchesTransformers(t *testing.T) {
 		ids := refTensor(t, ref, "ids")
 		prompt := refTensor(t, ref, "prompt").Int64s()
 		want := refTensor(t, ref, "greedy").Int64s()
+		// Scopes belong to goroutines and t.Run starts one per subtest: each opens its own,
+		// or its tensors would be left to the garbage collector.
 		t.Run("step", func(t *testing.T) {
+			defer torch.NewScope().Close()
 			m := newGPT2(t, c)
 			assert.Equal(t, "transformer.wte.weight", nn.NamedParameters(m)[0].Name)
 			stepMatches(t, m, ref, func() (*torch.Tensor, *torch.Tensor) { return m.Forward(ids), m.Loss(ids) })
 		})
 		t.Run("pretrained_dir_and_greedy", func(t *testing.T) {
+			defer torch.NewScope().Close()
 			m, err := models.LoadGPT2Pretrained(filepath.Join(dir, "hf"))
 			require.NoError(t, err)
 			defer nn.Free(m)
@@ -185,6 +189,7 @@ func TestGPT2MatchesTransformers(t *testing.T) {
 			assert.Equal(t, got, uncached, "the KV cache changes no token")
 		})
 		t.Run("go_to_transformers", func(t *testing.T) {
+			defer torch.NewScope().Close()
 			torch.ManualSeed(5)
 			m := newGPT2(t, c)
 			for _, p := range nn.NamedParameters(m) {
