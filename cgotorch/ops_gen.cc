@@ -857,11 +857,12 @@ cg_result2 cg_op_TopK(cg_tensor self_, int64_t k, int64_t dim, int largest_, int
   CG_CATCH_RESULT2
 }
 
-cg_result2 cg_op_Sort(cg_tensor self_, int64_t dim, int descending_) {
+cg_result2 cg_op_Sort(cg_tensor self_, int64_t dim, int descending_, int stable_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   bool descending = descending_ != 0;
-  auto r = at::sort(self, dim, descending);
+  bool stable = stable_ != 0;
+  auto r = at::sort(self, std::optional<bool>(stable), dim, descending);
   return cg::res2(std::get<0>(r), std::get<1>(r));
   CG_CATCH_RESULT2
 }
@@ -1230,6 +1231,19 @@ cg_result cg_op_scaledDotProductAttention(cg_tensor q_, cg_tensor k_, cg_tensor 
   bool hasScale = hasScale_ != 0;
   return cg::res(at::scaled_dot_product_attention(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt));
   CG_CATCH_RESULT
+}
+
+cg_status cg_op_sdpBackend(cg_tensor q_, cg_tensor k_, cg_tensor v_, cg_tensor mask_, double dropout, int causal_, double scale, int hasScale_, int64_t *out) {
+  CG_TRY
+  at::Tensor &q = cg::T(q_);
+  at::Tensor &k = cg::T(k_);
+  at::Tensor &v = cg::T(v_);
+  std::optional<at::Tensor> mask = cg::opt(mask_);
+  bool causal = causal_ != 0;
+  bool hasScale = hasScale_ != 0;
+  *out = at::_fused_sdp_choice(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt);
+  return cg::ok();
+  CG_CATCH_STATUS
 }
 
 cg_result cg_op_crossEntropy(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduction, int64_t ignoreIndex, double labelSmoothing) {

@@ -538,8 +538,8 @@ func OpTopK(self Tensor, k int64, dim int64, largest bool, sorted bool) Result2 
 }
 
 // OpSort is sort (ops.tab line 143).
-func OpSort(self Tensor, dim int64, descending bool) Result2 {
-	return rt2(C.cg_op_Sort(C.cg_tensor(self), C.int64_t(dim), cbool(descending)))
+func OpSort(self Tensor, dim int64, descending bool, stable bool) Result2 {
+	return rt2(C.cg_op_Sort(C.cg_tensor(self), C.int64_t(dim), cbool(descending), cbool(stable)))
 }
 
 // OpArgmax is argmax (ops.tab line 144).
@@ -767,32 +767,39 @@ func OpscaledDotProductAttention(q Tensor, k Tensor, v Tensor, mask Tensor, drop
 	return rt(C.cg_op_scaledDotProductAttention(C.cg_tensor(q), C.cg_tensor(k), C.cg_tensor(v), C.cg_tensor(mask), C.double(dropout), cbool(causal), C.double(scale), cbool(hasScale)))
 }
 
-// OpcrossEntropy is cross_entropy (ops.tab line 193).
+// OpsdpBackend is _fused_sdp_choice (ops.tab line 193).
+func OpsdpBackend(q Tensor, k Tensor, v Tensor, mask Tensor, dropout float64, causal bool, scale float64, hasScale bool) (int64, error) {
+	var out C.int64_t
+	err := st(C.cg_op_sdpBackend(C.cg_tensor(q), C.cg_tensor(k), C.cg_tensor(v), C.cg_tensor(mask), C.double(dropout), cbool(causal), C.double(scale), cbool(hasScale), &out))
+	return int64(out), err
+}
+
+// OpcrossEntropy is cross_entropy (ops.tab line 194).
 func OpcrossEntropy(x Tensor, y Tensor, weight Tensor, reduction int64, ignoreIndex int64, labelSmoothing float64) Result {
 	return rt(C.cg_op_crossEntropy(C.cg_tensor(x), C.cg_tensor(y), C.cg_tensor(weight), C.int64_t(reduction), C.int64_t(ignoreIndex), C.double(labelSmoothing)))
 }
 
-// OpnllLoss is nll_loss (ops.tab line 194).
+// OpnllLoss is nll_loss (ops.tab line 195).
 func OpnllLoss(x Tensor, y Tensor, weight Tensor, reduction int64, ignoreIndex int64) Result {
 	return rt(C.cg_op_nllLoss(C.cg_tensor(x), C.cg_tensor(y), C.cg_tensor(weight), C.int64_t(reduction), C.int64_t(ignoreIndex)))
 }
 
-// OpmseLoss is mse_loss (ops.tab line 195).
+// OpmseLoss is mse_loss (ops.tab line 196).
 func OpmseLoss(x Tensor, y Tensor, reduction int64) Result {
 	return rt(C.cg_op_mseLoss(C.cg_tensor(x), C.cg_tensor(y), C.int64_t(reduction)))
 }
 
-// Opl1Loss is l1_loss (ops.tab line 196).
+// Opl1Loss is l1_loss (ops.tab line 197).
 func Opl1Loss(x Tensor, y Tensor, reduction int64) Result {
 	return rt(C.cg_op_l1Loss(C.cg_tensor(x), C.cg_tensor(y), C.int64_t(reduction)))
 }
 
-// OpsmoothL1Loss is smooth_l1_loss (ops.tab line 197).
+// OpsmoothL1Loss is smooth_l1_loss (ops.tab line 198).
 func OpsmoothL1Loss(x Tensor, y Tensor, reduction int64, beta float64) Result {
 	return rt(C.cg_op_smoothL1Loss(C.cg_tensor(x), C.cg_tensor(y), C.int64_t(reduction), C.double(beta)))
 }
 
-// OpbceWithLogits is binary_cross_entropy_with_logits (ops.tab line 198).
+// OpbceWithLogits is binary_cross_entropy_with_logits (ops.tab line 199).
 func OpbceWithLogits(x Tensor, y Tensor, weight Tensor, posWeight Tensor, reduction int64) Result {
 	return rt(C.cg_op_bceWithLogits(C.cg_tensor(x), C.cg_tensor(y), C.cg_tensor(weight), C.cg_tensor(posWeight), C.int64_t(reduction)))
 }

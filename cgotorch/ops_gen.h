@@ -114,7 +114,7 @@ cg_result cg_op_Norm(cg_tensor self_, double p_);
 cg_result2 cg_op_MaxDim(cg_tensor self_, int64_t dim, int keepdim_);
 cg_result2 cg_op_MinDim(cg_tensor self_, int64_t dim, int keepdim_);
 cg_result2 cg_op_TopK(cg_tensor self_, int64_t k, int64_t dim, int largest_, int sorted_);
-cg_result2 cg_op_Sort(cg_tensor self_, int64_t dim, int descending_);
+cg_result2 cg_op_Sort(cg_tensor self_, int64_t dim, int descending_, int stable_);
 cg_result cg_op_Argmax(cg_tensor self_, int64_t dim, int keepdim_);
 cg_result cg_op_ArgmaxAll(cg_tensor self_);
 cg_result cg_op_Argmin(cg_tensor self_, int64_t dim, int keepdim_);
@@ -160,6 +160,7 @@ cg_result cg_op_GroupNorm(cg_tensor x_, int64_t groups, cg_tensor w_, cg_tensor 
 cg_result cg_op_Dropout(cg_tensor x_, double p, int training_);
 cg_result cg_op_Embedding(cg_tensor weight_, cg_tensor indices_, int64_t paddingIdx);
 cg_result cg_op_scaledDotProductAttention(cg_tensor q_, cg_tensor k_, cg_tensor v_, cg_tensor mask_, double dropout, int causal_, double scale, int hasScale_);
+cg_status cg_op_sdpBackend(cg_tensor q_, cg_tensor k_, cg_tensor v_, cg_tensor mask_, double dropout, int causal_, double scale, int hasScale_, int64_t *out);
 cg_result cg_op_crossEntropy(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduction, int64_t ignoreIndex, double labelSmoothing);
 cg_result cg_op_nllLoss(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduction, int64_t ignoreIndex);
 cg_result cg_op_mseLoss(cg_tensor x_, cg_tensor y_, int64_t reduction);

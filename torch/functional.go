@@ -28,14 +28,6 @@ func (t *Tensor) Clamp(lo, hi float64) *Tensor {
 	return t.clamp(lo, hi, !math.IsInf(lo, -1), !math.IsInf(hi, 1))
 }
 
-// ScaledDotProductAttention is F.scaled_dot_product_attention over query, key and value
-// of shape (..., L, E), (..., S, E) and (..., S, Ev). mask may be nil, a bool tensor (true
-// takes part) or a float tensor added to the scores; causal applies a lower-triangular
-// mask; dropout applies in training only when p > 0; scale <= 0 means PyTorch's default
-// 1/sqrt(E). libtorch picks the kernel (flash, memory-efficient, cuDNN or math).
-func ScaledDotProductAttention(q, k, v, mask *Tensor, dropout float64, causal bool, scale float64) *Tensor {
-	return scaledDotProductAttention(q, k, v, mask, dropout, causal, scale, scale > 0)
-}
 
 // Conv2dOptions are F.conv2d's geometry arguments; zero values mean PyTorch's defaults
 // (stride 1, padding 0, dilation 1, groups 1).

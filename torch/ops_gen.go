@@ -537,9 +537,10 @@ func (t *Tensor) TopK(k int64, dim int64, largest bool, sorted bool) (values, in
 	return adopt2("topk", cgotorch.OpTopK(t.handle(), k, dim, largest, sorted))
 }
 
-// Sort returns the elements sorted along dim and their original indices.
-func (t *Tensor) Sort(dim int64, descending bool) (values, indices *Tensor) {
-	return adopt2("sort", cgotorch.OpSort(t.handle(), dim, descending))
+// Sort returns the elements sorted along dim and their original indices; stable keeps the
+// order of equal elements.
+func (t *Tensor) Sort(dim int64, descending bool, stable bool) (values, indices *Tensor) {
+	return adopt2("sort", cgotorch.OpSort(t.handle(), dim, descending, stable))
 }
 
 // Argmax returns the indices of the maxima along dim.
@@ -771,6 +772,13 @@ func Embedding(weight *Tensor, indices *Tensor, paddingIdx int64) *Tensor {
 // scaledDotProductAttention is F.scaled_dot_product_attention.
 func scaledDotProductAttention(q *Tensor, k *Tensor, v *Tensor, mask *Tensor, dropout float64, causal bool, scale float64, hasScale bool) *Tensor {
 	return adopt("scaled_dot_product_attention", cgotorch.OpscaledDotProductAttention(q.handle(), k.handle(), v.handle(), opt(mask), dropout, causal, scale, hasScale))
+}
+
+// sdpBackend is the kernel scaled_dot_product_attention picks (sdp::SDPBackend's number).
+func sdpBackend(q *Tensor, k *Tensor, v *Tensor, mask *Tensor, dropout float64, causal bool, scale float64, hasScale bool) int64 {
+	n, err := cgotorch.OpsdpBackend(q.handle(), k.handle(), v.handle(), opt(mask), dropout, causal, scale, hasScale)
+	check("_fused_sdp_choice", err)
+	return n
 }
 
 // crossEntropy is F.cross_entropy.

@@ -43,7 +43,7 @@ var kinds = map[string]bool{
 	"double": true, "scalar": true, "bool": true, "dtype": true, "device": true,
 }
 
-var results = map[string]bool{"tensor": true, "tensor2": true, "tensors": true, "void": true}
+var results = map[string]bool{"tensor": true, "tensor2": true, "tensors": true, "int64": true, "void": true}
 
 // parse reads the table; errors name the line.
 func parse(src []byte, file string) ([]op, error) {
@@ -132,6 +132,9 @@ func (o op) cParams() []string {
 			out = append(out, "int "+p.name+"_type", "int "+p.name+"_index")
 		}
 	}
+	if o.result == "int64" {
+		out = append(out, "int64_t *out")
+	}
 	if len(out) == 0 {
 		return []string{"void"}
 	}
@@ -199,6 +202,8 @@ func (o op) cxxBody() string {
 		fmt.Fprintf(&b, "  auto r = %s;\n  return cg::res2(std::get<0>(r), std::get<1>(r));\n  CG_CATCH_RESULT2\n}\n", o.expr)
 	case "tensors":
 		fmt.Fprintf(&b, "  return cg::resn(%s);\n  CG_CATCH_RESULTS\n}\n", o.expr)
+	case "int64":
+		fmt.Fprintf(&b, "  *out = %s;\n  return cg::ok();\n  CG_CATCH_STATUS\n}\n", o.expr)
 	default:
 		fmt.Fprintf(&b, "  %s;\n  return cg::ok();\n  CG_CATCH_STATUS\n}\n", o.expr)
 	}
@@ -251,6 +256,8 @@ func (o op) goResult() (sig, conv string) {
 		return "Result2", "rt2"
 	case "tensors":
 		return "Results", "rtn"
+	case "int64":
+		return "(int64, error)", ""
 	}
 	return "error", "st"
 }
@@ -258,6 +265,10 @@ func (o op) goResult() (sig, conv string) {
 func (o op) cgoWrapper() string {
 	params, cargs := o.goParams()
 	sig, conv := o.goResult()
+	if o.result == "int64" {
+		return fmt.Sprintf("// Op%s is %s (ops.tab line %d).\nfunc Op%s(%s) %s {\n\tvar out C.int64_t\n\terr := st(C.%s(%s))\n\treturn int64(out), err\n}\n",
+			o.goName, o.name, o.line, o.goName, strings.Join(params, ", "), sig, o.cName(), strings.Join(append(cargs, "&out"), ", "))
+	}
 	return fmt.Sprintf("// Op%s is %s (ops.tab line %d).\nfunc Op%s(%s) %s {\n\treturn %s(C.%s(%s))\n}\n",
 		o.goName, o.name, o.line, o.goName, strings.Join(params, ", "), sig, conv, o.cName(), strings.Join(cargs, ", "))
 }
@@ -317,6 +328,8 @@ func (o op) torchFunc() string {
 		ret, body = " (values, indices *Tensor)", fmt.Sprintf("return adopt2(%q, %s)", o.name, call)
 	case "tensors":
 		ret, body = " []*Tensor", fmt.Sprintf("return adoptN(%q, %s)", o.name, call)
+	case "int64":
+		ret, body = " int64", fmt.Sprintf("n, err := %s\n\tcheck(%q, err)\n\treturn n", call, o.name)
 	default:
 		body = fmt.Sprintf("check(%q, %s)", o.name, call)
 	}
