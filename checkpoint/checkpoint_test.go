@@ -170,7 +170,7 @@ func TestCycleRefused(t *testing.T) {
 	require.ErrorContains(t, WriteTo(io.Discard, d), "cycle")
 	// A pickled list that contains itself.
 	pkl := "\x80\x02]q\x00(h\x00e."
-	_, err := newUnpickler([]byte(pkl), nil).load()
+	_, err := newUnpickler([]byte(pkl), nil, nil).load()
 	require.ErrorIs(t, err, errCycle)
 }
 
@@ -193,7 +193,7 @@ func TestDict(t *testing.T) {
 }
 
 func TestUnsupportedStorage(t *testing.T) {
-	_, err := newUnpickler([]byte("\x80\x02ctorch\nQInt8Storage\n."), nil).load()
+	_, err := newUnpickler([]byte("\x80\x02ctorch\nQInt8Storage\n."), nil, nil).load()
 	require.ErrorContains(t, err, "unsupported tensor storage torch.QInt8Storage")
 }
 

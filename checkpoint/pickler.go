@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Pickle opcodes (protocols 0-5).
@@ -99,6 +100,53 @@ type pickler struct {
 	nextMemo uint32
 	storages map[*Storage]string
 	order    []*Storage
+	// shared memoizes values that can be referenced more than once (containers, long
+	// strings, bytes, big ints) by identity, as Python's pickler does, so that what Read
+	// returns (which keeps the file's sharing) is written back at its own size, not
+	// expanded; active holds the containers being written, to refuse cycles.
+	shared map[ident]uint32
+	active map[ident]bool
+}
+
+// ident identifies a value by the memory it refers to.
+type ident struct {
+	p    unsafe.Pointer
+	n    int
+	kind byte
+}
+
+// minSharedString is the length from which strings are memoized: shorter ones cost
+// about as much to write as a reference to them.
+const minSharedString = 8
+
+func identity(v any) (ident, bool) {
+	switch x := v.(type) {
+	case string:
+		if len(x) >= minSharedString {
+			return ident{unsafe.Pointer(unsafe.StringData(x)), len(x), 's'}, true
+		}
+	case []byte:
+		if len(x) > 0 {
+			return ident{unsafe.Pointer(&x[0]), len(x), 'b'}, true
+		}
+	case []any:
+		if len(x) > 0 {
+			return ident{unsafe.Pointer(&x[0]), len(x), 'l'}, true
+		}
+	case Tuple:
+		if len(x) > 0 {
+			return ident{unsafe.Pointer(&x[0]), len(x), 't'}, true
+		}
+	case *Dict:
+		if x != nil {
+			return ident{unsafe.Pointer(x), 0, 'd'}, true
+		}
+	case *big.Int:
+		if x != nil && !x.IsInt64() {
+			return ident{unsafe.Pointer(x), 0, 'I'}, true
+		}
+	}
+	return ident{}, false
 }
 
 func newPickler() *pickler {
@@ -107,6 +155,8 @@ func newPickler() *pickler {
 		memo:     map[string]uint32{},
 		tensors:  map[*Tensor]uint32{},
 		storages: map[*Storage]string{},
+		shared:   map[ident]uint32{},
+		active:   map[ident]bool{},
 	}
 }
 
@@ -255,8 +305,9 @@ func (p *pickler) tuple(t Tuple, depth int) error {
 	return nil
 }
 
-func (p *pickler) list(n int, elem func(i int) any, depth int) error {
+func (p *pickler) list(n int, elem func(i int) any, depth int, id *ident) error {
 	p.buf = append(p.buf, opEmptyList)
+	p.memoize(id)
 	// MARK ... APPENDS even for one item: libtorch 1.13 has no APPEND.
 	for start := 0; start < n; start += batchSize {
 		p.buf = append(p.buf, opMark)
@@ -270,7 +321,14 @@ func (p *pickler) list(n int, elem func(i int) any, depth int) error {
 	return nil
 }
 
-func (p *pickler) dict(d *Dict, depth int) error {
+// memoize records the value just written (or, for a list or dict, just opened) under id.
+func (p *pickler) memoize(id *ident) {
+	if id != nil {
+		p.shared[*id] = p.put()
+	}
+}
+
+func (p *pickler) dict(d *Dict, depth int, id *ident) error {
 	switch d.Kind {
 	case PlainDict:
 		if d.Attrs.Len() > 0 {
@@ -283,6 +341,7 @@ func (p *pickler) dict(d *Dict, depth int) error {
 	default:
 		return fmt.Errorf("invalid DictKind %d", d.Kind)
 	}
+	p.memoize(id)
 	if err := p.items(d, depth); err != nil {
 		return err
 	}
@@ -397,6 +456,32 @@ func (p *pickler) dump(v any, depth int) error {
 	if depth > maxDepth {
 		return fmt.Errorf("values nested deeper than %d (a cycle?)", maxDepth)
 	}
+	id, ok := identity(v)
+	if !ok {
+		return p.value(v, depth, nil)
+	}
+	if p.active[id] {
+		return fmt.Errorf("a %s that contains itself (a cycle) cannot be written", describe(v))
+	}
+	if i, ok := p.shared[id]; ok {
+		p.get(i)
+		return nil
+	}
+	p.active[id] = true
+	err := p.value(v, depth, &id)
+	delete(p.active, id)
+	if err != nil {
+		return err
+	}
+	if _, ok := p.shared[id]; !ok {
+		p.memoize(&id) // values memoized once written: strings, bytes, tuples, big ints
+	}
+	return nil
+}
+
+// value writes v; id is its identity when it has one, for lists and dicts to memoize
+// themselves before their items, as Python's pickler does.
+func (p *pickler) value(v any, depth int, id *ident) error {
 	switch x := v.(type) {
 	case nil:
 		p.buf = append(p.buf, opNone)
@@ -438,14 +523,14 @@ func (p *pickler) dump(v any, depth int) error {
 	case Tuple:
 		return p.tuple(x, depth)
 	case []any:
-		return p.list(len(x), func(i int) any { return x[i] }, depth)
+		return p.list(len(x), func(i int) any { return x[i] }, depth, id)
 	case *Dict:
 		if x == nil {
 			return fmt.Errorf("nil *Dict")
 		}
-		return p.dict(x, depth)
+		return p.dict(x, depth, id)
 	case Dict:
-		return p.dict(&x, depth)
+		return p.dict(&x, depth, nil)
 	case *Tensor:
 		if x == nil {
 			return fmt.Errorf("nil *Tensor")
@@ -466,7 +551,7 @@ func (p *pickler) reflectValue(v any, depth int) error {
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
 	case reflect.Slice, reflect.Array:
-		return p.list(rv.Len(), func(i int) any { return rv.Index(i).Interface() }, depth)
+		return p.list(rv.Len(), func(i int) any { return rv.Index(i).Interface() }, depth, nil)
 	case reflect.Map:
 		if rv.Type().Key().Kind() != reflect.String {
 			break
@@ -485,7 +570,7 @@ func (p *pickler) reflectValue(v any, depth int) error {
 		for _, k := range keys {
 			d.Set(k.String(), rv.MapIndex(k).Interface())
 		}
-		return p.dict(d, depth)
+		return p.dict(d, depth, nil)
 	}
 	return fmt.Errorf("cannot write a value of type %T", v)
 }

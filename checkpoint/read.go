@@ -1,41 +1,30 @@
 package checkpoint
 
 import (
-	"archive/zip"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 )
 
-// maxPickle bounds data.pkl; real ones are kilobytes to a few megabytes.
+// maxPickle bounds data.pkl and a legacy file's pickles; real ones are kilobytes to a
+// few megabytes.
 const maxPickle = 1 << 30
 
-// Read loads the checkpoint at path (a torch.save file, zip or legacy format). See the
-// package documentation for the Go types of the result.
-func Read(path string) (any, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	v, err := ReadFrom(f, fi.Size())
-	if err != nil {
-		return nil, fmt.Errorf("%w (reading %s)", err, path)
-	}
-	return v, nil
-}
+// Read loads the checkpoint at path (a torch.save file, zip or legacy format) within the
+// default budget (see the package documentation and ReadOptions). See the package
+// documentation for the Go types of the result.
+func Read(path string) (any, error) { return ReadOptions{}.Read(path) }
 
-// ReadFrom loads a checkpoint of size bytes from r. Malformed input is an error, never
-// a panic; no allocation is larger than what the input itself holds.
-func ReadFrom(r io.ReaderAt, size int64) (v any, err error) {
+// ReadFrom loads a checkpoint of size bytes from r within the default budget.
+// Malformed input is an error, never a panic.
+func ReadFrom(r io.ReaderAt, size int64) (any, error) { return ReadOptions{}.ReadFrom(r, size) }
+
+// readFrom reads a checkpoint, charging b; it also returns how much of b it used, for
+// the tests that check the budget.
+func readFrom(r io.ReaderAt, size int64, b *budget) (v any, used *budget, err error) {
 	defer func() {
 		// The reader is written not to panic; this turns a bug into an error rather
 		// than a crash of a service that reads untrusted files.
@@ -44,42 +33,91 @@ func ReadFrom(r io.ReaderAt, size int64) (v any, err error) {
 		}
 	}()
 	var magic [4]byte
-	if _, err := r.ReadAt(magic[:], 0); err != nil || size < 4 {
-		return nil, errors.New("checkpoint: file too short to be a checkpoint")
+	if size < 4 || readAt(r, magic[:], 0) != nil {
+		return nil, b, errors.New("checkpoint: file too short to be a checkpoint")
 	}
 	if string(magic[:]) == "PK\x03\x04" {
-		v, err = readZip(r, size)
+		v, err = readZip(r, size, b)
 	} else {
-		v, err = readLegacy(r, size)
+		v, err = readLegacy(r, size, b)
+	}
+	if b.err != nil {
+		// Whatever failed after the budget ran out, the budget is the reason.
+		return nil, b, b.err
 	}
 	if err != nil && !strings.HasPrefix(err.Error(), "checkpoint: ") {
 		err = fmt.Errorf("checkpoint: %w", err)
 	}
-	return v, err
+	return v, b, err
 }
 
-func readZip(r io.ReaderAt, size int64) (any, error) {
-	zr, err := zip.NewReader(r, size)
-	if err != nil && !errors.Is(err, zip.ErrInsecurePath) {
-		return nil, fmt.Errorf("not a valid zip archive: %w", err)
-	}
-	if len(zr.File) == 0 {
+// foldName is a record name as torch's reader compares it: miniz matches names with
+// ASCII case folded.
+func foldName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if 'A' <= r && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}, s)
+}
+
+// Torch's reader accepts file format versions 1 to 10 (torch 2.14; torch.save writes 3).
+const maxFormatVersion = 10
+
+// zipRecords indexes the records of a torch.save archive by their folded name below
+// the root folder, refusing what torch would read differently or not at all.
+func zipRecords(entries []zipEntry) (map[string]*zipEntry, error) {
+	if len(entries) == 0 {
 		return nil, errors.New("empty zip archive")
 	}
-	root, _, ok := strings.Cut(zr.File[0].Name, "/")
+	root, _, ok := strings.Cut(entries[0].name, "/")
 	if !ok {
 		return nil, errors.New("zip entries are not in a root folder, not a torch.save file")
 	}
-	files := map[string]*zip.File{}
-	for _, f := range zr.File {
-		name, ok := strings.CutPrefix(f.Name, root+"/")
+	files := make(map[string]*zipEntry, len(entries)) // charged by readZipDir
+	for i := range entries {
+		e := &entries[i]
+		name, ok := strings.CutPrefix(e.name, root+"/")
 		if !ok {
-			return nil, fmt.Errorf("zip entry %q is outside the root folder %q", f.Name, root)
+			return nil, fmt.Errorf("zip entry %q is outside the root folder %q", e.name, root)
 		}
-		files[name] = f
+		// torch looks records up by a binary search over case-folded names; which of
+		// two equal names it finds depends on the search, so a file with both is refused.
+		key := foldName(name)
+		if prev, ok := files[key]; ok {
+			return nil, fmt.Errorf("zip entries %q and %q have the same name to torch (it would read one of them): refusing the file", prev.name, e.name)
+		}
+		files[key] = e
+	}
+	return files, nil
+}
+
+func readZip(r io.ReaderAt, size int64, b *budget) (any, error) {
+	entries, err := readZipDir(r, size, b)
+	if err != nil {
+		return nil, fmt.Errorf("not a valid zip archive: %w", err)
+	}
+	files, err := zipRecords(entries)
+	if err != nil {
+		return nil, err
 	}
 	if _, ok := files["constants.pkl"]; ok {
 		return nil, errors.New("this is a TorchScript archive (torch.jit.save), not a torch.save checkpoint")
+	}
+	vf, ok := files[".data/version"]
+	if !ok {
+		vf, ok = files["version"]
+	}
+	if !ok {
+		return nil, errors.New("no version record (torch refuses such files)")
+	}
+	vb, err := readRecord(r, vf, 64, b)
+	if err != nil {
+		return nil, fmt.Errorf("version: %w", err)
+	}
+	if v, ok := parseVersion(vb); !ok || v < 1 || v > maxFormatVersion {
+		return nil, fmt.Errorf("unsupported file format version %q", vb)
 	}
 	pf, ok := files["data.pkl"]
 	if !ok {
@@ -87,7 +125,7 @@ func readZip(r io.ReaderAt, size int64) (any, error) {
 	}
 	bigEndian := false
 	if bf, ok := files["byteorder"]; ok {
-		b, err := readRecord(r, size, bf, 16)
+		b, err := readRecord(r, bf, 16, b)
 		if err != nil {
 			return nil, fmt.Errorf("byteorder: %w", err)
 		}
@@ -99,7 +137,7 @@ func readZip(r io.ReaderAt, size int64) (any, error) {
 			return nil, fmt.Errorf("unknown byteorder %q", b)
 		}
 	}
-	pkl, err := readRecord(r, size, pf, maxPickle)
+	pkl, err := readRecord(r, pf, maxPickle, b)
 	if err != nil {
 		return nil, fmt.Errorf("data.pkl: %w", err)
 	}
@@ -122,16 +160,19 @@ func readZip(r io.ReaderAt, size int64) (any, error) {
 		if untyped && bigEndian {
 			return nil, fmt.Errorf("storage data/%s: big-endian untyped storages are not supported", key)
 		}
-		f, ok := files["data/"+key]
+		f, ok := files[foldName("data/"+key)]
 		if !ok {
 			return nil, fmt.Errorf("storage record data/%s is missing", key)
 		}
 		nbytes, ok := storageBytes(dt, numel)
-		if !ok || uint64(nbytes) != f.UncompressedSize64 {
+		if !ok || uint64(nbytes) != f.size {
 			return nil, fmt.Errorf("storage data/%s holds %d bytes; %d %v elements need %d",
-				key, f.UncompressedSize64, numel, dt, nbytes)
+				key, f.size, numel, dt, nbytes)
 		}
-		data, err := readRecord(r, size, f, nbytes)
+		if err := b.alloc(storageCost); err != nil {
+			return nil, err
+		}
+		data, err := readRecord(r, f, nbytes, b)
 		if err != nil {
 			return nil, fmt.Errorf("data/%s: %w", key, err)
 		}
@@ -142,11 +183,26 @@ func readZip(r io.ReaderAt, size int64) (any, error) {
 		storages[key] = s
 		return s, nil
 	}
-	v, err := newUnpickler(pkl, persist).load()
+	v, err := newUnpickler(pkl, persist, b).load()
 	if err == errTruncated {
 		return nil, errors.New("data.pkl: pickle data truncated")
 	}
 	return v, err
+}
+
+// storageCost is what a Storage and its map entry cost besides the data.
+const storageCost = 160
+
+// parseVersion parses a version record as torch does (std::stoull: leading white space,
+// then decimal digits; what follows them is ignored).
+func parseVersion(b []byte) (uint64, bool) {
+	s := strings.TrimLeft(string(b), " \t\n\v\f\r")
+	n, digits := uint64(0), 0
+	for digits < len(s) && '0' <= s[digits] && s[digits] <= '9' && digits < 18 {
+		n = n*10 + uint64(s[digits]-'0')
+		digits++
+	}
+	return n, digits > 0
 }
 
 // storageBytes returns numel*elemsize, or false when it overflows.
@@ -181,33 +237,33 @@ func parsePID(pid Tuple, n int) (DType, string, int64, error) {
 	return st.dtype, key, numel, nil
 }
 
-// readRecord returns a stored zip record's bytes, refusing records larger than limit
-// or extending past the end of the file.
-func readRecord(r io.ReaderAt, size int64, f *zip.File, limit int64) ([]byte, error) {
-	if f.UncompressedSize64 > uint64(limit) {
-		return nil, fmt.Errorf("record of %d bytes is too large", f.UncompressedSize64)
+// readRecord returns a stored zip record's bytes, refusing records larger than limit.
+// readZipDir has checked that the record lies inside the file.
+func readRecord(r io.ReaderAt, f *zipEntry, limit int64, b *budget) ([]byte, error) {
+	if f.size > uint64(limit) {
+		return nil, fmt.Errorf("record of %d bytes is too large", f.size)
 	}
-	n := int64(f.UncompressedSize64)
-	switch f.Method {
-	case zip.Store:
-		if f.CompressedSize64 != f.UncompressedSize64 {
-			return nil, errors.New("stored record with different compressed and uncompressed sizes")
-		}
-		off, err := f.DataOffset()
-		if err != nil {
-			return nil, err
-		}
-		if off < 0 || off > size || n > size-off {
-			return nil, errors.New("record extends past the end of the file")
-		}
-		buf := make([]byte, n)
-		if m, err := r.ReadAt(buf, off); m < len(buf) {
-			return nil, err
-		}
-		return buf, nil
+	if f.flags&1 != 0 {
+		return nil, errors.New("encrypted zip record")
 	}
-	// torch.save never compresses; refusing compressed records also rules out zip bombs.
-	return nil, fmt.Errorf("compressed zip record (method %d): torch.save stores records uncompressed", f.Method)
+	if f.method != 0 {
+		// torch.save never compresses; refusing compressed records also rules out zip bombs.
+		return nil, fmt.Errorf("compressed zip record (method %d): torch.save stores records uncompressed", f.method)
+	}
+	if f.compSize != f.size {
+		return nil, errors.New("stored record with different compressed and uncompressed sizes")
+	}
+	if err := b.alloc(int64(f.size)); err != nil {
+		return nil, err
+	}
+	if err := b.step(int64(f.size) / 64); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, f.size)
+	if err := readAt(r, buf, f.dataOff); err != nil {
+		return nil, err
+	}
+	return buf, nil
 }
 
 func swapBytes(b []byte, width int) {
@@ -224,37 +280,49 @@ func swapBytes(b []byte, width int) {
 // legacyMagic is torch's MAGIC_NUMBER, the first pickle of a legacy file.
 const legacyMagic = "119547037146038801333356"
 
+// maxLegacyPickle bounds the pickles at the start of a legacy file. They have no length
+// prefix, so without a bound a pickle that never ends would be buffered to the end of
+// the file, however large (or sparse) it is.
+const maxLegacyPickle = 256 << 20
+
 // readLegacy reads the pre-1.6 format: pickles of the magic number, protocol version,
 // system info, the object and the storage keys, then each storage as an int64 element
 // count and its bytes, in key order.
-func readLegacy(r io.ReaderAt, size int64) (any, error) {
+func readLegacy(r io.ReaderAt, size int64, b *budget) (any, error) {
 	if size >= 262 {
 		var tarMagic [5]byte
-		if _, err := r.ReadAt(tarMagic[:], 257); err == nil && string(tarMagic[:]) == "ustar" {
+		if readAt(r, tarMagic[:], 257) == nil && string(tarMagic[:]) == "ustar" {
 			return nil, errors.New("the legacy tar checkpoint format (torch < 0.4) is not supported")
 		}
 	}
-	// The pickles have no length prefix: read a prefix of the file, growing it until the
-	// object and key pickles are complete.
-	chunk := min(size, 1<<16)
+	// Read a prefix of the file, growing it (4x, so the parses add up to linear time)
+	// until the object and key pickles are complete.
+	limit := min(size, maxLegacyPickle)
+	chunk := min(limit, 1<<16)
 	for {
-		buf := make([]byte, chunk)
-		if _, err := r.ReadAt(buf, 0); err != nil && err != io.EOF {
+		if err := b.alloc(chunk); err != nil {
 			return nil, err
 		}
-		v, err := parseLegacy(r, size, buf)
+		buf := make([]byte, chunk)
+		if err := readAt(r, buf, 0); err != nil {
+			return nil, err
+		}
+		v, err := parseLegacy(r, size, buf, b)
 		if err != errTruncated {
 			return v, err
 		}
-		if chunk == size {
+		if chunk == limit {
+			if limit < size {
+				return nil, fmt.Errorf("legacy checkpoint pickles longer than %d bytes are not supported", limit)
+			}
 			return nil, errors.New("not a checkpoint: neither a zip archive nor a complete legacy pickle")
 		}
-		chunk = min(size, chunk*4)
+		chunk = min(limit, chunk*4)
 	}
 }
 
-func parseLegacy(r io.ReaderAt, size int64, buf []byte) (any, error) {
-	u := newUnpickler(buf, nil)
+func parseLegacy(r io.ReaderAt, size int64, buf []byte, b *budget) (any, error) {
+	u := newUnpickler(buf, nil, b)
 	magic, err := u.load()
 	if err != nil {
 		return nil, err
@@ -263,7 +331,7 @@ func parseLegacy(r io.ReaderAt, size int64, buf []byte) (any, error) {
 		return nil, errors.New("not a checkpoint: no zip header and no legacy magic number")
 	}
 	next := func(persist func(Tuple) (any, error)) (any, error) {
-		nu := newUnpickler(buf, persist)
+		nu := newUnpickler(buf, persist, b)
 		nu.pos = u.pos
 		v, err := nu.load()
 		u.pos = nu.pos
@@ -302,14 +370,17 @@ func parseLegacy(r io.ReaderAt, size int64, buf []byte) (any, error) {
 			}
 			return s, nil
 		}
-		// The data follows the pickles; every storage must fit in the file, so the
-		// buffers allocated here never add up to more than the file size.
+		// The data follows the pickles: every storage must fit in what is left of the
+		// file. Nothing is allocated for it until its data is read.
 		nbytes, ok := storageBytes(dt, numel)
-		if !ok || nbytes > size-total {
+		if !ok || nbytes > size-int64(u.pos)-total {
 			return nil, fmt.Errorf("storage %s of %d elements is larger than the file", key, numel)
 		}
 		total += nbytes
-		s := &Storage{DType: dt, Key: key, Data: make([]byte, nbytes)}
+		if err := b.alloc(storageCost); err != nil {
+			return nil, err
+		}
+		s := &Storage{DType: dt, Key: key, pending: nbytes}
 		storages[key] = s
 		return s, nil
 	}
@@ -326,27 +397,46 @@ func parseLegacy(r io.ReaderAt, size int64, buf []byte) (any, error) {
 		return nil, errors.New("legacy storage key list is not a list")
 	}
 	off := int64(u.pos)
+	if total > size-off || int64(len(keys)) > (size-off-total)/8 {
+		return nil, errors.New("legacy storages extend past the end of the file")
+	}
+	// torch reads the storages in the order of this list, each once; a key listed twice
+	// would be read twice (the second read overwriting the first) and a storage not
+	// listed would stay uninitialised, so both are refused.
 	for _, k := range keys {
 		key, _ := k.(string)
 		s, ok := storages[key]
 		if !ok {
 			return nil, fmt.Errorf("legacy storage key %v is not used by any tensor", k)
 		}
+		if s.Data != nil {
+			return nil, fmt.Errorf("legacy storage key %s is listed twice", key)
+		}
 		var hdr [8]byte
-		if _, err := r.ReadAt(hdr[:], off); err != nil {
+		if err := readAt(r, hdr[:], off); err != nil {
 			return nil, fmt.Errorf("legacy storage %s: %w", key, err)
 		}
 		if n := int64(binary.LittleEndian.Uint64(hdr[:])); n != s.Numel() {
 			return nil, fmt.Errorf("legacy storage %s has %d elements, expected %d", key, n, s.Numel())
 		}
 		off += 8
-		if int64(len(s.Data)) > size-off {
+		if s.pending > size-off {
 			return nil, fmt.Errorf("legacy storage %s extends past the end of the file", key)
 		}
-		if _, err := r.ReadAt(s.Data, off); err != nil && len(s.Data) > 0 {
+		if err := b.alloc(s.pending); err != nil {
+			return nil, err
+		}
+		data := make([]byte, s.pending)
+		if err := readAt(r, data, off); err != nil {
 			return nil, fmt.Errorf("legacy storage %s: %w", key, err)
 		}
-		off += int64(len(s.Data))
+		s.Data, s.pending = data, 0
+		off += int64(len(data))
+	}
+	for key, s := range storages {
+		if s.Data == nil {
+			return nil, fmt.Errorf("legacy storage %s is not in the storage key list", key)
+		}
 	}
 	return obj, nil
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 )
@@ -21,76 +20,104 @@ type stEntry struct {
 	DataOffsets [2]int64 `json:"data_offsets"`
 }
 
+// maxSafetensorsRank bounds a safetensors tensor's number of dimensions.
+const maxSafetensorsRank = 1024
+
 // ReadSafetensors reads a safetensors file: a flat dict of named tensors, in file order,
-// and the header's string metadata (nil when absent).
+// and the header's string metadata (nil when absent), within the default budget.
 func ReadSafetensors(path string) (*Dict, map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	return ReadSafetensorsFrom(f, fi.Size())
+	return ReadOptions{}.ReadSafetensors(path)
 }
 
 // ReadSafetensorsFrom reads a safetensors file of size bytes from r. Every tensor must
 // lie inside the data area, which the tensors must cover exactly, as the format requires.
+// A header that names a tensor twice is refused (JSON readers differ on which one wins).
 func ReadSafetensorsFrom(r io.ReaderAt, size int64) (*Dict, map[string]string, error) {
-	d, meta, err := readSafetensors(r, size)
-	if err != nil {
-		return nil, nil, fmt.Errorf("checkpoint: safetensors: %w", err)
-	}
-	return d, meta, nil
+	return ReadOptions{}.ReadSafetensorsFrom(r, size)
 }
 
-func readSafetensors(r io.ReaderAt, size int64) (*Dict, map[string]string, error) {
+func readSafetensors(r io.ReaderAt, size int64, b *budget) (*Dict, map[string]string, error) {
 	var hl [8]byte
 	if size < 8 {
 		return nil, nil, errors.New("file too short")
 	}
-	if _, err := r.ReadAt(hl[:], 0); err != nil {
+	if err := readAt(r, hl[:], 0); err != nil {
 		return nil, nil, err
 	}
 	n := binary.LittleEndian.Uint64(hl[:])
 	if n > maxSafetensorsHeader || int64(n) > size-8 {
 		return nil, nil, fmt.Errorf("header length %d is invalid for a file of %d bytes", n, size)
 	}
-	hdr := make([]byte, n)
-	if m, err := r.ReadAt(hdr, 8); m < len(hdr) {
+	// The header, the decoder's buffer (grown by doubling) and the raw values.
+	if err := b.alloc(8 * int64(n)); err != nil {
 		return nil, nil, err
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(hdr, &raw); err != nil {
-		return nil, nil, fmt.Errorf("header: %w", err)
+	if err := b.step(4 * int64(n)); err != nil {
+		return nil, nil, err
 	}
-	var meta map[string]string
-	if m, ok := raw["__metadata__"]; ok {
-		if err := json.Unmarshal(m, &meta); err != nil {
-			return nil, nil, fmt.Errorf("__metadata__: %w", err)
-		}
-		delete(raw, "__metadata__")
+	hdr := make([]byte, n)
+	if err := readAt(r, hdr, 8); err != nil {
+		return nil, nil, err
 	}
 	type named struct {
 		name string
 		e    stEntry
 		dt   DType
 	}
-	entries := make([]named, 0, len(raw))
-	for name, msg := range raw {
+	var meta map[string]string
+	var entries []named
+	seen := map[string]bool{}
+	dec := json.NewDecoder(bytes.NewReader(hdr))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, nil, errors.New("header: not a JSON object")
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, nil, fmt.Errorf("header: %w", err)
+		}
+		name := t.(string) // object keys are strings
+		var msg json.RawMessage
+		if err := dec.Decode(&msg); err != nil {
+			return nil, nil, fmt.Errorf("header: %w", err)
+		}
+		if seen[name] {
+			return nil, nil, fmt.Errorf("header: %q appears twice", name)
+		}
+		seen[name] = true
+		// A decoder per entry (for DisallowUnknownFields), the entry and its dict slot.
+		if err := b.alloc(2048 + 32*int64(len(msg)+len(name))); err != nil {
+			return nil, nil, err
+		}
+		if err := b.step(256 + 4*int64(len(msg)+len(name))); err != nil {
+			return nil, nil, err
+		}
+		if name == "__metadata__" {
+			if err := json.Unmarshal(msg, &meta); err != nil {
+				return nil, nil, fmt.Errorf("__metadata__: %w", err)
+			}
+			continue
+		}
 		var e stEntry
-		dec := json.NewDecoder(bytes.NewReader(msg))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&e); err != nil {
+		d := json.NewDecoder(bytes.NewReader(msg))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&e); err != nil {
 			return nil, nil, fmt.Errorf("tensor %q: %w", name, err)
+		}
+		if len(e.Shape) > maxSafetensorsRank {
+			return nil, nil, fmt.Errorf("tensor %q: %d dimensions (at most %d)", name, len(e.Shape), maxSafetensorsRank)
 		}
 		dt, err := stDType(e.DType)
 		if err != nil {
 			return nil, nil, fmt.Errorf("tensor %q: %w", name, err)
 		}
 		entries = append(entries, named{name, e, dt})
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, nil, fmt.Errorf("header: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, nil, errors.New("header: data after the JSON object")
 	}
 	slices.SortFunc(entries, func(a, b named) int {
 		if c := a.e.DataOffsets[0] - b.e.DataOffsets[0]; c != 0 {
@@ -114,8 +141,11 @@ func readSafetensors(r io.ReaderAt, size int64) (*Dict, map[string]string, error
 	if end != dataLen {
 		return nil, nil, fmt.Errorf("%d bytes of data after the last tensor", dataLen-end)
 	}
+	if err := b.alloc(dataLen + int64(len(entries))*(tensorCost+storageCost)); err != nil {
+		return nil, nil, err
+	}
 	data := make([]byte, dataLen)
-	if m, err := r.ReadAt(data, dataStart); m < len(data) {
+	if err := readAt(r, data, dataStart); err != nil {
 		return nil, nil, err
 	}
 	out := NewDict()
@@ -195,6 +225,9 @@ func WriteSafetensorsTo(w io.Writer, tensors *Dict, metadata map[string]string) 
 		if err := tt.check(); err != nil {
 			return fmt.Errorf("checkpoint: safetensors: %q: %w", name, err)
 		}
+		if _, err := tt.viewSize(int64(tt.DType.ElemSize())); err != nil {
+			return fmt.Errorf("checkpoint: safetensors: %q: %w", name, err)
+		}
 		if dtypes[tt.DType].st == "" {
 			return fmt.Errorf("checkpoint: safetensors: %q: the format has no %v dtype", name, tt.DType)
 		}
@@ -225,7 +258,11 @@ func WriteSafetensorsTo(w io.Writer, tensors *Dict, metadata map[string]string) 
 		return fmt.Errorf("checkpoint: safetensors: %w", err)
 	}
 	for _, t := range list {
-		if _, err := w.Write(t.Bytes()); err != nil {
+		b, err := t.ReadBytes()
+		if err != nil {
+			return fmt.Errorf("checkpoint: safetensors: %w", err)
+		}
+		if _, err := w.Write(b); err != nil {
 			return fmt.Errorf("checkpoint: safetensors: %w", err)
 		}
 	}

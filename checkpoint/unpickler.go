@@ -21,7 +21,18 @@ type ForbiddenGlobalError struct {
 
 // Error implements error; the message names the global as module.name.
 func (e *ForbiddenGlobalError) Error() string {
-	return fmt.Sprintf("checkpoint: refusing global %s.%s: not on the allowlist of tensor, storage and container types", e.Module, e.Name)
+	return fmt.Sprintf("checkpoint: refusing global %s: not on the allowlist of tensor, storage and container types", printable(e.Module+"."+e.Name))
+}
+
+// printable returns s, or s quoted when it holds anything but printable ASCII, so that
+// an error message never carries control characters from a file.
+func printable(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] >= 0x7f {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // errTruncated is returned when the pickle ends before STOP; the legacy reader uses it
@@ -93,10 +104,36 @@ type unpickler struct {
 	marks   []int
 	memo    map[uint64]any
 	persist func(pid Tuple) (any, error)
+	b       *budget
+	kn      *keyNorm
 }
 
-func newUnpickler(data []byte, persist func(Tuple) (any, error)) *unpickler {
-	return &unpickler{data: data, memo: map[uint64]any{}, persist: persist}
+// newUnpickler returns a machine over data that charges b (nil: no budget).
+func newUnpickler(data []byte, persist func(Tuple) (any, error), b *budget) *unpickler {
+	return &unpickler{data: data, memo: map[uint64]any{}, persist: persist, b: b,
+		kn: &keyNorm{b: b, tuples: map[*any]dictKey{}}}
+}
+
+// boxCost is what storing v in an interface allocates.
+func boxCost(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		if x >= 0 && x < 256 {
+			return 0
+		}
+		return 8
+	case float64:
+		return 8
+	case string:
+		return 16
+	case Tuple, []byte:
+		return 24
+	case global:
+		return 32
+	case storageType:
+		return 8
+	}
+	return 0
 }
 
 func (u *unpickler) read(n int) ([]byte, error) {
@@ -133,12 +170,22 @@ func (u *unpickler) line() (string, error) {
 	if i < 0 {
 		return "", errTruncated
 	}
+	if err := u.b.step(int64(i)); err != nil {
+		return "", err
+	}
+	if err := u.b.alloc(int64(i)); err != nil {
+		return "", err
+	}
 	s := string(u.data[u.pos : u.pos+i])
 	u.pos += i + 1
 	return strings.TrimSuffix(s, "\r"), nil
 }
 
-func (u *unpickler) push(v any) { u.stack = append(u.stack, v) }
+func (u *unpickler) push(v any) {
+	u.b.growCharge(len(u.stack), cap(u.stack), 1, 16)
+	u.b.alloc(boxCost(v))
+	u.stack = append(u.stack, v)
+}
 
 func (u *unpickler) pop() (any, error) {
 	if len(u.stack) == 0 || (len(u.marks) > 0 && len(u.stack) <= u.marks[len(u.marks)-1]) {
@@ -163,6 +210,9 @@ func (u *unpickler) popMark() ([]any, error) {
 	}
 	m := u.marks[len(u.marks)-1]
 	u.marks = u.marks[:len(u.marks)-1]
+	if err := u.b.alloc(16 * int64(len(u.stack)-m)); err != nil {
+		return nil, err
+	}
 	items := slices.Clone(u.stack[m:])
 	u.stack = u.stack[:m]
 	return items, nil
@@ -206,6 +256,11 @@ func (u *unpickler) memoPut(i uint64) error {
 	if err != nil {
 		return err
 	}
+	if _, ok := u.memo[i]; !ok {
+		if err := u.b.alloc(96); err != nil {
+			return err
+		}
+	}
 	u.memo[i] = v
 	return nil
 }
@@ -228,14 +283,21 @@ func (u *unpickler) load() (v any, err error) {
 		op := u.data[u.pos]
 		at := u.pos
 		u.pos++
+		if err := u.b.step(1); err != nil {
+			return nil, err
+		}
 		if op == opStop {
 			v, err := u.pop()
 			if err != nil {
 				return nil, fmt.Errorf("pickle STOP at offset %d: %w", at, err)
 			}
-			return finish(v, len(u.data))
+			return finish(v, u.b)
 		}
-		if err := u.step(op); err != nil {
+		err := u.step(op)
+		if u.b != nil && u.b.err != nil {
+			return nil, u.b.err
+		}
+		if err != nil {
 			if err == errTruncated {
 				return nil, err
 			}
@@ -262,6 +324,7 @@ func (u *unpickler) step(op byte) error {
 		_, err := u.read(8)
 		return err
 	case opMark:
+		u.b.growCharge(len(u.marks), cap(u.marks), 1, 8)
 		u.marks = append(u.marks, len(u.stack))
 	case opPop:
 		if len(u.marks) > 0 && len(u.stack) == u.marks[len(u.marks)-1] {
@@ -313,6 +376,15 @@ func (u *unpickler) step(op byte) error {
 			return err
 		}
 		b, _ := u.read(n)
+		if n > maxLongBytes {
+			return fmt.Errorf("integer of %d bytes (torch's weights_only unpickler reads at most %d, with LONG1)", n, maxLongBytes)
+		}
+		if err := u.b.alloc(4*int64(n) + 64); err != nil {
+			return err
+		}
+		if err := u.b.step(int64(n)); err != nil {
+			return err
+		}
 		u.push(decodeLong(b))
 	case opInt:
 		s, err := u.line()
@@ -325,7 +397,7 @@ func (u *unpickler) step(op byte) error {
 		case "00":
 			u.push(false)
 		default:
-			v, err := parseInt(s)
+			v, err := u.parseInt(s)
 			if err != nil {
 				return err
 			}
@@ -336,7 +408,7 @@ func (u *unpickler) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		v, err := parseInt(strings.TrimSuffix(s, "L"))
+		v, err := u.parseInt(strings.TrimSuffix(s, "L"))
 		if err != nil {
 			return err
 		}
@@ -364,6 +436,12 @@ func (u *unpickler) step(op byte) error {
 			return err
 		}
 		b, _ := u.read(n)
+		if err := u.b.alloc(int64(n)); err != nil {
+			return err
+		}
+		if err := u.b.step(int64(n)); err != nil {
+			return err
+		}
 		if !utf8.Valid(b) {
 			return errors.New("string is not valid UTF-8")
 		}
@@ -377,6 +455,9 @@ func (u *unpickler) step(op byte) error {
 	case opString:
 		s, err := u.line()
 		if err != nil {
+			return err
+		}
+		if err := u.b.alloc(3 * int64(len(s))); err != nil {
 			return err
 		}
 		q, err := strconv.Unquote(s)
@@ -396,6 +477,12 @@ func (u *unpickler) step(op byte) error {
 			return err
 		}
 		b, _ := u.read(n)
+		if err := u.b.alloc(int64(n)); err != nil {
+			return err
+		}
+		if err := u.b.step(int64(n)); err != nil {
+			return err
+		}
 		u.push(slices.Clone(b))
 	case opEmptyTuple:
 		u.push(Tuple{})
@@ -404,6 +491,7 @@ func (u *unpickler) step(op byte) error {
 		if len(u.stack) < n || (len(u.marks) > 0 && len(u.stack)-n < u.marks[len(u.marks)-1]) {
 			return errors.New("stack underflow")
 		}
+		u.b.alloc(16 * int64(n))
 		t := slices.Clone(Tuple(u.stack[len(u.stack)-n:]))
 		u.stack = u.stack[:len(u.stack)-n]
 		u.push(t)
@@ -414,12 +502,14 @@ func (u *unpickler) step(op byte) error {
 		}
 		u.push(Tuple(items))
 	case opEmptyList:
+		u.b.alloc(32)
 		u.push(&pyList{})
 	case opList:
 		items, err := u.popMark()
 		if err != nil {
 			return err
 		}
+		u.b.alloc(32)
 		u.push(&pyList{items: items})
 	case opAppend, opAppends:
 		var items []any
@@ -443,16 +533,21 @@ func (u *unpickler) step(op byte) error {
 		if !ok {
 			return fmt.Errorf("APPEND to a %s, not a list", typeName(t))
 		}
+		if err := u.b.growCharge(len(l.items), cap(l.items), len(items), 16); err != nil {
+			return err
+		}
 		l.items = append(l.items, items...)
 	case opEmptyDict:
+		u.b.alloc(dictCost)
 		u.push(NewDict())
 	case opDict:
 		items, err := u.popMark()
 		if err != nil {
 			return err
 		}
+		u.b.alloc(dictCost)
 		d := NewDict()
-		if err := setItems(d, items); err != nil {
+		if err := u.setItems(d, items); err != nil {
 			return err
 		}
 		u.push(d)
@@ -478,7 +573,7 @@ func (u *unpickler) step(op byte) error {
 		if !ok {
 			return fmt.Errorf("SETITEM on a %s, not a dict", typeName(t))
 		}
-		return setItems(d, items)
+		return u.setItems(d, items)
 	case opPut, opBinPut, opLongBinPut:
 		i, err := u.memoIndex(op)
 		if err != nil {
@@ -539,7 +634,7 @@ func (u *unpickler) step(op byte) error {
 		if !ok {
 			return fmt.Errorf("REDUCE arguments are a %s, not a tuple", typeName(args))
 		}
-		v, err := call(fn, t)
+		v, err := u.call(fn, t)
 		if err != nil {
 			return err
 		}
@@ -553,7 +648,7 @@ func (u *unpickler) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		return build(t, state)
+		return u.build(t, state)
 	case opPersID, opBinPersID:
 		var pid any
 		if op == opPersID {
@@ -620,25 +715,66 @@ func normInt(v *big.Int) any {
 	return v
 }
 
-func parseInt(s string) (any, error) {
-	if len(s) > 10000 {
-		return nil, errors.New("integer literal too long")
+// maxIntDigits is Python's limit on the digits of an int read from text
+// (sys.int_info.default_max_str_digits), which also bounds the quadratic conversion.
+const maxIntDigits = 4300
+
+// maxLongBytes is the size of the largest integer torch's weights_only unpickler reads
+// (LONG1's one-byte length), and so the largest gotrain reads and writes.
+const maxLongBytes = 255
+
+func (u *unpickler) parseInt(s string) (any, error) {
+	if len(strings.TrimLeft(s, "+-")) > maxIntDigits {
+		return nil, fmt.Errorf("integer literal of more than %d digits (Python refuses it too)", maxIntDigits)
+	}
+	if err := u.b.alloc(4*int64(len(s)) + 256); err != nil {
+		return nil, err
+	}
+	if err := u.b.step(int64(len(s)) * int64(len(s)/256+1)); err != nil { // quadratic conversion
+		return nil, err
 	}
 	v, ok := new(big.Int).SetString(s, 10)
 	if !ok {
 		return nil, fmt.Errorf("bad integer %q", s)
 	}
+	if (v.BitLen()+8)/8 > maxLongBytes {
+		return nil, fmt.Errorf("integer of more than %d bytes (torch's weights_only unpickler reads at most %d)", maxLongBytes, maxLongBytes)
+	}
 	return normInt(v), nil
 }
 
-func setItems(d *Dict, items []any) error {
+// setItems sets key, value pairs, charging the key normalisation (hashing a key costs
+// its length, every time) and each new entry.
+func (u *unpickler) setItems(d *Dict, items []any) error {
 	if len(items)%2 != 0 {
 		return errors.New("odd number of items for a dict")
 	}
 	for i := 0; i < len(items); i += 2 {
-		if err := d.set(items[i], items[i+1]); err != nil {
+		nk, dk, err := u.kn.norm(items[i], 0)
+		if err != nil {
+			if _, ok := err.(*LimitError); ok {
+				return err
+			}
 			return errors.New(strings.TrimPrefix(err.Error(), "checkpoint: "))
 		}
+		if err := u.b.step(int64(len(dk.s)) + 1); err != nil {
+			return err
+		}
+		if d.find(dk) < 0 {
+			u.b.growCharge(len(d.keys), cap(d.keys), 1, 16)
+			u.b.growCharge(len(d.vals), cap(d.vals), 1, 16)
+			u.b.growCharge(len(d.nks), cap(d.nks), 1, 40)
+			switch {
+			case d.Len() == smallDict:
+				u.b.alloc((smallDict + 1) * indexCost)
+			case d.Len() > smallDict:
+				u.b.alloc(indexCost)
+			}
+			if err := u.b.alloc(0); err != nil {
+				return err
+			}
+		}
+		d.setNorm(nk, dk, items[i+1])
 	}
 	return nil
 }
@@ -663,8 +799,14 @@ func typeName(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
+// indexCost is what an entry of a Dict's index map costs, growth included.
+const indexCost = 160
+
+// tensorCost is what a Tensor costs besides its shape and strides.
+const tensorCost = 128
+
 // call applies an allowlisted global to its arguments.
-func call(fn any, args Tuple) (any, error) {
+func (u *unpickler) call(fn any, args Tuple) (any, error) {
 	g, ok := fn.(global)
 	if !ok {
 		return nil, fmt.Errorf("cannot call a %s", typeName(fn))
@@ -674,6 +816,7 @@ func call(fn any, args Tuple) (any, error) {
 		if len(args) != 0 {
 			return nil, errors.New("OrderedDict with arguments is not supported")
 		}
+		u.b.alloc(dictCost)
 		return NewOrderedDict(), nil
 	case "Size":
 		if len(args) != 1 {
@@ -683,6 +826,7 @@ func call(fn any, args Tuple) (any, error) {
 		case Tuple:
 			return s, nil
 		case *pyList:
+			u.b.alloc(16 * int64(len(s.items)))
 			return Tuple(slices.Clone(s.items)), nil
 		}
 		return nil, errors.New("torch.Size of a non-sequence")
@@ -694,6 +838,12 @@ func call(fn any, args Tuple) (any, error) {
 		enc, ok2 := args[1].(string)
 		if !ok1 || !ok2 {
 			return nil, errors.New("_codecs.encode takes two strings")
+		}
+		if err := u.b.alloc(int64(len(s))); err != nil {
+			return nil, err
+		}
+		if err := u.b.step(int64(len(s))); err != nil {
+			return nil, err
 		}
 		switch strings.ToLower(strings.ReplaceAll(enc, "-", "")) {
 		case "latin1", "iso88591":
@@ -733,6 +883,9 @@ func call(fn any, args Tuple) (any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: stride: %w", g.name, err)
 		}
+		if err := u.b.alloc(tensorCost + 16*int64(len(shape))); err != nil {
+			return nil, err
+		}
 		t := &Tensor{DType: st.DType, Shape: shape, Strides: strides, Offset: off, Storage: st}
 		if want == 6 {
 			rg, ok := args[4].(bool)
@@ -740,6 +893,14 @@ func call(fn any, args Tuple) (any, error) {
 				return nil, fmt.Errorf("%s: requires_grad is not a bool", g.name)
 			}
 			t.RequiresGrad = rg
+			// torch sets backward hooks and metadata (conj/neg bits) from these; gotrain
+			// cannot represent them, so a tensor that has any is refused, not misread.
+			if !emptyOrNone(args[5]) {
+				return nil, fmt.Errorf("%s: tensors with backward hooks are not supported", g.name)
+			}
+			if len(args) == 7 && !emptyOrNone(args[6]) {
+				return nil, fmt.Errorf("%s: tensor metadata is not supported", g.name)
+			}
 		}
 		if err := t.check(); err != nil {
 			return nil, fmt.Errorf("%s: %w", g.name, err)
@@ -767,15 +928,29 @@ func call(fn any, args Tuple) (any, error) {
 			st.DType = dt // the bytes' first reader types them
 		}
 		v2 := Tuple{st, args[1], args[2], args[3], args[4], args[5]}
-		return call(global{g.module, "_rebuild_tensor_v2"}, v2)
+		if len(args) == 8 {
+			v2 = append(v2, args[7])
+		}
+		return u.call(global{g.module, "_rebuild_tensor_v2"}, v2)
 	case "_rebuild_parameter", "_rebuild_parameter_with_state":
-		if len(args) < 3 {
-			return nil, fmt.Errorf("%s: too few arguments", g.name)
+		// (data, requires_grad, backward_hooks[, state]), as torch calls them.
+		want := 3
+		if g.name == "_rebuild_parameter_with_state" {
+			want = 4
+		}
+		if len(args) != want {
+			return nil, fmt.Errorf("%s takes %d arguments, got %d", g.name, want, len(args))
 		}
 		t, ok := args[0].(*Tensor)
 		rg, ok2 := args[1].(bool)
 		if !ok || !ok2 {
 			return nil, fmt.Errorf("%s: bad arguments", g.name)
+		}
+		if !emptyOrNone(args[2]) || (want == 4 && !emptyOrNone(args[3])) {
+			return nil, fmt.Errorf("%s: parameters with backward hooks or attributes are not supported", g.name)
+		}
+		if err := u.b.alloc(tensorCost); err != nil {
+			return nil, err
 		}
 		p := *t
 		p.RequiresGrad = rg
@@ -805,77 +980,91 @@ func intTuple(v any) ([]int64, error) {
 	return out, nil
 }
 
-func build(target, state any) error {
+// emptyOrNone reports whether v is None or an empty dict (torch's empty backward
+// hooks, metadata and state).
+func emptyOrNone(v any) bool {
+	d, ok := v.(*Dict)
+	return v == nil || (ok && d.Len() == 0 && d.Attrs.Len() == 0)
+}
+
+// build applies BUILD to an OrderedDict as torch's weights_only unpickler does:
+// inst.__dict__.update(state). Only a dict state is accepted: update would read any
+// other iterable (a tuple, as pickle's (state, slotstate)) as key-value pairs.
+func (u *unpickler) build(target, state any) error {
 	d, ok := target.(*Dict)
 	if !ok || d.Kind != OrderedDict {
 		return fmt.Errorf("BUILD on a %s (only OrderedDict is allowed)", typeName(target))
-	}
-	if state == nil {
-		return nil
-	}
-	// (state, slotstate) as object.__reduce_ex__ produces; slots are not expected.
-	if t, ok := state.(Tuple); ok && len(t) == 2 {
-		if t[1] != nil {
-			return errors.New("BUILD with slot state is not supported")
-		}
-		state = t[0]
 	}
 	sd, ok := state.(*Dict)
 	if !ok {
 		return fmt.Errorf("BUILD state is a %s, not a dict", typeName(state))
 	}
 	if d.Attrs == nil {
+		u.b.alloc(dictCost)
 		d.Attrs = NewDict()
 	}
+	items := make([]any, 0, 2*sd.Len())
 	for k, v := range sd.All() {
-		if err := d.Attrs.set(k, v); err != nil {
-			return err
-		}
+		items = append(items, k, v)
 	}
-	return nil
+	if err := u.b.alloc(16 * int64(len(items))); err != nil {
+		return err
+	}
+	return u.setItems(d.Attrs, items)
 }
 
-// finish replaces the machine's internal list type by []any throughout the value and
+// finish replaces the machine's internal list type by []any throughout the value (in
+// place: every reference to a shared list or tuple sees the same converted one) and
 // rejects cyclic and over-deep values, so that callers can walk the result recursively.
-// It also rejects values whose shared containers expand, as a tree, to far more values
-// than the pickle holds (a "billion laughs" built with the memo), since every tree
-// walker (printing, writing) would take exponential time on them.
-func finish(v any, pickleLen int) (any, error) {
-	f := &finisher{lists: map[*pyList]done{}, dicts: map[*Dict]int64{}, tuples: map[*any]done{},
-		limit: 1<<20 + 16*int64(pickleLen)}
+// It also measures the value's expanded size, what a tree walker (printing, writing as
+// JSON) that copies shared parts would produce, and refuses values beyond the budget's
+// MaxExpanded: a "billion laughs" built with the memo stays small in the file and in
+// memory, but not for such walkers.
+func finish(v any, b *budget) (any, error) {
+	limit := int64(math.MaxInt64)
+	if b != nil {
+		limit = b.maxExpanded
+	}
+	f := &finisher{lists: map[*pyList]int64{}, dicts: map[*Dict]int64{}, tuples: map[*any]int64{},
+		b: b, limit: limit}
 	out, n, err := f.value(v, 0)
 	if err == nil && n > f.limit {
-		err = fmt.Errorf("shared containers expand to more than %d values", f.limit)
+		err = &LimitError{"expanded size", f.limit, "MaxExpanded"}
 	}
 	return out, err
 }
 
-type done struct {
-	v    []any
-	size int64 // 0: in progress
-}
-
 type finisher struct {
-	lists  map[*pyList]done
-	dicts  map[*Dict]int64 // 0: in progress
-	tuples map[*any]done
+	// Expanded sizes of the containers visited; 0 while one is in progress.
+	lists  map[*pyList]int64
+	dicts  map[*Dict]int64
+	tuples map[*any]int64
+	b      *budget
 	limit  int64
 }
 
 var errCycle = errors.New("recursive container (a container that holds itself) is not supported")
 
-func (f *finisher) seq(items []any, depth int) ([]any, int64, error) {
-	out := make([]any, len(items))
-	size := int64(1)
+// visitCost is what recording a visited container costs.
+const visitCost = 96
+
+func (f *finisher) seq(items []any, depth int) (int64, error) {
+	if err := f.b.step(int64(len(items)) + 1); err != nil {
+		return 0, err
+	}
+	if err := f.b.alloc(visitCost); err != nil {
+		return 0, err
+	}
+	size := int64(24)
 	for i, e := range items {
 		ev, n, err := f.value(e, depth+1)
 		if err != nil {
-			return nil, 0, err
+			return 0, err
 		}
-		out[i] = ev
-		size = min(size+n, f.limit+1)
+		items[i] = ev
+		size = min(satAdd(size, n), f.limit+1)
 	}
-	return out, size, nil
+	return size, nil
 }
 
 func (f *finisher) value(v any, depth int) (any, int64, error) {
@@ -884,36 +1073,39 @@ func (f *finisher) value(v any, depth int) (any, int64, error) {
 	}
 	switch x := v.(type) {
 	case *pyList:
-		if d, ok := f.lists[x]; ok {
-			if d.size == 0 {
+		if size, ok := f.lists[x]; ok {
+			if size == 0 {
 				return nil, 0, errCycle
 			}
-			return d.v, d.size, nil
+			return x.items, size, nil
 		}
-		f.lists[x] = done{}
-		out, size, err := f.seq(x.items, depth)
+		f.lists[x] = 0
+		size, err := f.seq(x.items, depth)
 		if err != nil {
 			return nil, 0, err
 		}
-		f.lists[x] = done{out, size}
-		return out, size, nil
+		if x.items == nil {
+			x.items = []any{}
+		}
+		f.lists[x] = size
+		return x.items, size, nil
 	case Tuple:
 		if len(x) == 0 {
-			return x, 1, nil
+			return x, 24, nil
 		}
-		if d, ok := f.tuples[&x[0]]; ok {
-			if d.size == 0 {
+		if size, ok := f.tuples[&x[0]]; ok {
+			if size == 0 {
 				return nil, 0, errCycle
 			}
-			return Tuple(d.v), d.size, nil
+			return x, size, nil
 		}
-		f.tuples[&x[0]] = done{}
-		out, size, err := f.seq(x, depth)
+		f.tuples[&x[0]] = 0
+		size, err := f.seq(x, depth)
 		if err != nil {
 			return nil, 0, err
 		}
-		f.tuples[&x[0]] = done{out, size}
-		return Tuple(out), size, nil
+		f.tuples[&x[0]] = size
+		return x, size, nil
 	case *Dict:
 		if size, ok := f.dicts[x]; ok {
 			if size == 0 {
@@ -922,26 +1114,43 @@ func (f *finisher) value(v any, depth int) (any, int64, error) {
 			return x, size, nil
 		}
 		f.dicts[x] = 0
-		size := int64(1 + x.Len())
+		if err := f.b.step(int64(x.Len()) + 1); err != nil {
+			return nil, 0, err
+		}
+		if err := f.b.alloc(visitCost); err != nil {
+			return nil, 0, err
+		}
+		size := int64(64)
 		for i, e := range x.vals {
 			ev, n, err := f.value(e, depth+1)
 			if err != nil {
 				return nil, 0, err
 			}
 			x.vals[i] = ev
-			size = min(size+n, f.limit+1)
+			size = min(satAdd(size, satAdd(n, keySize(x.nks[i]))), f.limit+1)
 		}
 		if x.Attrs != nil {
 			_, n, err := f.value(x.Attrs, depth+1)
 			if err != nil {
 				return nil, 0, err
 			}
-			size = min(size+n, f.limit+1)
+			size = min(satAdd(size, n), f.limit+1)
 		}
 		f.dicts[x] = size
 		return x, size, nil
 	case global, storageType, *Storage:
 		return nil, 0, fmt.Errorf("a bare %s cannot be a value", typeName(v))
+	case string:
+		return v, 16 + int64(len(x)), nil
+	case []byte:
+		return v, 24 + int64(len(x)), nil
+	case *big.Int:
+		return v, 16 + int64(len(x.Bits()))*8, nil
+	case *Tensor:
+		return v, 64 + 16*int64(len(x.Shape)), nil
 	}
-	return v, 1, nil
+	return v, 16, nil
 }
+
+// keySize is a key's share of its dict's expanded size.
+func keySize(k dictKey) int64 { return 16 + int64(len(k.s)) }

@@ -143,6 +143,15 @@ type Storage struct {
 	// untyped marks a storage read as torch.storage.UntypedStorage (bytes) whose dtype
 	// the first _rebuild_tensor_v3 over it sets.
 	untyped bool
+	// pending is the size of a legacy storage whose data is read after the pickles.
+	pending int64
+}
+
+func (s *Storage) byteLen() int64 {
+	if s.Data == nil {
+		return s.pending
+	}
+	return int64(len(s.Data))
 }
 
 // Numel returns the number of elements in the storage.
@@ -150,7 +159,7 @@ func (s *Storage) Numel() int64 {
 	if s.DType.ElemSize() == 0 {
 		return 0
 	}
-	return int64(len(s.Data) / s.DType.ElemSize())
+	return s.byteLen() / int64(s.DType.ElemSize())
 }
 
 // Tensor is a strided view into a Storage, as torch._utils._rebuild_tensor_v2 describes it.
@@ -216,6 +225,9 @@ func (t *Tensor) Numel() int64 {
 // IsContiguous reports whether the tensor's elements lie in row-major order without
 // gaps, so that Bytes can return a slice of the storage without copying.
 func (t *Tensor) IsContiguous() bool {
+	if len(t.Strides) != len(t.Shape) {
+		return false
+	}
 	if t.Numel() == 0 {
 		return true
 	}
@@ -240,8 +252,8 @@ func (t *Tensor) check() error {
 	if t.Storage.DType != t.DType {
 		return fmt.Errorf("tensor dtype %v differs from its storage's %v", t.DType, t.Storage.DType)
 	}
-	if len(t.Storage.Data)%t.DType.ElemSize() != 0 {
-		return fmt.Errorf("storage of %d bytes is not a whole number of %v elements", len(t.Storage.Data), t.DType)
+	if t.Storage.byteLen()%int64(t.DType.ElemSize()) != 0 {
+		return fmt.Errorf("storage of %d bytes is not a whole number of %v elements", t.Storage.byteLen(), t.DType)
 	}
 	if len(t.Strides) != len(t.Shape) {
 		return fmt.Errorf("shape %v and strides %v differ in length", t.Shape, t.Strides)
@@ -276,16 +288,44 @@ func (t *Tensor) check() error {
 	return nil
 }
 
-// Bytes returns the tensor's elements in row-major, little-endian order. For a
-// contiguous tensor it is a slice of the storage (not a copy); otherwise a new buffer.
-func (t *Tensor) Bytes() []byte {
-	es := int64(t.DType.ElemSize())
+// materialLimit is how many bytes the accessors may materialise for a tensor over a
+// storage of n bytes: the read budget of a file holding that storage. A view with zero
+// or overlapping strides (torch's expand) can address far more elements than its
+// storage holds; beyond this it is refused rather than copied.
+func materialLimit(n int64) int64 {
+	return satAdd(DefaultMemoryFixed, satMul(DefaultMemoryPerByte, n))
+}
+
+// viewSize checks the view and returns its element count, refusing views that would
+// materialise more than materialLimit bytes at outElem bytes per element.
+func (t *Tensor) viewSize(outElem int64) (int64, error) {
+	if err := t.check(); err != nil {
+		return 0, fmt.Errorf("checkpoint: %w", err)
+	}
 	n := t.Numel()
+	limit := materialLimit(t.Storage.byteLen())
+	if n > limit/outElem {
+		return 0, fmt.Errorf("checkpoint: tensor of shape %v, strides %v addresses %d elements of a %d-byte storage: "+
+			"materialising them needs more than %d bytes (use Storage.Data)", t.Shape, t.Strides, n, t.Storage.byteLen(), limit)
+	}
+	return n, nil
+}
+
+// ReadBytes returns the tensor's elements in row-major, little-endian order. For a
+// contiguous tensor it is a slice of the storage (not a copy); otherwise a new buffer.
+// It returns an error for a view that lies outside its storage or that would
+// materialise far more elements than the storage holds (see Float64s).
+func (t *Tensor) ReadBytes() ([]byte, error) {
+	n, err := t.viewSize(int64(t.DType.ElemSize()))
+	if err != nil {
+		return nil, err
+	}
+	es := int64(t.DType.ElemSize())
 	if n == 0 {
-		return []byte{}
+		return []byte{}, nil
 	}
 	if t.IsContiguous() {
-		return t.Storage.Data[t.Offset*es : (t.Offset+n)*es]
+		return t.Storage.Data[t.Offset*es : (t.Offset+n)*es], nil
 	}
 	out := make([]byte, 0, n*es)
 	idx := make([]int64, len(t.Shape))
@@ -304,38 +344,66 @@ func (t *Tensor) Bytes() []byte {
 			idx[i] = 0
 		}
 		if i < 0 {
-			return out
+			return out, nil
 		}
 	}
 }
 
-// Float64s returns the tensor's elements in row-major order converted to float64
-// (bool as 0 or 1, complex as the real part; see Complex128s). Conversion is exact for
-// every dtype except int64 and uint64 beyond 2^53.
+// Bytes is ReadBytes without the error: it returns nil where ReadBytes fails.
+func (t *Tensor) Bytes() []byte {
+	b, _ := t.ReadBytes()
+	return b
+}
+
+// elements decodes the tensor's elements, outElem bytes each once converted, with f.
+func elements[T any](t *Tensor, outElem int64, f func(b []byte) T) ([]T, error) {
+	if _, err := t.viewSize(outElem); err != nil {
+		return nil, err
+	}
+	b, err := t.ReadBytes()
+	if err != nil {
+		return nil, err
+	}
+	es := t.DType.ElemSize()
+	out := make([]T, len(b)/es)
+	for i := range out {
+		out[i] = f(b[i*es:])
+	}
+	return out, nil
+}
+
+// ReadFloat64s returns the tensor's elements in row-major order converted to float64
+// (bool as 0 or 1, complex as the real part; see ReadComplex128s). Conversion is exact
+// for every dtype except int64 and uint64 beyond 2^53. A view with zero or overlapping
+// strides is materialised up to the read budget of its storage's size (16 MiB plus 32
+// bytes per storage byte); beyond that, and for a view outside its storage, it returns
+// an error.
+func (t *Tensor) ReadFloat64s() ([]float64, error) {
+	return elements(t, 8, func(b []byte) float64 { return decodeElem(t.DType, b) })
+}
+
+// Float64s is ReadFloat64s without the error: it returns nil where ReadFloat64s fails.
 func (t *Tensor) Float64s() []float64 {
-	b := t.Bytes()
-	es := t.DType.ElemSize()
-	out := make([]float64, len(b)/es)
-	for i := range out {
-		out[i] = decodeElem(t.DType, b[i*es:])
-	}
-	return out
+	v, _ := t.ReadFloat64s()
+	return v
 }
 
-// Int64s returns the tensor's elements in row-major order converted to int64 (floats
-// truncated toward zero, bool as 0 or 1). It is exact for every integer dtype.
-func (t *Tensor) Int64s() []int64 {
-	b := t.Bytes()
-	es := t.DType.ElemSize()
-	out := make([]int64, len(b)/es)
-	for i := range out {
+// ReadInt64s returns the tensor's elements in row-major order converted to int64
+// (floats truncated toward zero, bool as 0 or 1). It is exact for every integer dtype.
+// It fails where ReadFloat64s does.
+func (t *Tensor) ReadInt64s() ([]int64, error) {
+	return elements(t, 8, func(b []byte) int64 {
 		if t.DType == Int64 {
-			out[i] = int64(binary.LittleEndian.Uint64(b[i*es:]))
-		} else {
-			out[i] = int64(decodeElem(t.DType, b[i*es:]))
+			return int64(binary.LittleEndian.Uint64(b))
 		}
-	}
-	return out
+		return int64(decodeElem(t.DType, b))
+	})
+}
+
+// Int64s is ReadInt64s without the error: it returns nil where ReadInt64s fails.
+func (t *Tensor) Int64s() []int64 {
+	v, _ := t.ReadInt64s()
+	return v
 }
 
 func decodeElem(d DType, b []byte) float64 {
@@ -405,29 +473,26 @@ func float8ToFloat64(v byte, mbits, bias int, fn bool) float64 {
 	return sign * math.Ldexp(float64(1<<mbits+mant), exp-bias-mbits)
 }
 
-// Complex128s returns a complex tensor's elements in row-major order (real tensors'
-// as complex numbers with a zero imaginary part).
+// ReadComplex128s returns a complex tensor's elements in row-major order (real
+// tensors' as complex numbers with a zero imaginary part). It fails where ReadFloat64s
+// does.
+func (t *Tensor) ReadComplex128s() ([]complex128, error) {
+	return elements(t, 16, func(e []byte) complex128 {
+		switch t.DType {
+		case Complex64:
+			return complex(float64(math.Float32frombits(binary.LittleEndian.Uint32(e))), float64(math.Float32frombits(binary.LittleEndian.Uint32(e[4:]))))
+		case Complex128:
+			return complex(math.Float64frombits(binary.LittleEndian.Uint64(e)), math.Float64frombits(binary.LittleEndian.Uint64(e[8:])))
+		}
+		return complex(decodeElem(t.DType, e), 0)
+	})
+}
+
+// Complex128s is ReadComplex128s without the error: it returns nil where
+// ReadComplex128s fails.
 func (t *Tensor) Complex128s() []complex128 {
-	if !t.DType.isComplex() {
-		re := t.Float64s()
-		out := make([]complex128, len(re))
-		for i, x := range re {
-			out[i] = complex(x, 0)
-		}
-		return out
-	}
-	b := t.Bytes()
-	es := t.DType.ElemSize()
-	out := make([]complex128, len(b)/es)
-	for i := range out {
-		e := b[i*es:]
-		if t.DType == Complex64 {
-			out[i] = complex(float64(math.Float32frombits(binary.LittleEndian.Uint32(e))), float64(math.Float32frombits(binary.LittleEndian.Uint32(e[4:]))))
-		} else {
-			out[i] = complex(math.Float64frombits(binary.LittleEndian.Uint64(e)), math.Float64frombits(binary.LittleEndian.Uint64(e[8:])))
-		}
-	}
-	return out
+	v, _ := t.ReadComplex128s()
+	return v
 }
 
 func halfToFloat32(h uint16) float32 {
@@ -472,7 +537,10 @@ const (
 
 // Dict is an insertion-ordered Python dict (or OrderedDict, see Kind). Keys are string,
 // int64 (Go ints of any size are stored as int64), *big.Int, bool, float64, nil, or a
-// Tuple of those. The zero value is an empty plain dict ready to use.
+// Tuple of those. Keys compare as in Python: 1, 1.0 and True are one key (the first one
+// set is kept, with the last value), as are tuples of equal elements; NaN is refused as
+// a key, since Python tells NaN keys apart by object identity, which Go values lack.
+// The zero value is an empty plain dict ready to use.
 type Dict struct {
 	Kind DictKind
 	// Attrs holds the instance attributes pickled with an OrderedDict (the BUILD
@@ -481,8 +549,28 @@ type Dict struct {
 
 	keys  []any
 	vals  []any
-	index map[string]int
+	nks   []dictKey
+	index map[dictKey]int // built once a dict outgrows a linear search
 }
+
+// smallDict is the size up to which a Dict finds keys by a linear search: most dicts
+// of a checkpoint are small, and a map would cost far more than their entries.
+const smallDict = 8
+
+// dictKey is a key's identity: its kind and, for strings, the string itself (not a
+// copy); for ints and floats the value; for big ints and tuples an encoding.
+type dictKey struct {
+	s    string
+	i    int64
+	kind byte
+}
+
+// dictCost is what one Dict costs before its entries, and entryCost what each entry
+// adds (its key, value and identity, with slice growth and the index map).
+const (
+	dictCost  = 128
+	entryCost = 3 * (16 + 16 + 40 + 64)
+)
 
 // NewDict returns an empty plain dict.
 func NewDict() *Dict { return &Dict{} }
@@ -490,49 +578,105 @@ func NewDict() *Dict { return &Dict{} }
 // NewOrderedDict returns an empty collections.OrderedDict.
 func NewOrderedDict() *Dict { return &Dict{Kind: OrderedDict} }
 
-// normKey converts a Go key to its canonical form and a string that identifies it.
-func normKey(k any) (any, string, error) {
+// keyNorm normalises dict keys; a reader gives it a budget and a cache of tuple keys
+// (which the pickle memo can share), a Dict method neither.
+type keyNorm struct {
+	b      *budget
+	tuples map[*any]dictKey
+}
+
+// normKey converts a Go key to its canonical form and identity.
+func normKey(k any) (any, dictKey, error) {
+	return (*keyNorm)(nil).norm(k, 0)
+}
+
+func (kn *keyNorm) norm(k any, depth int) (any, dictKey, error) {
+	if depth > maxDepth {
+		return nil, dictKey{}, fmt.Errorf("dict key nested deeper than %d", maxDepth)
+	}
 	switch v := k.(type) {
 	case string:
-		return v, "s" + v, nil
+		return v, dictKey{kind: 's', s: v}, nil
 	case int:
-		return int64(v), "i" + strconv.FormatInt(int64(v), 10), nil
+		return int64(v), dictKey{kind: 'i', i: int64(v)}, nil
 	case int64:
-		return v, "i" + strconv.FormatInt(v, 10), nil
+		return v, dictKey{kind: 'i', i: v}, nil
 	case int32:
-		return int64(v), "i" + strconv.FormatInt(int64(v), 10), nil
+		return int64(v), dictKey{kind: 'i', i: int64(v)}, nil
 	case *big.Int:
-		if v.IsInt64() {
-			return v.Int64(), "i" + v.String(), nil
+		if v == nil {
+			return nil, dictKey{}, fmt.Errorf("checkpoint: nil *big.Int dict key")
 		}
-		return v, "i" + v.String(), nil
+		if v.IsInt64() {
+			return v.Int64(), dictKey{kind: 'i', i: v.Int64()}, nil
+		}
+		return v, bigKey(v), nil
 	case bool:
 		if v {
-			return v, "b1", nil
+			return v, dictKey{kind: 'i', i: 1}, nil
 		}
-		return v, "b0", nil
+		return v, dictKey{kind: 'i', i: 0}, nil
 	case float64:
-		return v, "f" + strconv.FormatUint(math.Float64bits(v), 16), nil
+		switch {
+		case math.IsNaN(v):
+			return nil, dictKey{}, fmt.Errorf("checkpoint: NaN dict key (Python tells NaN keys apart by identity)")
+		case math.IsInf(v, 0) || v != math.Trunc(v):
+			return v, dictKey{kind: 'f', i: int64(math.Float64bits(v))}, nil
+		case v >= -(1<<63) && v < 1<<63:
+			return v, dictKey{kind: 'i', i: int64(v)}, nil
+		}
+		bi, _ := new(big.Float).SetFloat64(v).Int(nil)
+		return v, bigKey(bi), nil
 	case nil:
-		return nil, "n", nil
+		return nil, dictKey{kind: 'n'}, nil
 	case Tuple:
-		var sb strings.Builder
+		var cached *any
+		if len(v) > 0 && kn != nil {
+			cached = &v[0]
+			if dk, ok := kn.tuples[cached]; ok {
+				return v, dk, nil
+			}
+		}
 		out := make(Tuple, len(v))
-		sb.WriteString("t(")
+		enc := make([]byte, 0, 2+8*len(v))
+		enc = append(enc, '(')
 		for i, e := range v {
-			ne, ks, err := normKey(e)
+			ne, dk, err := kn.norm(e, depth+1)
 			if err != nil {
-				return nil, "", err
+				return nil, dictKey{}, err
 			}
 			out[i] = ne
-			sb.WriteString(strconv.Itoa(len(ks)))
-			sb.WriteByte(':')
-			sb.WriteString(ks)
+			enc = append(enc, dk.kind)
+			enc = binary.AppendVarint(enc, dk.i)
+			enc = binary.AppendUvarint(enc, uint64(len(dk.s)))
+			if kn != nil {
+				// A nested tuple's encoding is copied into its parent's: charge it,
+				// as sharing could otherwise double it at every level.
+				if err := kn.b.alloc(int64(len(dk.s)) + 16); err != nil {
+					return nil, dictKey{}, err
+				}
+				if err := kn.b.step(int64(len(dk.s)) + 16); err != nil {
+					return nil, dictKey{}, err
+				}
+			}
+			enc = append(enc, dk.s...)
 		}
-		sb.WriteByte(')')
-		return out, sb.String(), nil
+		dk := dictKey{kind: 't', s: string(enc)}
+		if cached != nil {
+			if err := kn.b.alloc(int64(len(enc)) + 64); err != nil {
+				return nil, dictKey{}, err
+			}
+			kn.tuples[cached] = dk
+		}
+		return out, dk, nil
 	}
-	return nil, "", fmt.Errorf("checkpoint: unhashable dict key of type %T", k)
+	return nil, dictKey{}, fmt.Errorf("checkpoint: unhashable dict key of type %T", k)
+}
+
+// bigKey is the identity of an integer outside the int64 range: its sign and magnitude
+// in hex (linear time, unlike decimal).
+func bigKey(v *big.Int) dictKey {
+	return dictKey{kind: 'I', s: v.Text(16)}
 }
 
 // Set sets d[key] = v, keeping the key's first insertion position. It panics if key is
@@ -544,34 +688,59 @@ func (d *Dict) Set(key, v any) {
 }
 
 func (d *Dict) set(key, v any) error {
-	nk, ks, err := normKey(key)
+	nk, dk, err := normKey(key)
 	if err != nil {
 		return err
 	}
-	if d.index == nil {
-		d.index = make(map[string]int)
+	d.setNorm(nk, dk, v)
+	return nil
+}
+
+// find returns the position of the key with identity dk, or -1.
+func (d *Dict) find(dk dictKey) int {
+	if d.index != nil {
+		if i, ok := d.index[dk]; ok {
+			return i
+		}
+		return -1
 	}
-	if i, ok := d.index[ks]; ok {
+	for i, k := range d.nks {
+		if k == dk {
+			return i
+		}
+	}
+	return -1
+}
+
+func (d *Dict) setNorm(nk any, dk dictKey, v any) {
+	if i := d.find(dk); i >= 0 {
 		d.vals[i] = v
-		return nil
+		return
 	}
-	d.index[ks] = len(d.keys)
 	d.keys = append(d.keys, nk)
 	d.vals = append(d.vals, v)
-	return nil
+	d.nks = append(d.nks, dk)
+	if d.index != nil {
+		d.index[dk] = len(d.keys) - 1
+	} else if len(d.keys) > smallDict {
+		d.index = make(map[dictKey]int, len(d.keys))
+		for i, k := range d.nks {
+			d.index[k] = i
+		}
+	}
 }
 
 // Get returns d[key] and whether the key is present.
 func (d *Dict) Get(key any) (any, bool) {
-	if d == nil || d.index == nil {
+	if d == nil {
 		return nil, false
 	}
-	_, ks, err := normKey(key)
+	_, dk, err := normKey(key)
 	if err != nil {
 		return nil, false
 	}
-	i, ok := d.index[ks]
-	if !ok {
+	i := d.find(dk)
+	if i < 0 {
 		return nil, false
 	}
 	return d.vals[i], true
@@ -579,23 +748,26 @@ func (d *Dict) Get(key any) (any, bool) {
 
 // Delete removes key from d, if present.
 func (d *Dict) Delete(key any) {
-	if d == nil || d.index == nil {
+	if d == nil {
 		return
 	}
-	_, ks, err := normKey(key)
+	_, dk, err := normKey(key)
 	if err != nil {
 		return
 	}
-	i, ok := d.index[ks]
-	if !ok {
+	i := d.find(dk)
+	if i < 0 {
 		return
 	}
 	d.keys = append(d.keys[:i], d.keys[i+1:]...)
 	d.vals = append(d.vals[:i], d.vals[i+1:]...)
-	delete(d.index, ks)
-	for k, j := range d.index {
-		if j > i {
-			d.index[k] = j - 1
+	d.nks = append(d.nks[:i], d.nks[i+1:]...)
+	if d.index != nil {
+		delete(d.index, dk)
+		for k, j := range d.index {
+			if j > i {
+				d.index[k] = j - 1
+			}
 		}
 	}
 }

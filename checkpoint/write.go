@@ -4,9 +4,12 @@ import (
 	"archive/zip"
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,7 +23,10 @@ const alignment = 64
 // Write saves v to path as torch.save would, replacing path atomically: the data goes
 // to a temporary file in the same directory, which is synced and renamed over path,
 // and then the directory is synced. After a crash path holds either the old or the
-// new checkpoint, never a mix. A failed Write leaves path unchanged. A writer killed
+// new checkpoint, never a mix. A failed Write leaves path unchanged and no temporary
+// file, even when it fails by a panic. A new file gets the permissions os.Create
+// would give it (0666 less the umask), a replaced one keeps its own; when path is a
+// symlink, the file it points to is replaced and the link kept. A writer killed
 // mid-write leaves its temporary file (.NAME.tmp-PID-*); the next Write of the same path
 // removes it once that process is gone.
 //
@@ -138,25 +144,79 @@ func (r *recordWriter) record(name string, data []byte) {
 	r.offset += 30 + int64(len(full)) + int64(len(extra)) + int64(len(data))
 }
 
-// atomicWrite writes a file through a synced temporary file and a rename.
+// maxLinks bounds the symlinks followed to find the file a path names (Linux's limit).
+const maxLinks = 40
+
+// resolveLinks returns the file that path names after following symlinks (a link's
+// relative target is relative to the link's directory). A missing file is the path
+// itself, so writing through a dangling link creates its target.
+func resolveLinks(path string) (string, error) {
+	for range maxLinks {
+		fi, err := os.Lstat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return path, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			return path, nil
+		}
+		target, err := os.Readlink(path)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		path = target
+	}
+	return "", fmt.Errorf("%s: more than %d symlinks", path, maxLinks)
+}
+
+// createTemp creates a new temporary file in dir with the given permissions, which the
+// umask restricts as it does for os.Create (os.CreateTemp would make it 0600).
+func createTemp(dir, base string, perm fs.FileMode) (*os.File, error) {
+	for try := 0; ; try++ {
+		name := filepath.Join(dir, fmt.Sprintf(".%s.tmp-%d-%d", base, os.Getpid(), rand.Uint32()))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
+		if errors.Is(err, fs.ErrExist) && try < 100 {
+			continue
+		}
+		return f, err
+	}
+}
+
+// atomicWrite writes a file through a synced temporary file and a rename. When path is
+// a symlink, the file it points to is replaced (the temporary file is created next to
+// it) and the link is kept. A new file gets the permissions os.Create would give it
+// (0666 less the umask); an existing one keeps its own. On any failure, a panic of
+// write included, the temporary file is closed and removed.
 func atomicWrite(path string, write func(io.Writer) error) (err error) {
-	dir, base := filepath.Split(path)
+	target, err := resolveLinks(path)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	dir, base := filepath.Split(target)
 	if dir == "" {
 		dir = "."
 	}
-	mode := os.FileMode(0o644)
-	if fi, err := os.Stat(path); err == nil {
-		mode = fi.Mode().Perm()
+	var keepMode *fs.FileMode
+	if fi, err := os.Stat(target); err == nil {
+		m := fi.Mode().Perm()
+		keepMode = &m
 	}
 	// The temporary name carries the writer's pid, so that a later write can tell the
 	// leftovers of a killed writer from a live one's file and remove them.
-	f, err := os.CreateTemp(dir, fmt.Sprintf(".%s.tmp-%d-*", base, os.Getpid()))
+	f, err := createTemp(dir, base, 0o666)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	tmp := f.Name()
+	renamed := false
 	defer func() {
-		if err != nil {
+		// Runs on errors and on panics alike (a panic propagates after the cleanup).
+		if !renamed {
 			f.Close()
 			os.Remove(tmp)
 		}
@@ -168,8 +228,10 @@ func atomicWrite(path string, write func(io.Writer) error) (err error) {
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := f.Chmod(mode); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+	if keepMode != nil {
+		if err := f.Chmod(*keepMode); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -177,9 +239,10 @@ func atomicWrite(path string, write func(io.Writer) error) (err error) {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := os.Rename(tmp, target); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	renamed = true
 	if d, err := os.Open(dir); err == nil {
 		// Persist the rename; some file systems refuse to sync directories.
 		d.Sync()

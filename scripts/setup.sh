@@ -3,6 +3,7 @@
 #  - .venv: a project virtualenv with the pinned torch (its package carries libtorch),
 #    torchvision, tensorboard and numpy (scripts/requirements.txt);
 #  - Debian's dataset-fashion-mnist;
+#  - Debian's bible-kjv, written out as the text corpus .cache/corpus/kjv.txt;
 #  - Debian's libgloo-dev (headers torch/distributed compiles against).
 # Idempotent: a second run finds everything in place and downloads nothing.
 set -euo pipefail
@@ -28,6 +29,24 @@ if [ ! -e "$fmnist/train-images-idx3-ubyte.gz" ] && ! dpkg -s dataset-fashion-mn
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null
   else
     echo "setup: Fashion-MNIST missing; run: sudo apt-get install dataset-fashion-mnist (or pass a data dir)" >&2
+  fi
+fi
+
+# A public-domain text corpus for the language models (cmd/train --model gpt, the GPT
+# examples and tests): the King James Bible from Debian's bible-kjv, one verse a line
+# without its reference (31102 lines, 4.1 MB of ASCII English).
+corpus=.cache/corpus/kjv.txt
+if [ ! -s "$corpus" ]; then
+  if ! command -v bible >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian's bible-kjv (the text corpus)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bible-kjv >/dev/null
+  fi
+  if command -v bible >/dev/null 2>&1; then
+    mkdir -p "$(dirname "$corpus")"
+    bible -f "Gen1:1-Rev22:21" | sed -E 's/^[1-3]?[A-Za-z]+[0-9]+:[0-9]+ //' >"$corpus.tmp"
+    mv "$corpus.tmp" "$corpus"
+  else
+    echo "setup: text corpus missing; run: sudo apt-get install bible-kjv" >&2
   fi
 fi
 

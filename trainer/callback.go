@@ -7,16 +7,22 @@ type Event int
 
 // The events, in the order a run meets them.
 const (
-	TrainBegin    Event = iota // Run starts (after a resume is restored)
-	EpochBegin                 // an epoch starts (also when resuming into its middle)
-	BatchEnd                   // a training batch finished (Trainer.LastLoss is set)
-	ValidationEnd              // validation finished (Trainer.Metrics holds its results)
-	EpochEnd                   // an epoch finished and its Record is in History
-	TrainEnd                   // Run returns (also on error or interruption)
+	TrainBegin          Event = iota // Run starts (after a resume is restored)
+	EpochBegin                       // an epoch starts (also when resuming into its middle)
+	BeforeBackward                   // a micro-batch's loss is computed (Trainer.StepLoss, Trainer.Batch)
+	BatchEnd                         // a training micro-batch finished its backward pass
+	BeforeOptimizerStep              // gradients are complete (averaged, unscaled, clipped)
+	AfterOptimizerStep               // the optimizer stepped (or skipped), GlobalStep counts it
+	ValidationBatchEnd               // a validation batch finished (Trainer.StepLoss, Trainer.Batch)
+	ValidationEnd                    // validation finished (Trainer.Metrics holds its results)
+	EpochEnd                         // an epoch finished and its Record is in History
+	TrainEnd                         // Run returns (also on error or interruption)
 )
 
-var eventNames = [...]string{"train_begin", "epoch_begin", "batch_end", "validation_end", "epoch_end", "train_end"}
+var eventNames = [...]string{"train_begin", "epoch_begin", "before_backward", "batch_end", "before_optimizer_step",
+	"after_optimizer_step", "validation_batch_end", "validation_end", "epoch_end", "train_end"}
 
+// String returns the event's name.
 func (e Event) String() string {
 	if int(e) < len(eventNames) {
 		return eventNames[e]

@@ -28,8 +28,9 @@ import (
 //
 // Its state (Wait, Best, StoppedEpoch) is saved in checkpoints, so a resumed run counts on.
 type EarlyStopping struct {
-	Monitor     string
-	Maximize    bool
+	Monitor string
+	// Mode is Min or Max.
+	Mode        Direction
 	Patience    int
 	MinDelta    float64
 	CheckFinite bool
@@ -39,14 +40,15 @@ type EarlyStopping struct {
 	StoppedEpoch int
 }
 
-// NewEarlyStopping watches monitor (maximised unless its name contains "loss").
-func NewEarlyStopping(monitor string, patience int, minDelta float64) *EarlyStopping {
-	e := &EarlyStopping{Monitor: monitor, Maximize: monitorMaximises(monitor), Patience: patience, MinDelta: math.Abs(minDelta), CheckFinite: true}
-	e.Best = math.Inf(1)
-	if e.Maximize {
-		e.Best = math.Inf(-1)
+// NewEarlyStopping watches monitor in direction mode (Auto: from the metric's name, see
+// DirectionOf). It panics when mode is Auto and the name is not a known one: say Min or
+// Max for your own metrics.
+func NewEarlyStopping(monitor string, mode Direction, patience int, minDelta float64) *EarlyStopping {
+	d, err := mode.resolve(monitor)
+	if err != nil {
+		panic(err)
 	}
-	return e
+	return &EarlyStopping{Monitor: monitor, Mode: d, Patience: patience, MinDelta: math.Abs(minDelta), CheckFinite: true, Best: d.worst()}
 }
 
 // OnEvent checks the metric at EpochEnd.
@@ -72,7 +74,7 @@ func (e *EarlyStopping) Check(v float64) (bool, string) {
 		return true, fmt.Sprintf("early stopping: %s = %v is not finite", e.Monitor, v)
 	}
 	improved := v < e.Best-e.MinDelta
-	if e.Maximize {
+	if e.Mode == Max {
 		improved = v > e.Best+e.MinDelta
 	}
 	if improved {
@@ -125,10 +127,11 @@ func metricNames(m map[string]float64) string {
 // best epochs as epoch=NNN-<monitor>=<value>.pt. It deletes only top-k files it wrote
 // itself (its table survives resume), never anything else in the directory.
 type ModelCheckpoint struct {
-	Dir      string
-	Monitor  string
-	Maximize bool
-	TopK     int
+	Dir     string
+	Monitor string
+	// Mode is Min or Max.
+	Mode Direction
+	TopK int
 
 	BestScore float64
 	BestPath  string
@@ -136,25 +139,17 @@ type ModelCheckpoint struct {
 	Kept map[string]float64
 }
 
-// NewModelCheckpoint saves into dir, judging by monitor.
-func NewModelCheckpoint(dir, monitor string, topK int) *ModelCheckpoint {
-	m := &ModelCheckpoint{Dir: dir, Monitor: monitor, Maximize: monitorMaximises(monitor), TopK: topK, Kept: map[string]float64{}}
-	m.BestScore = math.Inf(1)
-	if m.Maximize {
-		m.BestScore = math.Inf(-1)
+// NewModelCheckpoint saves into dir, judging by monitor in direction mode (Auto: from the
+// metric's name; it panics, as NewEarlyStopping does, for a name it does not know).
+func NewModelCheckpoint(dir, monitor string, mode Direction, topK int) *ModelCheckpoint {
+	d, err := mode.resolve(monitor)
+	if err != nil {
+		panic(err)
 	}
-	return m
+	return &ModelCheckpoint{Dir: dir, Monitor: monitor, Mode: d, TopK: topK, Kept: map[string]float64{}, BestScore: d.worst()}
 }
 
-func (m *ModelCheckpoint) better(a, b float64) bool {
-	if math.IsNaN(a) {
-		return false
-	}
-	if m.Maximize {
-		return a > b
-	}
-	return a < b
-}
+func (m *ModelCheckpoint) better(a, b float64) bool { return m.Mode.better(a, b) }
 
 // OnEvent saves at EpochEnd.
 func (m *ModelCheckpoint) OnEvent(ev Event, t *Trainer) error {
@@ -315,12 +310,12 @@ func jsonRecord(r Record) map[string]any {
 }
 
 // TensorBoard writes scalars to a TensorBoard event file in Dir: per epoch train/loss,
-// val/loss, val/acc, lr, grad_norm, loss_scale and throughput (samples/s); per
-// LogEvery optimizer steps (default 50) train/loss_step; and the run config as text.
+// val/loss, val/acc, the steps' other metrics (train/<name>, val/<name>), lr, grad_norm,
+// loss_scale and throughput (samples/s); at the Trainer's logging points
+// train/loss_step; and the run config as text.
 type TensorBoard struct {
-	Dir      string
-	LogEvery int
-	w        *tensorboard.Writer
+	Dir string
+	w   *tensorboard.Writer
 }
 
 // Writer returns the event writer once training has begun (nil before), so other
@@ -345,11 +340,7 @@ func (tb *TensorBoard) OnEvent(ev Event, t *Trainer) error {
 		}
 		return w.AddText("config", "```\n"+string(cfg)+"\n```", t.GlobalStep)
 	case BatchEnd:
-		every := tb.LogEvery
-		if every <= 0 {
-			every = 50
-		}
-		if tb.w != nil && t.BatchInEpoch%every == 0 {
+		if tb.w != nil && t.LogPoint {
 			return tb.w.AddScalar("train/loss_step", t.LastLoss, t.GlobalStep)
 		}
 	case EpochEnd:
@@ -366,7 +357,7 @@ func (tb *TensorBoard) OnEvent(ev Event, t *Trainer) error {
 			vals["grad_norm"] = r.GradNorm
 		}
 		for k, v := range r.Metrics {
-			vals["val/"+k] = v
+			vals[strings.Replace(k, "_", "/", 1)] = v
 		}
 		if err := tb.w.AddScalars(int64(r.Epoch), vals); err != nil {
 			return err

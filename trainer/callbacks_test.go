@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/amp"
 )
 
 // stopsAt feeds values to an EarlyStopping and returns the 1-based check at which it
@@ -40,15 +42,15 @@ func TestEarlyStoppingLightningSemantics(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			assert.Equal(t, c.want, stopsAt(NewEarlyStopping(c.monitor, c.patience, c.delta), c.values))
+			assert.Equal(t, c.want, stopsAt(NewEarlyStopping(c.monitor, Auto, c.patience, c.delta), c.values))
 		})
 	}
 }
 
 func TestEarlyStoppingStateRoundTrips(t *testing.T) {
-	a := NewEarlyStopping("val_loss", 3, 0)
+	a := NewEarlyStopping("val_loss", Auto, 3, 0)
 	stopsAt(a, []float64{1.0, 0.8, 0.9})
-	b := NewEarlyStopping("val_loss", 3, 0)
+	b := NewEarlyStopping("val_loss", Auto, 3, 0)
 	require.NoError(t, b.LoadStateDict(a.StateDict()))
 	assert.Equal(t, a.Wait, b.Wait)
 	assert.Equal(t, a.Best, b.Best)
@@ -64,7 +66,7 @@ func TestConfigFiles(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 3, c.Epochs)
 	assert.Equal(t, 0.01, c.LR)
-	assert.Equal(t, "bf16", c.AMP)
+	assert.Equal(t, amp.BF16, c.AMP)
 	assert.Equal(t, "cnn", c.Model, "unset keys keep the base's values")
 
 	bad := dir + "/bad.json"
@@ -72,8 +74,8 @@ func TestConfigFiles(t *testing.T) {
 	_, err = LoadConfig(bad, DefaultConfig())
 	require.ErrorContains(t, err, "epochz")
 
-	amp := dir + "/amp.yaml"
-	require.NoError(t, writeFileAtomic(amp, []byte("amp: fp8\n")))
-	_, err = LoadConfig(amp, DefaultConfig())
+	bad = dir + "/amp.yaml"
+	require.NoError(t, writeFileAtomic(bad, []byte("amp: fp8\n")))
+	_, err = LoadConfig(bad, DefaultConfig())
 	require.ErrorContains(t, err, "amp")
 }

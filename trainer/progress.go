@@ -8,17 +8,17 @@ import (
 	"time"
 )
 
-// progress shows an epoch's progress: a bar redrawn in place on a terminal, periodic
-// lines otherwise (logs, CI).
+// progress shows an epoch's progress at its logging points (every `every` batches and
+// the last): a bar redrawn in place on a terminal, lines otherwise (logs, CI). The
+// Trainer reads its metrics from the device only at these points.
 type progress struct {
-	w        io.Writer
-	tty      bool
-	epoch    int
-	target   int
-	total    int
-	every    int
-	started  time.Time
-	lastDraw time.Time
+	w       io.Writer
+	tty     bool
+	epoch   int
+	target  int
+	total   int
+	every   int
+	started time.Time
 }
 
 func isTerminal(w io.Writer) bool {
@@ -31,21 +31,26 @@ func isTerminal(w io.Writer) bool {
 }
 
 func newProgress(w io.Writer, epoch, target, total, every int) *progress {
+	tty := w != nil && isTerminal(w)
 	if every <= 0 {
 		every = max(total/10, 1)
+		if tty {
+			every = max(total/50, 1)
+		}
 	}
-	return &progress{w: w, tty: w != nil && isTerminal(w), epoch: epoch, target: target, total: total, every: every, started: time.Now()}
+	return &progress{w: w, tty: tty, epoch: epoch, target: target, total: total, every: every, started: time.Now()}
 }
+
+// due reports whether batch (1-based) is a logging point.
+func (p *progress) due(batch int) bool { return batch%p.every == 0 || batch == p.total }
+
+// update shows the epoch's running mean loss at a logging point.
 
 func (p *progress) update(batch int, loss float64) {
 	if p.w == nil {
 		return
 	}
 	if p.tty {
-		if batch < p.total && time.Since(p.lastDraw) < 100*time.Millisecond {
-			return
-		}
-		p.lastDraw = time.Now()
 		const width = 30
 		done := width * batch / max(p.total, 1)
 		rate := float64(batch) / time.Since(p.started).Seconds()
@@ -54,9 +59,7 @@ func (p *progress) update(batch int, loss float64) {
 			strings.Repeat("=", done), strings.Repeat(" ", width-done), batch, p.total, loss, rate, eta.Round(time.Second))
 		return
 	}
-	if batch%p.every == 0 || batch == p.total {
-		fmt.Fprintf(p.w, "  epoch %d batch %d/%d, loss: %.4f (%.1fs)\n", p.epoch, batch, p.total, loss, time.Since(p.started).Seconds())
-	}
+	fmt.Fprintf(p.w, "  epoch %d batch %d/%d, loss: %.4f (%.1fs)\n", p.epoch, batch, p.total, loss, time.Since(p.started).Seconds())
 }
 
 func (p *progress) done() {

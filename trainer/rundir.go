@@ -30,9 +30,9 @@ func RunDirFor(c *Config) string {
 	return filepath.Join(c.RunsDir, c.Experiment)
 }
 
-// setupRunDir creates the run directory, writes config.json and installs the built-in
-// callbacks: early stopping when Config.Patience > 0, history.jsonl, TensorBoard events
-// and curves.png ahead of the user's, and checkpoints (best, last, top-k) after them.
+// setupRunDir creates the run directory, writes config.json and installs the run
+// directory's callbacks: history.jsonl, TensorBoard events and curves.png ahead of the
+// user's, and checkpoints (best, last, top-k) after them.
 func (t *Trainer) setupRunDir() error {
 	if err := os.MkdirAll(filepath.Join(t.RunDir, "checkpoints"), 0o755); err != nil {
 		return err
@@ -40,17 +40,14 @@ func (t *Trainer) setupRunDir() error {
 	if err := t.writeConfig(); err != nil {
 		return err
 	}
-	var builtin []Callback
-	if t.Config.Patience > 0 {
-		builtin = append(builtin, NewEarlyStopping(t.Config.Monitor, t.Config.Patience, 0))
-	}
-	builtin = append(builtin,
+	writers := []Callback{
 		&HistoryWriter{Path: filepath.Join(t.RunDir, "history.jsonl")},
 		&TensorBoard{Dir: t.RunDir},
-		&Curves{Path: filepath.Join(t.RunDir, "curves.png")})
+		&Curves{Path: filepath.Join(t.RunDir, "curves.png")},
+	}
 	// The checkpoint manager runs last, so last.pt holds every callback's updated state.
-	t.callbacks = append(append(builtin, t.callbacks...),
-		NewModelCheckpoint(filepath.Join(t.RunDir, "checkpoints"), t.Config.Monitor, t.Config.TopK))
+	t.callbacks = append(append(writers, t.callbacks...),
+		NewModelCheckpoint(filepath.Join(t.RunDir, "checkpoints"), t.Config.Monitor, t.Config.MonitorMode, t.Config.TopK))
 	return nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
@@ -15,69 +17,152 @@ import (
 // Version is gotrain's version, recorded in checkpoints and config.json.
 const Version = "0.1.0"
 
+// part is one stateful piece of the training state, saved under its own checkpoint key.
+// The checkpoint is assembled from the parts, and a load hands each part its value;
+// keys no part claims are rejected.
+type part struct {
+	key string
+	// save returns the value to store (nil stores None).
+	save func() (any, error)
+	// load restores from the stored value, when the key is present.
+	load func(v any) error
+	// raw parts get the value as read, with tensors on the CPU (RNG states).
+	raw bool
+}
+
+// parts lists the trainer's stateful parts: the seed's keys first, in its order, then
+// what an exact resume needs. Loading follows the same order, so the optimizer is
+// restored before the scheduler (as PyTorch requires) and the RNG states last.
+func (t *Trainer) parts() []part {
+	dict := func(key string, sd func() *checkpoint.Dict, load func(*checkpoint.Dict) error) part {
+		return part{key: key, save: func() (any, error) { return sd(), nil }, load: func(v any) error {
+			d, ok := v.(*checkpoint.Dict)
+			if !ok {
+				return fmt.Errorf("%s is %T, want a dict", key, v)
+			}
+			return load(d)
+		}}
+	}
+	value := func(key string, get func() any, set func(v any) error) part {
+		return part{key: key, save: func() (any, error) { return get(), nil }, load: set}
+	}
+	ps := []part{
+		dict("model_state_dict", func() *checkpoint.Dict { return nn.StateDict(t.Model) },
+			func(d *checkpoint.Dict) error { return nn.LoadStateDict(t.Model, d, true) }),
+		dict("optimizer_state_dict", t.Optimizer.StateDict, t.Optimizer.LoadStateDict),
+		{key: "scheduler_state_dict", save: func() (any, error) {
+			if t.Scheduler == nil {
+				return nil, nil
+			}
+			return t.Scheduler.StateDict(), nil
+		}, load: func(v any) error {
+			if v == nil || t.Scheduler == nil {
+				return nil
+			}
+			d, ok := v.(*checkpoint.Dict)
+			if !ok {
+				return fmt.Errorf("scheduler_state_dict is %T, want a dict", v)
+			}
+			return t.Scheduler.LoadStateDict(d)
+		}},
+		value("epoch", func() any { return int64(t.Epoch) }, func(v any) error {
+			e, ok := v.(int64)
+			if !ok {
+				return fmt.Errorf("epoch is %T, want an int", v)
+			}
+			t.Epoch = int(e)
+			return nil
+		}),
+		value("best_metric", func() any { return t.BestMetric }, func(v any) error {
+			if f, err := checkpoint.GetFloat(v); err == nil {
+				t.BestMetric = f
+			}
+			return nil
+		}),
+		value("history", func() any {
+			hist := make([]any, len(t.History))
+			for i, r := range t.History {
+				hist[i] = recordDict(r)
+			}
+			return hist
+		}, func(v any) error {
+			h, _ := v.([]any)
+			t.History = nil
+			for _, r := range h {
+				t.History = append(t.History, recordFrom(r))
+			}
+			return nil
+		}),
+		value("model_config", func() any { return t.modelConfig }, ignore),
+		dict("scaler_state_dict", t.Scaler.StateDict, t.Scaler.LoadStateDict),
+		value("global_step", func() any { return t.GlobalStep }, func(v any) error {
+			g, ok := v.(int64)
+			if !ok {
+				return fmt.Errorf("global_step is %T, want an int", v)
+			}
+			t.GlobalStep = g
+			return nil
+		}),
+		value("batch_in_epoch", func() any { return int64(t.BatchInEpoch) }, func(v any) error {
+			b, ok := v.(int64)
+			if !ok {
+				return fmt.Errorf("batch_in_epoch is %T, want an int", v)
+			}
+			t.BatchInEpoch = int(b)
+			return nil
+		}),
+		dict("epoch_progress", t.progressDict, t.loadProgress),
+		dict("callbacks", t.callbackStates, t.loadCallbackStates),
+		{key: "config", save: func() (any, error) {
+			cfg, err := json.Marshal(t.Config)
+			return string(cfg), err
+		}, load: ignore},
+		value("versions", func() any {
+			ver := checkpoint.NewDict()
+			ver.Set("gotrain", Version)
+			ver.Set("torch", torch.Version())
+			return ver
+		}, ignore),
+	}
+	if len(t.Config.ClassNames) > 0 {
+		ps = append(ps, value("class_names", func() any {
+			names := make([]any, len(t.Config.ClassNames))
+			for i, n := range t.Config.ClassNames {
+				names[i] = n
+			}
+			return names
+		}, ignore))
+	} else {
+		ps = append(ps, part{key: "class_names", load: ignore})
+	}
+	return append(ps, part{key: "rng_state", save: rngStates, load: loadRNGStates, raw: true})
+}
+
+// ignore is the load of a part that is only a record (the config: cmd/train reads it
+// before the trainer exists; versions; the model's name).
+func ignore(any) error { return nil }
+
 // SaveCheckpoint writes the full training state to path, atomically, as a torch.save
 // file. It holds the seed's keys (model_state_dict, optimizer_state_dict,
 // scheduler_state_dict, epoch, best_metric, history, model_config) so the seed's Python
 // GPUTrainer.load_checkpoint reads it, plus what an exact resume needs: scaler state, RNG
 // states, global step, position in the epoch and its running statistics, callback
-// states, the config and versions.
+// states, the config (with the class names, also under class_names) and versions.
 func (t *Trainer) SaveCheckpoint(path string) (err error) {
 	defer torch.Recover(&err, "saving checkpoint "+path)
 	scope := torch.NewScope()
 	defer scope.Close()
 	d := checkpoint.NewDict()
-	d.Set("model_state_dict", nn.StateDict(t.Model))
-	d.Set("optimizer_state_dict", t.Optimizer.StateDict())
-	if t.Scheduler != nil {
-		d.Set("scheduler_state_dict", t.Scheduler.StateDict())
-	} else {
-		d.Set("scheduler_state_dict", nil)
-	}
-	d.Set("epoch", int64(t.Epoch))
-	d.Set("best_metric", t.BestMetric)
-	hist := make([]any, len(t.History))
-	for i, r := range t.History {
-		hist[i] = recordDict(r)
-	}
-	d.Set("history", hist)
-	d.Set("model_config", t.modelConfig)
-	d.Set("scaler_state_dict", t.Scaler.StateDict())
-	rng := checkpoint.NewDict()
-	rng.Set("cpu", torch.RNGState(torch.CPU))
-	var cudaStates []any
-	for i := 0; i < torch.CUDADeviceCount(); i++ {
-		cudaStates = append(cudaStates, torch.RNGState(torch.CUDA(i)))
-	}
-	rng.Set("cuda", cudaStates)
-	d.Set("rng_state", rng)
-	d.Set("global_step", t.GlobalStep)
-	d.Set("batch_in_epoch", int64(t.BatchInEpoch))
-	st := checkpoint.NewDict()
-	st.Set("loss_sum", t.epochStats.LossSum)
-	st.Set("batches", int64(t.epochStats.Batches))
-	st.Set("samples", t.epochStats.Samples)
-	st.Set("grad_norm_sum", t.epochStats.GradNormSum)
-	st.Set("steps", int64(t.epochStats.Steps))
-	st.Set("skipped", int64(t.epochStats.Skipped))
-	st.Set("elapsed", t.epochStats.Elapsed)
-	st.Set("wait", t.epochStats.Wait)
-	d.Set("epoch_progress", st)
-	cbs := checkpoint.NewDict()
-	for _, cb := range t.callbacks {
-		if s, ok := cb.(Stateful); ok {
-			cbs.Set(s.StateKey(), s.StateDict())
+	for _, p := range t.parts() {
+		if p.save == nil {
+			continue
 		}
+		v, err := p.save()
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.key, err)
+		}
+		d.Set(p.key, v)
 	}
-	d.Set("callbacks", cbs)
-	cfg, err := json.Marshal(t.Config)
-	if err != nil {
-		return err
-	}
-	d.Set("config", string(cfg))
-	ver := checkpoint.NewDict()
-	ver.Set("gotrain", Version)
-	ver.Set("torch", torch.Version())
-	d.Set("versions", ver)
 	cv, err := torch.ToCheckpoint(d)
 	if err != nil {
 		return err
@@ -86,6 +171,115 @@ func (t *Trainer) SaveCheckpoint(path string) (err error) {
 		return err
 	}
 	return checkpoint.Write(path, cv)
+}
+
+func (t *Trainer) progressDict() *checkpoint.Dict {
+	st := checkpoint.NewDict()
+	sums := checkpoint.NewDict()
+	for _, n := range sortedKeys(t.epochStats.Sums) {
+		sums.Set(n, t.epochStats.Sums[n])
+	}
+	st.Set("sums", sums)
+	st.Set("batches", int64(t.epochStats.Batches))
+	st.Set("samples", t.epochStats.Samples)
+	st.Set("grad_norm_sum", t.epochStats.GradNormSum)
+	st.Set("steps", int64(t.epochStats.Steps))
+	st.Set("skipped", int64(t.epochStats.Skipped))
+	st.Set("elapsed", t.epochStats.Elapsed)
+	st.Set("wait", t.epochStats.Wait)
+	return st
+}
+
+// loadProgress restores a mid-epoch checkpoint's running statistics. They are the whole
+// job's (see interrupted), and the epoch's end adds the processes' sums up again, so
+// only the main process keeps the summed counts. The per-step averages (grad norm,
+// steps, skipped) and the times are the same on every process and stay.
+func (t *Trainer) loadProgress(st *checkpoint.Dict) error {
+	fl := func(k string) float64 { x, _ := checkpoint.GetFloat(st, k); return x }
+	in := func(k string) int64 { x, _ := checkpoint.GetInt(st, k); return x }
+	t.epochStats = epochStats{Batches: int(in("batches")), Samples: in("samples"),
+		GradNormSum: fl("grad_norm_sum"), Steps: int(in("steps")), Skipped: int(in("skipped")),
+		Elapsed: fl("elapsed"), Wait: fl("wait"), Sums: map[string]float64{}}
+	if sums, err := checkpoint.GetDict(st, "sums"); err == nil {
+		for k, v := range sums.All() {
+			ks, _ := k.(string)
+			t.epochStats.Sums[ks], _ = checkpoint.GetFloat(v)
+		}
+	}
+	if !t.IsMain() {
+		t.epochStats.Sums, t.epochStats.Batches, t.epochStats.Samples = map[string]float64{}, 0, 0
+	}
+	t.trainSums.set(t.epochStats.Sums)
+	return nil
+}
+
+func (t *Trainer) callbackStates() *checkpoint.Dict {
+	cbs := checkpoint.NewDict()
+	for _, cb := range t.callbacks {
+		if s, ok := cb.(Stateful); ok {
+			cbs.Set(s.StateKey(), s.StateDict())
+		}
+	}
+	return cbs
+}
+
+// loadCallbackStates gives each stateful callback its state. A state no callback claims
+// (a resume with other callbacks, another monitor) is reported, not an error.
+func (t *Trainer) loadCallbackStates(cbs *checkpoint.Dict) error {
+	claimed := map[string]bool{}
+	for _, cb := range t.callbacks {
+		s, ok := cb.(Stateful)
+		if !ok {
+			continue
+		}
+		claimed[s.StateKey()] = true
+		if d, err := checkpoint.GetDict(cbs, s.StateKey()); err == nil {
+			if err := s.LoadStateDict(d); err != nil {
+				return fmt.Errorf("callback %s: %w", s.StateKey(), err)
+			}
+		}
+	}
+	for k := range cbs.All() {
+		if ks, _ := k.(string); !claimed[ks] {
+			t.printf("checkpoint: no callback claims the saved state %q; ignored\n", ks)
+		}
+	}
+	return nil
+}
+
+func rngStates() (any, error) {
+	rng := checkpoint.NewDict()
+	rng.Set("cpu", torch.RNGState(torch.CPU))
+	var cudaStates []any
+	for i := 0; i < torch.CUDADeviceCount(); i++ {
+		cudaStates = append(cudaStates, torch.RNGState(torch.CUDA(i)))
+	}
+	rng.Set("cuda", cudaStates)
+	return rng, nil
+}
+
+func loadRNGStates(v any) error {
+	if cpu, err := checkpoint.Get(v, "cpu"); err == nil {
+		if ct, ok := cpu.(*checkpoint.Tensor); ok {
+			st, err := torch.TensorFromCheckpoint(ct, torch.CPU)
+			if err != nil {
+				return err
+			}
+			torch.SetRNGState(torch.CPU, st)
+		}
+	}
+	if cuda, err := checkpoint.GetList(v, "cuda"); err == nil {
+		for i, c := range cuda {
+			if ct, ok := c.(*checkpoint.Tensor); ok && i < torch.CUDADeviceCount() {
+				st, err := torch.TensorFromCheckpoint(ct, torch.CPU)
+				if err != nil {
+					return err
+				}
+				torch.SetRNGState(torch.CUDA(i), st)
+			}
+		}
+	}
+	return nil
 }
 
 func recordDict(r Record) *checkpoint.Dict {
@@ -141,8 +335,9 @@ func recordFrom(v any) Record {
 
 // LoadCheckpoint restores the training state from a checkpoint written by SaveCheckpoint
 // or by the seed's Python trainer (which has only its seven keys: training then resumes at
-// the next epoch boundary with fresh RNG state). Tensors are mapped to the trainer's device.
-// Optimizer state is loaded before scheduler state, after both exist, as PyTorch requires.
+// the next epoch boundary with fresh RNG state). Tensors are mapped to the trainer's
+// device. A key that no part of the trainer claims is an error naming it, so that state
+// is never silently dropped.
 func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	defer torch.Recover(&err, "loading checkpoint "+path)
 	raw, err := checkpoint.Read(path)
@@ -155,105 +350,48 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	if err != nil {
 		return err
 	}
-	get := func(key string) (*checkpoint.Dict, error) {
-		d, err := checkpoint.GetDict(v, key)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		return d, nil
+	top, ok := v.(*checkpoint.Dict)
+	if !ok {
+		return fmt.Errorf("%s: holds a %T, not a checkpoint dict", path, v)
 	}
-	msd, err := get("model_state_dict")
-	if err != nil {
-		return err
+	parts := t.parts()
+	claimed := map[string]bool{}
+	for _, p := range parts {
+		claimed[p.key] = true
 	}
-	if err := nn.LoadStateDict(t.Model, msd, true); err != nil {
-		return fmt.Errorf("%s: model_state_dict: %w", path, err)
-	}
-	osd, err := get("optimizer_state_dict")
-	if err != nil {
-		return err
-	}
-	if err := t.Optimizer.LoadStateDict(osd); err != nil {
-		return fmt.Errorf("%s: optimizer_state_dict: %w", path, err)
-	}
-	if s, err := checkpoint.Get(v, "scheduler_state_dict"); err == nil && s != nil && t.Scheduler != nil {
-		sd, ok := s.(*checkpoint.Dict)
-		if !ok {
-			return fmt.Errorf("%s: scheduler_state_dict is %T, want a dict", path, s)
-		}
-		if err := t.Scheduler.LoadStateDict(sd); err != nil {
-			return fmt.Errorf("%s: scheduler_state_dict: %w", path, err)
+	var unknown []string
+	for k := range top.All() {
+		if ks, _ := k.(string); !claimed[ks] {
+			unknown = append(unknown, fmt.Sprint(k))
 		}
 	}
-	epoch, err := checkpoint.GetInt(v, "epoch")
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return fmt.Errorf("%s: keys no part of the trainer claims: %s (not a gotrain or seed trainer checkpoint?)", path, strings.Join(unknown, ", "))
 	}
-	t.Epoch = int(epoch)
-	if bm, err := checkpoint.GetFloat(v, "best_metric"); err == nil {
-		t.BestMetric = bm
-	}
-	t.History = nil
-	if h, err := checkpoint.GetList(v, "history"); err == nil {
-		for _, r := range h {
-			t.History = append(t.History, recordFrom(r))
+	for _, key := range []string{"model_state_dict", "optimizer_state_dict", "epoch"} {
+		if _, ok := top.Get(key); !ok {
+			return fmt.Errorf("%s: no %s", path, key)
 		}
 	}
-	if gs, err := checkpoint.GetInt(v, "global_step"); err == nil {
-		t.GlobalStep = gs
-	} else {
-		t.GlobalStep = int64(t.Epoch * ((t.Train.Len() + t.Config.Accumulation - 1) / t.Config.Accumulation))
-	}
-	t.BatchInEpoch = 0
-	if b, err := checkpoint.GetInt(v, "batch_in_epoch"); err == nil {
-		t.BatchInEpoch = int(b)
-	}
+	t.GlobalStep, t.BatchInEpoch = -1, 0
 	t.epochStats = epochStats{}
-	if st, err := checkpoint.GetDict(v, "epoch_progress"); err == nil {
-		fl := func(k string) float64 { x, _ := checkpoint.GetFloat(st, k); return x }
-		in := func(k string) int64 { x, _ := checkpoint.GetInt(st, k); return x }
-		t.epochStats = epochStats{LossSum: fl("loss_sum"), Batches: int(in("batches")), Samples: in("samples"),
-			GradNormSum: fl("grad_norm_sum"), Steps: int(in("steps")), Skipped: int(in("skipped")),
-			Elapsed: fl("elapsed"), Wait: fl("wait")}
-		t.scatterEpochProgress() // DDP hook (ddp.go)
-	}
-	if sd, err := checkpoint.GetDict(v, "scaler_state_dict"); err == nil {
-		if err := t.Scaler.LoadStateDict(sd); err != nil {
-			return fmt.Errorf("%s: scaler_state_dict: %w", path, err)
+	t.trainSums.free()
+	for _, p := range parts {
+		src := v
+		if p.raw {
+			src = raw
+		}
+		pv, err := checkpoint.Get(src, p.key)
+		if err != nil {
+			continue // absent: the seed's checkpoints have only their seven keys
+		}
+		if err := p.load(pv); err != nil {
+			return fmt.Errorf("%s: %s: %w", path, p.key, err)
 		}
 	}
-	if cbs, err := checkpoint.GetDict(v, "callbacks"); err == nil {
-		for _, cb := range t.callbacks {
-			if s, ok := cb.(Stateful); ok {
-				if d, err := checkpoint.GetDict(cbs, s.StateKey()); err == nil {
-					if err := s.LoadStateDict(d); err != nil {
-						return fmt.Errorf("%s: callback %s: %w", path, s.StateKey(), err)
-					}
-				}
-			}
-		}
-	}
-	// RNG last: everything above may draw nothing, but be safe against future changes.
-	if cpu, err := checkpoint.Get(raw, "rng_state", "cpu"); err == nil {
-		ct, ok := cpu.(*checkpoint.Tensor)
-		if ok {
-			st, err := torch.TensorFromCheckpoint(ct, torch.CPU)
-			if err != nil {
-				return err
-			}
-			torch.SetRNGState(torch.CPU, st)
-		}
-	}
-	if cuda, err := checkpoint.GetList(raw, "rng_state", "cuda"); err == nil {
-		for i, c := range cuda {
-			if ct, ok := c.(*checkpoint.Tensor); ok && i < torch.CUDADeviceCount() {
-				st, err := torch.TensorFromCheckpoint(ct, torch.CPU)
-				if err != nil {
-					return err
-				}
-				torch.SetRNGState(torch.CUDA(i), st)
-			}
-		}
+	if t.GlobalStep < 0 {
+		t.GlobalStep = int64(t.Epoch * ((t.Train.Len() + t.Config.Accumulation - 1) / t.Config.Accumulation))
 	}
 	t.printf("resumed from %s: epoch %d, batch %d, global step %d, best %s %.4f\n", path, t.Epoch, t.BatchInEpoch, t.GlobalStep, t.Config.Monitor, t.BestMetric)
 	return nil

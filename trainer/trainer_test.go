@@ -54,7 +54,7 @@ func newCNN(t *testing.T, runDir string, opts ...trainer.Option) *trainer.Traine
 	sched := optim.NewStepLR(opt, 1, 0.5)
 	all := append([]trainer.Option{trainer.WithEpochs(3), trainer.WithSeed(seed), trainer.WithDeterministic(true),
 		trainer.WithDevice("cpu"), trainer.WithRunDir(runDir), trainer.WithOutput(io.Discard),
-		trainer.WithScheduler(sched, "epoch")}, opts...)
+		trainer.WithScheduler(sched, trainer.PerEpoch)}, opts...)
 	tt, err := trainer.New(m, tr, va, (&nn.CrossEntropyLoss{}).Forward, opt, all...)
 	require.NoError(t, err)
 	return tt
@@ -304,7 +304,7 @@ func newMLP(t *testing.T, runDir string) *trainer.Trainer {
 	require.NoError(t, err)
 	tt, err := trainer.New(m, tr, va, (&nn.CrossEntropyLoss{}).Forward, opt,
 		trainer.WithEpochs(3), trainer.WithDevice("cpu"), trainer.WithRunDir(runDir), trainer.WithOutput(io.Discard),
-		trainer.WithScheduler(optim.NewStepLR(opt, 1, 0.5), "epoch"))
+		trainer.WithScheduler(optim.NewStepLR(opt, 1, 0.5), trainer.PerEpoch))
 	require.NoError(t, err)
 	return tt
 }

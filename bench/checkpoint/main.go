@@ -4,10 +4,13 @@
 // fsync, as torch.save) and checkpoint.Read, against torch.save (with and without
 // fsync) and torch.load (weights_only=True, and mmap=True) in the project virtualenv.
 //
-//	go run ./bench/checkpoint [-mb 500] [-tensors 100] [-reps 3] [-dir DIR] [-python PY]
+//	go run ./bench/checkpoint [-mb 500] [-tensors 100] [-reps 5] [-dir DIR] [-python PY]
 //
-// Each number is the best of -reps runs, in MB/s of file size. The file stays in the
-// page cache between writing and reading, for both languages.
+// Each number is the median of -reps runs (at least 5), in MB/s of file size. Both
+// languages get the same page-cache treatment (prepare): before every timed write the
+// previous file is removed and sync(2) flushes all dirty pages, so no write pays for the
+// last one's write-back; before every timed read the same sync runs, and the file, just
+// written by the same process, is in the page cache, clean.
 package main
 
 import (
@@ -21,6 +24,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"syscall"
 	"time"
 
 	"github.com/gotrain/gotrain/checkpoint"
@@ -30,10 +35,13 @@ import (
 func main() {
 	mb := flag.Int("mb", 500, "state dict size in MiB")
 	tensors := flag.Int("tensors", 100, "number of float32 tensors")
-	reps := flag.Int("reps", 3, "repetitions (the best is reported)")
+	reps := flag.Int("reps", 5, "repetitions (the median is reported; at least 5)")
 	dir := flag.String("dir", os.TempDir(), "directory for the files")
 	python := flag.String("python", filepath.Join(testpy.Root(), ".venv", "bin", "python"), "Python with torch")
 	flag.Parse()
+	if *reps < 5 {
+		log.Fatalf("-reps %d: the median needs at least 5 runs", *reps)
+	}
 
 	numel := *mb << 20 / 4 / *tensors
 	sd := checkpoint.NewOrderedDict()
@@ -48,19 +56,28 @@ func main() {
 	path := filepath.Join(*dir, "gotrain-bench-go.pt")
 	defer os.Remove(path)
 
-	best := func(f func() error) float64 {
-		b := math.Inf(1)
+	// median runs prepare, untimed, then f, timed, -reps times.
+	median := func(prepare func(), f func() error) float64 {
+		var ts []float64
 		for range *reps {
+			prepare()
 			t := time.Now()
 			if err := f(); err != nil {
 				log.Fatal(err)
 			}
-			b = min(b, time.Since(t).Seconds())
+			ts = append(ts, time.Since(t).Seconds())
 		}
-		return b
+		slices.Sort(ts)
+		return ts[len(ts)/2]
 	}
-	goWrite := best(func() error { return checkpoint.Write(path, sd) })
-	goWriteTo := best(func() error {
+	beforeWrite := func() {
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			log.Fatal(err)
+		}
+		syscall.Sync()
+	}
+	goWrite := median(beforeWrite, func() error { return checkpoint.Write(path, sd) })
+	goWriteTo := median(beforeWrite, func() error {
 		f, err := os.Create(path)
 		if err != nil {
 			return err
@@ -72,7 +89,7 @@ func main() {
 		return f.Close()
 	})
 	var v any
-	goRead := best(func() (err error) { v, err = checkpoint.Read(path); return err })
+	goRead := median(syscall.Sync, func() (err error) { v, err = checkpoint.Read(path); return err })
 	if d, _ := checkpoint.GetDict(v); d.Len() != *tensors {
 		log.Fatalf("read back %d tensors", d.Len())
 	}
@@ -96,7 +113,7 @@ func main() {
 	}
 	pySize := py["bytes"] / 1e6
 
-	fmt.Printf("state dict: %d float32 tensors, %.0f MB file (Go), %.0f MB (Python); best of %d\n\n", *tensors, size, pySize, *reps)
+	fmt.Printf("state dict: %d float32 tensors, %.0f MB file (Go), %.0f MB (Python); median of %d runs, each write to a removed file after sync(2), each read after sync(2) from the page cache\n\n", *tensors, size, pySize, *reps)
 	fmt.Printf("| operation | Go | Python torch |\n|---|---:|---:|\n")
 	row := func(name string, g float64, gs float64, p float64, ps float64) {
 		fmt.Printf("| %s | %.0f MB/s (%.2fs) | %.0f MB/s (%.2fs) |\n", name, gs/g, g, ps/p, p)

@@ -1,10 +1,23 @@
 // loop.cpp: the benchmark's training loop written directly against libtorch's C++ API,
 // the floor for any binding. It trains the same model from the same initial weights on
 // the same data as bench/cmd/goloop (gotrain's Trainer) and bench/python/seed_loop.py
-// (the seed's GPUTrainer loop): per step zero_grad, forward, loss, backward, Adam step
-// (PyTorch's arithmetic, see AdamStep), loss.item(). Batches are views into one in-memory tensor, so no loader cost is paid.
+// (the seed's GPUTrainer loop): per step zero_grad (grads set to none), forward, loss,
+// backward, Adam step, loss.item(). Batches are views into one in-memory tensor, so no
+// loader cost is paid.
+//
+// --adam picks the Adam kernel, so that each gotrain and Python column has a twin here
+// that runs the same ATen calls:
+//   fused    at::_fused_adam_ over all parameters: what gotrain's default Adam
+//            (optim.AdamOptions{Fused: true}) and Python's Adam(fused=True) call
+//   foreach  the multi-tensor _foreach_* calls of cgotorch/optim.cc (gotrain with
+//            Fused: false), which are torch.optim's _multi_tensor_adam: Python's
+//            Adam(foreach=True)
+//   single   torch.optim's _single_tensor_adam, per-tensor ops: PyTorch's default on the
+//            CPU (foreach is only the default when every tensor is on CUDA), which the
+//            seed's loop runs
 //
 //   loop --workload mlp|mlp256|cnn|cnn-bf16 --dir DIR --threads N --warmup W --reps R --seed S
+//        [--adam fused|foreach|single]
 //
 // DIR holds data.bin/init.bin and their manifests, written by `goloop -prep DIR`. One JSON
 // object goes to stdout (see bench/README.md for its fields).
@@ -25,7 +38,7 @@
 namespace {
 
 struct Args {
-  std::string workload = "mlp", dir;
+  std::string workload = "mlp", dir, adam = "single";
   int threads = 1, warmup = 1, reps = 5, check = 50;
   int64_t seed = 1;
 };
@@ -100,33 +113,63 @@ int64_t batch_size(const std::string& w) {
   return 128;
 }
 
-// AdamStep is torch.optim.Adam's step on the CPU (_single_tensor_adam, lr 1e-3, betas
-// (0.9, 0.999), eps 1e-8) in ATen ops. torch::optim::Adam updates exp_avg with mul_ and
-// add_ where PyTorch uses lerp_; the rounding differs, and under bf16 autocast the loss
-// drifts from PyTorch's by 1e-4 within a dozen steps, so the C++ floor uses PyTorch's
-// arithmetic, as gotrain does.
-struct AdamStep {
-  std::vector<torch::Tensor> params, exp_avg, exp_avg_sq;
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, step = 0;
-  explicit AdamStep(std::vector<torch::Tensor> ps) : params(std::move(ps)) {
+// Adam holds the parameters and Adam's state as torch.optim.Adam keeps them (step as a
+// 0-dim float32 tensor per parameter), with lr 1e-3, betas (0.9, 0.999), eps 1e-8, no
+// weight decay: the hyperparameters every implementation uses.
+struct Adam {
+  std::vector<torch::Tensor> params, exp_avg, exp_avg_sq, steps;
+  std::string kind;
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  Adam(std::vector<torch::Tensor> ps, std::string k) : params(std::move(ps)), kind(std::move(k)) {
+    if (kind != "fused" && kind != "foreach" && kind != "single") throw std::runtime_error("--adam " + kind);
     for (auto& p : params) {
       exp_avg.push_back(torch::zeros_like(p, at::MemoryFormat::Preserve));
       exp_avg_sq.push_back(torch::zeros_like(p, at::MemoryFormat::Preserve));
+      steps.push_back(torch::zeros({}, torch::kFloat32));
     }
   }
   void zero_grad() {
     for (auto& p : params) p.mutable_grad().reset();
   }
-  void step_() {
+  void step() {
     torch::NoGradGuard ng;
-    step += 1;
-    double bc1 = 1 - std::pow(beta1, step), bc2 = 1 - std::pow(beta2, step);
-    double step_size = lr / bc1, bc2_sqrt = std::sqrt(bc2);
+    // Every workload's parameters all get a gradient every step.
+    std::vector<torch::Tensor> grads;
+    for (auto& p : params) grads.push_back(p.grad());
+    if (kind == "fused") return fused(grads);
+    if (kind == "foreach") return foreach(grads);
+    single(grads);
+  }
+  // fused is torch.optim.Adam(fused=True) on the CPU and cgotorch/optim.cc's fused path.
+  void fused(const std::vector<torch::Tensor>& grads) {
+    at::_foreach_add_(steps, 1);
+    at::_fused_adam_(params, grads, exp_avg, exp_avg_sq, {}, steps, lr, beta1, beta2, 0, eps, false, false);
+  }
+  // foreach is cgotorch/optim.cc's unfused path (torch.optim's _multi_tensor_adam).
+  void foreach(const std::vector<torch::Tensor>& grads) {
+    at::_foreach_add_(steps, 1);
+    at::_foreach_lerp_(exp_avg, grads, 1 - beta1);
+    at::_foreach_mul_(exp_avg_sq, beta2);
+    at::_foreach_addcmul_(exp_avg_sq, grads, grads, 1 - beta2);
+    std::vector<at::Scalar> step_size, bc2_sqrt;
+    for (auto& st : steps) {
+      double s = st.item<double>();
+      step_size.emplace_back((lr / (1 - std::pow(beta1, s))) * -1);
+      bc2_sqrt.emplace_back(std::pow(1 - std::pow(beta2, s), 0.5));
+    }
+    auto denom = at::_foreach_sqrt(exp_avg_sq);
+    at::_foreach_div_(denom, bc2_sqrt);
+    at::_foreach_add_(denom, eps);
+    at::_foreach_addcdiv_(params, exp_avg, denom, step_size);
+  }
+  // single is torch.optim's _single_tensor_adam (capturable=False, differentiable=False).
+  void single(const std::vector<torch::Tensor>& grads) {
     for (size_t i = 0; i < params.size(); i++) {
-      const auto& g = params[i].grad();
-      if (!g.defined()) continue;
-      exp_avg[i].lerp_(g, 1 - beta1);
-      exp_avg_sq[i].mul_(beta2).addcmul_(g, g, 1 - beta2);
+      steps[i].add_(1);
+      double s = steps[i].item<double>();
+      double step_size = lr / (1 - std::pow(beta1, s)), bc2_sqrt = std::pow(1 - std::pow(beta2, s), 0.5);
+      exp_avg[i].lerp_(grads[i], 1 - beta1);
+      exp_avg_sq[i].mul_(beta2).addcmul_(grads[i], grads[i], 1 - beta2);
       auto denom = (exp_avg_sq[i].sqrt() / bc2_sqrt).add_(eps);
       params[i].addcdiv_(exp_avg[i], denom, -step_size);
     }
@@ -146,8 +189,12 @@ int main(int argc, char** argv) {
     else if (k == "--reps") a.reps = std::stoi(v);
     else if (k == "--check") a.check = std::stoi(v);
     else if (k == "--seed") a.seed = std::stoll(v);
+    else if (k == "--adam") a.adam = v;
     else { std::cerr << "loop: unknown flag " << k << "\n"; return 2; }
   }
+  // RSS with the libraries loaded and nothing allocated yet: the baseline the driver
+  // subtracts, since each language's process maps different libraries.
+  double base_rss = rss_mb("VmRSS:");
   at::set_num_threads(a.threads);
   bool bf16 = a.workload == "cnn-bf16";
 
@@ -168,7 +215,7 @@ int main(int argc, char** argv) {
     if (init.size() != named.size()) throw std::runtime_error("init weights do not match the model");
     for (auto& [e, t] : init) named.at(e.name).copy_(t.view(named.at(e.name).sizes()));
   }
-  AdamStep opt(model->parameters());
+  Adam opt(model->parameters(), a.adam);
   torch::Device device(torch::kCPU);
   model->to(device);
   torch::manual_seed(a.seed);
@@ -195,7 +242,7 @@ int main(int argc, char** argv) {
         loss = torch::nn::functional::cross_entropy(out, y);
       }
       loss.backward();
-      opt.step_();
+      opt.step();
       double l = loss.item<double>();
       if (ep == 0 && (int)losses.size() < a.check) losses.push_back(l);
     }
@@ -210,9 +257,9 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < v.size(); i++) s << (i ? "," : "") << v[i];
     return s.str() + "]";
   };
-  std::cout << "{\"impl\":\"cpp\",\"torch\":\"" << TORCH_VERSION << "\",\"workload\":\"" << a.workload << "\",\"threads\":" << at::get_num_threads()
+  std::cout << "{\"impl\":\"cpp-" << a.adam << "\",\"adam\":\"" << a.adam << "\",\"torch\":\"" << TORCH_VERSION << "\",\"workload\":\"" << a.workload << "\",\"threads\":" << at::get_num_threads()
             << ",\"steps\":" << steps << ",\"batch\":" << B << ",\"warmup\":" << a.warmup
             << ",\"epoch_s\":" << arr(epoch_s) << ",\"rss_mb\":" << arr(rss)
-            << ",\"peak_rss_mb\":" << rss_mb("VmHWM:") << ",\"losses\":" << arr(losses) << "}\n";
+            << ",\"base_rss_mb\":" << base_rss << ",\"peak_rss_mb\":" << rss_mb("VmHWM:") << ",\"losses\":" << arr(losses) << "}\n";
   return 0;
 }

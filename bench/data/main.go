@@ -155,7 +155,7 @@ func train(l *data.Loader, dev torch.Device, steps int) (float64, float64) {
 			it = l.Iter(context.Background(), 3+step, 0)
 			continue
 		}
-		loss := torch.CrossEntropy(m.forward(b.Input), b.Target, torch.CrossEntropyOptions{})
+		loss := torch.CrossEntropy(m.forward(b.Get(data.Input)), b.Get(data.Label), torch.CrossEntropyOptions{})
 		loss.Backward()
 		torch.NoGrad(func() {
 			for _, p := range m.params() {

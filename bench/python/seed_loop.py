@@ -8,6 +8,12 @@ initial weights, data and thread count as bench/cmd/goloop (gotrain) and bench/c
 --loader dataloader (default) feeds the loop the way the seed does: a
 torch.utils.data.DataLoader over a TensorDataset in memory (num_workers=0);
 --loader batches feeds it a list of pre-sliced batch tensors, with no loader cost at all.
+
+--adam picks torch.optim.Adam's implementation: default (the seed's call, passing neither
+foreach nor fused: PyTorch then runs _single_tensor_adam on the CPU, and _multi_tensor_adam
+only when every tensor is on CUDA), single (foreach=False), foreach (foreach=True,
+_multi_tensor_adam: gotrain's unfused Adam) or fused (fused=True: gotrain's default). The
+output's "adam" is the implementation that ran: single, foreach or fused.
 Prints one JSON object (fields in bench/README.md).
 """
 import argparse
@@ -131,8 +137,13 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--loader", default="dataloader", choices=["dataloader", "batches"])
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (scripts/gpu/run.sh)")
-    p.add_argument("--fused", action="store_true", help="Adam(fused=True): the kernel gotrain's default Adam runs")
+    p.add_argument("--adam", default="default", choices=["default", "single", "foreach", "fused"],
+                   help="default: the seed's Adam(lr) (single-tensor on the CPU); single: foreach=False; "
+                        "foreach: foreach=True; fused: fused=True")
     a = p.parse_args()
+    # The baseline the driver subtracts from the peak: torch and its libraries (the CUDA
+    # wheel's too) are loaded, nothing is allocated yet.
+    base_rss = rss_mb("VmRSS:")
     torch.set_num_threads(a.threads)
 
     (_, x), (_, y) = read_tensors(os.path.join(a.dir, "data"))
@@ -150,9 +161,18 @@ def main():
         sd = model.state_dict()
         for name, t in read_tensors(os.path.join(a.dir, "init")):
             sd[name].copy_(t)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True if a.fused else None)
+    params = list(model.parameters())
+    kwargs = {"default": {}, "single": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[a.adam]
+    optimizer = torch.optim.Adam(params, lr=1e-3, **kwargs)
     trainer = GPUTrainer(model, loader, nn.CrossEntropyLoss(), optimizer, torch.device(a.device),
                          use_amp=a.workload == "cnn-bf16")
+    adam = a.adam
+    if adam == "default":
+        # What torch.optim.Adam.step resolves the seed's call to, on the parameters'
+        # device (the trainer has moved them): single-tensor on the CPU.
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+        fused, foreach = _default_to_fused_or_foreach(params, differentiable=False, use_fused=False)
+        adam = "fused" if fused else "foreach" if foreach else "single"
     torch.manual_seed(a.seed)
 
     epoch_s, rss, losses = [], [], []
@@ -163,9 +183,9 @@ def main():
         epoch_s.append(time.perf_counter() - t0)
         rss.append(rss_mb("VmRSS:"))
     print(json.dumps({
-        "impl": "python", "torch": torch.__version__, "workload": a.workload, "threads": torch.get_num_threads(),
+        "impl": "python", "adam": adam, "torch": torch.__version__, "workload": a.workload, "threads": torch.get_num_threads(),
         "steps": len(loader), "batch": bs, "warmup": a.warmup, "epoch_s": epoch_s, "rss_mb": rss,
-        "peak_rss_mb": rss_mb("VmHWM:"), "losses": losses[:a.check], "loader": a.loader,
+        "base_rss_mb": base_rss, "peak_rss_mb": rss_mb("VmHWM:"), "losses": losses[:a.check], "loader": a.loader,
     }))
 
 

@@ -13,7 +13,7 @@ import (
 
 func TestPrint(t *testing.T) {
 	var out bytes.Buffer
-	require.NoError(t, run(&out, "../../checkpoint/testdata/training_checkpoint.pt", false, 0))
+	require.NoError(t, run(&out, "../../checkpoint/testdata/training_checkpoint.pt", options{}))
 	s := out.String()
 	for _, want := range []string{
 		"dict (15 items)\n",
@@ -32,7 +32,7 @@ func TestPrint(t *testing.T) {
 
 func TestJSON(t *testing.T) {
 	var out bytes.Buffer
-	require.NoError(t, run(&out, "../../checkpoint/testdata/views.pt", true, 0))
+	require.NoError(t, run(&out, "../../checkpoint/testdata/views.pt", options{json: true}))
 	var v struct {
 		Type  string
 		Items []struct {
@@ -56,7 +56,7 @@ func TestJSON(t *testing.T) {
 
 func TestNotACheckpoint(t *testing.T) {
 	var out bytes.Buffer
-	require.Error(t, run(&out, "main.go", false, 0))
+	require.Error(t, run(&out, "main.go", options{}))
 }
 
 func TestSafetensors(t *testing.T) {
@@ -65,7 +65,7 @@ func TestSafetensors(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "m.safetensors")
 	require.NoError(t, checkpoint.WriteSafetensors(path, d, map[string]string{"format": "pt"}))
 	var out bytes.Buffer
-	require.NoError(t, run(&out, path, false, 0))
+	require.NoError(t, run(&out, path, options{}))
 	require.Contains(t, out.String(), "'w': tensor int16 [2] = [1, -1]\n")
 	require.Contains(t, out.String(), "'format': 'pt'\n")
 }

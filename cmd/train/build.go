@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/gotrain/gotrain/examples/resnet"
 	"github.com/gotrain/gotrain/torch"
@@ -83,29 +82,25 @@ func optimizer(c trainer.Config, params []*torch.Tensor) (optim.Optimizer, error
 	return nil, fmt.Errorf("unknown optimizer %q (want sgd, adam, adamw, rmsprop or adagrad)", c.Optimizer)
 }
 
-func scheduler(c trainer.Config, opt optim.Optimizer, stepsPerEpoch int) (optim.Scheduler, string, error) {
+func scheduler(c trainer.Config, opt optim.Optimizer, stepsPerEpoch int) (optim.Scheduler, trainer.Interval, error) {
 	epochs := int64(max(c.Epochs, 1))
 	switch c.Scheduler {
 	case "", "none":
 		return nil, c.SchedulerInterval, nil
 	case "step":
-		return optim.NewStepLR(opt, max(epochs/3, 1), 0.1), "epoch", nil
+		return optim.NewStepLR(opt, max(epochs/3, 1), 0.1), trainer.PerEpoch, nil
 	case "cosine":
-		return optim.NewCosineAnnealingLR(opt, epochs, 0), "epoch", nil
+		return optim.NewCosineAnnealingLR(opt, epochs, 0), trainer.PerEpoch, nil
 	case "exponential":
-		return optim.NewExponentialLR(opt, 0.9), "epoch", nil
+		return optim.NewExponentialLR(opt, 0.9), trainer.PerEpoch, nil
 	case "onecycle":
 		s, err := optim.NewOneCycleLR(opt, []float64{c.LR * 10}, epochs*int64(max(stepsPerEpoch, 1)), optim.OneCycleOptions{})
-		return s, "step", err
+		return s, trainer.PerStep, err
 	case "plateau":
-		mode := "max"
-		if strings.Contains(c.Monitor, "loss") {
-			mode = "min"
-		}
-		s, err := optim.NewReduceLROnPlateau(opt, optim.PlateauOptions{Mode: mode, Factor: 0.1, Patience: 2})
-		return s, "epoch", err
+		s, err := optim.NewReduceLROnPlateau(opt, optim.PlateauOptions{Mode: c.MonitorDirection().String(), Factor: 0.1, Patience: 2})
+		return s, trainer.PerEpoch, err
 	}
-	return nil, "", fmt.Errorf("unknown scheduler %q (want none, step, cosine, exponential, onecycle or plateau)", c.Scheduler)
+	return nil, 0, fmt.Errorf("unknown scheduler %q (want none, step, cosine, exponential, onecycle or plateau)", c.Scheduler)
 }
 
 func build(c trainer.Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trainer, error) {

@@ -53,7 +53,11 @@ func run(args []string) error {
 	fs.IntVar(&c.Synthetic, "synthetic", c.Synthetic, "train on N seeded synthetic samples instead of Fashion-MNIST (for machines without the data)")
 	fs.IntVar(&c.Limit, "limit", c.Limit, "use only the first N training samples (smoke runs)")
 	fs.StringVar(&c.Model, "model", c.Model, "model: mlp, cnn or resnet18")
-	fs.StringVar(&c.DataDir, "data", c.DataDir, "Fashion-MNIST directory (default: Debian's /usr/share/datasets/fashion-mnist)")
+	fs.StringVar(&c.DataDir, "data", c.DataDir, "training data: an ImageFolder tree (with train/ and val/, or --val-split), a CSV file (--label-column), a token file (.bin) or the Fashion-MNIST directory (default: Debian's)")
+	fs.IntVar(&c.ImageSize, "image-size", c.ImageSize, "resize ImageFolder images to N x N (0: the data's size)")
+	fs.Float64Var(&c.ValSplit, "val-split", c.ValSplit, "hold out this fraction of a single folder or file for validation")
+	fs.StringVar(&c.LabelColumn, "label-column", c.LabelColumn, "a CSV's label column (the other columns are features)")
+	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "a token file's context length")
 	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "epochs to train")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "batch size")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "data loader worker goroutines")
@@ -63,11 +67,12 @@ func run(args []string) error {
 	fs.BoolVar(&c.Fused, "fused", c.Fused, "fused Adam/AdamW kernels (PyTorch's fused=True); --fused=false for PyTorch's default arithmetic")
 	fs.Float64Var(&c.Momentum, "momentum", c.Momentum, "SGD momentum")
 	fs.StringVar(&c.Scheduler, "scheduler", c.Scheduler, "LR scheduler: none, step, cosine, exponential, onecycle, plateau")
-	fs.StringVar(&c.AMP, "amp", c.AMP, "mixed precision: none, bf16, fp16 (fp16 needs CUDA)")
+	fs.TextVar(&c.AMP, "amp", c.AMP, "mixed precision: none, bf16, fp16 (fp16 needs CUDA)")
 	fs.Float64Var(&c.GradClip, "grad-clip", c.GradClip, "clip the gradient norm to this value (0: off)")
 	fs.IntVar(&c.Accumulation, "accumulation", c.Accumulation, "micro-batches per optimizer step")
 	fs.IntVar(&c.Patience, "patience", c.Patience, "early-stopping patience in epochs (0: off)")
 	fs.StringVar(&c.Monitor, "monitor", c.Monitor, "metric for the best checkpoint and early stopping")
+	fs.TextVar(&c.MonitorMode, "monitor-mode", c.MonitorMode, "whether --monitor is minimised or maximised: auto (by its name), min, max")
 	fs.IntVar(&c.TopK, "top-k", c.TopK, "also keep the k best epochs' checkpoints")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "random seed")
 	fs.BoolVar(&c.Deterministic, "deterministic", c.Deterministic, "deterministic algorithms (bitwise-repeatable runs)")
@@ -86,6 +91,14 @@ func run(args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case *nproc < 1:
+		return fmt.Errorf("--nproc-per-node must be >= 1, got %d", *nproc)
+	case *masterPort < 0 || *masterPort > 65535:
+		return fmt.Errorf("--master-port must be in [0, 65535], got %d", *masterPort)
+	case *distTimeout <= 0:
+		return fmt.Errorf("--dist-timeout must be > 0, got %s", *distTimeout)
 	}
 	if *nproc > 1 {
 		return launch(*nproc, *masterPort, stripLaunchFlags(args))
@@ -110,7 +123,7 @@ func run(args []string) error {
 		c = overlay(fromFile, flagged, set)
 	}
 	if err := c.Validate(); err != nil {
-		return err
+		return flagError(err, fs)
 	}
 	if runDir == "" {
 		runDir = trainer.RunDirFor(&c)
@@ -155,6 +168,9 @@ func overlay(base, flagged trainer.Config, set map[string]bool) trainer.Config {
 		"experiment": func() { base.Experiment = flagged.Experiment }, "runs-dir": func() { base.RunsDir = flagged.RunsDir },
 		"log-every": func() { base.LogEvery = flagged.LogEvery }, "synthetic": func() { base.Synthetic = flagged.Synthetic },
 		"limit": func() { base.Limit = flagged.Limit }, "fused": func() { base.Fused = flagged.Fused },
+		"image-size": func() { base.ImageSize = flagged.ImageSize }, "val-split": func() { base.ValSplit = flagged.ValSplit },
+		"label-column": func() { base.LabelColumn = flagged.LabelColumn }, "block-size": func() { base.BlockSize = flagged.BlockSize },
+		"monitor-mode": func() { base.MonitorMode = flagged.MonitorMode },
 	}
 	for name := range set {
 		if f, ok := fields[name]; ok {
@@ -162,6 +178,23 @@ func overlay(base, flagged trainer.Config, set map[string]bool) trainer.Config {
 		}
 	}
 	return base
+}
+
+// flagError names the flag of an invalid config field too: "--batch-size (batch_size)
+// must be >= 1, got 0".
+func flagError(err error, fs *flag.FlagSet) error {
+	var fe *trainer.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	name := strings.ReplaceAll(fe.Field, "_", "-")
+	if fe.Field == "data_dir" {
+		name = "data"
+	}
+	if fs.Lookup(name) == nil {
+		return err
+	}
+	return fmt.Errorf("--%s (%s in a config file) %s", name, fe.Field, fe.Msg)
 }
 
 // configFromCheckpoint reads the run config a gotrain checkpoint carries and the run

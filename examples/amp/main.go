@@ -11,6 +11,7 @@ import (
 	"flag"
 	"log"
 
+	"github.com/gotrain/gotrain/amp"
 	"github.com/gotrain/gotrain/examples/internal/exdata"
 	"github.com/gotrain/gotrain/torch/nn"
 	"github.com/gotrain/gotrain/torch/nn/models"
@@ -20,15 +21,16 @@ import (
 
 func main() {
 	synthetic := flag.Bool("synthetic", false, "use seeded synthetic data instead of Fashion-MNIST")
-	mode := flag.String("mode", "bf16", "bf16 or fp16 (fp16 needs CUDA)")
+	mode := amp.BF16
+	flag.TextVar(&mode, "mode", mode, "bf16 or fp16 (fp16 needs CUDA)")
 	device := flag.String("device", "auto", "device")
 	flag.Parse()
-	if err := run(*synthetic, 4096, 2, *mode, *device, "runs/amp-example"); err != nil {
+	if err := run(*synthetic, 4096, 2, mode, *device, "runs/amp-example"); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(synthetic bool, limit, epochs int, mode, device, runDir string) error {
+func run(synthetic bool, limit, epochs int, mode amp.Mode, device, runDir string) error {
 	train, test, err := exdata.Loaders(synthetic, limit)
 	if err != nil {
 		return err

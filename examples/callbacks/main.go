@@ -38,8 +38,8 @@ func run(synthetic bool, limit, epochs int, runDir string) error {
 		return err
 	}
 	// Stop when val_loss has not improved by more than 1e-3 for 2 epochs.
-	early := trainer.NewEarlyStopping("val_loss", 2, 1e-3)
-	tb := &trainer.TensorBoard{Dir: runDir + "/tb", LogEvery: 10}
+	early := trainer.NewEarlyStopping("val_loss", trainer.Min, 2, 1e-3)
+	tb := &trainer.TensorBoard{Dir: runDir + "/tb"}
 	announce := trainer.CallbackFunc(func(e trainer.Event, t *trainer.Trainer) error {
 		if e == trainer.ValidationEnd {
 			fmt.Printf("  epoch %d: val_acc %.4f (early stopping wait %d/%d)\n", t.Epoch+1, t.Metrics["val_acc"], early.Wait, early.Patience)
@@ -47,7 +47,7 @@ func run(synthetic bool, limit, epochs int, runDir string) error {
 		return nil
 	})
 	t, err := trainer.New(model, train, test, (&nn.CrossEntropyLoss{}).Forward, opt,
-		trainer.WithEpochs(epochs), trainer.WithRunDir(runDir), trainer.WithMonitor("val_loss"),
+		trainer.WithEpochs(epochs), trainer.WithRunDir(runDir), trainer.WithMonitor("val_loss", trainer.Min),
 		trainer.WithCallbacks(early, tb, announce, &trainer.LRMonitor{TensorBoard: tb}))
 	if err != nil {
 		return err

@@ -135,7 +135,7 @@ func classify(model nn.Module, shard data.Dataset) (correct float64, n int, err 
 				return
 			}
 			torch.NoGrad(func() {
-				correct += model.Forward(b.Input).Argmax(1, false).Eq(b.Target).Sum().Item()
+				correct += model.Forward(b.Get(data.Input)).Argmax(1, false).Eq(b.Get(data.Label)).Sum().Item()
 			})
 			n += b.Size
 		})

@@ -10,10 +10,14 @@ GO ?= go
 GOTEST_FLAGS ?= -count=1 -timeout 30m
 # What the chroot must provide; tests needing other Python modules skip here (CI is unset).
 PY_REQUIRED := torch, torchvision, numpy, yaml
+# The data set the chroot must provide (dataset-fashion-mnist, see trixie.sh): without it
+# torch/data's parity test would skip, since CI is unset here.
+DATA_REQUIRED := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
 .PHONY: test
 test: libtorch-check
 	@echo "test-libtorch2.6: libtorch $(TORCH_VERSION) ($(LIBTORCH)), $$(go version)"
 	@$(GOTRAIN_PYTHON) -c 'import sys, $(PY_REQUIRED); v = torch.__version__; print("test-libtorch2.6: python torch", v); sys.exit(0 if v.startswith("2.6") else "python3-torch is not 2.6")'
+	@test -f $(DATA_REQUIRED) || { echo "test-libtorch2.6: $(DATA_REQUIRED) is missing (dataset-fashion-mnist)"; exit 1; }
 	$(GO) vet -tags cpu ./...
 	$(GO) test -tags cpu $(GOTEST_FLAGS) ./...

@@ -5,41 +5,23 @@ import (
 	"slices"
 )
 
-// Sample is one example in Go memory: a float32 input of shape Shape (row-major), and
-// either a class label or, for regression, a float32 target.
-//
-// Datasets fill a Sample in place: Get appends to s.Input[:0] (and s.Target[:0]) so
-// that the loader's workers can hand it storage inside a batch buffer, and the sample is
-// decoded straight to where the batch tensor is built from.
-type Sample struct {
-	Input []float32
-	Shape []int64
-	Label int64
-	// Target, when non-nil, is a float target of shape TargetShape (or [len(Target)] when
-	// TargetShape is nil); a batch then has a float32 target instead of int64 labels.
-	Target      []float32
-	TargetShape []int64
-}
-
-// Shape and TargetShape are read-only: datasets may share one shape slice among samples,
-// and transforms that change a shape assign a new slice.
-
 // Dataset is a random-access collection of samples, like torch.utils.data.Dataset.
-// Get is called from several goroutines at once and must be safe for that. Transforms
-// change samples in place, so Get copies into s rather than handing out the dataset's
-// own storage.
+// Get is called from several goroutines at once and must be safe for that, and must not
+// call libtorch. Transforms change samples in place, so Get copies into s rather than
+// handing out the dataset's own storage.
 type Dataset interface {
 	// Len is the number of samples.
 	Len() int
-	// Get writes sample i (0 <= i < Len()) into s, reusing s.Input's and s.Target's
-	// storage: s.Input = append(s.Input[:0], ...).
+	// Get writes the fields of sample i (0 <= i < Len()) into s, which the caller has
+	// Reset: s.Set (or SetValues, SetScalar) reuses storage, so that the loader can
+	// have samples decoded straight into its batch buffers.
 	Get(i int, s *Sample) error
 }
 
-// TensorDataset is a dataset held in Go slices: sample i is the i-th block of
-// prod(SampleShape) values of Inputs, with label Labels[i] or, when Targets is set, the
-// i-th block of prod(TargetShape) values of Targets. It is torch.utils.data.TensorDataset
-// for a (features, labels) or (features, targets) pair.
+// TensorDataset is a dataset held in Go slices: sample i is field Input, the i-th block
+// of prod(SampleShape) values of Inputs, with field Label = Labels[i] or, when Targets is
+// set, field Target, the i-th block of prod(TargetShape) values of Targets. It is
+// torch.utils.data.TensorDataset for a (features, labels) or (features, targets) pair.
 type TensorDataset struct {
 	Inputs      []float32
 	SampleShape []int64
@@ -80,16 +62,13 @@ func (d *TensorDataset) Get(i int, s *Sample) error {
 		return fmt.Errorf("data: TensorDataset: index %d out of range [0, %d)", i, d.Len())
 	}
 	per := numel(d.SampleShape)
-	s.Input = append(s.Input[:0], d.Inputs[i*per:(i+1)*per]...)
-	s.Shape = d.SampleShape
+	copy(SetValues[float32](s, Input, d.SampleShape...), d.Inputs[i*per:(i+1)*per])
 	if d.Targets != nil {
 		tper := numel(d.TargetShape)
-		s.Target = append(s.Target[:0], d.Targets[i*tper:(i+1)*tper]...)
-		s.TargetShape = d.TargetShape
+		copy(SetValues[float32](s, Target, d.TargetShape...), d.Targets[i*tper:(i+1)*tper])
 		return nil
 	}
-	s.Label = d.Labels[i]
-	s.Target, s.TargetShape = nil, nil
+	SetScalar(s, Label, d.Labels[i])
 	return nil
 }
 

@@ -14,17 +14,20 @@ func TestTensorDataset(t *testing.T) {
 	require.Equal(t, 3, ds.Len())
 	var s Sample
 	require.NoError(t, ds.Get(2, &s))
-	assert.Equal(t, []float32{5, 6}, s.Input)
-	assert.Equal(t, int64(9), s.Label)
-	assert.Nil(t, s.Target)
-	s.Input[0] = 0
+	assert.Equal(t, []float32{5, 6}, Values[float32](s.Field(Input)))
+	assert.Equal(t, int64(9), Scalar[int64](&s, Label))
+	assert.Empty(t, s.Field(Label).Shape, "a label is a scalar")
+	assert.False(t, s.Has(Target))
+	Values[float32](s.Field(Input))[0] = 0
 	assert.Equal(t, float32(5), ds.Inputs[4], "Get copies")
 
 	reg, err := NewTensorDataset([]float32{1, 2, 3, 4}, []int64{2}, nil, []float32{0.5, 1.5}, []int64{1})
 	require.NoError(t, err)
+	s.Reset()
 	require.NoError(t, reg.Get(1, &s))
-	assert.Equal(t, []float32{1.5}, s.Target)
-	assert.Equal(t, []int64{1}, s.TargetShape)
+	assert.Equal(t, []float32{1.5}, Values[float32](s.Field(Target)))
+	assert.Equal(t, []int64{1}, s.Field(Target).Shape)
+	assert.Equal(t, []string{Input, Target}, s.Names())
 
 	_, err = NewTensorDataset([]float32{1, 2, 3}, []int64{2}, nil, nil, nil)
 	assert.ErrorContains(t, err, "3 input values do not divide into samples of shape [2]")
@@ -60,12 +63,12 @@ func TestSyntheticIsDeterministicAndLabelled(t *testing.T) {
 	require.NoError(t, a.Get(13, &x))
 	require.NoError(t, b.Get(13, &y))
 	assert.Equal(t, x, y)
-	assert.Equal(t, int64(3), x.Label)
-	assert.Len(t, x.Input, 16)
+	assert.Equal(t, int64(3), Scalar[int64](&x, Label))
+	assert.Len(t, Values[float32](x.Field(Input)), 16)
 	other, err := Synthetic(20, 10, []int64{1, 4, 4}, 8)
 	require.NoError(t, err)
 	require.NoError(t, other.Get(13, &y))
-	assert.NotEqual(t, x.Input, y.Input)
+	assert.NotEqual(t, Values[float32](x.Field(Input)), Values[float32](y.Field(Input)))
 }
 
 func TestDistributedSamplerCoversOnce(t *testing.T) {

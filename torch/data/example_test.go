@@ -35,7 +35,7 @@ func Example() {
 		scope := torch.NewScope() // the trainer opens one per step
 		b, ok := it.Next()
 		if ok {
-			fmt.Println(b.Index, b.Input.Shape(), b.Target.Shape())
+			fmt.Println(b.Index, b.Get(data.Input).Shape(), b.Get(data.Label).Shape())
 		}
 		scope.Close()
 		if !ok {

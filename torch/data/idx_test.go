@@ -66,10 +66,10 @@ func TestReadIDXRawAndGzip(t *testing.T) {
 		require.Equal(t, 4, ds.Len())
 		var s Sample
 		require.NoError(t, ds.Get(1, &s))
-		assert.Equal(t, []int64{1, 3, 2}, s.Shape)
-		assert.Equal(t, int64(1), s.Label)
-		assert.Equal(t, float32(42)/255, s.Input[0])
-		assert.Equal(t, float32(77)/255, s.Input[5])
+		assert.Equal(t, []int64{1, 3, 2}, s.Field(Input).Shape)
+		assert.Equal(t, int64(1), Scalar[int64](&s, Label))
+		assert.Equal(t, float32(42)/255, Values[float32](s.Field(Input))[0])
+		assert.Equal(t, float32(77)/255, Values[float32](s.Field(Input))[5])
 	}
 }
 

@@ -13,8 +13,8 @@ const DefaultFashionMNISTDir = "/usr/share/datasets/fashion-mnist"
 var FashionMNISTClasses = []string{"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"}
 
 // ImageDataset is a set of 8-bit grayscale images with class labels, as MNIST and
-// Fashion-MNIST are. Get returns an image as float32 values in [0, 1] of shape
-// [1, H, W], which is what torchvision's ToTensor makes of it.
+// Fashion-MNIST are. Get returns field Input, an image as float32 values in [0, 1] of
+// shape [1, H, W] (what torchvision's ToTensor makes of it), and field Label.
 type ImageDataset struct {
 	Pixels []byte // N*H*W bytes, image after image
 	Labels []byte
@@ -94,13 +94,10 @@ func (d *ImageDataset) Get(i int, s *Sample) error {
 		return fmt.Errorf("data: ImageDataset: index %d out of range [0, %d)", i, len(d.Labels))
 	}
 	px := d.Height * d.Width
-	in := s.Input[:0]
-	for _, b := range d.Pixels[i*px : (i+1)*px] {
-		in = append(in, float32(b)/255)
+	in := SetValues[float32](s, Input, 1, int64(d.Height), int64(d.Width))
+	for k, b := range d.Pixels[i*px : (i+1)*px] {
+		in[k] = float32(b) / 255
 	}
-	s.Input = in
-	s.Shape = []int64{1, int64(d.Height), int64(d.Width)}
-	s.Label = int64(d.Labels[i])
-	s.Target, s.TargetShape = nil, nil
+	SetScalar(s, Label, int64(d.Labels[i]))
 	return nil
 }

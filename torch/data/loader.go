@@ -2,7 +2,6 @@ package data
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
@@ -11,19 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 )
-
-// hostBatch is a collated batch in Go memory. Buffers are pooled by the Loader: a
-// worker fills one, the consumer builds tensors from it and hands it back.
-type hostBatch struct {
-	index       int
-	indices     []int // a window of the epoch's order; never written
-	input       []float32
-	shape       []int64 // of one sample
-	labels      []int64
-	targets     []float32
-	targetShape []int64
-	err         error
-}
 
 // Loader reads a dataset in batches, like torch.utils.data.DataLoader, with worker
 // goroutines instead of worker processes. Make one with NewLoader and read an epoch with
@@ -282,10 +268,11 @@ func (it *Iter) work() {
 }
 
 type worker struct {
-	it     *Iter
-	pcg    *rand.PCG
-	rng    *rand.Rand
-	sample Sample
+	it      *Iter
+	pcg     *rand.PCG
+	rng     *rand.Rand
+	sample  Sample
+	samples []*Sample // one per position in the batch, for a user's CollateFunc
 }
 
 func newWorker(it *Iter) *worker {
@@ -294,87 +281,71 @@ func newWorker(it *Iter) *worker {
 	return w
 }
 
-// fill reads, transforms and collates batch b into hb. Samples are decoded straight into
-// hb's storage when the dataset appends to the slice it is given.
+// fill reads, transforms and collates batch b into hb. With the default collation,
+// samples are decoded straight into hb's storage when the dataset writes into the
+// slices Sample.Set returns.
 func (w *worker) fill(hb *hostBatch, b int) {
 	it := w.it
-	bs := it.l.opts.BatchSize
+	o := &it.l.opts
+	bs := o.BatchSize
 	hb.index = b
 	hb.indices = slices.Clip(it.order[b*bs : min((b+1)*bs, len(it.order))])
-	hb.input, hb.labels, hb.targets = hb.input[:0], hb.labels[:0], hb.targets[:0]
-	hb.shape, hb.targetShape = nil, nil
+	hb.reset()
 	defer func() {
 		if p := recover(); p != nil {
-			hb.err = fmt.Errorf("data: epoch %d batch %d: panic in dataset or transform: %v\n%s", it.epoch, b, p, debug.Stack())
+			hb.err = fmt.Errorf("data: epoch %d batch %d: panic in dataset, transform or collate: %v\n%s", it.epoch, b, p, debug.Stack())
 		}
 	}()
-	augSeed := mixSeed(it.l.opts.Seed, it.epoch)
-	s := &w.sample
+	augSeed := mixSeed(o.Seed, it.epoch)
 	for j, idx := range hb.indices {
 		if j%8 == 0 && it.ctx.Err() != nil {
 			hb.err = it.ctx.Err()
 			return
 		}
-		n := len(hb.input)
-		s.Input = hb.input[n:n:cap(hb.input)]
+		s := &w.sample
+		if o.Collate != nil {
+			if j == len(w.samples) {
+				w.samples = append(w.samples, new(Sample))
+			}
+			s = w.samples[j]
+			s.Reset()
+		} else {
+			s.Reset()
+			s.unlendAll()
+			hb.lendTo(s)
+		}
 		if err := it.l.ds.Get(idx, s); err != nil {
 			hb.err = fmt.Errorf("data: epoch %d batch %d: sample %d: %w", it.epoch, b, idx, err)
 			return
 		}
-		if t := it.l.opts.Transform; t != nil {
+		if t := o.Transform; t != nil {
 			w.pcg.Seed(augSeed, uint64(idx))
 			if err := t.Apply(s, w.rng); err != nil {
 				hb.err = fmt.Errorf("data: epoch %d batch %d: sample %d: %w", it.epoch, b, idx, err)
 				return
 			}
 		}
-		if err := hb.add(s, len(hb.indices)); err != nil {
-			hb.err = fmt.Errorf("data: epoch %d batch %d: sample %d: %w", it.epoch, b, idx, err)
+		if o.Collate == nil {
+			if err := hb.add(s, len(hb.indices), o.Pad); err != nil {
+				hb.err = fmt.Errorf("data: epoch %d batch %d: sample %d: %w", it.epoch, b, idx, err)
+				return
+			}
+		}
+	}
+	if o.Collate == nil {
+		hb.finish()
+		return
+	}
+	if err := o.Collate(w.samples[:len(hb.indices)], &hb.out); err != nil {
+		hb.err = fmt.Errorf("data: epoch %d batch %d: collate: %w", it.epoch, b, err)
+		return
+	}
+	for k := range hb.out.fields {
+		if err := hb.out.fields[k].check(); err != nil {
+			hb.err = fmt.Errorf("data: epoch %d batch %d: collate: %w", it.epoch, b, err)
 			return
 		}
 	}
-}
-
-// add appends sample s to the batch, unless the dataset already wrote it in place.
-func (hb *hostBatch) add(s *Sample, batchSize int) error {
-	if numel(s.Shape) != len(s.Input) {
-		return fmt.Errorf("shape %v does not match its %d values", s.Shape, len(s.Input))
-	}
-	n := len(hb.input)
-	if n == 0 {
-		hb.shape = s.Shape
-		if s.Target != nil {
-			hb.targetShape = s.TargetShape
-			if hb.targetShape == nil {
-				hb.targetShape = []int64{int64(len(s.Target))}
-			}
-		}
-	} else if !slices.Equal(s.Shape, hb.shape) {
-		return fmt.Errorf("shape %v differs from the batch's %v; collating needs samples of one shape", s.Shape, hb.shape)
-	}
-	if (s.Target != nil) != (hb.targetShape != nil) {
-		return errors.New("a batch mixes samples with labels and samples with float targets")
-	}
-	inPlace := len(s.Input) > 0 && n+len(s.Input) <= cap(hb.input) && &hb.input[:n+1][n] == &s.Input[0]
-	switch {
-	case inPlace:
-		hb.input = hb.input[:n+len(s.Input)]
-	case cap(hb.input) < batchSize*len(s.Input):
-		grown := make([]float32, n, batchSize*len(s.Input))
-		copy(grown, hb.input)
-		hb.input = append(grown, s.Input...)
-	default:
-		hb.input = append(hb.input, s.Input...)
-	}
-	if hb.targetShape != nil {
-		if numel(hb.targetShape) != len(s.Target) {
-			return fmt.Errorf("target of %d values differs from the batch's target shape %v", len(s.Target), hb.targetShape)
-		}
-		hb.targets = append(hb.targets, s.Target...)
-	} else {
-		hb.labels = append(hb.labels, s.Label)
-	}
-	return nil
 }
 
 // mixSeed derives the augmentation stream of an epoch from the loader's seed (SplitMix64

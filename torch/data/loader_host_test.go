@@ -53,7 +53,8 @@ func readHost(t *testing.T, l *Loader, epoch, start int) ([]plainBatch, error) {
 		if !ok {
 			return out, it.Err()
 		}
-		out = append(out, plainBatch{hb.index, slices.Clone(hb.indices), slices.Clone(hb.input), slices.Clone(hb.labels)})
+		out = append(out, plainBatch{hb.index, slices.Clone(hb.indices),
+			slices.Clone(Values[float32](hb.out.MustField(Input))), slices.Clone(Values[int64](hb.out.MustField(Label)))})
 		l.putBuf(hb)
 	}
 }
@@ -135,7 +136,7 @@ func (panicky) Get(i int, s *Sample) error { panic("boom") }
 
 func TestLoaderPanicBecomesError(t *testing.T) {
 	_, err := readHost(t, mustLoader(t, panicky{synthetic(t, 8)}, LoaderOptions{BatchSize: 4, Workers: 2}), 0, 0)
-	assert.ErrorContains(t, err, "panic in dataset or transform: boom")
+	assert.ErrorContains(t, err, "panic in dataset, transform or collate: boom")
 }
 
 func mustLoader(t *testing.T, ds Dataset, o LoaderOptions) *Loader {

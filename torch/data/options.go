@@ -41,4 +41,17 @@ type LoaderOptions struct {
 	// Transform is applied to every sample in the workers, with randomness drawn from
 	// (Seed, epoch, sample index).
 	Transform Transform
+	// Pad names the variable-length fields and their pad values: such a field is padded
+	// along its first dimension to the longest in the batch, and the batch gains a bool
+	// field MaskName(name) of shape [batch, longest], true at real entries. Other fields
+	// must have one shape throughout a batch.
+	Pad map[string]float64
+	// Collate, when set, replaces DefaultCollate (and Pad): it builds each batch from the
+	// transformed samples, in the workers, like DataLoader's collate_fn.
+	Collate CollateFunc
+	// OnDevice, when set, is applied to every batch by Next once its tensors are on
+	// Device, on the consumer's goroutine and in its scope: the place for work that is
+	// cheaper on the device than in the workers, such as turning uint8 images into
+	// normalized floats (NormalizeImages).
+	OnDevice func(b *Batch)
 }

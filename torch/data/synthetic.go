@@ -40,20 +40,18 @@ func Synthetic(n, classes int, shape []int64, seed int64) (*SyntheticDataset, er
 // Len returns N.
 func (d *SyntheticDataset) Len() int { return d.N }
 
-// Get writes sample i into s; its label is i mod Classes.
+// Get writes sample i into s: fields Input (float32 of shape Shape) and Label, which
+// is i mod Classes.
 func (d *SyntheticDataset) Get(i int, s *Sample) error {
 	if i < 0 || i >= d.N {
 		return fmt.Errorf("data: Synthetic: index %d out of range [0, %d)", i, d.N)
 	}
 	label := i % d.Classes
 	r := rand.New(rand.NewPCG(uint64(d.Seed), uint64(i)+1))
-	in := s.Input[:0]
-	for _, p := range d.prototypes[label] {
-		in = append(in, p+d.Noise*float32(r.NormFloat64()))
+	in := SetValues[float32](s, Input, d.Shape...)
+	for k, p := range d.prototypes[label] {
+		in[k] = p + d.Noise*float32(r.NormFloat64())
 	}
-	s.Input = in
-	s.Shape = d.Shape
-	s.Label = int64(label)
-	s.Target, s.TargetShape = nil, nil
+	SetScalar(s, Label, int64(label))
 	return nil
 }

@@ -1,15 +1,24 @@
 package data
 
 import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
 	"github.com/gotrain/gotrain/torch"
 )
 
-// Batch is one batch of tensors: Input is float32 of shape [Size, sample shape...];
-// Target is int64 labels of shape [Size], or float32 targets of shape
-// [Size, target shape...] when the dataset's samples carry float targets. Both are on the
-// loader's device and belong to the scope open on the calling goroutine.
+// Batch is one batch of named tensors, the collated fields of its samples: field "x" of
+// samples of shape S is Fields["x"] of shape [Size, S...] (padded fields and their masks
+// as LoaderOptions.Pad describes). A classification dataset's batch is
+// Get(Input) (float32 [Size, C, H, W], or uint8 before NormalizeImages) and Get(Label)
+// (int64 [Size]); a regression dataset's has Get(Target) instead of Label.
+//
+// The tensors are on the loader's device and belong to the scope open on the goroutine
+// that called Next.
 type Batch struct {
-	Input, Target *torch.Tensor
+	Fields map[string]*torch.Tensor
 	// Index is the batch's index in its epoch.
 	Index int
 	// Size is the number of samples, BatchSize except perhaps for the last batch.
@@ -19,33 +28,93 @@ type Batch struct {
 	Indices []int
 }
 
+// Get returns field name. It panics, naming the field and the fields the batch has, when
+// there is no such field: a step that reads a field its data does not have is a
+// programming error.
+func (b Batch) Get(name string) *torch.Tensor {
+	if t, ok := b.Fields[name]; ok {
+		return t
+	}
+	panic(fmt.Sprintf("data: batch has no field %q (it has %s)", name, strings.Join(b.Names(), ", ")))
+}
+
+// Has reports whether the batch has field name.
+func (b Batch) Has(name string) bool {
+	_, ok := b.Fields[name]
+	return ok
+}
+
+// Names returns the batch's field names, sorted.
+func (b Batch) Names() []string {
+	names := make([]string, 0, len(b.Fields))
+	for n := range b.Fields {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // Next returns the next batch of the epoch, waiting for the workers if it is not ready.
 // It returns false at the end of the epoch, after an error (see Err), or once the
 // context is cancelled or the iterator closed. The batch's tensors are created on the
 // calling goroutine, in the scope it has open; on a CUDA device they are built in pinned
-// host memory and copied without blocking.
+// host memory and copied without blocking. LoaderOptions.OnDevice, when set, is applied
+// before Next returns.
 func (it *Iter) Next() (Batch, bool) {
 	hb, ok := it.nextHost()
 	if !ok {
 		return Batch{}, false
 	}
 	defer it.l.putBuf(hb)
-	n := int64(len(hb.indices))
-	b := Batch{Index: hb.index, Size: len(hb.indices), Indices: hb.indices}
+	b := Batch{Index: hb.index, Size: len(hb.indices), Indices: hb.indices, Fields: make(map[string]*torch.Tensor, hb.out.Len())}
 	dev := it.l.opts.Device
-	b.Input = toDevice(hb.input, dev, append([]int64{n}, hb.shape...))
-	if hb.targetShape != nil {
-		b.Target = toDevice(hb.targets, dev, append([]int64{n}, hb.targetShape...))
-	} else {
-		b.Target = toDevice(hb.labels, dev, []int64{n})
+	for k := range hb.out.fields {
+		f := &hb.out.fields[k]
+		b.Fields[f.Name] = fieldTensor(f, dev)
+	}
+	if fn := it.l.opts.OnDevice; fn != nil {
+		fn(&b)
 	}
 	return b, true
+}
+
+// fieldTensor copies a collated field into a tensor on dev.
+func fieldTensor(f *Field, dev torch.Device) *torch.Tensor {
+	switch f.DType {
+	case torch.Float32:
+		return toDevice(viewAs[float32](f.Data), dev, f.Shape)
+	case torch.Float64:
+		return toDevice(viewAs[float64](f.Data), dev, f.Shape)
+	case torch.Int64:
+		return toDevice(viewAs[int64](f.Data), dev, f.Shape)
+	case torch.Int32:
+		return toDevice(viewAs[int32](f.Data), dev, f.Shape)
+	case torch.Int16:
+		return toDevice(viewAs[int16](f.Data), dev, f.Shape)
+	case torch.Int8:
+		return toDevice(viewAs[int8](f.Data), dev, f.Shape)
+	case torch.Uint8:
+		return toDevice(f.Data, dev, f.Shape)
+	case torch.Bool:
+		return toDevice(viewAs[bool](f.Data), dev, f.Shape)
+	}
+	// float16 and bfloat16 have no Go element type: they are widened to float32 on the
+	// host (exactly) and narrowed back by libtorch (exactly again).
+	wide := make([]float32, len(f.Data)/2)
+	for i, h := range viewAs[uint16](f.Data) {
+		if f.DType == torch.BFloat16 {
+			wide[i] = math.Float32frombits(uint32(h) << 16)
+		} else {
+			wide[i] = float16ToFloat32(h)
+		}
+	}
+	return toDevice(wide, dev, f.Shape).ToDType(f.DType)
 }
 
 // toDevice copies host data into a tensor on dev. On CUDA the copy goes through pinned
 // memory from PyTorch's caching host allocator, which only reuses a pinned block once the
 // non-blocking copy from it has finished.
-func toDevice[T float32 | int64](data []T, dev torch.Device, shape []int64) *torch.Tensor {
+func toDevice[T torch.Elem](data []T, dev torch.Device, shape []int64) *torch.Tensor {
 	if !dev.IsCUDA() {
 		return torch.FromSlice(data, shape...)
 	}

@@ -20,8 +20,8 @@ func readTensors(t *testing.T, l *Loader, epoch, start int) []plainBatch {
 		scope := torch.NewScope()
 		b, ok := it.Next()
 		if ok {
-			require.Equal(t, int64(b.Size), b.Input.Shape()[0])
-			out = append(out, plainBatch{b.Index, append([]int{}, b.Indices...), b.Input.Float32s(), b.Target.Int64s()})
+			require.Equal(t, int64(b.Size), b.Get(Input).Shape()[0])
+			out = append(out, plainBatch{b.Index, append([]int{}, b.Indices...), b.Get(Input).Float32s(), b.Get(Label).Int64s()})
 		}
 		scope.Close()
 		if !ok {
@@ -60,10 +60,11 @@ func TestNextShapesAndFloatTargets(t *testing.T) {
 	defer it.Close()
 	var inputs, targets []float32
 	for b, ok := it.Next(); ok; b, ok = it.Next() {
-		assert.Equal(t, []int64{int64(b.Size), 2}, b.Input.Shape())
-		assert.Equal(t, []int64{int64(b.Size), 1}, b.Target.Shape())
-		inputs = append(inputs, b.Input.Float32s()...)
-		targets = append(targets, b.Target.Float32s()...)
+		assert.Equal(t, []string{Input, Target}, b.Names())
+		assert.Equal(t, []int64{int64(b.Size), 2}, b.Get(Input).Shape())
+		assert.Equal(t, []int64{int64(b.Size), 1}, b.Get(Target).Shape())
+		inputs = append(inputs, b.Get(Input).Float32s()...)
+		targets = append(targets, b.Get(Target).Float32s()...)
 	}
 	require.NoError(t, it.Err())
 	assert.Equal(t, ds.Inputs, inputs)

@@ -1,6 +1,7 @@
 package nn_test
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/testpy"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 )
@@ -256,26 +258,82 @@ func TestLayersForward(t *testing.T) {
 	})
 }
 
-func TestLosses(t *testing.T) {
-	torch.WithScope(func() {
-		x := torch.FromSlice([]float32{2, 0, -1, 0, 1, 3}, 2, 3)
-		y := torch.FromSlice([]int64{0, 2})
-		want := torch.CrossEntropy(x, y, torch.CrossEntropyOptions{}).Item()
-		ce := &nn.CrossEntropyLoss{}
-		assert.InDelta(t, want, ce.Forward(x, y).Item(), 1e-7)
-		ce.IgnoreIndex, ce.IgnoreIndexSet = 2, true
-		assert.InDelta(t, torch.CrossEntropy(x.Narrow(0, 0, 1), y.Narrow(0, 0, 1), torch.CrossEntropyOptions{}).Item(), ce.Forward(x, y).Item(), 1e-6)
-		nll := &nn.NLLLoss{}
-		assert.InDelta(t, want, nll.Forward(x.LogSoftmax(1), y).Item(), 1e-6)
+// pyLosses evaluates PyTorch's loss modules, constructed with the arguments each Go loss
+// struct's fields stand for, on the inputs TestLossesMatchPyTorch passes.
+const pyLosses = `
+import json, sys, torch, torch.nn as nn
+x = torch.tensor([[2, 0, -1], [0, 1, 3], [0.5, -2, 1]])
+y = torch.tensor([0, 2, 1])
+p = torch.tensor([[0.7, 0.2, 0.1], [0, 0, 1], [0.3, 0.3, 0.4]])
+w = torch.tensor([0.2, 1, 3])
+a = torch.tensor([0, 1, 4, -0.25])
+b = torch.tensor([0, 0, 0.5, 0.5])
+z = torch.tensor([0.3, -1.5, 2, 0])
+t = torch.tensor([1, 0, 1, 0.5])
+pw = torch.tensor([2.0])
+out = {
+    "ce": nn.CrossEntropyLoss()(x, y),
+    "ce_ignore": nn.CrossEntropyLoss(ignore_index=2)(x, y),
+    "ce_weight_sum": nn.CrossEntropyLoss(weight=w, reduction="sum")(x, y),
+    "ce_smooth": nn.CrossEntropyLoss(label_smoothing=0.1)(x, y),
+    "ce_probs": nn.CrossEntropyLoss()(x, p),
+    "nll": nn.NLLLoss()(x.log_softmax(1), y),
+    "nll_weight": nn.NLLLoss(weight=w)(x.log_softmax(1), y),
+    "mse": nn.MSELoss()(a, b),
+    "mse_sum": nn.MSELoss(reduction="sum")(a, b),
+    "l1": nn.L1Loss()(a, b),
+    "l1_sum": nn.L1Loss(reduction="sum")(a, b),
+    "smooth_l1": nn.SmoothL1Loss()(a, b),
+    "smooth_l1_beta": nn.SmoothL1Loss(beta=0.5)(a, b),
+    "bce": nn.BCEWithLogitsLoss()(z, t),
+    "bce_pos_weight": nn.BCEWithLogitsLoss(pos_weight=pw)(z, t),
+}
+print(json.dumps({k: v.item() for k, v in out.items()}))
+`
 
-		a := torch.FromSlice([]float32{0, 1, 4})
-		b := torch.FromSlice([]float32{0, 0, 0})
-		assert.InDelta(t, 17.0/3, (&nn.MSELoss{}).Forward(a, b).Item(), 1e-6)
-		assert.InDelta(t, 5.0/3, (&nn.L1Loss{}).Forward(a, b).Item(), 1e-6)
-		assert.InDelta(t, 5.0, (&nn.L1Loss{Reduction: torch.ReductionSum}).Forward(a, b).Item(), 1e-6)
-		assert.InDelta(t, (0+0.5+3.5)/3, (&nn.SmoothL1Loss{}).Forward(a, b).Item(), 1e-6)
-		bce := (&nn.BCEWithLogitsLoss{}).Forward(torch.FromSlice([]float32{0}), torch.FromSlice([]float32{1}))
-		assert.InDelta(t, math.Log(2), bce.Item(), 1e-6)
+// TestLossesMatchPyTorch checks that each loss module's fields and zero values mean what
+// the arguments of PyTorch's module of the same name mean (ignore_index -100, SmoothL1's
+// beta 1, mean reduction): the same inputs give the same float32 loss, to the last bit,
+// as the module PyTorch builds from those arguments.
+func TestLossesMatchPyTorch(t *testing.T) {
+	var want map[string]float64
+	require.NoError(t, json.Unmarshal(testpy.Run(t, pyLosses, []string{"torch"}), &want))
+	torch.WithScope(func() {
+		x := torch.FromSlice([]float32{2, 0, -1, 0, 1, 3, 0.5, -2, 1}, 3, 3)
+		y := torch.FromSlice([]int64{0, 2, 1})
+		p := torch.FromSlice([]float32{0.7, 0.2, 0.1, 0, 0, 1, 0.3, 0.3, 0.4}, 3, 3)
+		w := torch.FromSlice([]float32{0.2, 1, 3})
+		a := torch.FromSlice([]float32{0, 1, 4, -0.25})
+		b := torch.FromSlice([]float32{0, 0, 0.5, 0.5})
+		z := torch.FromSlice([]float32{0.3, -1.5, 2, 0})
+		tg := torch.FromSlice([]float32{1, 0, 1, 0.5})
+		pw := torch.FromSlice([]float32{2})
+		ce := func(o torch.CrossEntropyOptions) *nn.CrossEntropyLoss {
+			return &nn.CrossEntropyLoss{CrossEntropyOptions: o}
+		}
+		got := map[string]*torch.Tensor{
+			"ce":             (&nn.CrossEntropyLoss{}).Forward(x, y),
+			"ce_ignore":      ce(torch.CrossEntropyOptions{IgnoreIndex: 2, IgnoreIndexSet: true}).Forward(x, y),
+			"ce_weight_sum":  ce(torch.CrossEntropyOptions{Weight: w, Reduction: torch.ReductionSum}).Forward(x, y),
+			"ce_smooth":      ce(torch.CrossEntropyOptions{LabelSmoothing: 0.1}).Forward(x, y),
+			"ce_probs":       (&nn.CrossEntropyLoss{}).Forward(x, p),
+			"nll":            (&nn.NLLLoss{}).Forward(x.LogSoftmax(1), y),
+			"nll_weight":     (&nn.NLLLoss{CrossEntropyOptions: torch.CrossEntropyOptions{Weight: w}}).Forward(x.LogSoftmax(1), y),
+			"mse":            (&nn.MSELoss{}).Forward(a, b),
+			"mse_sum":        (&nn.MSELoss{Reduction: torch.ReductionSum}).Forward(a, b),
+			"l1":             (&nn.L1Loss{}).Forward(a, b),
+			"l1_sum":         (&nn.L1Loss{Reduction: torch.ReductionSum}).Forward(a, b),
+			"smooth_l1":      (&nn.SmoothL1Loss{}).Forward(a, b),
+			"smooth_l1_beta": (&nn.SmoothL1Loss{Beta: 0.5}).Forward(a, b),
+			"bce":            (&nn.BCEWithLogitsLoss{}).Forward(z, tg),
+			"bce_pos_weight": (&nn.BCEWithLogitsLoss{PosWeight: pw}).Forward(z, tg),
+		}
+		require.Len(t, got, len(want))
+		for name, l := range got {
+			require.Contains(t, want, name)
+			assert.Equal(t, torch.Float32, l.DType(), name)
+			assert.Equal(t, want[name], l.Item(), name)
+		}
 	})
 }
 

@@ -4,13 +4,16 @@
 //	bench [-quick] [-threads 1,2] [-workloads mlp,mlp256,cnn,cnn-bf16] [-readme README.md]
 //
 // For each workload it has goloop draw the dataset and initial weights once, then, for
-// each thread count, runs the three implementations as separate processes, one after the
-// other, with OMP_NUM_THREADS and MKL_NUM_THREADS set and the same count passed to
-// set_num_threads in each: gotrain's Trainer (build/bench/goloop), the seed's Python loop
-// fed by a DataLoader (bench/python/seed_loop.py) and by pre-sliced batches, and the
-// libtorch C++ loop (build/bench/loop). It checks that their first-epoch losses agree
-// within 1e-4, then runs bench/checkpoint and bench/data, prints a markdown table, and
-// with -readme replaces the text between README's bench markers with it.
+// each thread count, runs every implementation (see impls) as a separate process, one
+// after the other, with OMP_NUM_THREADS and MKL_NUM_THREADS set and the same count passed
+// to set_num_threads in each, and glibc's malloc thresholds set the same for all
+// (mallocEnv). Implementations are grouped by the Adam kernel they run (fused, foreach,
+// single); each group has a C++ twin that calls the same ATen functions, and every ratio
+// the table scores pairs an implementation with its twin. It checks each group's losses
+// against its C++ twin exactly and the groups' twins against each other within a
+// tolerance per dtype, runs the per-op microbenchmark (opbench, bench/cpp/ops.cpp,
+// bench/python/ops.py), bench/checkpoint and bench/data, prints markdown tables, and with
+// -readme replaces the text between README's bench markers with them.
 package main
 
 import (
@@ -33,24 +36,69 @@ import (
 	"github.com/gotrain/gotrain/bench/internal/loopio"
 )
 
-// The implementations, in table order. "go" is the Trainer with its default fused Adam;
-// "go-raw" is the loop written directly against package torch over pre-sliced batches
-// (the binding without Trainer and Loader); "go-unfused" is the Trainer with PyTorch's
-// default (multi-tensor, unfused) Adam arithmetic, the same algorithm as the C++ loop;
-// "python-fused" is the seed's loop with Adam(fused=True), gotrain's default's twin;
-// "python-batches" is the seed's loop with the DataLoader replaced by a list of batch
-// tensors (Python's floor).
-var impls = []string{"go", "go-raw", "go-unfused", "python", "python-batches", "python-fused", "cpp"}
+// impl is one implementation of the training loop.
+type impl struct {
+	name, label string
+	// adam is the Adam kernel it runs: "fused" (ATen's _fused_adam_, PyTorch's
+	// fused=True, gotrain's default), "foreach" (the multi-tensor _foreach_* ops,
+	// PyTorch's foreach=True, gotrain's Fused: false) or "single" (per-tensor ops,
+	// torch.optim's _single_tensor_adam: PyTorch's default on the CPU, which the seed
+	// runs; multi-tensor is its default only on CUDA).
+	adam string
+	// quick: part of a quick run.
+	quick bool
+}
 
-// lossRef is the implementation whose losses impl's must match (within 1e-4): the one
-// running the same Adam kernel. The fused kernel rounds differently from the multi-tensor
-// ops, and under bf16 autocast that grows past 1e-4 within the checked steps.
-func lossRef(impl string) string {
-	switch impl {
-	case "go", "go-raw", "python-fused":
-		return "python-fused"
+// impls are the implementations in table order, grouped by Adam kernel; the last of
+// each group is the C++ twin the group is measured and checked against.
+var impls = []impl{
+	{"go", "gotrain", "fused", true},
+	{"go-raw", "gotrain (raw loop)", "fused", false},
+	{"python-fused", "Python (fused)", "fused", true},
+	{"cpp-fused", "C++ (fused)", "fused", true},
+	{"go-unfused", "gotrain (unfused)", "foreach", true},
+	{"python-foreach", "Python (foreach)", "foreach", true},
+	{"cpp-foreach", "C++ (foreach)", "foreach", true},
+	{"python", "Python (seed: CPU default, single-tensor)", "single", true},
+	{"python-batches", "Python (batches, single-tensor)", "single", false},
+	{"cpp-single", "C++ (single-tensor)", "single", true},
+}
+
+func lookupImpl(name string) impl {
+	for _, im := range impls {
+		if im.name == name {
+			return im
+		}
 	}
-	return "cpp"
+	panic("bench: no implementation " + name)
+}
+
+// twin is the C++ loop that runs the same Adam kernel as name: the reference for its
+// losses and the denominator of its scored ratios.
+func twin(name string) string { return "cpp-" + lookupImpl(name).adam }
+
+// mallocEnv is glibc's allocator setting for every process the driver starts. cgotorch
+// raises the mmap and trim thresholds to these values at start-up unless a MALLOC_*
+// variable is set (a training step frees its tensors together, and with glibc's defaults
+// the heap top went back to the kernel and faulted in again every step); setting the
+// variables gives the C++ and Python loops the same allocator, and gotrain's own mallopt
+// then steps aside.
+var mallocEnv = []string{"MALLOC_MMAP_THRESHOLD_=67108864", "MALLOC_TRIM_THRESHOLD_=268435456"}
+
+// Loss tolerances. Implementations running the same kernel must agree exactly (the same
+// ATen calls in the same order on the same libtorch). The kernels' twins differ in
+// rounding (the fused kernel computes the update in one expression), and the difference
+// grows with the steps: 2e-7 to 5e-7 in float32 over the checked steps (2026-12-01, 1
+// and 2 threads), so 1e-5 leaves a margin of 20. Under bf16 autocast a parameter that
+// rounds differently can flip the bfloat16 rounding of an activation, a relative 4e-3
+// step; the measured difference was 0, and 1e-3 on a loss near 2.3 allows a few flips.
+const sameKernelTol = 0.0
+
+func crossKernelTol(bf16 bool) float64 {
+	if bf16 {
+		return 1e-3
+	}
+	return 1e-5
 }
 
 type config struct {
@@ -66,76 +114,117 @@ type config struct {
 // Measurement is one implementation on one workload and thread count.
 type Measurement struct {
 	loopio.Result
-	Name         string     `json:"name"`
-	StepUS       float64    `json:"step_us_median"`
-	StepUSMin    float64    `json:"step_us_min"`
-	StepUSMax    float64    `json:"step_us_max"`
-	SamplesPerS  float64    `json:"samples_per_s"`
-	OverCppUS    float64    `json:"overhead_over_cpp_us"`
-	RSSGrowthPct float64    `json:"rss_growth_pct_epoch2_to_last"`
-	LossDiff     float64    `json:"max_loss_diff_vs_same_kernel"`
-	Load         [2]float64 `json:"loadavg_before_after"`
+	Name        string  `json:"name"`
+	StepUS      float64 `json:"step_us_median"`
+	StepUSMin   float64 `json:"step_us_min"`
+	StepUSMax   float64 `json:"step_us_max"`
+	SamplesPerS float64 `json:"samples_per_s"`
+	// OverTwinUS is the median step time minus that of the C++ loop running the same
+	// Adam kernel.
+	OverTwinUS   float64 `json:"overhead_over_cpp_twin_us"`
+	RSSGrowthPct float64 `json:"rss_growth_pct_epoch2_to_last"`
+	// PeakOverBaseMB is the peak RSS minus the RSS at start-up (libraries loaded).
+	PeakOverBaseMB float64 `json:"peak_rss_over_base_mb"`
+	// LossDiff is the largest first-epoch loss difference from the C++ twin.
+	LossDiff float64    `json:"max_loss_diff_vs_cpp_twin"`
+	Load     [2]float64 `json:"loadavg_before_after"`
 	// Timed holds the timed epochs of every round.
 	Timed []float64 `json:"timed_epoch_s"`
 }
 
 // Case is one workload at one thread count.
 type Case struct {
-	Workload    string                  `json:"workload"`
-	Desc        string                  `json:"desc"`
-	Threads     int                     `json:"threads"`
-	Impl        map[string]*Measurement `json:"impl"`
-	LossCheckOK bool                    `json:"loss_check_ok"`
-	GoLoaderUS  float64                 `json:"go_loader_us_per_step"`
+	Workload string                  `json:"workload"`
+	Desc     string                  `json:"desc"`
+	Threads  int                     `json:"threads"`
+	BF16     bool                    `json:"bf16"`
+	Impl     map[string]*Measurement `json:"impl"`
+	// SameKernelDiff is the largest loss difference of an implementation from its C++
+	// twin (tolerance sameKernelTol); CrossKernelDiff the largest between the twins of
+	// the three kernels (tolerance CrossKernelTol).
+	SameKernelDiff  float64  `json:"max_loss_diff_same_kernel"`
+	CrossKernelDiff float64  `json:"max_loss_diff_across_kernels"`
+	CrossKernelTol  float64  `json:"loss_tol_across_kernels"`
+	LossCheckOK     bool     `json:"loss_check_ok"`
+	LossProblems    []string `json:"loss_problems,omitempty"`
+	GoLoaderUS      float64  `json:"go_loader_us_per_step"`
+}
+
+// OpResult is one language's run of the per-op microbenchmark.
+type OpResult struct {
+	Impl    string               `json:"impl"`
+	Torch   string               `json:"torch"`
+	Threads int                  `json:"threads"`
+	Block   int                  `json:"block"`
+	N       int                  `json:"n"`
+	NsPerOp map[string][]float64 `json:"ns_per_op"`
+	Load    [2]float64           `json:"loadavg_before_after"`
+}
+
+// Median is the median ns per op of op.
+func (o *OpResult) Median(op string) float64 {
+	if o == nil || len(o.NsPerOp[op]) == 0 {
+		return math.NaN()
+	}
+	return median(o.NsPerOp[op])
 }
 
 // Results is the JSON file.
 type Results struct {
-	Date       string    `json:"date"`
-	Host       string    `json:"host"`
-	CPU        string    `json:"cpu"`
-	Cores      int       `json:"cores"`
-	Torch      string    `json:"torch"`
-	Command    string    `json:"command"`
-	Quick      bool      `json:"quick"`
-	Rounds     int       `json:"rounds"`
-	LoadStart  string    `json:"loadavg_start"`
-	LoadEnd    string    `json:"loadavg_end"`
-	Cases      []*Case   `json:"cases"`
-	Checkpoint string    `json:"checkpoint_table"`
-	CkptGo     []float64 `json:"checkpoint_go_s"`     // save (no fsync), save+fsync, load
-	CkptPy     []float64 `json:"checkpoint_python_s"` // the same for torch.save / torch.load
-	DataTable  string    `json:"data_table"`
-	Targets    []string  `json:"targets"`
+	Date       string               `json:"date"`
+	Host       string               `json:"host"`
+	CPU        string               `json:"cpu"`
+	Cores      int                  `json:"cores"`
+	Torch      string               `json:"torch"`
+	Command    string               `json:"command"`
+	Quick      bool                 `json:"quick"`
+	Rounds     int                  `json:"rounds"`
+	MallocEnv  []string             `json:"malloc_env"`
+	LoadStart  string               `json:"loadavg_start"`
+	LoadEnd    string               `json:"loadavg_end"`
+	Cases      []*Case              `json:"cases"`
+	Ops        map[string]*OpResult `json:"ops"`
+	Checkpoint string               `json:"checkpoint_table"`
+	CkptGo     []float64            `json:"checkpoint_go_s"`     // medians: save (no fsync), save+fsync, load
+	CkptPy     []float64            `json:"checkpoint_python_s"` // the same for torch.save / torch.load
+	DataTable  string               `json:"data_table"`
+	Targets    []string             `json:"targets"`
 }
 
 func main() {
-	quick := flag.Bool("quick", false, "smoke run: fewer steps and epochs, a 100 MB checkpoint")
+	quick := flag.Bool("quick", false, "smoke run: fewer steps and epochs, a 100 MB checkpoint, no floors or variants")
 	threadList := flag.String("threads", "1,2", "comma-separated thread counts")
 	workloads := flag.String("workloads", "mlp,mlp256,cnn,cnn-bf16", "comma-separated workloads")
 	reps := flag.Int("reps", 9, "timed epochs after the warm-up epoch (RSS growth is epoch 2 to the last)")
-	bin := flag.String("bin", "build/bench", "directory of goloop, loop and the data bench")
+	bin := flag.String("bin", "build/bench", "directory of goloop, loop, opbench, ops, checkpointbench and databench")
 	python := flag.String("python", ".venv/bin/python", "Python with torch")
 	readme := flag.String("readme", "", "README to update between <!-- bench:begin --> and <!-- bench:end -->")
 	outDir := flag.String("out", "bench/results", "results directory")
-	skipExtra := flag.Bool("loops-only", false, "skip the checkpoint and data benchmarks")
+	skipExtra := flag.Bool("loops-only", false, "skip the per-op, checkpoint and data benchmarks")
 	rounds := flag.Int("rounds", 2, "runs of each implementation per case, in rotated order (later ones with 3 timed epochs)")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
 
 	cfg := config{bin: *bin, python: *python, warmup: 1, reps: *reps, seed: 1,
-		steps: map[string]int{"mlp": 400, "mlp256": 150, "cnn": 12, "cnn-bf16": 12}, impls: impls, rounds: *rounds}
+		steps: map[string]int{"mlp": 400, "mlp256": 150, "cnn": 12, "cnn-bf16": 12}, rounds: *rounds}
+	for _, im := range impls {
+		if im.quick || !*quick {
+			cfg.impls = append(cfg.impls, im.name)
+		}
+	}
+	opsN, opsReps, ckptMB, ckptReps, dataSteps := "100000", "7", "500", "5", "60"
 	if *quick {
 		cfg.reps = min(cfg.reps, 2)
 		cfg.steps = map[string]int{"mlp": 50, "mlp256": 25, "cnn": 2, "cnn-bf16": 2}
-		cfg.impls = []string{"go", "python", "python-fused", "cpp"} // the three and go's twin; floors and variants only in full runs
 		cfg.rounds = 1
+		opsN, opsReps, ckptMB, dataSteps = "20000", "5", "100", "0"
 	}
 	host, _ := os.Hostname()
 	res := &Results{
 		Date: time.Now().Format("2006-01-02"), Host: host, CPU: cpuModel(), Cores: runtime.NumCPU(),
-		Command: "make bench" + map[bool]string{true: " BENCH_QUICK=1"}[*quick], Quick: *quick, LoadStart: loadavg(),
+		Command: "make bench" + map[bool]string{true: " BENCH_QUICK=1"}[*quick], Quick: *quick,
+		MallocEnv: mallocEnv, LoadStart: loadavg(),
 	}
 	res.Rounds = cfg.rounds
 	for _, name := range strings.Split(*workloads, ",") {
@@ -164,21 +253,17 @@ func main() {
 		}
 	}
 	if !*skipExtra {
-		mb, creps := "500", "3"
-		if *quick {
-			mb, creps = "100", "1"
+		var err error
+		if res.Ops, err = runOps(cfg, opsN, opsReps); err != nil {
+			log.Fatal(err)
 		}
-		out, err := output(nil, "go", "run", "./bench/checkpoint", "-mb", mb, "-reps", creps)
+		out, err := output(mallocEnv, filepath.Join(cfg.bin, "checkpointbench"), "-mb", ckptMB, "-reps", ckptReps, "-python", cfg.python)
 		if err != nil {
 			log.Fatal(err)
 		}
 		res.Checkpoint = strings.TrimSpace(out)
 		res.CkptGo, res.CkptPy = parseCheckpoint(out)
-		steps := "60"
-		if *quick {
-			steps = "0"
-		}
-		out, err = output(nil, filepath.Join(cfg.bin, "databench"), "-workers", "1,2", "-train-steps", steps)
+		out, err = output(nil, filepath.Join(cfg.bin, "databench"), "-workers", "1,2", "-train-steps", dataSteps)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -212,13 +297,14 @@ func main() {
 	}
 	for _, c := range res.Cases {
 		if !c.LossCheckOK {
-			log.Fatalf("%s with %d threads: the implementations' losses differ by more than 1e-4", c.Workload, c.Threads)
+			log.Fatalf("%s with %d threads: losses disagree: %s", c.Workload, c.Threads, strings.Join(c.LossProblems, "; "))
 		}
 	}
 }
 
 func runCase(cfg config, w loopio.Workload, dir string, threads int) (*Case, error) {
-	c := &Case{Workload: w.Name, Desc: w.Desc, Threads: threads, Impl: map[string]*Measurement{}, LossCheckOK: true}
+	c := &Case{Workload: w.Name, Desc: w.Desc, Threads: threads, BF16: w.BF16, Impl: map[string]*Measurement{},
+		CrossKernelTol: crossKernelTol(w.BF16)}
 	for r := range cfg.rounds {
 		// Later rounds run the implementations in rotated order with fewer epochs, so
 		// that a change in the machine's load does not fall on one implementation.
@@ -240,14 +326,9 @@ func runCase(cfg config, w loopio.Workload, dir string, threads int) (*Case, err
 		m.StepUSMax = slices.Max(m.Timed) / steps * 1e6
 		m.SamplesPerS = steps * float64(m.Batch) / median(m.Timed)
 	}
-	cpp := c.Impl["cpp"]
+	checkLosses(c)
 	for name, m := range c.Impl {
-		m.OverCppUS = m.StepUS - cpp.StepUS
-		ref := c.Impl[lossRef(name)]
-		m.LossDiff = maxDiff(m.Losses, ref.Losses)
-		if m.LossDiff > 1e-4 || len(m.Losses) != len(ref.Losses) || len(m.Losses) == 0 {
-			c.LossCheckOK = false
-		}
+		m.OverTwinUS = m.StepUS - c.Impl[twin(name)].StepUS
 	}
 	if g := c.Impl["go"]; g != nil && g.LoaderS > 0 {
 		c.GoLoaderUS = g.LoaderS / float64(g.Steps) * 1e6
@@ -255,29 +336,77 @@ func runCase(cfg config, w loopio.Workload, dir string, threads int) (*Case, err
 	return c, nil
 }
 
-// runImpl runs one implementation once. The first run of an implementation gives its
-// losses and RSS series; the timed epochs of every run are pooled.
-func runImpl(cfg config, c *Case, w loopio.Workload, dir string, threads int, impl string, reps int) error {
-	env := []string{fmt.Sprintf("OMP_NUM_THREADS=%d", threads), fmt.Sprintf("MKL_NUM_THREADS=%d", threads)}
-	common := []string{"--workload", w.Name, "--dir", dir, "--threads", fmt.Sprint(threads),
-		"--warmup", fmt.Sprint(cfg.warmup), "--reps", fmt.Sprint(reps), "--seed", fmt.Sprint(cfg.seed)}
+// checkLosses compares every implementation's first-epoch losses with its C++ twin's
+// (exactly), and the twins of the kernels with each other (within CrossKernelTol).
+func checkLosses(c *Case) {
+	c.LossCheckOK = true
+	fail := func(format string, args ...any) {
+		c.LossCheckOK = false
+		c.LossProblems = append(c.LossProblems, fmt.Sprintf(format, args...))
+	}
+	compare := func(a, b string, tol float64) float64 {
+		ma, mb := c.Impl[a], c.Impl[b]
+		if ma == nil || mb == nil {
+			return 0
+		}
+		if len(ma.Losses) == 0 || len(ma.Losses) != len(mb.Losses) {
+			fail("%s has %d losses, %s %d", a, len(ma.Losses), b, len(mb.Losses))
+			return math.Inf(1)
+		}
+		d := maxDiff(ma.Losses, mb.Losses)
+		if d > tol {
+			fail("%s vs %s: %.3g > %g", a, b, d, tol)
+		}
+		return d
+	}
+	for name, m := range c.Impl {
+		if t := twin(name); t != name {
+			if c.Impl[t] == nil {
+				fail("%s ran without its twin %s", name, t)
+				continue
+			}
+			m.LossDiff = compare(name, t, sameKernelTol)
+			c.SameKernelDiff = max(c.SameKernelDiff, m.LossDiff)
+		}
+	}
+	for _, pair := range [][2]string{{"cpp-foreach", "cpp-fused"}, {"cpp-single", "cpp-fused"}, {"cpp-single", "cpp-foreach"}} {
+		c.CrossKernelDiff = max(c.CrossKernelDiff, compare(pair[0], pair[1], c.CrossKernelTol))
+	}
+}
+
+// implArgs is the command line of one implementation.
+func implArgs(cfg config, impl string, common []string) []string {
+	goloop, loop := filepath.Join(cfg.bin, "goloop"), filepath.Join(cfg.bin, "loop")
+	py := []string{cfg.python, "bench/python/seed_loop.py"}
 	var args []string
 	switch impl {
 	case "go":
-		args = append([]string{filepath.Join(cfg.bin, "goloop")}, common...)
+		args = []string{goloop}
 	case "go-raw":
-		args = append([]string{filepath.Join(cfg.bin, "goloop"), "-raw"}, common...)
+		args = []string{goloop, "-raw"}
 	case "go-unfused":
-		args = append([]string{filepath.Join(cfg.bin, "goloop"), "-fused=false"}, common...)
+		args = []string{goloop, "-fused=false"}
 	case "python":
-		args = append([]string{cfg.python, "bench/python/seed_loop.py"}, common...)
+		args = py
 	case "python-batches":
-		args = append([]string{cfg.python, "bench/python/seed_loop.py", "--loader", "batches"}, common...)
-	case "python-fused":
-		args = append([]string{cfg.python, "bench/python/seed_loop.py", "--fused"}, common...)
-	case "cpp":
-		args = append([]string{filepath.Join(cfg.bin, "loop")}, common...)
+		args = append(py, "--loader", "batches")
+	case "python-fused", "python-foreach":
+		args = append(py, "--adam", strings.TrimPrefix(impl, "python-"))
+	case "cpp-fused", "cpp-foreach", "cpp-single":
+		args = []string{loop, "--adam", strings.TrimPrefix(impl, "cpp-")}
+	default:
+		panic("bench: no command for " + impl)
 	}
+	return append(slices.Clone(args), common...)
+}
+
+// runImpl runs one implementation once. The first run of an implementation gives its
+// losses and RSS series; the timed epochs of every run are pooled.
+func runImpl(cfg config, c *Case, w loopio.Workload, dir string, threads int, impl string, reps int) error {
+	env := append([]string{fmt.Sprintf("OMP_NUM_THREADS=%d", threads), fmt.Sprintf("MKL_NUM_THREADS=%d", threads)}, mallocEnv...)
+	common := []string{"--workload", w.Name, "--dir", dir, "--threads", fmt.Sprint(threads),
+		"--warmup", fmt.Sprint(cfg.warmup), "--reps", fmt.Sprint(reps), "--seed", fmt.Sprint(cfg.seed)}
+	args := implArgs(cfg, impl, common)
 	before := load1()
 	out, err := output(env, args[0], args[1:]...)
 	if err != nil {
@@ -290,6 +419,9 @@ func runImpl(cfg config, c *Case, w loopio.Workload, dir string, threads int, im
 	if res.Threads != threads {
 		return fmt.Errorf("%s ran with %d threads, not %d", impl, res.Threads, threads)
 	}
+	if want := lookupImpl(impl).adam; res.Adam != want {
+		return fmt.Errorf("%s ran Adam %q, not %q", impl, res.Adam, want)
+	}
 	after := load1()
 	m := c.Impl[impl]
 	if m == nil {
@@ -301,11 +433,47 @@ func runImpl(cfg config, c *Case, w loopio.Workload, dir string, threads int, im
 		c.Impl[impl] = m
 	}
 	m.Timed = append(m.Timed, res.EpochS[res.Warmup:]...)
-	m.PeakRSSMB = max(m.PeakRSSMB, res.PeakRSSMB)
+	if res.PeakRSSMB > m.PeakRSSMB {
+		m.PeakRSSMB, m.BaseRSSMB = res.PeakRSSMB, res.BaseRSSMB
+	}
+	m.PeakOverBaseMB = m.PeakRSSMB - m.BaseRSSMB
 	m.Load = [2]float64{max(m.Load[0], before), max(m.Load[1], after)}
 	fmt.Fprintf(os.Stderr, "%-9s %d thr  %-15s %9.1f µs/step  (load %.1f→%.1f)\n", w.Name, threads, impl,
 		median(res.EpochS[res.Warmup:])/float64(res.Steps)*1e6, before, after)
 	return nil
+}
+
+// runOps runs the per-op microbenchmark in Go, C++ and Python, at one thread, with the
+// loops' allocator setting.
+func runOps(cfg config, n, reps string) (map[string]*OpResult, error) {
+	env := append([]string{"OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1"}, mallocEnv...)
+	flags := []string{"--n", n, "--reps", reps, "--threads", "1"}
+	cmds := map[string][]string{
+		"go":     append([]string{filepath.Join(cfg.bin, "opbench")}, flags...),
+		"cpp":    append([]string{filepath.Join(cfg.bin, "ops")}, flags...),
+		"python": append([]string{cfg.python, "bench/python/ops.py"}, flags...),
+	}
+	out := map[string]*OpResult{}
+	for _, lang := range []string{"go", "cpp", "python"} {
+		args := cmds[lang]
+		before := load1()
+		text, err := output(env, args[0], args[1:]...)
+		if err != nil {
+			return nil, fmt.Errorf("per-op %s: %w", lang, err)
+		}
+		var r OpResult
+		if err := json.Unmarshal([]byte(lastLine(text)), &r); err != nil {
+			return nil, fmt.Errorf("per-op %s: output %q: %w", lang, text, err)
+		}
+		if r.Threads != 1 {
+			return nil, fmt.Errorf("per-op %s ran with %d threads", lang, r.Threads)
+		}
+		r.Load = [2]float64{before, load1()}
+		out[lang] = &r
+		fmt.Fprintf(os.Stderr, "per-op    %-7s add %6.0f ns  linear %6.0f ns  (load %.1f→%.1f)\n", lang,
+			r.Median("add"), r.Median("linear"), r.Load[0], r.Load[1])
+	}
+	return out, nil
 }
 
 func maxDiff(a, b []float64) float64 {

@@ -37,6 +37,7 @@ import (
 )
 
 func main() {
+	baseRSS := loopio.RSSMB("VmRSS:") // libtorch is loaded before main runs
 	prep := flag.String("prep", "", "write the dataset and initial weights to this directory and exit")
 	dir := flag.String("dir", "", "directory written by -prep")
 	workload := flag.String("workload", "mlp", "mlp | mlp256 | cnn | cnn-bf16")
@@ -48,7 +49,7 @@ func main() {
 	seed := flag.Int64("seed", 1, "seed")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the timed epochs")
 	device := flag.String("device", "cpu", "device for the Trainer run: cpu, cuda, cuda:N (scripts/gpu/run.sh)")
-	fused := flag.Bool("fused", true, "fused Adam (optim.AdamOptions.Fused, cmd/train's default); false: PyTorch's default multi-tensor arithmetic")
+	fused := flag.Bool("fused", true, "fused Adam (optim.AdamOptions.Fused, cmd/train's default); false: the multi-tensor (_foreach_*) arithmetic of Python's Adam(foreach=True)")
 	raw := flag.Bool("raw", false, "the loop written directly against package torch over pre-sliced batches, without Trainer and Loader")
 	flag.Parse()
 	log.SetFlags(0)
@@ -71,6 +72,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	res.BaseRSSMB = baseRSS
 	json.NewEncoder(os.Stdout).Encode(res)
 }
 
@@ -172,16 +174,17 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 		return nil, err
 	}
 	ce := &nn.CrossEntropyLoss{}
-	res := &loopio.Result{Impl: "go", Torch: torch.Version(), Workload: w.Name, Steps: loader.Len(), Batch: w.Batch, Warmup: warmup, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	adam := map[bool]string{true: "fused", false: "foreach"}[fused]
+	res := &loopio.Result{Impl: "go", Adam: adam, Torch: torch.Version(), Workload: w.Name, Steps: loader.Len(), Batch: w.Batch, Warmup: warmup, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	record := trainer.CallbackFunc(func(e trainer.Event, t *trainer.Trainer) error {
 		if e == trainer.BatchEnd && t.Epoch == 0 && len(res.Losses) < check {
-			res.Losses = append(res.Losses, t.LastLoss)
+			res.Losses = append(res.Losses, t.StepLoss.Item())
 		}
 		return nil
 	})
-	precision := "none"
+	precision := amp.Off
 	if w.BF16 {
-		precision = "bf16"
+		precision = amp.BF16
 	}
 	tr, err := trainer.New(m, loader, nil, ce.Forward, opt,
 		trainer.WithOutput(io.Discard), trainer.WithDevice(device), trainer.WithSeed(seed),
@@ -263,7 +266,7 @@ func rawLoop(tr *trainer.Trainer, ds *data.TensorDataset, batch int, res *loopio
 	x := torch.FromSlice(ds.Inputs, int64(ds.Len()), 1, 28, 28).Escape()
 	y := torch.FromSlice(ds.Labels).Escape()
 	steps := int64(ds.Len() / batch)
-	bf16 := tr.Config.AMP == "bf16"
+	bf16 := tr.Config.AMP == amp.BF16
 	return func(e int) (err error) {
 		defer torch.Recover(&err, "raw loop")
 		nn.SetTraining(tr.Model, true)
@@ -273,7 +276,7 @@ func rawLoop(tr *trainer.Trainer, ds *data.TensorDataset, batch int, res *loopio
 				yb := y.Narrow(0, s*int64(batch), int64(batch))
 				tr.Optimizer.ZeroGrad(true)
 				var loss *torch.Tensor
-				fwd := func() { loss = tr.Loss(tr.Model.Forward(xb), yb) }
+				fwd := func() { loss = (&nn.CrossEntropyLoss{}).Forward(tr.Model.Forward(xb), yb) }
 				if bf16 {
 					amp.Autocast(torch.CPU, torch.BFloat16, fwd)
 				} else {

@@ -42,7 +42,9 @@ func Lookup(name string) (Workload, error) {
 
 // Result is what each implementation prints: one JSON object.
 type Result struct {
-	Impl     string `json:"impl"`
+	Impl string `json:"impl"`
+	// Adam is the Adam implementation the loop ran: fused, foreach or single.
+	Adam     string `json:"adam"`
 	Torch    string `json:"torch"`
 	Workload string `json:"workload"`
 	Threads  int    `json:"threads"`
@@ -52,8 +54,12 @@ type Result struct {
 	// EpochS is the wall time of every epoch, warm-up epochs first.
 	EpochS []float64 `json:"epoch_s"`
 	// RSSMB is the resident set size after every epoch, in MiB.
-	RSSMB     []float64 `json:"rss_mb"`
-	PeakRSSMB float64   `json:"peak_rss_mb"`
+	RSSMB []float64 `json:"rss_mb"`
+	// BaseRSSMB is the resident set size at start-up, libtorch loaded and nothing
+	// allocated: peak minus base is what the loop itself used, comparable between
+	// processes that map different libraries (Python's wheel maps CUDA's too).
+	BaseRSSMB float64 `json:"base_rss_mb"`
+	PeakRSSMB float64 `json:"peak_rss_mb"`
 	// Losses are the first epoch's first losses, from the shared initial weights.
 	Losses []float64 `json:"losses"`
 	// Go only: one loader epoch alone, GOMAXPROCS, live tensor handles at the end.

@@ -1,0 +1,160 @@
+// Command gpt benchmarks a small byte-level GPT-2 on the CPU: training steps as tokens/s
+// and greedy generation with the KV cache as new tokens/s, for gotrain and for the same
+// model in Python (transformers' GPT2LMHeadModel, bench/gpt/bench.py) on the same
+// libtorch, the same weights (written as a Hugging Face directory and loaded with
+// from_pretrained), the same batches and the same thread count. Run it from the module
+// root:
+//
+//	go run -tags cpu ./bench/gpt [-threads 2] [-steps 20] [-new 128]
+//
+// It prints a markdown table and one JSON line with the numbers.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
+	"github.com/gotrain/gotrain/torch/optim"
+)
+
+// result is one side's numbers; bench.py prints the same fields.
+type result struct {
+	TrainTokensPerS float64 `json:"train_tokens_per_s"`
+	GenTokensPerS   float64 `json:"gen_tokens_per_s"`
+	FirstLoss       float64 `json:"first_loss"`
+	Generated       []int64 `json:"generated"`
+}
+
+type setup struct {
+	batch, seq, steps, warmup, newTokens, threads int
+}
+
+func config(seq int) models.GPT2Config {
+	c := models.DefaultGPT2Config()
+	c.VocabSize, c.NPositions, c.NEmbd, c.NLayer, c.NHead = 256, int64(seq)*2, 128, 4, 4
+	c.ResidPdrop, c.EmbdPdrop, c.AttnPdrop = 0, 0, 0
+	c.BOSTokenID, c.EOSTokenID = nil, nil
+	return c
+}
+
+func main() {
+	s := setup{}
+	flag.IntVar(&s.batch, "batch", 16, "sequences per training step")
+	flag.IntVar(&s.seq, "seq", 128, "tokens per sequence")
+	flag.IntVar(&s.steps, "steps", 20, "timed training steps")
+	flag.IntVar(&s.warmup, "warmup", 3, "untimed training steps first")
+	flag.IntVar(&s.newTokens, "new", 128, "tokens to generate")
+	flag.IntVar(&s.threads, "threads", 2, "libtorch intra-op threads")
+	python := flag.String("python", ".venv/bin/python", "Python with torch and transformers")
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("bench/gpt: ")
+	runtime.LockOSThread()
+	torch.SetNumThreads(s.threads)
+
+	dir, err := os.MkdirTemp("", "gotrain-gpt-bench")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	torch.ManualSeed(0)
+	m, err := models.NewGPT2LMHeadModel(config(s.seq))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := m.SavePretrained(filepath.Join(dir, "model")); err != nil {
+		log.Fatal(err)
+	}
+	goRes := runGo(m, s)
+
+	cmd := exec.Command(*python, "bench/gpt/bench.py", filepath.Join(dir, "model"),
+		fmt.Sprint(s.batch), fmt.Sprint(s.seq), fmt.Sprint(s.steps), fmt.Sprint(s.warmup),
+		fmt.Sprint(s.newTokens), fmt.Sprint(s.threads))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		log.Fatalf("bench.py: %v", err)
+	}
+	var pyRes result
+	if err := json.Unmarshal(out, &pyRes); err != nil {
+		log.Fatalf("bench.py output: %v", err)
+	}
+	same := fmt.Sprint(goRes.Generated) == fmt.Sprint(pyRes.Generated)
+	c := config(s.seq)
+	fmt.Printf("GPT-2 %d layers × %d wide, %d heads, vocab %d; batch %d × %d tokens; AdamW (fused); %d threads; %s\n\n",
+		c.NLayer, c.NEmbd, c.NHead, c.VocabSize, s.batch, s.seq, s.threads, torch.Version())
+	fmt.Println("| | gotrain | Python (transformers) | ratio |")
+	fmt.Println("|---|---|---|---|")
+	fmt.Printf("| training, tokens/s | %.0f | %.0f | %.2f× |\n", goRes.TrainTokensPerS, pyRes.TrainTokensPerS, goRes.TrainTokensPerS/pyRes.TrainTokensPerS)
+	fmt.Printf("| greedy generation with KV cache, new tokens/s (batch 1, %d new) | %.0f | %.0f | %.2f× |\n", s.newTokens, goRes.GenTokensPerS, pyRes.GenTokensPerS, goRes.GenTokensPerS/pyRes.GenTokensPerS)
+	fmt.Printf("\nfirst loss: gotrain %.6f, Python %.6f; same generated tokens: %v\n", goRes.FirstLoss, pyRes.FirstLoss, same)
+	js, _ := json.Marshal(map[string]any{"go": goRes, "python": pyRes, "same_tokens": same})
+	fmt.Println(string(js))
+}
+
+// batchIDs draws the training batches as bench.py does: torch.manual_seed(1), then one
+// randint per step.
+func batchIDs(s setup, vocab int64) []*torch.Tensor {
+	torch.ManualSeed(1)
+	out := make([]*torch.Tensor, s.warmup+s.steps)
+	for i := range out {
+		out[i] = torch.Randint(0, vocab, []int64{int64(s.batch), int64(s.seq)}, torch.Int64, torch.CPU).Escape()
+	}
+	return out
+}
+
+func runGo(m *models.GPT2LMHeadModel, s setup) result {
+	var r result
+	prompt := make([]int64, 16)
+	for i := range prompt {
+		prompt[i] = int64(i*7) % m.Config.VocabSize
+	}
+	// Generation first, on the weights bench.py loads.
+	nn.SetTraining(m, false)
+	if _, err := m.Generate(prompt, models.GenerateOptions{MaxNewTokens: 4}); err != nil { // warm-up
+		log.Fatal(err)
+	}
+	start := time.Now()
+	gen, err := m.Generate(prompt, models.GenerateOptions{MaxNewTokens: s.newTokens})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r.GenTokensPerS = float64(len(gen)) / time.Since(start).Seconds()
+	r.Generated = gen
+
+	nn.SetTraining(m, true)
+	batches := batchIDs(s, m.Config.VocabSize)
+	opt, err := optim.NewAdamW(nn.Parameters(m), optim.AdamOptions{LR: 1e-3, WeightDecay: 1e-2, Fused: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i, ids := range batches {
+		if i == s.warmup {
+			start = time.Now()
+		}
+		torch.WithScope(func() {
+			opt.ZeroGrad(true)
+			loss := m.Loss(ids)
+			loss.Backward()
+			if err := opt.Step(); err != nil {
+				log.Fatal(err)
+			}
+			l := loss.Item()
+			if i == 0 {
+				r.FirstLoss = l
+			}
+		})
+	}
+	r.TrainTokensPerS = float64(s.steps*s.batch*s.seq) / time.Since(start).Seconds()
+	return r
+}

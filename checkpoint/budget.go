@@ -1,0 +1,181 @@
+package checkpoint
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+)
+
+// The default read budget for a file of n bytes: memory DefaultMemoryFixed +
+// DefaultMemoryPerByte·n, work DefaultWorkFixed + DefaultWorkPerByte·n. Real checkpoints
+// need about 2·n bytes (the tensor data and the pickle) and a few work units per byte.
+const (
+	DefaultMemoryFixed   = 16 << 20
+	DefaultMemoryPerByte = 32
+	DefaultWorkFixed     = 16 << 20
+	DefaultWorkPerByte   = 64
+)
+
+// ReadOptions sets the resource budget of a read. The zero value is the default budget
+// (see the package documentation); a caller that trusts a file whose structure needs
+// more (millions of tiny values, heavy sharing) raises the limit the error names.
+type ReadOptions struct {
+	// MaxMemory bounds the bytes a read allocates (0: the default for the file's size).
+	MaxMemory int64
+	// MaxWork bounds the read's work, in units of about one byte processed: opcodes,
+	// bytes copied, hashed or scanned, values visited (0: the default).
+	MaxWork int64
+	// MaxExpanded bounds the size, in bytes, that the value read would have if every
+	// shared part (a value the pickle stores once and references many times) were
+	// copied, as a program that walks the value as a tree sees it (0: MaxMemory; a
+	// negative value: no bound, for a caller that walks shared values only once).
+	MaxExpanded int64
+}
+
+// LimitError reports an input refused because reading it would exceed its budget.
+type LimitError struct {
+	// What ran out: "memory", "work" or "expanded size".
+	What string
+	// Max is the limit that applied; Option names the ReadOptions field that raises it.
+	Max    int64
+	Option string
+}
+
+// Error implements error.
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("checkpoint: reading this file needs more %s than its budget of %d (raise ReadOptions.%s to read a trusted file)",
+		e.What, e.Max, e.Option)
+}
+
+// budget counts what a read allocates and does; the first overrun is kept in err and
+// every later charge is refused, so callers check it once per step.
+type budget struct {
+	mem, maxMem   int64
+	work, maxWork int64
+	maxExpanded   int64
+	err           error
+}
+
+func satAdd(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func satMul(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+func (o ReadOptions) budget(size int64) *budget {
+	size = max(size, 0)
+	b := &budget{maxMem: o.MaxMemory, maxWork: o.MaxWork, maxExpanded: o.MaxExpanded}
+	if b.maxMem <= 0 {
+		b.maxMem = satAdd(DefaultMemoryFixed, satMul(DefaultMemoryPerByte, size))
+	}
+	if b.maxWork <= 0 {
+		b.maxWork = satAdd(DefaultWorkFixed, satMul(DefaultWorkPerByte, size))
+	}
+	switch {
+	case b.maxExpanded == 0:
+		b.maxExpanded = b.maxMem
+	case b.maxExpanded < 0:
+		b.maxExpanded = math.MaxInt64
+	}
+	return b
+}
+
+// alloc charges n bytes that are about to be allocated.
+func (b *budget) alloc(n int64) error {
+	if b == nil {
+		return nil
+	}
+	if b.err == nil {
+		b.mem = satAdd(b.mem, n)
+		if b.mem > b.maxMem {
+			b.err = &LimitError{"memory", b.maxMem, "MaxMemory"}
+		}
+	}
+	return b.err
+}
+
+// step charges n units of work.
+func (b *budget) step(n int64) error {
+	if b == nil {
+		return nil
+	}
+	if b.err == nil {
+		b.work = satAdd(b.work, n)
+		if b.work > b.maxWork {
+			b.err = &LimitError{"work", b.maxWork, "MaxWork"}
+		}
+	}
+	return b.err
+}
+
+// growCharge charges the growth of a slice of len n, cap c by k elements of size elem,
+// before append does it: Go at most doubles a slice (plus size-class rounding).
+func (b *budget) growCharge(n, c, k int, elem int64) error {
+	if b == nil {
+		return nil
+	}
+	if n+k <= c {
+		return b.err
+	}
+	return b.alloc((int64(2*c+k) + 8) * elem * 9 / 8)
+}
+
+// Read loads the checkpoint at path within the budget o sets.
+func (o ReadOptions) Read(path string) (any, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	v, err := o.ReadFrom(f, fi.Size())
+	if err != nil {
+		return nil, fmt.Errorf("%w (reading %s)", err, path)
+	}
+	return v, nil
+}
+
+// ReadFrom loads a checkpoint of size bytes from r within the budget o sets.
+func (o ReadOptions) ReadFrom(r io.ReaderAt, size int64) (any, error) {
+	v, _, err := readFrom(r, size, o.budget(size))
+	return v, err
+}
+
+// ReadSafetensors reads a safetensors file within the budget o sets.
+func (o ReadOptions) ReadSafetensors(path string) (*Dict, map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	return o.ReadSafetensorsFrom(f, fi.Size())
+}
+
+// ReadSafetensorsFrom reads a safetensors file of size bytes from r within the budget o
+// sets.
+func (o ReadOptions) ReadSafetensorsFrom(r io.ReaderAt, size int64) (*Dict, map[string]string, error) {
+	d, meta, err := readSafetensors(r, size, o.budget(size))
+	if err != nil {
+		if _, ok := err.(*LimitError); ok {
+			return nil, nil, err
+		}
+		return nil, nil, fmt.Errorf("checkpoint: safetensors: %w", err)
+	}
+	return d, meta, nil
+}

@@ -1,0 +1,337 @@
+package models
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/nn"
+)
+
+// GPT2Config is Hugging Face transformers' GPT2Config, with the keys of its config.json.
+// Start from DefaultGPT2Config (GPT-2 small) and change what differs.
+type GPT2Config struct {
+	VocabSize                  int64    `json:"vocab_size"`
+	NPositions                 int64    `json:"n_positions"`
+	NEmbd                      int64    `json:"n_embd"`
+	NLayer                     int64    `json:"n_layer"`
+	NHead                      int64    `json:"n_head"`
+	NInner                     *int64   `json:"n_inner"` // nil: 4·n_embd
+	ActivationFunction         string   `json:"activation_function"`
+	ResidPdrop                 float64  `json:"resid_pdrop"`
+	EmbdPdrop                  float64  `json:"embd_pdrop"`
+	AttnPdrop                  float64  `json:"attn_pdrop"`
+	LayerNormEpsilon           float64  `json:"layer_norm_epsilon"`
+	InitializerRange           float64  `json:"initializer_range"`
+	ScaleAttnWeights           bool     `json:"scale_attn_weights"`
+	ScaleAttnByInverseLayerIdx bool     `json:"scale_attn_by_inverse_layer_idx"`
+	ReorderAndUpcastAttn       bool     `json:"reorder_and_upcast_attn"`
+	TieWordEmbeddings          bool     `json:"tie_word_embeddings"`
+	BOSTokenID                 *int64   `json:"bos_token_id"`
+	EOSTokenID                 *int64   `json:"eos_token_id"`
+	ModelType                  string   `json:"model_type"`
+	Architectures              []string `json:"architectures,omitempty"`
+}
+
+// DefaultGPT2Config returns GPT2Config()'s defaults: GPT-2 small (124M parameters,
+// 50257 tokens, 1024 positions, 12 layers of width 768 with 12 heads).
+func DefaultGPT2Config() GPT2Config {
+	eos := int64(50256)
+	return GPT2Config{
+		VocabSize: 50257, NPositions: 1024, NEmbd: 768, NLayer: 12, NHead: 12,
+		ActivationFunction: "gelu_new", ResidPdrop: 0.1, EmbdPdrop: 0.1, AttnPdrop: 0.1,
+		LayerNormEpsilon: 1e-5, InitializerRange: 0.02, ScaleAttnWeights: true,
+		TieWordEmbeddings: true, BOSTokenID: &eos, EOSTokenID: &eos, ModelType: "gpt2",
+	}
+}
+
+func (c GPT2Config) inner() int64 {
+	if c.NInner != nil {
+		return *c.NInner
+	}
+	return 4 * c.NEmbd
+}
+
+func (c GPT2Config) validate() error {
+	switch {
+	case c.VocabSize <= 0 || c.NPositions <= 0 || c.NEmbd <= 0 || c.NLayer < 0 || c.NHead <= 0:
+		return fmt.Errorf("models: GPT2Config: sizes must be positive: %+v", c)
+	case c.NEmbd%c.NHead != 0:
+		return fmt.Errorf("models: GPT2Config: n_embd %d is not divisible by n_head %d", c.NEmbd, c.NHead)
+	case c.ReorderAndUpcastAttn:
+		return fmt.Errorf("models: GPT2Config: reorder_and_upcast_attn is not supported")
+	}
+	_, err := gpt2Activation(c.ActivationFunction)
+	return err
+}
+
+// gpt2Activation is transformers' ACT2FN for the names GPT-2 configs use.
+func gpt2Activation(name string) (func(*torch.Tensor) *torch.Tensor, error) {
+	switch name {
+	case "gelu_new", "gelu_pytorch_tanh", "gelu_fast":
+		return func(x *torch.Tensor) *torch.Tensor { return x.GELU(true) }, nil
+	case "gelu":
+		return func(x *torch.Tensor) *torch.Tensor { return x.GELU(false) }, nil
+	case "relu":
+		return (*torch.Tensor).ReLU, nil
+	case "silu", "swish":
+		return (*torch.Tensor).SiLU, nil
+	case "tanh":
+		return (*torch.Tensor).Tanh, nil
+	}
+	return nil, fmt.Errorf("models: GPT-2 activation %q is not supported", name)
+}
+
+// Conv1D is transformers' Conv1D: a linear layer with the weight stored transposed,
+// "weight" [in, out] and "bias" [out], computed as addmm(bias, x, weight).
+type Conv1D struct {
+	nn.Base
+	Weight, Bias *torch.Tensor
+}
+
+// NewConv1D returns Conv1D(nf=out, nx=in) with weights from N(0, std²) and zero bias.
+func NewConv1D(in, out int64, std float64) *Conv1D {
+	c := &Conv1D{}
+	c.Weight = c.RegisterParameter("weight", torch.Empty([]int64{in, out}, torch.Float32, torch.CPU))
+	c.Bias = c.RegisterParameter("bias", torch.Zeros([]int64{out}, torch.Float32, torch.CPU))
+	nn.InitNormal(c.Weight, 0, std)
+	return c
+}
+
+// Forward returns x·weight + bias over the last dimension of x.
+func (c *Conv1D) Forward(x *torch.Tensor) *torch.Tensor {
+	shape := x.Shape()
+	in := shape[len(shape)-1]
+	shape[len(shape)-1] = c.Weight.Size(1)
+	return c.Bias.Addmm(x.Reshape(-1, in), c.Weight, 1, 1).View(shape...)
+}
+
+// GPT2Attention is transformers' GPT2Attention (self-attention only): "c_attn" projects
+// to queries, keys and values, "c_proj" back; causal, through
+// torch.ScaledDotProductAttention.
+type GPT2Attention struct {
+	nn.Base
+	CAttn, CProj        *Conv1D
+	heads, dim          int64
+	scale               float64
+	attnDrop, residDrop *nn.Dropout
+}
+
+// KVCache holds the keys and values of the positions a GPT2LMHeadModel has seen, per
+// layer, so that each new token costs one position of work. The zero value is empty.
+type KVCache struct {
+	keys, values []*torch.Tensor
+}
+
+// Len returns the number of cached positions.
+func (c *KVCache) Len() int64 {
+	if c == nil || len(c.keys) == 0 || c.keys[0] == nil {
+		return 0
+	}
+	return c.keys[0].Size(2)
+}
+
+// Tensors returns the cache's tensors, for a caller that keeps them across scopes.
+func (c *KVCache) Tensors() []*torch.Tensor {
+	return append(append([]*torch.Tensor{}, c.keys...), c.values...)
+}
+
+// Free releases the cached tensors and empties the cache.
+func (c *KVCache) Free() {
+	for _, t := range c.Tensors() {
+		t.Free()
+	}
+	c.keys, c.values = nil, nil
+}
+
+func (a *GPT2Attention) forward(x *torch.Tensor, cache *KVCache, layer int) *torch.Tensor {
+	b, t, e := x.Size(0), x.Size(1), x.Size(2)
+	qkv := a.CAttn.Forward(x).Split(e, 2)
+	heads := func(y *torch.Tensor) *torch.Tensor { return y.View(b, t, a.heads, a.dim).Transpose(1, 2) }
+	q, k, v := heads(qkv[0]), heads(qkv[1]), heads(qkv[2])
+	past := int64(0)
+	if cache != nil {
+		for len(cache.keys) <= layer {
+			cache.keys, cache.values = append(cache.keys, nil), append(cache.values, nil)
+		}
+		if old := cache.keys[layer]; old != nil {
+			past = old.Size(2)
+			k = torch.Cat([]*torch.Tensor{old, k}, 2)
+			v = torch.Cat([]*torch.Tensor{cache.values[layer], v}, 2)
+		}
+		cache.keys[layer], cache.values[layer] = k, v
+	}
+	dropout := 0.0
+	if a.Training() {
+		dropout = a.attnDrop.P
+	}
+	var y *torch.Tensor
+	switch {
+	case past == 0:
+		y = torch.ScaledDotProductAttention(q, k, v, nil, dropout, true, a.scale)
+	case t == 1:
+		y = torch.ScaledDotProductAttention(q, k, v, nil, dropout, false, a.scale)
+	default:
+		// New queries see every cached position and the new ones up to their own.
+		mask := torch.Ones([]int64{t, past + t}, torch.Bool, x.Device()).Tril(past)
+		y = torch.ScaledDotProductAttention(q, k, v, mask, dropout, false, a.scale)
+	}
+	y = y.Transpose(1, 2).Reshape(b, t, e)
+	return a.residDrop.Forward(a.CProj.Forward(y))
+}
+
+// Forward is causal self-attention of x [B, T, E] without a cache.
+func (a *GPT2Attention) Forward(x *torch.Tensor) *torch.Tensor { return a.forward(x, nil, 0) }
+
+// GPT2MLP is transformers' GPT2MLP: "c_fc", the activation, "c_proj", dropout.
+type GPT2MLP struct {
+	nn.Base
+	CFc, CProj *Conv1D
+	act        func(*torch.Tensor) *torch.Tensor
+	drop       *nn.Dropout
+}
+
+// Forward applies the feed-forward block.
+func (m *GPT2MLP) Forward(x *torch.Tensor) *torch.Tensor {
+	return m.drop.Forward(m.CProj.Forward(m.act(m.CFc.Forward(x))))
+}
+
+// GPT2Block is transformers' GPT2Block: pre-norm attention ("ln_1", "attn") and MLP
+// ("ln_2", "mlp"), each with a residual connection.
+type GPT2Block struct {
+	nn.Base
+	Ln1, Ln2 *nn.LayerNorm
+	Attn     *GPT2Attention
+	MLP      *GPT2MLP
+	index    int
+}
+
+func (b *GPT2Block) forward(x *torch.Tensor, cache *KVCache) *torch.Tensor {
+	x = x.Add(b.Attn.forward(b.Ln1.Forward(x), cache, b.index))
+	return x.Add(b.MLP.Forward(b.Ln2.Forward(x)))
+}
+
+// Forward applies the block without a cache.
+func (b *GPT2Block) Forward(x *torch.Tensor) *torch.Tensor { return b.forward(x, nil) }
+
+// GPT2Model is transformers' GPT2Model: token and position embeddings "wte" and "wpe",
+// blocks "h.0", "h.1", ..., and the final LayerNorm "ln_f".
+type GPT2Model struct {
+	nn.Base
+	Wte, Wpe *nn.Embedding
+	H        []*GPT2Block
+	LnF      *nn.LayerNorm
+	drop     *nn.Dropout
+}
+
+// Forward returns the final hidden states [B, T, E] for token ids [B, T].
+func (g *GPT2Model) Forward(ids *torch.Tensor) *torch.Tensor { return g.forward(ids, nil) }
+
+func (g *GPT2Model) forward(ids *torch.Tensor, cache *KVCache) *torch.Tensor {
+	t := ids.Size(ids.Dim() - 1)
+	start := cache.Len()
+	pos := torch.Arange(float64(start), float64(start+t), 1, torch.Int64, ids.Device())
+	x := g.drop.Forward(g.Wte.Forward(ids).Add(g.Wpe.Forward(pos)))
+	for _, b := range g.H {
+		x = b.forward(x, cache)
+	}
+	return g.LnF.Forward(x)
+}
+
+// GPT2LMHeadModel is transformers' GPT2LMHeadModel: a GPT2Model "transformer" and the
+// output projection "lm_head" (no bias), whose weight is transformer.wte.weight itself
+// when the config ties them (the default): one parameter, listed once by
+// NamedParameters and under both names in the state dict, as in PyTorch.
+type GPT2LMHeadModel struct {
+	nn.Base
+	Config      GPT2Config
+	Transformer *GPT2Model
+	LMHead      *nn.Linear
+}
+
+// NewGPT2LMHeadModel returns GPT2LMHeadModel(config) initialised as transformers does:
+// weights from N(0, initializer_range²), the residual projections (attn.c_proj,
+// mlp.c_proj) with std initializer_range/sqrt(2·n_layer), biases zero, LayerNorms one
+// and zero. It returns an error for a config it cannot build.
+func NewGPT2LMHeadModel(c GPT2Config) (*GPT2LMHeadModel, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	act, _ := gpt2Activation(c.ActivationFunction)
+	std := c.InitializerRange
+	projStd := std / math.Sqrt(2*float64(c.NLayer))
+	eps := nn.Eps(c.LayerNormEpsilon)
+	m := &GPT2LMHeadModel{Config: c}
+	tr := &GPT2Model{}
+	m.Transformer = nn.Register(&m.Base, "transformer", tr)
+	tr.Wte = nn.Register(&tr.Base, "wte", nn.NewEmbedding(c.VocabSize, c.NEmbd))
+	tr.Wpe = nn.Register(&tr.Base, "wpe", nn.NewEmbedding(c.NPositions, c.NEmbd))
+	nn.InitNormal(tr.Wte.Weight, 0, std)
+	nn.InitNormal(tr.Wpe.Weight, 0, std)
+	tr.drop = nn.Register(&tr.Base, "drop", nn.NewDropout(c.EmbdPdrop))
+	h := nn.Register(&tr.Base, "h", nn.NewModuleList())
+	for i := int64(0); i < c.NLayer; i++ {
+		b := &GPT2Block{index: int(i)}
+		b.Ln1 = nn.Register(&b.Base, "ln_1", nn.NewLayerNorm([]int64{c.NEmbd}, eps))
+		a := &GPT2Attention{heads: c.NHead, dim: c.NEmbd / c.NHead, scale: 1}
+		if c.ScaleAttnWeights {
+			a.scale = 1 / math.Sqrt(float64(a.dim))
+		}
+		if c.ScaleAttnByInverseLayerIdx {
+			a.scale /= float64(i + 1)
+		}
+		a.CAttn = nn.Register(&a.Base, "c_attn", NewConv1D(c.NEmbd, 3*c.NEmbd, std))
+		a.CProj = nn.Register(&a.Base, "c_proj", NewConv1D(c.NEmbd, c.NEmbd, projStd))
+		a.attnDrop = nn.Register(&a.Base, "attn_dropout", nn.NewDropout(c.AttnPdrop))
+		a.residDrop = nn.Register(&a.Base, "resid_dropout", nn.NewDropout(c.ResidPdrop))
+		b.Attn = nn.Register(&b.Base, "attn", a)
+		b.Ln2 = nn.Register(&b.Base, "ln_2", nn.NewLayerNorm([]int64{c.NEmbd}, eps))
+		mlp := &GPT2MLP{act: act}
+		mlp.CFc = nn.Register(&mlp.Base, "c_fc", NewConv1D(c.NEmbd, c.inner(), std))
+		mlp.CProj = nn.Register(&mlp.Base, "c_proj", NewConv1D(c.inner(), c.NEmbd, projStd))
+		mlp.drop = nn.Register(&mlp.Base, "dropout", nn.NewDropout(c.ResidPdrop))
+		b.MLP = nn.Register(&b.Base, "mlp", mlp)
+		h.Append(b)
+		tr.H = append(tr.H, b)
+	}
+	tr.LnF = nn.Register(&tr.Base, "ln_f", nn.NewLayerNorm([]int64{c.NEmbd}, eps))
+	if c.TieWordEmbeddings {
+		m.LMHead = &nn.Linear{Weight: tr.Wte.Weight}
+		m.LMHead.RegisterParameter("weight", tr.Wte.Weight)
+	} else {
+		m.LMHead = nn.NewLinear(c.NEmbd, c.VocabSize, nn.NoBias())
+		nn.InitNormal(m.LMHead.Weight, 0, std)
+	}
+	nn.Register(&m.Base, "lm_head", m.LMHead)
+	return m, nil
+}
+
+// Forward returns the logits [B, T, vocab] for token ids [B, T].
+func (m *GPT2LMHeadModel) Forward(ids *torch.Tensor) *torch.Tensor {
+	return m.LMHead.Forward(m.Transformer.forward(ids, nil))
+}
+
+// ForwardCached returns the logits for ids [B, T] that follow the positions in cache,
+// and appends their keys and values to it: the step of incremental decoding. The
+// cache's tensors belong to the current scope; Generate shows how to keep them.
+func (m *GPT2LMHeadModel) ForwardCached(ids *torch.Tensor, cache *KVCache) *torch.Tensor {
+	return m.LMHead.Forward(m.Transformer.forward(ids, cache))
+}
+
+// Loss returns the language-modelling loss transformers computes for labels=ids: the
+// mean cross-entropy of the logits at each position against the next token, with
+// -100 labels ignored.
+func (m *GPT2LMHeadModel) Loss(ids *torch.Tensor) *torch.Tensor {
+	return CausalLMLoss(m.Forward(ids), ids)
+}
+
+// CausalLMLoss is the next-token cross-entropy of logits [B, T, V] against labels
+// [B, T] (the logits at t predict labels at t+1), ignoring labels of -100. As in
+// transformers, the labels are shifted (the last position gets -100) rather than the
+// logits, which saves a copy of the largest activation.
+func CausalLMLoss(logits, labels *torch.Tensor) *torch.Tensor {
+	b, t := labels.Size(0), labels.Size(1)
+	pad := torch.Full([]int64{b, 1}, -100, labels.DType(), labels.Device())
+	target := torch.Cat([]*torch.Tensor{labels.Narrow(1, 1, t-1), pad}, 1)
+	return torch.CrossEntropy(logits.Reshape(-1, logits.Size(2)), target.Reshape(-1), torch.CrossEntropyOptions{})
+}

@@ -1,0 +1,103 @@
+package models_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/testpy"
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
+)
+
+const vitPy = recordPy + `
+import torch.nn.functional as F
+from torchvision.models import VisionTransformer
+def make():
+    return VisionTransformer(image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=8, mlp_dim=12, num_classes=5)
+if mode == "make":
+    torch.manual_seed(0)
+    m = make()
+    # torchvision starts the head at zero; move every weight so the gradients say something.
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    m.train()
+    x = torch.randn(3, 3, 16, 16)
+    y = torch.tensor([4, 0, 2])
+    def fwd():
+        logits = m(x)
+        return logits, F.cross_entropy(logits, y)
+    r = record(m, fwd)
+    r["x"], r["y"] = x, y
+    torch.save(r, d + "/ref.pt")
+else:
+    got = torch.load(d + "/go.pt")
+    m = make()
+    m.load_state_dict(got["state"], strict=True)
+    m.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(m(got["x"]), got["logits"], rtol=0, atol=1e-5)
+    print("ok")
+`
+
+func tinyViT() *models.VisionTransformer {
+	return models.NewVisionTransformer(models.ViTConfig{ImageSize: 16, PatchSize: 4, NumLayers: 2, NumHeads: 2, HiddenDim: 8, MLPDim: 12, NumClasses: 5})
+}
+
+// TestViTMatchesTorchvision is issue 14, acceptance 1 for the ViT: torchvision's
+// VisionTransformer and the Go model load each other's state dicts strictly and agree on
+// logits, loss, gradients and one AdamW step.
+func TestViTMatchesTorchvision(t *testing.T) {
+	dir := t.TempDir()
+	testpy.Run(t, vitPy, []string{"torch", "torchvision"}, dir, "make")
+	ref := readRef(t, filepath.Join(dir, "ref.pt"))
+	torch.WithScope(func() {
+		x, y := refTensor(t, ref, "x"), refTensor(t, ref, "y")
+		m := tinyViT()
+		defer nn.Free(m)
+		stepMatches(t, m, ref, func() (*torch.Tensor, *torch.Tensor) {
+			logits := m.Forward(x)
+			return logits, torch.CrossEntropy(logits, y, torch.CrossEntropyOptions{})
+		})
+
+		g := tinyViT()
+		defer nn.Free(g)
+		for _, p := range nn.Parameters(g) {
+			torch.NoGrad(func() { p.AddInPlace(torch.Randn(p.Shape(), torch.Float32, torch.CPU), 0.2) })
+		}
+		nn.SetTraining(g, false)
+		out := checkpoint.NewDict()
+		sd, err := nn.CheckpointStateDict(g)
+		require.NoError(t, err)
+		out.Set("state", sd)
+		var logits *torch.Tensor
+		torch.NoGrad(func() { logits = g.Forward(x) })
+		for k, v := range map[string]*torch.Tensor{"x": x, "logits": logits} {
+			ct, err := torch.TensorToCheckpoint(v)
+			require.NoError(t, err)
+			out.Set(k, ct)
+		}
+		require.NoError(t, checkpoint.Write(filepath.Join(dir, "go.pt"), out))
+	})
+	res := testpy.Run(t, vitPy, []string{"torch", "torchvision"}, dir, "check")
+	assert.Equal(t, "ok", strings.TrimSpace(string(res)))
+}
+
+func TestViTShapes(t *testing.T) {
+	m := models.NewVisionTransformer(models.ViTConfig{ImageSize: 28, PatchSize: 7, NumLayers: 1, NumHeads: 2, HiddenDim: 16, MLPDim: 32, NumClasses: 10, InChannels: 1})
+	defer nn.Free(m)
+	names := nn.NamedParameters(m)
+	assert.Equal(t, "class_token", names[0].Name)
+	assert.Equal(t, "encoder.layers.encoder_layer_0.self_attention.in_proj_weight", names[6].Name)
+	torch.WithScope(func() {
+		x := torch.Randn([]int64{2, 1, 28, 28}, torch.Float32, torch.CPU)
+		assert.Equal(t, []int64{2, 10}, m.Forward(x).Shape())
+		assert.Panics(t, func() { m.Forward(torch.Randn([]int64{2, 1, 32, 32}, torch.Float32, torch.CPU)) })
+	})
+}

@@ -1,0 +1,40 @@
+package trainer
+
+import (
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/data"
+)
+
+// batchInput is the model input of a classification or regression batch.
+func batchInput(b data.Batch) *torch.Tensor { return b.Get(data.Input) }
+
+// batchTarget is what the default step's loss compares the output with: the class
+// labels of a classification batch, else its regression target.
+func batchTarget(b data.Batch) *torch.Tensor {
+	if b.Has(data.Label) {
+		return b.Get(data.Label)
+	}
+	return b.Get(data.Target)
+}
+
+// toDevice moves a batch's fields to dev unless the loader put them there already
+// (data.LoaderOptions.Device, which copies through pinned memory on CUDA).
+func toDevice(b data.Batch, dev torch.Device) data.Batch {
+	var moved map[string]*torch.Tensor
+	for name, x := range b.Fields {
+		if x.Device() == dev {
+			continue
+		}
+		if moved == nil {
+			moved = make(map[string]*torch.Tensor, len(b.Fields))
+			for n, y := range b.Fields {
+				moved[n] = y
+			}
+		}
+		moved[name] = x.To(dev, true)
+	}
+	if moved != nil {
+		b.Fields = moved
+	}
+	return b
+}

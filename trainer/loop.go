@@ -1,0 +1,441 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/data"
+	"github.com/gotrain/gotrain/torch/distributed"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/optim"
+)
+
+// epochStats accumulates one epoch's training statistics in Go (the steps' sums stay on
+// the device until a read); it is saved in mid-epoch checkpoints so a resumed epoch
+// reports the same averages.
+type epochStats struct {
+	Sums        map[string]float64 // the steps' sums as of the last read (loss, metrics)
+	Batches     int
+	Samples     int64
+	GradNormSum float64
+	Steps       int
+	Skipped     int
+	Elapsed     float64
+	Wait        float64
+}
+
+func (t *Trainer) runEpoch(ctx context.Context, target int) error {
+	epoch := t.Epoch // 0-based index of the epoch being trained
+	start := t.BatchInEpoch
+	if start == 0 {
+		t.epochStats = epochStats{}
+		t.trainSums.free()
+	}
+	if err := t.fire(EpochBegin); err != nil {
+		return err
+	}
+	began := time.Now()
+	nn.SetTraining(t.Model, true)
+	// The iterator gets its own context: a cancel is seen between optimizer steps (below),
+	// so a step and its accumulation window always complete before the state is saved.
+	it := t.Train.Iter(context.Background(), epoch, start)
+	defer it.Close()
+	nBatches := t.Train.Len()
+	t.progress = newProgress(t.Out, epoch+1, target, nBatches, t.Config.LogEvery)
+	k := t.Config.Accumulation
+	windowStart := start - start%k
+	times := func() {
+		t.epochStats.Elapsed += time.Since(began).Seconds()
+		t.epochStats.Wait += it.WaitTime().Seconds()
+	}
+	for {
+		cause, err := t.strategy.Interrupted(ctx)
+		if err != nil {
+			return fmt.Errorf("epoch %d batch %d: %w", t.Epoch+1, t.BatchInEpoch, err)
+		}
+		if cause != nil {
+			times()
+			return t.interrupted(cause)
+		}
+		// A window of k micro-batches is one optimizer step; the last window of an
+		// epoch may be shorter (it still steps, as Lightning and Accelerate do).
+		windowEnd := min(windowStart+k, nBatches)
+		stepped, err := t.step(it, windowEnd-t.BatchInEpoch, k)
+		if err != nil {
+			return err
+		}
+		if !stepped {
+			break
+		}
+		windowStart = windowEnd
+		if t.BatchInEpoch >= nBatches {
+			break
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("epoch %d: data: %w", epoch+1, err)
+	}
+	times()
+	t.progress.done()
+	return t.finishEpoch()
+}
+
+// step runs one optimizer step over up to n micro-batches of the current window.
+// It returns false when the epoch's data ran out before any batch.
+func (t *Trainer) step(it *data.Iter, n, k int) (stepped bool, err error) {
+	scope := torch.NewScope()
+	defer scope.Close()
+	if t.BatchInEpoch%k == 0 {
+		t.Optimizer.ZeroGrad(true)
+	}
+	got := 0
+	for got < n {
+		b, ok := it.Next()
+		if !ok {
+			break
+		}
+		if err := t.microStep(b, k); err != nil {
+			return false, err
+		}
+		got++
+		t.BatchInEpoch++
+		if t.progress.due(t.BatchInEpoch) {
+			if err := t.logPoint(); err != nil {
+				return false, err
+			}
+		}
+		err := t.fire(BatchEnd)
+		t.LogPoint = false
+		if err != nil {
+			return false, err
+		}
+	}
+	if got == 0 {
+		return false, nil
+	}
+	if err := t.optimizerStep(); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// stepError turns a *torch.Error panic in a step into an error naming where it
+// happened; any other panic is re-raised where it stands, so that its stack (a nil
+// dereference in the user's Forward) is the one printed.
+func stepError(errp *error, where func() string, batchSize int) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	var te *torch.Error
+	e, ok := r.(error)
+	if !ok || !errors.As(e, &te) {
+		panic(r)
+	}
+	if errors.Is(e, torch.ErrOutOfMemory) {
+		*errp = fmt.Errorf("out of memory at %s with batch size %d: use a smaller batch size, gradient accumulation (--accumulation) to keep the effective batch, or AMP (--amp bf16/fp16): %w",
+			where(), batchSize, e)
+		return
+	}
+	*errp = fmt.Errorf("%s: %w", where(), e)
+}
+
+func (t *Trainer) microStep(b data.Batch, k int) (err error) {
+	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d batch %d", t.Epoch+1, t.BatchInEpoch+1) }, b.Size)
+	t.Batch = toDevice(b, t.Device)
+	loss, ms := t.runStep(t.trainStep, t.Batch)
+	t.StepLoss = loss
+	t.epochStats.Batches++
+	t.epochStats.Samples += int64(b.Size)
+	t.trainSums.add(loss, ms, float64(b.Size), t.GlobalStep+1)
+	if err := t.fire(BeforeBackward); err != nil {
+		return err
+	}
+	if k > 1 {
+		loss = loss.DivScalar(float64(k))
+	}
+	t.Scaler.ScaleLoss(loss).Backward()
+	return nil
+}
+
+// logPoint reads the training sums from the device: the progress line, LastLoss,
+// TrainMetrics and the NaN check.
+func (t *Trainer) logPoint() error {
+	r := t.trainSums.read()
+	t.epochStats.Sums = r.Sums
+	t.LastLoss = r.Last
+	t.LogPoint = true
+	if t.terminateNaN && r.FirstBad > 0 {
+		return fmt.Errorf("training loss is not finite (%v) from global step %d on (epoch %d, read at batch %d): stopping (TerminateOnNaN); lower the learning rate, clip gradients, or check the data",
+			r.Last, r.FirstBad, t.Epoch+1, t.BatchInEpoch)
+	}
+	t.TrainMetrics = means("train_", t.epochStats.Sums, float64(t.epochStats.Samples))
+	t.progress.update(t.BatchInEpoch, t.TrainMetrics["train_loss"])
+	return nil
+}
+
+// means divides sums by n and names them with prefix.
+func means(prefix string, sums map[string]float64, n float64) map[string]float64 {
+	out := make(map[string]float64, len(sums))
+	for k, v := range sums {
+		out[prefix+k] = v / max(n, 1)
+	}
+	return out
+}
+
+func (t *Trainer) optimizerStep() error {
+	if err := t.strategy.ReduceGradients(t.params); err != nil {
+		return fmt.Errorf("epoch %d batch %d: %w", t.Epoch+1, t.BatchInEpoch, err)
+	}
+	if err := t.Scaler.Unscale(t.Optimizer); err != nil {
+		return err
+	}
+	if t.Config.GradClip > 0 {
+		norm, err := optim.ClipGradNorm(t.params, t.Config.GradClip, 2, false)
+		if err != nil {
+			return err
+		}
+		if !math.IsNaN(norm) && !math.IsInf(norm, 0) {
+			t.epochStats.GradNormSum += norm
+		}
+	}
+	if err := t.fire(BeforeOptimizerStep); err != nil {
+		return err
+	}
+	stepped, err := t.Scaler.Step(t.Optimizer)
+	if err != nil {
+		return err
+	}
+	if err := t.Scaler.Update(); err != nil {
+		return err
+	}
+	if !stepped {
+		t.epochStats.Skipped++
+	}
+	if stepped && t.Scheduler != nil && t.Config.SchedulerInterval == PerStep {
+		t.Scheduler.Step()
+	}
+	t.GlobalStep++
+	t.epochStats.Steps++
+	return t.fire(AfterOptimizerStep)
+}
+
+// globalStats returns the epoch's statistics over all processes: counts and sums added
+// up, times the slowest process's. Gradients are averaged before clipping, so every
+// process saw the same norms and steps: those sums are divided back.
+func (t *Trainer) globalStats(st epochStats) (epochStats, error) {
+	names := sortedKeys(st.Sums)
+	vs := []float64{float64(st.Batches), float64(st.Samples), st.GradNormSum, float64(st.Steps), float64(st.Skipped)}
+	for _, n := range names {
+		vs = append(vs, st.Sums[n])
+	}
+	sums, err := t.strategy.AllReduce(vs, distributed.Sum)
+	if err != nil {
+		return st, fmt.Errorf("epoch %d: reducing training metrics: %w", t.Epoch+1, err)
+	}
+	maxes, err := t.strategy.AllReduce([]float64{st.Elapsed, st.Wait}, distributed.Max)
+	if err != nil {
+		return st, fmt.Errorf("epoch %d: reducing training metrics: %w", t.Epoch+1, err)
+	}
+	w := float64(t.strategy.WorldSize())
+	out := epochStats{Batches: int(sums[0]), Samples: int64(sums[1]), GradNormSum: sums[2] / w,
+		Steps: int(math.Round(sums[3] / w)), Skipped: int(math.Round(sums[4] / w)), Elapsed: maxes[0], Wait: maxes[1],
+		Sums: map[string]float64{}}
+	for i, n := range names {
+		out.Sums[n] = sums[5+i]
+	}
+	return out, nil
+}
+
+func sortedKeys(m map[string]float64) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// interrupted saves last.pt after a stop between steps. The epoch's running statistics
+// become the job's (summed over processes), so the main process's checkpoint holds the
+// whole job's progress; a resume gives them back to the main process alone.
+func (t *Trainer) interrupted(cause error) error {
+	where := fmt.Sprintf("epoch %d, batch %d of %d (global step %d)", t.Epoch+1, t.BatchInEpoch, t.Train.Len(), t.GlobalStep)
+	t.epochStats.Sums = t.trainSums.read().Sums
+	st, err := t.globalStats(t.epochStats)
+	if err != nil {
+		return fmt.Errorf("interrupted at %s: %w; %v", where, cause, err)
+	}
+	t.epochStats = st
+	if !t.IsMain() {
+		return &InterruptedError{Cause: cause, Checkpoint: "rank 0's run directory", Where: where}
+	}
+	if t.RunDir == "" {
+		return fmt.Errorf("interrupted at %s: %w (no run directory, nothing saved)", where, cause)
+	}
+	path := filepath.Join(t.RunDir, "checkpoints", "last.pt")
+	if err := t.SaveCheckpoint(path); err != nil {
+		return fmt.Errorf("interrupted at %s: %w; saving %s failed: %v", where, cause, path, err)
+	}
+	return &InterruptedError{Cause: cause, Checkpoint: path, Where: where}
+}
+
+func (t *Trainer) finishEpoch() error {
+	r := t.trainSums.read()
+	if t.terminateNaN && r.FirstBad > 0 {
+		return fmt.Errorf("training loss is not finite (%v) from global step %d on (epoch %d): stopping (TerminateOnNaN); lower the learning rate, clip gradients, or check the data",
+			r.Last, r.FirstBad, t.Epoch+1)
+	}
+	t.epochStats.Sums = r.Sums
+	st, err := t.globalStats(t.epochStats)
+	if err != nil {
+		return err
+	}
+	t.Metrics = means("train_", st.Sums, float64(st.Samples))
+	rec := Record{
+		Epoch:        t.Epoch + 1,
+		TrainLoss:    t.Metrics["train_loss"],
+		ValLoss:      math.NaN(),
+		ValAcc:       math.NaN(),
+		Elapsed:      st.Elapsed,
+		LR:           t.LR(),
+		GradNorm:     math.NaN(),
+		LossScale:    t.Scaler.ScaleValue(),
+		SkippedSteps: st.Skipped,
+	}
+	if st.Elapsed > 0 {
+		rec.SamplesPerSec = float64(st.Samples) / st.Elapsed
+		rec.DataWait = st.Wait / st.Elapsed
+	}
+	if t.Config.GradClip > 0 && st.Steps > 0 {
+		rec.GradNorm = st.GradNormSum / float64(st.Steps)
+	}
+	if t.Val != nil {
+		if err := t.validate(); err != nil {
+			return err
+		}
+	}
+	for name, v := range t.Metrics {
+		switch name {
+		case "train_loss":
+		case "val_loss":
+			rec.ValLoss = v
+		case "val_acc":
+			rec.ValAcc = v
+		default:
+			if rec.Metrics == nil {
+				rec.Metrics = map[string]float64{}
+			}
+			rec.Metrics[name] = v
+		}
+	}
+	if ms, ok := t.Scheduler.(optim.MetricScheduler); ok && t.Scheduler != nil {
+		ms.StepMetric(t.Metrics[t.Config.Monitor])
+	} else if t.Scheduler != nil && t.Config.SchedulerInterval == PerEpoch {
+		t.Scheduler.Step()
+	}
+	t.Epoch++
+	t.BatchInEpoch = 0
+	t.History = append(t.History, rec)
+	if v, ok := t.Metrics[t.Config.Monitor]; ok && t.Config.MonitorDirection().better(v, t.BestMetric) {
+		t.BestMetric = v
+	}
+	t.printf("Epoch %d | train_loss: %.4f | val_loss: %.4f | val_acc: %.4f | lr: %.3g | %.0f samples/s | time: %.1fs\n",
+		rec.Epoch, rec.TrainLoss, rec.ValLoss, rec.ValAcc, rec.LR, rec.SamplesPerSec, rec.Elapsed)
+	if err := t.fire(EpochEnd); err != nil {
+		return err
+	}
+	return t.agreeToStop()
+}
+
+// agreeToStop makes a stop on any process a stop on every process after the same epoch.
+func (t *Trainer) agreeToStop() error {
+	flag := 0.0
+	if t.stopReason != "" {
+		flag = 1
+	}
+	out, err := t.strategy.AllReduce([]float64{flag}, distributed.Max)
+	if err != nil {
+		return fmt.Errorf("epoch %d: agreeing to stop: %w", t.Epoch, err)
+	}
+	if out[0] != 0 {
+		t.Stop("stopped on another rank")
+	}
+	return nil
+}
+
+// validate runs the evaluation step over the validation set and records val_<name>
+// for the loss and every metric. It is not cancelled half-way: with several processes
+// the ranks reduce their sums together, so a cancel is acted on at the next training
+// step, where they agree on it.
+func (t *Trainer) validate() (err error) {
+	nn.SetTraining(t.Model, false)
+	defer nn.SetTraining(t.Model, true)
+	it := t.Val.Iter(context.Background(), 0, 0)
+	defer it.Close()
+	sums := newDeviceSums(t.Device, false)
+	defer sums.free()
+	var n int64
+	batch := 0
+	torch.NoGrad(func() {
+		for more := true; more && err == nil; {
+			torch.WithScope(func() {
+				var b data.Batch
+				if b, more = it.Next(); more {
+					batch++
+					n += int64(b.Size)
+					err = t.validationStep(b, batch, sums)
+				}
+			})
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("validation: %w", err)
+	}
+	st, err := t.reduceSums(sums.read().Sums, n)
+	if err != nil {
+		return err
+	}
+	for k, v := range st {
+		t.Metrics[k] = v
+	}
+	return t.fire(ValidationEnd)
+}
+
+func (t *Trainer) validationStep(b data.Batch, batch int, sums *deviceSums) (err error) {
+	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d validation batch %d", t.Epoch+1, batch) }, b.Size)
+	t.Batch = toDevice(b, t.Device)
+	loss, ms := t.runStep(t.evalStep, t.Batch)
+	t.StepLoss = loss
+	sums.add(loss, ms, float64(b.Size), 0)
+	return t.fire(ValidationBatchEnd)
+}
+
+// reduceSums turns validation sums over n samples into val_ means over all processes.
+// The means are ratios of sums, so they are right whether the validation loader is
+// split by rank or not.
+func (t *Trainer) reduceSums(sums map[string]float64, n int64) (map[string]float64, error) {
+	names := sortedKeys(sums)
+	vs := []float64{float64(n)}
+	for _, name := range names {
+		vs = append(vs, sums[name])
+	}
+	out, err := t.strategy.AllReduce(vs, distributed.Sum)
+	if err != nil {
+		return nil, fmt.Errorf("epoch %d: reducing validation metrics: %w", t.Epoch+1, err)
+	}
+	total := map[string]float64{}
+	for i, name := range names {
+		total[name] = out[1+i]
+	}
+	return means("val_", total, out[0]), nil
+}

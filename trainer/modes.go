@@ -1,0 +1,151 @@
+package trainer
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Interval says when the Trainer steps the LR scheduler. It marshals to "epoch" and
+// "step", the strings of config.json.
+type Interval int
+
+// The intervals. The zero value is PerEpoch, the seed's behaviour.
+const (
+	PerEpoch Interval = iota // after each epoch (after validation)
+	PerStep                  // after each optimizer step that was not skipped
+)
+
+var intervalNames = [...]string{"epoch", "step"}
+
+// String returns the config name.
+func (i Interval) String() string {
+	if i >= 0 && int(i) < len(intervalNames) {
+		return intervalNames[i]
+	}
+	return fmt.Sprintf("trainer.Interval(%d)", int(i))
+}
+
+// MarshalText writes the config name.
+func (i Interval) MarshalText() ([]byte, error) {
+	if i < 0 || int(i) >= len(intervalNames) {
+		return nil, fmt.Errorf("trainer: invalid scheduler interval %d", int(i))
+	}
+	return []byte(i.String()), nil
+}
+
+// UnmarshalText reads "epoch" (or "") and "step".
+func (i *Interval) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "", "epoch":
+		*i = PerEpoch
+	case "step":
+		*i = PerStep
+	default:
+		return fmt.Errorf("scheduler_interval must be epoch or step, got %q", b)
+	}
+	return nil
+}
+
+// Direction says whether a monitored metric is better when smaller or larger. It
+// marshals to "auto", "min" and "max" (PyTorch Lightning's mode names).
+type Direction int
+
+// The directions. The zero value, Auto, takes the direction from the metric's name
+// (see DirectionOf).
+const (
+	Auto Direction = iota
+	Min
+	Max
+)
+
+var directionNames = [...]string{"auto", "min", "max"}
+
+// String returns the config name.
+func (d Direction) String() string {
+	if d >= 0 && int(d) < len(directionNames) {
+		return directionNames[d]
+	}
+	return fmt.Sprintf("trainer.Direction(%d)", int(d))
+}
+
+// MarshalText writes the config name.
+func (d Direction) MarshalText() ([]byte, error) {
+	if d < 0 || int(d) >= len(directionNames) {
+		return nil, fmt.Errorf("trainer: invalid monitor direction %d", int(d))
+	}
+	return []byte(d.String()), nil
+}
+
+// UnmarshalText reads "auto" (or ""), "min" and "max".
+func (d *Direction) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "", "auto":
+		*d = Auto
+	case "min":
+		*d = Min
+	case "max":
+		*d = Max
+	default:
+		return fmt.Errorf("monitor_mode must be auto, min or max, got %q", b)
+	}
+	return nil
+}
+
+// knownDirections lists metric names whose direction is unambiguous. A monitored name is
+// looked up as is and without a train_/val_/test_ prefix.
+var knownDirections = map[string]Direction{
+	"loss": Min, "nll": Min, "mse": Min, "mae": Min, "rmse": Min, "l1": Min, "perplexity": Min, "ppl": Min,
+	"error": Min, "err": Min, "wer": Min, "cer": Min, "bpb": Min,
+	"acc": Max, "accuracy": Max, "top1": Max, "top5": Max, "acc1": Max, "acc5": Max, "f1": Max, "precision": Max,
+	"recall": Max, "auc": Max, "auroc": Max, "ap": Max, "map": Max, "iou": Max, "miou": Max, "dice": Max,
+	"bleu": Max, "rouge": Max, "r2": Max,
+}
+
+// DirectionOf returns the direction of a known metric name ("val_loss" is Min, "val_acc"
+// and "f1" are Max) and false for a name it does not know: such a metric needs an
+// explicit direction (Config.MonitorMode).
+func DirectionOf(name string) (Direction, bool) {
+	for _, p := range []string{"", "train_", "val_", "test_"} {
+		if base, ok := strings.CutPrefix(name, p); ok {
+			if d, ok := knownDirections[base]; ok {
+				return d, true
+			}
+		}
+	}
+	return Auto, false
+}
+
+// resolve returns Min or Max for metric name: d itself unless it is Auto.
+func (d Direction) resolve(name string) (Direction, error) {
+	if d == Min || d == Max {
+		return d, nil
+	}
+	if d != Auto {
+		return d, fmt.Errorf("trainer: invalid monitor direction %d", int(d))
+	}
+	known, ok := DirectionOf(name)
+	if !ok {
+		return Auto, fmt.Errorf("trainer: monitor %q is not a known metric name, so whether it is maximised is unknown: set monitor_mode (Config.MonitorMode, --monitor-mode) to min or max", name)
+	}
+	return known, nil
+}
+
+// better reports whether a improves on b in direction d (Min or Max); NaN never does.
+func (d Direction) better(a, b float64) bool {
+	if math.IsNaN(a) {
+		return false
+	}
+	if d == Max {
+		return a > b
+	}
+	return a < b
+}
+
+// worst is the starting "best" value: +Inf when minimising, -Inf when maximising.
+func (d Direction) worst() float64 {
+	if d == Max {
+		return math.Inf(-1)
+	}
+	return math.Inf(1)
+}
