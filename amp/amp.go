@@ -15,9 +15,7 @@ package amp
 
 import (
 	"fmt"
-	"runtime"
 
-	"github.com/gotrain/gotrain/cgotorch"
 	"github.com/gotrain/gotrain/torch"
 )
 
@@ -32,17 +30,5 @@ func Autocast(dev torch.Device, dtype torch.DType, f func()) {
 	if dtype != torch.Float16 && dtype != torch.BFloat16 {
 		panic(&torch.Error{Op: "autocast", Msg: fmt.Sprintf("autocast supports float16 and bfloat16, not %v", dtype)})
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	dt := int(dev.Type)
-	prev, err := cgotorch.AutocastEnter(dt, int(dtype))
-	if err != nil {
-		panic(torch.ErrorFrom("autocast", err))
-	}
-	defer func() {
-		if err := cgotorch.AutocastExit(dt, prev); err != nil {
-			panic(torch.ErrorFrom("autocast", err))
-		}
-	}()
-	f()
+	torch.Autocast(dev, dtype, f)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gotrain/gotrain/cgotorch"
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/optim"
@@ -119,15 +118,11 @@ func (s *GradScaler) Unscale(opt optim.Optimizer) error {
 	if s.scale == nil {
 		return errors.New("amp: Unscale before ScaleLoss: the scale does not exist yet (did the step use scaler.ScaleLoss?)")
 	}
-	hs := make([]cgotorch.Tensor, 0)
-	for _, p := range opt.Params() {
-		hs = append(hs, p.Handle())
-	}
-	h, err := cgotorch.AMPUnscale(hs, s.scale.Handle())
+	found, err := torch.AMPUnscale(opt.Params(), s.scale)
 	if err != nil {
-		return torch.ErrorFrom("unscale_", err)
+		return err
 	}
-	st.foundInf = torch.FromHandle(h).Escape()
+	st.foundInf = found
 	st.stage = unscaled
 	return nil
 }
@@ -169,18 +164,17 @@ func (s *GradScaler) Update() error {
 	if !s.enabled || s.scale == nil {
 		return nil
 	}
-	var found []cgotorch.Tensor
+	var found []*torch.Tensor
 	for _, o := range s.order {
 		if st := s.per[o]; st.foundInf != nil {
-			found = append(found, st.foundInf.Handle())
+			found = append(found, st.foundInf)
 		}
 	}
 	defer s.reset()
 	if len(found) == 0 {
 		return errors.New("amp: no inf checks were recorded prior to update")
 	}
-	err := cgotorch.AMPUpdateScale(s.scale.Handle(), s.tracker.Handle(), found, s.growth, s.backoff, s.interval)
-	return torch.ErrorFrom("_amp_update_scale_", err)
+	return torch.AMPUpdateScale(s.scale, s.tracker, found, s.growth, s.backoff, s.interval)
 }
 
 func (s *GradScaler) reset() {

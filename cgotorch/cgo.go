@@ -1,15 +1,25 @@
-// Package cgotorch is gotrain's one C boundary: a hand-written C ABI over libtorch
-// (cgotorch.h, compiled from the .cc files in this directory by cgo) and thin Go
-// functions over it. It is the only package in gotrain that imports "C".
+// Package cgotorch is gotrain's one C boundary: a C ABI over libtorch (cgotorch.h and
+// ops_gen.h, compiled from the .cc files in this directory by cgo) and thin Go functions
+// over it. It is the only package in gotrain that imports "C", and package torch is the
+// only package that imports it (a test in package torch enforces both).
 //
-// Handles are opaque pointers owned by the caller, who frees them with TensorFree.
-// Every C entry point catches C++ exceptions and returns them in-band; the Go functions
-// return them as *Error values with the libtorch message (without backtrace) and a Code.
+// The ops are declared once, in ops.tab; `go generate` (opgen) writes ops_gen.h,
+// ops_gen.cc, ops_gen.go and ../torch/ops_gen.go from it. Functions that are more than one
+// ATen call (optimizer steps, AMP, collectives, TorchScript) are hand-written, with named
+// C structs for their parameters and C enums for the kinds that cross.
+//
+// Handles are opaque pointers. A handle a result returns while the calling thread has a
+// scope frame open belongs to that frame (Result.Scope names it) and is deleted when the
+// frame closes; otherwise the caller owns it and frees it with TensorFree. Every C entry
+// point catches C++ exceptions and returns them in-band; the Go functions return them as
+// *Error values with the libtorch message (without backtrace) and a Code.
 //
 // The compiler and linker flags that locate libtorch come from the environment
 // (CGO_CXXFLAGS, CGO_LDFLAGS), set by the Makefile through libtorch.mk. Build tag cpu
 // links only libtorch's CPU libraries; without it libtorch_cuda is linked too.
 package cgotorch
+
+//go:generate go run ./opgen -table ops.tab -cgotorch . -torch ../torch
 
 /*
 #cgo CXXFLAGS: -std=c++20 -O2 -g0 -fPIC -Wno-deprecated-declarations
@@ -23,7 +33,7 @@ import (
 	"unsafe"
 )
 
-// Tensor is a handle to a libtorch at::Tensor owned by the caller.
+// Tensor is a handle to a libtorch at::Tensor.
 type Tensor = unsafe.Pointer
 
 // Code classifies a libtorch failure.
@@ -37,6 +47,12 @@ const (
 	CodeOther          Code = C.CG_ERR_OTHER
 )
 
+// Device types of the C ABI.
+const (
+	DeviceCPU  = C.CG_DEVICE_CPU
+	DeviceCUDA = C.CG_DEVICE_CUDA
+)
+
 // Error is a libtorch exception caught at the C boundary.
 type Error struct {
 	Code Code
@@ -45,7 +61,29 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Msg }
 
-func statusErr(code C.int32_t, msg *C.char) error {
+// Result is a new tensor handle and the slot of the scope that adopted it (0: none; the
+// caller owns it), or the failure.
+type Result struct {
+	T     Tensor
+	Scope int32
+	Err   *Error
+}
+
+// Result2 is Result for ops that return two tensors.
+type Result2 struct {
+	T0, T1 Tensor
+	Scope  int32
+	Err    *Error
+}
+
+// Results is Result for ops that return a list of tensors.
+type Results struct {
+	Ts    []Tensor
+	Scope int32
+	Err   *Error
+}
+
+func statusErr(code C.int32_t, msg *C.char) *Error {
 	if code == 0 {
 		return nil
 	}
@@ -54,13 +92,36 @@ func statusErr(code C.int32_t, msg *C.char) error {
 	return e
 }
 
-func st(s C.cg_status) error { return statusErr(s.code, s.msg) }
-
-func rt(r C.cg_result) (Tensor, error) {
-	if r.code != 0 {
-		return nil, statusErr(r.code, r.msg)
+// st returns a status's error; a nil *Error becomes a nil error.
+func st(s C.cg_status) error {
+	if e := statusErr(s.code, s.msg); e != nil {
+		return e
 	}
-	return Tensor(r.t), nil
+	return nil
+}
+
+func rt(r C.cg_result) Result {
+	if r.code != 0 {
+		return Result{Err: statusErr(r.code, r.msg)}
+	}
+	return Result{T: Tensor(r.t), Scope: int32(r.scope)}
+}
+
+func rt2(r C.cg_result2) Result2 {
+	if r.code != 0 {
+		return Result2{Err: statusErr(r.code, r.msg)}
+	}
+	return Result2{T0: Tensor(r.t0), T1: Tensor(r.t1), Scope: int32(r.scope)}
+}
+
+func rtn(r C.cg_results) Results {
+	if r.code != 0 {
+		return Results{Err: statusErr(r.code, r.msg)}
+	}
+	out := Results{Ts: make([]Tensor, int(r.n)), Scope: int32(r.scope)}
+	copy(out.Ts, unsafe.Slice((*Tensor)(unsafe.Pointer(r.ts)), int(r.n)))
+	C.cg_free_handles(r.ts)
+	return out
 }
 
 func i64p(s []int64) *C.int64_t {
@@ -70,12 +131,54 @@ func i64p(s []int64) *C.int64_t {
 	return (*C.int64_t)(unsafe.Pointer(&s[0]))
 }
 
+func handles(ts []Tensor) *C.cg_tensor {
+	if len(ts) == 0 {
+		return nil
+	}
+	return (*C.cg_tensor)(unsafe.Pointer(&ts[0]))
+}
+
+func h(t Tensor) C.cg_tensor { return C.cg_tensor(t) }
+
 func cbool(b bool) C.int {
 	if b {
 		return 1
 	}
 	return 0
 }
+
+// ---- scopes ----
+
+// ScopeOpen opens a frame named slot (> 0) on the calling thread: handles that results
+// return until it closes are adopted by it. It returns the slot of the frame it encloses
+// (0: none).
+func ScopeOpen(slot int32) (parent int32, err error) {
+	var p C.int32_t
+	err = st(C.cg_scope_open(C.int32_t(slot), &p))
+	return int32(p), err
+}
+
+// ScopeClose closes the calling thread's innermost frame, which must be slot, deleting
+// its handles; it returns their count.
+func ScopeClose(slot int32) (int64, error) {
+	var n C.int64_t
+	err := st(C.cg_scope_close(C.int32_t(slot), &n))
+	return int64(n), err
+}
+
+// ScopeFree deletes t, which frame slot of this thread owns (slot 0: nobody).
+func ScopeFree(t Tensor, slot int32) error { return st(C.cg_scope_free(h(t), C.int32_t(slot))) }
+
+// ScopeMove moves t from frame slot to the enclosing frame and returns its slot (0 when
+// slot was outermost: the caller owns t).
+func ScopeMove(t Tensor, slot int32) (int32, error) {
+	var now C.int32_t
+	err := st(C.cg_scope_move(h(t), C.int32_t(slot), &now))
+	return int32(now), err
+}
+
+// ScopeDisown takes t out of frame slot; the caller owns it.
+func ScopeDisown(t Tensor, slot int32) error { return st(C.cg_scope_disown(h(t), C.int32_t(slot))) }
 
 // ---- versions, threads, seeding, determinism ----
 
@@ -88,9 +191,6 @@ func TorchVersionNum() int { return int(C.cg_torch_version_num()) }
 // SetNumThreads sets libtorch's intra-op thread count.
 func SetNumThreads(n int) error { return st(C.cg_set_num_threads(C.int(n))) }
 
-// ThreadID returns the calling OS thread's id.
-func ThreadID() int64 { return int64(C.cg_thread_id()) }
-
 // NumThreads returns libtorch's intra-op thread count.
 func NumThreads() int { return int(C.cg_get_num_threads()) }
 
@@ -100,8 +200,8 @@ func ManualSeed(seed uint64) error { return st(C.cg_manual_seed(C.uint64_t(seed)
 // SetDeterministic switches deterministic algorithms and cuDNN determinism, and turns cuDNN benchmark off.
 func SetDeterministic(on bool) error { return st(C.cg_set_deterministic(cbool(on))) }
 
-// RNGState returns the state of a device's default generator as a uint8 tensor handle.
-func RNGState(devType, devIndex int) (Tensor, error) {
+// RNGState returns the state of a device's default generator as a uint8 tensor.
+func RNGState(devType, devIndex int) Result {
 	return rt(C.cg_get_rng_state(C.int(devType), C.int(devIndex)))
 }
 
@@ -130,7 +230,7 @@ func CUDAKernelsRegistered() bool { return C.cg_cuda_kernels_registered() != 0 }
 func TensorFree(t Tensor) { C.cg_tensor_free(C.cg_tensor(t)) }
 
 // ShallowClone returns a second handle to the same tensor.
-func ShallowClone(t Tensor) Tensor { return Tensor(C.cg_tensor_shallow_clone(C.cg_tensor(t))) }
+func ShallowClone(t Tensor) Result { return rt(C.cg_tensor_shallow_clone(C.cg_tensor(t))) }
 
 // Dim returns the number of dimensions.
 func Dim(t Tensor) int { return int(C.cg_tensor_dim(C.cg_tensor(t))) }
@@ -176,42 +276,13 @@ func ElementSize(t Tensor) int64 { return int64(C.cg_tensor_element_size(C.cg_te
 
 // FromBlob copies len(shape)-dimensional data of the given dtype into a new CPU tensor,
 // in pinned memory when pinned is true.
-func FromBlob(data unsafe.Pointer, shape []int64, dtype int, pinned bool) (Tensor, error) {
+func FromBlob(data unsafe.Pointer, shape []int64, dtype int, pinned bool) Result {
 	return rt(C.cg_from_blob(data, i64p(shape), C.int(len(shape)), C.int(dtype), cbool(pinned)))
 }
 
 // FromBlobStrided copies a strided view of data into a new CPU tensor.
-func FromBlobStrided(data unsafe.Pointer, shape, strides []int64, dtype int) (Tensor, error) {
+func FromBlobStrided(data unsafe.Pointer, shape, strides []int64, dtype int) Result {
 	return rt(C.cg_from_blob_strided(data, i64p(shape), i64p(strides), C.int(len(shape)), C.int(dtype)))
-}
-
-// Fill kinds for Fill.
-const (
-	FillEmpty = C.CG_FILL_EMPTY
-	FillZeros = C.CG_FILL_ZEROS
-	FillOnes  = C.CG_FILL_ONES
-	FillRand  = C.CG_FILL_RAND
-	FillRandn = C.CG_FILL_RANDN
-)
-
-// Fill creates a tensor: empty, zeros, ones, uniform [0,1) or standard normal.
-func Fill(kind int, shape []int64, dtype, devType, devIndex int) (Tensor, error) {
-	return rt(C.cg_fill(C.int(kind), i64p(shape), C.int(len(shape)), C.int(dtype), C.int(devType), C.int(devIndex)))
-}
-
-// Full creates a tensor filled with v.
-func Full(shape []int64, v float64, dtype, devType, devIndex int) (Tensor, error) {
-	return rt(C.cg_full(i64p(shape), C.int(len(shape)), C.double(v), C.int(dtype), C.int(devType), C.int(devIndex)))
-}
-
-// Arange is torch.arange(start, end, step).
-func Arange(start, end, step float64, dtype, devType, devIndex int) (Tensor, error) {
-	return rt(C.cg_arange(C.double(start), C.double(end), C.double(step), C.int(dtype), C.int(devType), C.int(devIndex)))
-}
-
-// Randint is torch.randint(low, high, shape).
-func Randint(low, high int64, shape []int64, dtype, devType, devIndex int) (Tensor, error) {
-	return rt(C.cg_randint(C.int64_t(low), C.int64_t(high), i64p(shape), C.int(len(shape)), C.int(dtype), C.int(devType), C.int(devIndex)))
 }
 
 // RandpermSeeded writes torch.randperm(len(out)) drawn from a CPU generator seeded with seed.
@@ -232,12 +303,5 @@ func Item(t Tensor) (float64, int64, error) {
 	return float64(d), int64(i), err
 }
 
-// Copy copies src into dst in place, without recording autograd history.
-func Copy(dst, src Tensor, nonBlocking bool) error {
-	return st(C.cg_copy_(C.cg_tensor(dst), C.cg_tensor(src), cbool(nonBlocking)))
-}
-
-// To converts t to a device and dtype; devType or dtype -1 keeps the current one.
-func To(t Tensor, devType, devIndex, dtype int, nonBlocking, copy bool) (Tensor, error) {
-	return rt(C.cg_to(C.cg_tensor(t), C.int(devType), C.int(devIndex), C.int(dtype), cbool(nonBlocking), cbool(copy)))
-}
+// SetData is `t.data = src`: t keeps its identity and takes src's storage, device and dtype.
+func SetData(t, src Tensor) error { return st(C.cg_tensor_set_data(C.cg_tensor(t), C.cg_tensor(src))) }

@@ -126,7 +126,7 @@ extern "C" {
 
 int cg_dist_available(void) { return 1; }
 
-cg_status cg_dist_init(const char *addr, int port, int rank, int world, int64_t timeout_ms, int backend,
+cg_status cg_dist_init(const char *addr, int port, int rank, int world, int64_t timeout_ms, enum cg_dist_backend backend,
                        cg_pg *out) {
   CG_TRY
   if (backend != CG_DIST_GLOO && backend != CG_DIST_NCCL)
@@ -215,7 +215,7 @@ cg_status cg_dist_broadcast(cg_pg p, cg_tensor *ts, int n, int root) {
   CG_CATCH_STATUS
 }
 
-cg_status cg_dist_allreduce(cg_pg p, cg_tensor *ts, int n, int op) {
+cg_status cg_dist_allreduce(cg_pg p, cg_tensor *ts, int n, enum cg_reduce_op op) {
   CG_TRY auto &pg = P(p);
   std::vector<at::Tensor> all;
   for (int i = 0; i < n; i++) all.push_back(T(ts[i]));

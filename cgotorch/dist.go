@@ -42,7 +42,7 @@ func DistInit(addr string, port, rank, world int, timeoutMs int64, backend int) 
 	ca := C.CString(addr)
 	defer C.free(unsafe.Pointer(ca))
 	var pg C.cg_pg
-	err := st(C.cg_dist_init(ca, C.int(port), C.int(rank), C.int(world), C.int64_t(timeoutMs), C.int(backend), &pg))
+	err := st(C.cg_dist_init(ca, C.int(port), C.int(rank), C.int(world), C.int64_t(timeoutMs), C.enum_cg_dist_backend(backend), &pg))
 	return ProcessGroup(pg), err
 }
 
@@ -56,7 +56,7 @@ func DistBroadcast(pg ProcessGroup, ts []Tensor, root int) error {
 
 // DistAllReduce reduces the tensors across ranks in place with op.
 func DistAllReduce(pg ProcessGroup, ts []Tensor, op int) error {
-	return st(C.cg_dist_allreduce(C.cg_pg(pg), handles(ts), C.int(len(ts)), C.int(op)))
+	return st(C.cg_dist_allreduce(C.cg_pg(pg), handles(ts), C.int(len(ts)), C.enum_cg_reduce_op(op)))
 }
 
 // DistAllReduceGrads averages the parameters' gradients across ranks (one bucket).

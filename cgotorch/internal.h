@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
+#include <vector>
 #include "cgotorch.h"
 
 namespace cg {
@@ -44,19 +46,60 @@ inline cg_status classify() {
   }
 }
 
-inline cg_result res(const cg_status &s) { return cg_result{s.code, s.msg, nullptr}; }
-inline cg_result res(at::Tensor t) { return cg_result{CG_OK, nullptr, new at::Tensor(std::move(t))}; }
+// A frame is one open scope of a thread: the handles it owns, deleted when it closes.
+struct Frame {
+  int32_t slot;
+  std::vector<at::Tensor *> owned;
+};
+// frames is the calling thread's stack of open scopes (innermost last).
+extern thread_local std::vector<Frame> frames;
+
+inline int32_t top_slot() { return frames.empty() ? 0 : frames.back().slot; }
+
+// adopt makes a new handle for t, owned by the thread's innermost scope if one is open.
+inline cg_tensor adopt(at::Tensor t) {
+  auto *p = new at::Tensor(std::move(t));
+  if (!frames.empty()) frames.back().owned.push_back(p);
+  return p;
+}
+
+inline cg_result res(const cg_status &s) { return cg_result{s.code, 0, s.msg, nullptr}; }
+inline cg_result res(at::Tensor t) {
+  cg_tensor h = adopt(std::move(t));
+  return cg_result{CG_OK, top_slot(), nullptr, h};
+}
+inline cg_result2 res2(const cg_status &s) { return cg_result2{s.code, 0, s.msg, nullptr, nullptr}; }
+inline cg_result2 res2(at::Tensor a, at::Tensor b) {
+  cg_tensor ha = adopt(std::move(a)), hb = adopt(std::move(b));
+  return cg_result2{CG_OK, top_slot(), nullptr, ha, hb};
+}
+inline cg_results resn(const cg_status &s) { return cg_results{s.code, 0, s.msg, 0, nullptr}; }
+inline cg_results resn(const std::vector<at::Tensor> &ts) {
+  auto *hs = static_cast<cg_tensor *>(std::malloc(sizeof(cg_tensor) * (ts.empty() ? 1 : ts.size())));
+  if (!hs) throw std::bad_alloc();
+  for (size_t i = 0; i < ts.size(); i++) hs[i] = adopt(ts[i]);
+  return cg_results{CG_OK, top_slot(), nullptr, static_cast<int64_t>(ts.size()), hs};
+}
 
 inline at::Tensor &T(cg_tensor t) { return *static_cast<at::Tensor *>(t); }
-// opt maps a NULL handle to an undefined tensor (an absent optional argument).
-inline at::Tensor opt(cg_tensor t) { return t ? *static_cast<at::Tensor *>(t) : at::Tensor(); }
+// opt maps a NULL handle to an absent optional argument.
+inline std::optional<at::Tensor> opt(cg_tensor t) {
+  if (!t) return std::nullopt;
+  return *static_cast<at::Tensor *>(t);
+}
+// undefined_or maps a NULL handle to an undefined tensor (ATen's other spelling of "absent").
+inline at::Tensor undefined_or(cg_tensor t) { return t ? *static_cast<at::Tensor *>(t) : at::Tensor(); }
+inline std::vector<at::Tensor> tensors(const cg_tensor *ts, int n) {
+  std::vector<at::Tensor> v;
+  v.reserve(n);
+  for (int i = 0; i < n; i++) v.push_back(T(ts[i]));
+  return v;
+}
 
 inline at::Device device(int type, int index) {
   return type == 1 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index)) : at::Device(at::kCPU);
 }
-inline at::TensorOptions options(int dtype, int device_type, int device_index) {
-  return at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype)).device(device(device_type, device_index));
-}
+inline at::TensorOptions options(at::ScalarType dtype, at::Device dev) { return at::TensorOptions().dtype(dtype).device(dev); }
 // scalar keeps integral values integral, so int tensors stay int as in Python (t + 1).
 inline at::Scalar scalar(double v) {
   if (v == static_cast<double>(static_cast<int64_t>(v)) && v > -9e15 && v < 9e15) return at::Scalar(static_cast<int64_t>(v));
@@ -72,3 +115,9 @@ inline at::Scalar scalar(double v) {
 #define CG_CATCH_RESULT \
   }                     \
   catch (...) { return cg::res(cg::classify()); }
+#define CG_CATCH_RESULT2 \
+  }                      \
+  catch (...) { return cg::res2(cg::classify()); }
+#define CG_CATCH_RESULTS \
+  }                      \
+  catch (...) { return cg::resn(cg::classify()); }

@@ -36,7 +36,7 @@ func JitLoad(path string, devType, devIndex int) (Module, error) {
 func JitFree(m Module) { C.cg_jit_free(C.cg_module(m)) }
 
 // JitForward calls the module's forward with one tensor; it must return a tensor.
-func JitForward(m Module, x Tensor) (Tensor, error) {
+func JitForward(m Module, x Tensor) Result {
 	return rt(C.cg_jit_forward(C.cg_module(m), C.cg_tensor(x)))
 }
 
@@ -74,6 +74,3 @@ func JitNamedTensors(m Module) ([]NamedTensor, error) {
 	}
 	return out, nil
 }
-
-// SetData is `t.data = src`: t keeps its identity and takes src's storage, device and dtype.
-func SetData(t, src Tensor) error { return st(C.cg_tensor_set_data(C.cg_tensor(t), C.cg_tensor(src))) }

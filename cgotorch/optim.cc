@@ -64,9 +64,9 @@ List grads_for(const List &params, List grads, bool maximize, double weight_deca
   return grads;
 }
 
-void sgd(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
-  double lr = h[0], momentum = h[1], dampening = h[2], wd = h[3];
-  bool nesterov = h[4] != 0, maximize = h[5] != 0;
+void step(const cg_sgd_hyper &h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
+  double lr = h.lr, momentum = h.momentum, dampening = h.dampening, wd = h.weight_decay;
+  bool nesterov = h.nesterov != 0, maximize = h.maximize != 0;
   List grads = grads_for(params, grads_in, maximize, wd);
   if (momentum != 0) {
     List bufs;
@@ -120,9 +120,9 @@ std::vector<double> step_values(const List &steps) {
   return v;
 }
 
-void adam(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
-  double lr = h[0], beta1 = h[1], beta2 = h[2], eps = h[3], wd = h[4];
-  bool amsgrad = h[5] != 0, maximize = h[6] != 0, decoupled = h[7] != 0, fused = h[8] != 0;
+void step(const cg_adam_hyper &h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
+  double lr = h.lr, beta1 = h.beta1, beta2 = h.beta2, eps = h.eps, wd = h.weight_decay;
+  bool amsgrad = h.amsgrad != 0, maximize = h.maximize != 0, decoupled = h.decoupled_weight_decay != 0, fused = h.fused != 0;
   List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
   List exp_avgs = ensure(params, pid, s, 1, zeros_like);
   List exp_avg_sqs = ensure(params, pid, s, 2, zeros_like);
@@ -176,9 +176,9 @@ void adam(const double *h, const List &params, const List &grads_in, const std::
   at::_foreach_addcdiv_(params, exp_avgs, denom, scalars(step_size));
 }
 
-void rmsprop(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
-  double lr = h[0], alpha = h[1], eps = h[2], wd = h[3], momentum = h[4];
-  bool centered = h[5] != 0, maximize = h[6] != 0;
+void step(const cg_rmsprop_hyper &h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
+  double lr = h.lr, alpha = h.alpha, eps = h.eps, wd = h.weight_decay, momentum = h.momentum;
+  bool centered = h.centered != 0, maximize = h.maximize != 0;
   List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
   List square_avgs = ensure(params, pid, s, 1, zeros_like);
   List bufs, grad_avgs;
@@ -208,10 +208,10 @@ void rmsprop(const double *h, const List &params, const List &grads_in, const st
   }
 }
 
-void adagrad(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
-  double lr = h[0], lr_decay = h[1], eps = h[2], wd = h[3];
-  bool maximize = h[4] != 0;
-  double init = h[5];
+void step(const cg_adagrad_hyper &h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
+  double lr = h.lr, lr_decay = h.lr_decay, eps = h.eps, wd = h.weight_decay;
+  bool maximize = h.maximize != 0;
+  double init = h.initial_accumulator_value;
   List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
   List sums = ensure(params, pid, s, 1,
                      [init](const at::Tensor &p) { return at::full_like(p, init, at::MemoryFormat::Preserve); });
@@ -228,6 +228,32 @@ void adagrad(const double *h, const List &params, const List &grads_in, const st
   at::_foreach_addcdiv_(params, grads, std_, scalars(minus_clr));
 }
 
+// run_groups steps every group with the kind's hyperparameter struct H.
+template <class H>
+cg_status run_groups(int ngroups, const int64_t *group_sizes, const H *hyper, cg_tensor *params, const Slots &s) {
+  size_t base = 0;
+  for (int g = 0; g < ngroups; g++) {
+    List ps, gs;
+    std::vector<size_t> pid;
+    for (int64_t j = 0; j < group_sizes[g]; j++) {
+      at::Tensor &p = T(params[base + j]);
+      const at::Tensor &gr = p.grad();
+      if (!gr.defined()) continue;
+      if (gr.is_sparse()) return cg::fail(CG_ERR_NOT_IMPLEMENTED, "optimizer step: sparse gradients are not supported");
+      ps.push_back(p);
+      gs.push_back(gr);
+      pid.push_back(base + j);
+    }
+    base += group_sizes[g];
+    for (auto &b : buckets(ps)) {
+      std::vector<size_t> bid;
+      for (auto i : b) bid.push_back(pid[i]);
+      step(hyper[g], pick(ps, b), pick(gs, b), bid, s);
+    }
+  }
+  return cg::ok();
+}
+
 // grads_of returns the defined gradients of params and their indices.
 void grads_of(cg_tensor *params, int n, List &grads, std::vector<size_t> *idx) {
   for (int i = 0; i < n; i++) {
@@ -242,39 +268,17 @@ void grads_of(cg_tensor *params, int n, List &grads, std::vector<size_t> *idx) {
 
 extern "C" {
 
-cg_status cg_optim_step(int kind, int ngroups, const int64_t *group_sizes, const double *hyper, cg_tensor *params,
-                        cg_tensor *state) {
+cg_status cg_optim_step(enum cg_optimizer kind, int ngroups, const int64_t *group_sizes, const void *hyper,
+                        cg_tensor *params, cg_tensor *state) {
   CG_TRY at::NoGradGuard no_grad;
   Slots s{state};
-  size_t base = 0;
-  for (int g = 0; g < ngroups; g++) {
-    const double *h = hyper + static_cast<size_t>(g) * CG_OPT_NHYPER;
-    List ps, gs;
-    std::vector<size_t> pid;
-    for (int64_t j = 0; j < group_sizes[g]; j++) {
-      at::Tensor &p = T(params[base + j]);
-      const at::Tensor &gr = p.grad();
-      if (!gr.defined()) continue;
-      if (gr.is_sparse()) return cg::fail(CG_ERR_NOT_IMPLEMENTED, "optimizer step: sparse gradients are not supported");
-      ps.push_back(p);
-      gs.push_back(gr);
-      pid.push_back(base + j);
-    }
-    base += group_sizes[g];
-    for (auto &b : buckets(ps)) {
-      List bp = pick(ps, b), bg = pick(gs, b);
-      std::vector<size_t> bid;
-      for (auto i : b) bid.push_back(pid[i]);
-      switch (kind) {
-        case CG_OPT_SGD: sgd(h, bp, bg, bid, s); break;
-        case CG_OPT_ADAM: adam(h, bp, bg, bid, s); break;
-        case CG_OPT_RMSPROP: rmsprop(h, bp, bg, bid, s); break;
-        case CG_OPT_ADAGRAD: adagrad(h, bp, bg, bid, s); break;
-        default: return cg::fail(CG_ERR_INVALID, "optimizer step: unknown optimizer kind");
-      }
-    }
+  switch (kind) {
+    case CG_OPT_SGD: return run_groups(ngroups, group_sizes, static_cast<const cg_sgd_hyper *>(hyper), params, s);
+    case CG_OPT_ADAM: return run_groups(ngroups, group_sizes, static_cast<const cg_adam_hyper *>(hyper), params, s);
+    case CG_OPT_RMSPROP: return run_groups(ngroups, group_sizes, static_cast<const cg_rmsprop_hyper *>(hyper), params, s);
+    case CG_OPT_ADAGRAD: return run_groups(ngroups, group_sizes, static_cast<const cg_adagrad_hyper *>(hyper), params, s);
   }
-  return cg::ok();
+  return cg::fail(CG_ERR_INVALID, "optimizer step: unknown optimizer kind");
   CG_CATCH_STATUS
 }
 

@@ -7,38 +7,88 @@ import "C"
 
 import "unsafe"
 
-// Optimizer kinds for OptimStep.
-const (
-	OptSGD     = C.CG_OPT_SGD
-	OptAdam    = C.CG_OPT_ADAM
-	OptRMSprop = C.CG_OPT_RMSPROP
-	OptAdagrad = C.CG_OPT_ADAGRAD
-)
+// OptNState is the number of state slots per parameter of OptimStep (see cgotorch.h for
+// each algorithm's slot order).
+const OptNState = C.CG_OPT_NSTATE
 
-// OptNHyper is the number of hyperparameters per group in OptimStep's hyper slice, and
-// OptNState the number of state slots per parameter (see cgotorch.h for their order).
-const (
-	OptNHyper = C.CG_OPT_NHYPER
-	OptNState = C.CG_OPT_NSTATE
-)
-
-func handles(ts []Tensor) *C.cg_tensor {
-	if len(ts) == 0 {
-		return nil
-	}
-	return (*C.cg_tensor)(unsafe.Pointer(&ts[0]))
+// SGDHyper is one parameter group's torch.optim.SGD hyperparameters.
+type SGDHyper struct {
+	LR, Momentum, Dampening, WeightDecay float64
+	Nesterov, Maximize                   bool
 }
 
-// OptimStep runs one optimizer step over all groups in one call. groupSizes[g] params of
-// params belong to group g, whose hyperparameters are hyper[g*OptNHyper:]. state has
-// OptNState slots per parameter; nil slots the step needs are filled with new handles
-// the caller owns.
-func OptimStep(kind int, groupSizes []int64, hyper []float64, params, state []Tensor) error {
-	if len(params) == 0 {
+// AdamHyper is one parameter group's torch.optim.Adam / AdamW hyperparameters.
+type AdamHyper struct {
+	LR, Beta1, Beta2, Eps, WeightDecay             float64
+	AMSGrad, Maximize, DecoupledWeightDecay, Fused bool
+}
+
+// RMSpropHyper is one parameter group's torch.optim.RMSprop hyperparameters.
+type RMSpropHyper struct {
+	LR, Alpha, Eps, WeightDecay, Momentum float64
+	Centered, Maximize                    bool
+}
+
+// AdagradHyper is one parameter group's torch.optim.Adagrad hyperparameters.
+type AdagradHyper struct {
+	LR, LRDecay, Eps, WeightDecay, InitialAccumulatorValue float64
+	Maximize                                               bool
+}
+
+func ci32(b bool) C.int32_t {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// optimStep converts the groups' hyperparameters to kind's C struct and runs the step.
+func optimStep[H, CH any](kind C.enum_cg_optimizer, hyper []H, conv func(H) CH, groupSizes []int64, params, state []Tensor) error {
+	if len(params) == 0 || len(hyper) == 0 {
 		return nil
 	}
-	return st(C.cg_optim_step(C.int(kind), C.int(len(groupSizes)), i64p(groupSizes),
-		(*C.double)(unsafe.Pointer(&hyper[0])), handles(params), handles(state)))
+	ch := make([]CH, len(hyper))
+	for i, h := range hyper {
+		ch[i] = conv(h)
+	}
+	return st(C.cg_optim_step(kind, C.int(len(groupSizes)), i64p(groupSizes), unsafe.Pointer(&ch[0]), handles(params), handles(state)))
+}
+
+// SGDStep runs one SGD step over the groups: group g is the next groupSizes[g] params,
+// with hyper[g]. state has OptNState slots per parameter; nil slots the step needs are
+// filled with new handles the caller owns.
+func SGDStep(hyper []SGDHyper, groupSizes []int64, params, state []Tensor) error {
+	return optimStep(C.CG_OPT_SGD, hyper, func(h SGDHyper) C.cg_sgd_hyper {
+		return C.cg_sgd_hyper{lr: C.double(h.LR), momentum: C.double(h.Momentum), dampening: C.double(h.Dampening),
+			weight_decay: C.double(h.WeightDecay), nesterov: ci32(h.Nesterov), maximize: ci32(h.Maximize)}
+	}, groupSizes, params, state)
+}
+
+// AdamStep is SGDStep for Adam and AdamW.
+func AdamStep(hyper []AdamHyper, groupSizes []int64, params, state []Tensor) error {
+	return optimStep(C.CG_OPT_ADAM, hyper, func(h AdamHyper) C.cg_adam_hyper {
+		return C.cg_adam_hyper{lr: C.double(h.LR), beta1: C.double(h.Beta1), beta2: C.double(h.Beta2), eps: C.double(h.Eps),
+			weight_decay: C.double(h.WeightDecay), amsgrad: ci32(h.AMSGrad), maximize: ci32(h.Maximize),
+			decoupled_weight_decay: ci32(h.DecoupledWeightDecay), fused: ci32(h.Fused)}
+	}, groupSizes, params, state)
+}
+
+// RMSpropStep is SGDStep for RMSprop.
+func RMSpropStep(hyper []RMSpropHyper, groupSizes []int64, params, state []Tensor) error {
+	return optimStep(C.CG_OPT_RMSPROP, hyper, func(h RMSpropHyper) C.cg_rmsprop_hyper {
+		return C.cg_rmsprop_hyper{lr: C.double(h.LR), alpha: C.double(h.Alpha), eps: C.double(h.Eps),
+			weight_decay: C.double(h.WeightDecay), momentum: C.double(h.Momentum), centered: ci32(h.Centered),
+			maximize: ci32(h.Maximize)}
+	}, groupSizes, params, state)
+}
+
+// AdagradStep is SGDStep for Adagrad.
+func AdagradStep(hyper []AdagradHyper, groupSizes []int64, params, state []Tensor) error {
+	return optimStep(C.CG_OPT_ADAGRAD, hyper, func(h AdagradHyper) C.cg_adagrad_hyper {
+		return C.cg_adagrad_hyper{lr: C.double(h.LR), lr_decay: C.double(h.LRDecay), eps: C.double(h.Eps),
+			weight_decay: C.double(h.WeightDecay), initial_accumulator_value: C.double(h.InitialAccumulatorValue),
+			maximize: ci32(h.Maximize)}
+	}, groupSizes, params, state)
 }
 
 // ZeroGrad zeroes the params' gradients, or drops them when setToNone is true.
@@ -62,8 +112,8 @@ func ClipGradValue(params []Tensor, v float64) error {
 // AutocastState is what AutocastEnter replaced, for AutocastExit to restore.
 type AutocastState struct{ enabled, dtype, cache C.int }
 
-// AutocastEnter turns autocast on for the calling thread and device type (0 CPU,
-// 1 CUDA) with the given ScalarType.
+// AutocastEnter turns autocast on for the calling thread and device type with the given
+// ScalarType.
 func AutocastEnter(devType, dtype int) (AutocastState, error) {
 	var s AutocastState
 	err := st(C.cg_autocast_enter(C.int(devType), C.int(dtype), &s.enabled, &s.dtype, &s.cache))
@@ -77,7 +127,7 @@ func AutocastExit(devType int, s AutocastState) error {
 }
 
 // AMPUnscale multiplies the params' gradients by 1/scale and returns a new found_inf
-// tensor (non-zero when a gradient held inf or NaN) on the scale's device.
+// tensor (non-zero when a gradient held inf or NaN) on the scale's device; the caller owns it.
 func AMPUnscale(params []Tensor, scale Tensor) (Tensor, error) {
 	var out C.cg_tensor
 	err := st(C.cg_amp_unscale(handles(params), C.int(len(params)), h(scale), &out))

@@ -65,7 +65,7 @@ func TensorToCheckpoint(t *Tensor) (ct *checkpoint.Tensor, err error) {
 	var data []byte
 	if t.Device() == CPU && t.IsContiguous() {
 		if n > 0 {
-			data = unsafe.Slice((*byte)(t.DataPtr()), n)
+			data = unsafe.Slice((*byte)(t.dataPtr()), n)
 		}
 	} else {
 		data = make([]byte, n)

@@ -14,7 +14,8 @@ var (
 	ErrNotImplemented  = errors.New("torch: not implemented")
 )
 
-// Error is a libtorch failure: the operation that failed and libtorch's message.
+// Error is a libtorch failure or a misuse of this package: the operation that failed and
+// the message (libtorch's, without its C++ backtrace).
 type Error struct {
 	Op   string
 	Msg  string
@@ -36,7 +37,8 @@ func (e *Error) Is(target error) bool {
 	return false
 }
 
-func wrapErr(op string, err error) *Error {
+// opErr names op in an error from the C boundary.
+func opErr(op string, err error) *Error {
 	var ce *cgotorch.Error
 	if errors.As(err, &ce) {
 		return &Error{Op: op, Msg: ce.Msg, code: ce.Code}
@@ -44,33 +46,47 @@ func wrapErr(op string, err error) *Error {
 	return &Error{Op: op, Msg: err.Error(), code: cgotorch.CodeOther}
 }
 
+// wrapErr is opErr for errors a function returns (nil stays nil).
+func wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return opErr(op, err)
+}
+
 // check panics with a *Error when err is not nil.
 func check(op string, err error) {
 	if err != nil {
-		panic(wrapErr(op, err))
+		panic(opErr(op, err))
 	}
 }
 
-// Recover turns a panic carrying a *Error (or any error) into *errp, prefixed with ctx.
-// Use it deferred at a boundary that returns errors:
+// Recover turns a panic carrying a *Error into *errp, prefixed with ctx; any other panic
+// (a nil dereference or an index out of range in a user's Forward, a failed assertion)
+// continues with its original stack. Use it deferred at a boundary that returns errors:
 //
 //	func (m *Model) Predict(x *torch.Tensor) (y *torch.Tensor, err error) {
 //		defer torch.Recover(&err, "predict")
 //		...
 //	}
 //
-// Panics that carry something other than an error are re-raised.
+// This is the package's error rule, as gonum's: ops panic with a *Error on misuse (a
+// shape mismatch, a tensor used after Free) and on libtorch failures such as running out
+// of memory; functions that do I/O or run training return errors; constructors panic on
+// programmer error (an impossible size) and return errors for anything that depends on
+// data or files.
 func Recover(errp *error, ctx string) {
 	r := recover()
 	if r == nil {
 		return
 	}
-	err, ok := r.(error)
+	te, ok := r.(*Error)
 	if !ok {
 		panic(r)
 	}
+	var err error = te
 	if ctx != "" {
-		err = fmt.Errorf("%s: %w", ctx, err)
+		err = fmt.Errorf("%s: %w", ctx, te)
 	}
 	*errp = err
 }

@@ -22,13 +22,12 @@ func SetDeterministic(on bool) { check("set_deterministic", cgotorch.SetDetermin
 // RNGState returns the state of dev's default generator (torch.get_rng_state() for the
 // CPU, torch.cuda.get_rng_state(n) for a CUDA device) as a uint8 tensor.
 func RNGState(dev Device) *Tensor {
-	h, err := cgotorch.RNGState(int(dev.Type), dev.ordinal())
-	return must("get_rng_state", h, err)
+	return adopt("get_rng_state", cgotorch.RNGState(int(dev.Type), dev.ordinal()))
 }
 
 // SetRNGState restores dev's default generator from a state RNGState returned.
 func SetRNGState(dev Device, state *Tensor) {
-	check("set_rng_state", cgotorch.SetRNGState(int(dev.Type), dev.ordinal(), state.Handle()))
+	check("set_rng_state", cgotorch.SetRNGState(int(dev.Type), dev.ordinal(), state.handle()))
 }
 
 // SetNumThreads sets the number of threads libtorch uses within an op.

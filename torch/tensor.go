@@ -14,7 +14,7 @@ import (
 // constructors and operations in this package.
 type Tensor struct {
 	h       cgotorch.Tensor
-	scope   *Scope
+	scope   *Scope // the scope that owns the handle, nil when the Tensor owns it
 	cleanup runtime.Cleanup
 	guarded bool // a runtime cleanup is registered
 }
@@ -32,21 +32,50 @@ var hostReads atomic.Int64
 func HostReads() int64 { return hostReads.Load() }
 
 // Scope owns the tensors created while it is the innermost open scope of its goroutine.
+//
+// The handles themselves live in a frame of the C side's per-thread scope stack: every
+// op's result names the frame that adopted its handles, so creating a tensor takes no lock
+// and no extra call, and Close frees the whole frame in one call.
 type Scope struct {
-	parent  *Scope
-	tid     int64 // the OS thread its goroutine is locked to while it is open
-	tensors []*Tensor
-	closed  bool
+	slot   int32
+	parent *Scope
+	closed bool
 }
 
+// maxScopes bounds the scopes open at once in the process (all goroutines, all depths).
+const maxScopes = 1 << 14
+
 var (
-	scopeMu sync.Mutex
-	// current is the innermost open scope of each OS thread with one open. A goroutine
-	// with an open scope is locked to its thread, so this is per goroutine.
-	current = map[int64]*Scope{}
-	// scoped counts the threads with an open scope: zero lets wrap skip the lookup.
-	scoped atomic.Int32
+	// scopes maps a frame's slot to its Scope. A slot is written by NewScope before its
+	// frame exists and read only by the goroutine that owns the frame, so reads need no lock.
+	scopes    [maxScopes]*Scope
+	slotMu    sync.Mutex
+	freeSlots []int32
+	nextSlot  int32 = 1
 )
+
+func allocSlot(s *Scope) {
+	slotMu.Lock()
+	defer slotMu.Unlock()
+	if n := len(freeSlots); n > 0 {
+		s.slot = freeSlots[n-1]
+		freeSlots = freeSlots[:n-1]
+	} else {
+		if nextSlot >= maxScopes {
+			panic(&Error{Op: "scope", Msg: fmt.Sprintf("more than %d scopes open at once (is a scope leaking?)", maxScopes-1)})
+		}
+		s.slot = nextSlot
+		nextSlot++
+	}
+	scopes[s.slot] = s
+}
+
+func freeSlot(slot int32) {
+	slotMu.Lock()
+	scopes[slot] = nil
+	freeSlots = append(freeSlots, slot)
+	slotMu.Unlock()
+}
 
 // NewScope opens a scope; tensors this goroutine creates until the scope closes belong
 // to it. Scopes are per goroutine: the goroutine is locked to its OS thread until Close
@@ -54,14 +83,15 @@ var (
 // goroutine that opened the scope.
 func NewScope() *Scope {
 	runtime.LockOSThread()
-	tid := cgotorch.ThreadID()
-	scopeMu.Lock()
-	s := &Scope{parent: current[tid], tid: tid}
-	if s.parent == nil {
-		scoped.Add(1)
+	s := &Scope{}
+	allocSlot(s)
+	parent, err := cgotorch.ScopeOpen(s.slot)
+	if err != nil {
+		freeSlot(s.slot)
+		runtime.UnlockOSThread()
+		panic(wrapErr("scope", err))
 	}
-	current[tid] = s
-	scopeMu.Unlock()
+	s.parent = scopes[parent]
 	return s
 }
 
@@ -72,50 +102,37 @@ func WithScope(f func()) {
 	f()
 }
 
-// Close frees every tensor the scope still owns. Scopes close innermost first.
+// Close frees every tensor the scope still owns, in one call. Scopes close innermost
+// first, on the goroutine that opened them; anything else panics.
 func (s *Scope) Close() {
-	scopeMu.Lock()
 	if s.closed {
-		scopeMu.Unlock()
 		return
 	}
-	if current[s.tid] != s || cgotorch.ThreadID() != s.tid {
-		scopeMu.Unlock()
-		panic("torch: Scope.Close: scopes must be closed innermost first, on the goroutine that opened them")
+	n, err := cgotorch.ScopeClose(s.slot)
+	if err != nil {
+		panic(&Error{Op: "scope", Msg: "Scope.Close: scopes must be closed innermost first, on the goroutine that opened them"})
 	}
-	if s.parent == nil {
-		delete(current, s.tid)
-		scoped.Add(-1)
-	} else {
-		current[s.tid] = s.parent
-	}
+	live.Add(-n)
 	s.closed = true
-	ts := s.tensors
-	s.tensors = nil
-	scopeMu.Unlock()
+	freeSlot(s.slot)
 	runtime.UnlockOSThread()
-	for i := len(ts) - 1; i >= 0; i-- {
-		if t := ts[i]; t.scope == s {
-			t.release()
-		}
-	}
 }
 
 // Keep moves tensors out of s: into the enclosing scope, or, when s is outermost, to the
 // caller, who frees them with Free (a runtime cleanup stands behind as a safety net).
 // It returns its first argument, for `return s.Keep(y)`.
 func (s *Scope) Keep(ts ...*Tensor) *Tensor {
-	scopeMu.Lock()
-	defer scopeMu.Unlock()
 	for _, t := range ts {
-		if t == nil || t.scope != s {
+		if t == nil || t.scope != s || t.h == nil {
 			continue
 		}
-		t.scope = s.parent
-		if s.parent != nil {
-			s.parent.tensors = append(s.parent.tensors, t)
-		} else {
+		now, err := cgotorch.ScopeMove(t.h, s.slot)
+		check("keep", err)
+		if now == 0 {
+			t.scope = nil
 			t.guard()
+		} else {
+			t.scope = scopes[now]
 		}
 	}
 	if len(ts) == 0 {
@@ -127,12 +144,11 @@ func (s *Scope) Keep(ts ...*Tensor) *Tensor {
 // Escape moves t out of whatever scope owns it, so that only Free (or the safety-net
 // cleanup) releases it. Modules and optimizers use it for the tensors they own.
 func (t *Tensor) Escape() *Tensor {
-	scopeMu.Lock()
-	if t.scope != nil {
+	if t.scope != nil && t.h != nil {
+		check("escape", cgotorch.ScopeDisown(t.h, t.scope.slot))
 		t.scope = nil
 		t.guard()
 	}
-	scopeMu.Unlock()
 	return t
 }
 
@@ -148,32 +164,50 @@ func (t *Tensor) guard() {
 	}
 }
 
-// wrap takes ownership of a handle returned by cgotorch.
-func wrap(h cgotorch.Tensor) *Tensor {
+// adopt wraps an op's result: its handle belongs to the scope the C side named, or to the
+// new Tensor when none was open. A failure panics with a *Error for op.
+func adopt(op string, r cgotorch.Result) *Tensor {
+	if r.Err != nil {
+		panic(opErr(op, r.Err))
+	}
+	return wrapIn(r.T, r.Scope)
+}
+
+func adopt2(op string, r cgotorch.Result2) (*Tensor, *Tensor) {
+	if r.Err != nil {
+		panic(opErr(op, r.Err))
+	}
+	return wrapIn(r.T0, r.Scope), wrapIn(r.T1, r.Scope)
+}
+
+func adoptN(op string, r cgotorch.Results) []*Tensor {
+	if r.Err != nil {
+		panic(opErr(op, r.Err))
+	}
+	out := make([]*Tensor, len(r.Ts))
+	for i, h := range r.Ts {
+		out[i] = wrapIn(h, r.Scope)
+	}
+	return out
+}
+
+// wrapIn takes a handle that frame slot owns (slot 0: the Tensor owns it).
+func wrapIn(h cgotorch.Tensor, slot int32) *Tensor {
 	if h == nil {
 		return nil
 	}
 	live.Add(1)
 	t := &Tensor{h: h}
-	if scoped.Load() > 0 {
-		tid := cgotorch.ThreadID()
-		scopeMu.Lock()
-		if s := current[tid]; s != nil {
-			t.scope = s
-			s.tensors = append(s.tensors, t)
-		}
-		scopeMu.Unlock()
-	}
-	if t.scope == nil {
+	if slot != 0 {
+		t.scope = scopes[slot]
+	} else {
 		t.guard()
 	}
 	return t
 }
 
-func must(op string, h cgotorch.Tensor, err error) *Tensor {
-	check(op, err)
-	return wrap(h)
-}
+// owned wraps a handle no scope adopted (an out-parameter of a hand-written function).
+func owned(h cgotorch.Tensor) *Tensor { return wrapIn(h, 0) }
 
 func (t *Tensor) release() {
 	if t.h == nil {
@@ -188,36 +222,40 @@ func (t *Tensor) release() {
 }
 
 // Free releases the tensor now. Using it afterwards panics. Freeing twice is harmless.
+// A tensor a scope owns is freed on the goroutine that opened the scope.
 func (t *Tensor) Free() {
-	if t == nil {
+	if t == nil || t.h == nil {
 		return
 	}
-	scopeMu.Lock()
-	t.scope = nil
-	scopeMu.Unlock()
+	if s := t.scope; s != nil {
+		if !s.closed {
+			check("free", cgotorch.ScopeFree(t.h, s.slot))
+			live.Add(-1)
+		}
+		t.scope, t.h = nil, nil
+		return
+	}
 	t.release()
 }
 
-// Handle returns the cgotorch handle, for packages that call the C boundary directly.
-func (t *Tensor) Handle() cgotorch.Tensor {
-	if t.h == nil {
-		panic(&Error{Op: "use", Msg: "tensor used after Free"})
+// handle returns the handle for a call, panicking on a freed tensor or one whose scope
+// closed.
+func (t *Tensor) handle() cgotorch.Tensor {
+	if t.h == nil || (t.scope != nil && t.scope.closed) {
+		panic(&Error{Op: "use", Msg: "tensor used after Free or after its scope closed"})
 	}
 	return t.h
 }
 
-// FromHandle wraps a cgotorch handle the caller owns; the Tensor takes it over.
-func FromHandle(h cgotorch.Tensor) *Tensor { return wrap(h) }
-
 // ---- metadata ----
 
 // Dim returns the number of dimensions.
-func (t *Tensor) Dim() int { return cgotorch.Dim(t.Handle()) }
+func (t *Tensor) Dim() int { return cgotorch.Dim(t.handle()) }
 
 // Shape returns the sizes of the dimensions.
 func (t *Tensor) Shape() []int64 {
 	s := make([]int64, t.Dim())
-	cgotorch.Sizes(t.h, s)
+	cgotorch.Sizes(t.handle(), s)
 	return s
 }
 
@@ -236,31 +274,31 @@ func (t *Tensor) Size(d int) int64 {
 // Strides returns the strides in elements.
 func (t *Tensor) Strides() []int64 {
 	s := make([]int64, t.Dim())
-	cgotorch.Strides(t.Handle(), s)
+	cgotorch.Strides(t.handle(), s)
 	return s
 }
 
 // Numel returns the number of elements.
-func (t *Tensor) Numel() int64 { return cgotorch.Numel(t.Handle()) }
+func (t *Tensor) Numel() int64 { return cgotorch.Numel(t.handle()) }
 
 // DType returns the element type.
-func (t *Tensor) DType() DType { return DType(cgotorch.DType(t.Handle())) }
+func (t *Tensor) DType() DType { return DType(cgotorch.DType(t.handle())) }
 
 // Device returns the device holding the tensor.
 func (t *Tensor) Device() Device {
-	typ, idx := cgotorch.Device(t.Handle())
+	typ, idx := cgotorch.Device(t.handle())
 	return Device{Type: DeviceType(typ), Index: idx}
 }
 
 // IsContiguous reports whether the tensor is contiguous in memory.
-func (t *Tensor) IsContiguous() bool { return cgotorch.IsContiguous(t.Handle()) }
+func (t *Tensor) IsContiguous() bool { return cgotorch.IsContiguous(t.handle()) }
 
 // StorageOffset returns the offset of the first element in its storage.
-func (t *Tensor) StorageOffset() int64 { return cgotorch.StorageOffset(t.Handle()) }
+func (t *Tensor) StorageOffset() int64 { return cgotorch.StorageOffset(t.handle()) }
 
-// DataPtr returns the address of the first element (valid while t lives; CPU tensors
+// dataPtr returns the address of the first element (valid while t lives; CPU tensors
 // are host memory).
-func (t *Tensor) DataPtr() unsafe.Pointer { return cgotorch.DataPtr(t.Handle()) }
+func (t *Tensor) dataPtr() unsafe.Pointer { return cgotorch.DataPtr(t.handle()) }
 
 // ---- creation ----
 
@@ -291,8 +329,7 @@ func fromSlice[T Elem](op string, data []T, shape []int64, pinned bool) *Tensor 
 	if len(data) > 0 {
 		p = unsafe.Pointer(&data[0])
 	}
-	h, err := cgotorch.FromBlob(p, shape, int(DTypeOf[T]()), pinned)
-	return must(op, h, err)
+	return adopt(op, cgotorch.FromBlob(p, shape, int(DTypeOf[T]()), pinned))
 }
 
 // FromSlice copies data into a new CPU tensor of the given shape (1-D when shape is
@@ -310,54 +347,6 @@ func FromSlicePinned[T Elem](data []T, shape ...int64) *Tensor {
 // Scalar returns a 0-dimensional float32 tensor.
 func Scalar(v float64) *Tensor { return Full(nil, v, Float32, CPU) }
 
-func fill(op string, kind int, shape []int64, dtype DType, dev Device) *Tensor {
-	h, err := cgotorch.Fill(kind, shape, int(dtype), int(dev.Type), dev.Index)
-	return must(op, h, err)
-}
-
-// Empty returns an uninitialised tensor.
-func Empty(shape []int64, dtype DType, dev Device) *Tensor {
-	return fill("empty", cgotorch.FillEmpty, shape, dtype, dev)
-}
-
-// Zeros returns a tensor of zeros.
-func Zeros(shape []int64, dtype DType, dev Device) *Tensor {
-	return fill("zeros", cgotorch.FillZeros, shape, dtype, dev)
-}
-
-// Ones returns a tensor of ones.
-func Ones(shape []int64, dtype DType, dev Device) *Tensor {
-	return fill("ones", cgotorch.FillOnes, shape, dtype, dev)
-}
-
-// Rand returns uniform samples from [0, 1) drawn from the default generator.
-func Rand(shape []int64, dtype DType, dev Device) *Tensor {
-	return fill("rand", cgotorch.FillRand, shape, dtype, dev)
-}
-
-// Randn returns standard normal samples drawn from the default generator.
-func Randn(shape []int64, dtype DType, dev Device) *Tensor {
-	return fill("randn", cgotorch.FillRandn, shape, dtype, dev)
-}
-
-// Full returns a tensor filled with v.
-func Full(shape []int64, v float64, dtype DType, dev Device) *Tensor {
-	h, err := cgotorch.Full(shape, v, int(dtype), int(dev.Type), dev.Index)
-	return must("full", h, err)
-}
-
-// Arange is torch.arange(start, end, step).
-func Arange(start, end, step float64, dtype DType, dev Device) *Tensor {
-	h, err := cgotorch.Arange(start, end, step, int(dtype), int(dev.Type), dev.Index)
-	return must("arange", h, err)
-}
-
-// Randint returns integers uniform in [low, high).
-func Randint(low, high int64, shape []int64, dtype DType, dev Device) *Tensor {
-	h, err := cgotorch.Randint(low, high, shape, int(dtype), int(dev.Type), dev.Index)
-	return must("randint", h, err)
-}
-
 // RandpermSeeded returns torch.randperm(n, generator=g) for a CPU generator g seeded with
 // seed: the permutation PyTorch's DistributedSampler uses for seed+epoch.
 func RandpermSeeded(n int64, seed int64) []int64 {
@@ -374,10 +363,8 @@ func Data[T Elem](t *Tensor) []T {
 	want := DTypeOf[T]()
 	src := t
 	if t.DType() != want {
-		h, err := cgotorch.To(t.Handle(), -1, -1, int(want), false, false)
-		check("to", err)
-		defer cgotorch.TensorFree(h)
-		src = &Tensor{h: h}
+		src = t.ToDType(want)
+		defer src.Free()
 	}
 	hostReads.Add(1)
 	out := make([]T, src.Numel())
@@ -385,7 +372,7 @@ func Data[T Elem](t *Tensor) []T {
 	if len(out) > 0 {
 		p = unsafe.Pointer(&out[0])
 	}
-	check("copy_to_host", cgotorch.CopyToHost(src.h, p, int64(len(out))*int64(want.Size())))
+	check("copy_to_host", cgotorch.CopyToHost(src.handle(), p, int64(len(out))*int64(want.Size())))
 	return out
 }
 
@@ -404,7 +391,7 @@ func (t *Tensor) Bools() []bool { return Data[bool](t) }
 // Item returns the value of a one-element tensor.
 func (t *Tensor) Item() float64 {
 	hostReads.Add(1)
-	d, _, err := cgotorch.Item(t.Handle())
+	d, _, err := cgotorch.Item(t.handle())
 	check("item", err)
 	return d
 }
@@ -412,45 +399,25 @@ func (t *Tensor) Item() float64 {
 // ItemInt returns the value of a one-element integer tensor.
 func (t *Tensor) ItemInt() int64 {
 	hostReads.Add(1)
-	_, i, err := cgotorch.Item(t.Handle())
+	_, i, err := cgotorch.Item(t.handle())
 	check("item", err)
 	return i
 }
 
 // ---- conversion ----
 
-// To returns the tensor on dev; nonBlocking copies asynchronously from pinned memory.
-// When t is already there, the result shares its storage.
-func (t *Tensor) To(dev Device, nonBlocking bool) *Tensor {
-	h, err := cgotorch.To(t.Handle(), int(dev.Type), dev.Index, -1, nonBlocking, false)
-	return must("to", h, err)
-}
-
-// ToDType returns the tensor converted to dtype.
-func (t *Tensor) ToDType(dtype DType) *Tensor {
-	h, err := cgotorch.To(t.Handle(), -1, -1, int(dtype), false, false)
-	return must("to", h, err)
-}
-
-// CopyFrom copies src's values into t in place (broadcasting, converting dtype and
-// device), without recording autograd history.
-func (t *Tensor) CopyFrom(src *Tensor, nonBlocking bool) {
-	check("copy_", cgotorch.Copy(t.Handle(), src.Handle(), nonBlocking))
-}
-
 // Alias returns a second handle to the same tensor (same storage, same autograd
 // identity), owned by the current scope.
-func (t *Tensor) Alias() *Tensor { return wrap(cgotorch.ShallowClone(t.Handle())) }
+func (t *Tensor) Alias() *Tensor { return adopt("alias", cgotorch.ShallowClone(t.handle())) }
 
 func fromBlobStrided(p unsafe.Pointer, shape, strides []int64, dt DType) *Tensor {
-	h, err := cgotorch.FromBlobStrided(p, shape, strides, int(dt))
-	return must("from_blob", h, err)
+	return adopt("from_blob", cgotorch.FromBlobStrided(p, shape, strides, int(dt)))
 }
 
 func copyToHost(t *Tensor, dst unsafe.Pointer, n int64) error {
 	hostReads.Add(1)
-	if err := cgotorch.CopyToHost(t.Handle(), dst, n); err != nil {
-		return wrapErr("copy_to_host", err)
+	if err := cgotorch.CopyToHost(t.handle(), dst, n); err != nil {
+		return opErr("copy_to_host", err)
 	}
 	return nil
 }

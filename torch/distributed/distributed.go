@@ -32,7 +32,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gotrain/gotrain/cgotorch"
 	"github.com/gotrain/gotrain/torch"
 )
 
@@ -72,7 +71,7 @@ const (
 
 // NCCLAvailable reports whether this build can make NCCL process groups, and if not,
 // why (a build with -tags cpu, or one made without NCCL's and CUDA's headers).
-func NCCLAvailable() (bool, string) { return cgotorch.DistNCCLAvailable() }
+func NCCLAvailable() (bool, string) { return torch.NCCLAvailable() }
 
 // backend resolves Options.Backend.
 func (o Options) backend() (string, error) {
@@ -162,7 +161,7 @@ func (o Options) validate() error {
 // ProcessGroup is a joined c10d process group. Its collectives must be called by every
 // rank in the same order, as torch.distributed's.
 type ProcessGroup struct {
-	h       cgotorch.ProcessGroup
+	c       *torch.Comm
 	opts    Options
 	backend string
 }
@@ -170,7 +169,7 @@ type ProcessGroup struct {
 // Init joins the process group: rank 0 hosts the TCPStore on MasterAddr:MasterPort and
 // every rank connects to it, waiting at most Timeout for the others.
 func Init(o Options) (*ProcessGroup, error) {
-	if !cgotorch.DistAvailable() {
+	if !torch.DistAvailable() {
 		return nil, ErrUnavailable
 	}
 	if err := o.validate(); err != nil {
@@ -183,19 +182,19 @@ func Init(o Options) (*ProcessGroup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("distributed: rank %d: %w", o.Rank, err)
 	}
-	cb := cgotorch.DistGloo
+	cb := torch.Gloo
 	if backend == NCCL {
-		cb = cgotorch.DistNCCL
+		cb = torch.NCCL
 		// NCCL makes its communicators on the current device: this rank's GPU.
 		if err := torch.CUDASetDevice(o.LocalRank); err != nil {
 			return nil, fmt.Errorf("distributed: rank %d: %w", o.Rank, err)
 		}
 	}
-	h, err := cgotorch.DistInit(o.MasterAddr, o.MasterPort, o.Rank, o.WorldSize, o.Timeout.Milliseconds(), cb)
+	c, err := torch.NewComm(o.MasterAddr, o.MasterPort, o.Rank, o.WorldSize, o.Timeout, cb)
 	if err != nil {
-		return nil, fmt.Errorf("distributed: init rank %d of %d (%s): %w", o.Rank, o.WorldSize, backend, err)
+		return nil, fmt.Errorf("distributed: init rank %d of %d (%s): %w", o.Rank, o.WorldSize, backend, unwrapTorch(err))
 	}
-	return &ProcessGroup{h: h, opts: o, backend: backend}, nil
+	return &ProcessGroup{c: c, opts: o, backend: backend}, nil
 }
 
 // Backend is the group's backend, "gloo" or "nccl".
@@ -203,9 +202,8 @@ func (pg *ProcessGroup) Backend() string { return pg.backend }
 
 // Close leaves the process group (rank 0's store stops serving). Closing nil is a no-op.
 func (pg *ProcessGroup) Close() {
-	if pg != nil && pg.h != nil {
-		cgotorch.DistFree(pg.h)
-		pg.h = nil
+	if pg != nil {
+		pg.c.Close()
 	}
 }
 
@@ -243,32 +241,24 @@ func (pg *ProcessGroup) Device() torch.Device {
 	return torch.CPU
 }
 
-func (pg *ProcessGroup) handle() (cgotorch.ProcessGroup, error) {
-	if pg == nil || pg.h == nil {
+func (pg *ProcessGroup) comm() (*torch.Comm, error) {
+	if pg == nil || pg.c == nil {
 		return nil, errors.New("distributed: process group is closed")
 	}
-	return pg.h, nil
-}
-
-func handles(ts []*torch.Tensor) []cgotorch.Tensor {
-	hs := make([]cgotorch.Tensor, len(ts))
-	for i, t := range ts {
-		hs[i] = t.Handle()
-	}
-	return hs
+	return pg.c, nil
 }
 
 // Broadcast copies root's tensors into every rank's tensors in place, coalesced into
 // one flat buffer per dtype. The tensors must have the same shapes on every rank.
 func (pg *ProcessGroup) Broadcast(ts []*torch.Tensor, root int) error {
-	h, err := pg.handle()
+	c, err := pg.comm()
 	if err != nil {
 		return err
 	}
 	if len(ts) == 0 {
 		return nil
 	}
-	return wrap(cgotorch.DistBroadcast(h, handles(ts), root))
+	return wrap(c.Broadcast(ts, root))
 }
 
 // ReduceOp is an all-reduce operation.
@@ -276,21 +266,21 @@ type ReduceOp int
 
 // The reduce operations.
 const (
-	Sum ReduceOp = cgotorch.DistSum
-	Max ReduceOp = cgotorch.DistMax
-	Min ReduceOp = cgotorch.DistMin
+	Sum = ReduceOp(torch.ReduceSum)
+	Max = ReduceOp(torch.ReduceMax)
+	Min = ReduceOp(torch.ReduceMin)
 )
 
 // AllReduce reduces the tensors across ranks in place.
 func (pg *ProcessGroup) AllReduce(ts []*torch.Tensor, op ReduceOp) error {
-	h, err := pg.handle()
+	c, err := pg.comm()
 	if err != nil {
 		return err
 	}
 	if len(ts) == 0 {
 		return nil
 	}
-	return wrap(cgotorch.DistAllReduce(h, handles(ts), int(op)))
+	return wrap(c.AllReduce(ts, torch.ReduceOp(op)))
 }
 
 // AllReduceFloat64s reduces a few numbers (metric sums, flags) across ranks.
@@ -317,20 +307,20 @@ func (pg *ProcessGroup) AllReduceFloat64s(vs []float64, op ReduceOp) ([]float64,
 // (0: DefaultBucketBytes), and each bucket is one flattened all-reduce (one cgo call).
 // A parameter without a gradient takes part as zeros.
 func (pg *ProcessGroup) AllReduceGradients(params []*torch.Tensor, bucketBytes int64) error {
-	h, err := pg.handle()
+	c, err := pg.comm()
 	if err != nil {
 		return err
 	}
 	if bucketBytes <= 0 {
 		bucketBytes = DefaultBucketBytes
 	}
-	var bucket []cgotorch.Tensor
+	var bucket []*torch.Tensor
 	var size int64
 	flush := func() error {
 		if len(bucket) == 0 {
 			return nil
 		}
-		err := cgotorch.DistAllReduceGrads(h, bucket)
+		err := c.AllReduceGrads(bucket)
 		bucket, size = bucket[:0], 0
 		return wrap(err)
 	}
@@ -341,7 +331,7 @@ func (pg *ProcessGroup) AllReduceGradients(params []*torch.Tensor, bucketBytes i
 				return err
 			}
 		}
-		bucket = append(bucket, p.Handle())
+		bucket = append(bucket, p)
 		size += n
 	}
 	return flush()
@@ -349,21 +339,30 @@ func (pg *ProcessGroup) AllReduceGradients(params []*torch.Tensor, bucketBytes i
 
 // Barrier blocks until every rank reaches it.
 func (pg *ProcessGroup) Barrier() error {
-	h, err := pg.handle()
+	c, err := pg.comm()
 	if err != nil {
 		return err
 	}
-	return wrap(cgotorch.DistBarrier(h))
+	return wrap(c.Barrier())
 }
 
-// wrap turns the C boundary's error into one that reads "distributed: ...".
+// unwrapTorch returns libtorch's message of a *torch.Error as the error.
+func unwrapTorch(err error) error {
+	var te *torch.Error
+	if errors.As(err, &te) {
+		return errors.New(te.Msg)
+	}
+	return err
+}
+
+// wrap turns libtorch's error into one that reads "distributed: ...".
 func wrap(err error) error {
-	var ce *cgotorch.Error
-	if errors.As(err, &ce) {
-		if strings.HasPrefix(ce.Msg, "distributed ") {
-			return errors.New(ce.Msg)
+	var te *torch.Error
+	if errors.As(err, &te) {
+		if strings.HasPrefix(te.Msg, "distributed ") {
+			return errors.New(te.Msg)
 		}
-		return fmt.Errorf("distributed: %s", ce.Msg)
+		return fmt.Errorf("distributed: %s", te.Msg)
 	}
 	return err
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gotrain/gotrain/cgotorch"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/distributed"
 	"github.com/gotrain/gotrain/torch/distributed/disttest"
@@ -187,11 +186,11 @@ func TestBackendChoice(t *testing.T) {
 	one := func(backend string) distributed.Options {
 		return distributed.Options{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: disttest.FreePort(t), Timeout: 10 * time.Second, Backend: backend}
 	}
-	if !cgotorch.DistAvailable() {
+	if !torch.DistAvailable() {
 		t.Skip("built with -tags nodist")
 	}
 	ok, why := distributed.NCCLAvailable()
-	if !cgotorch.CUDABuild {
+	if !torch.CUDABuild {
 		assert.False(t, ok)
 		assert.Contains(t, why, "-tags cpu")
 	} else if os.Getenv("CI") == "true" {

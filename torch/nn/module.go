@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gotrain/gotrain/cgotorch"
 	"github.com/gotrain/gotrain/torch"
 )
 
@@ -258,9 +257,7 @@ func ToDevice(m Module, dev torch.Device) {
 					t.SetGrad(nil)
 				}
 				moved := t.To(dev, false)
-				if err := cgotorch.SetData(t.Handle(), moved.Handle()); err != nil {
-					panic(&torch.Error{Op: "to", Msg: err.Error()})
-				}
+				t.SetData(moved)
 			}
 		})
 	})

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gotrain/gotrain/cgotorch"
 	"github.com/gotrain/gotrain/torch"
 )
 
@@ -16,7 +15,7 @@ import (
 // module at its next Forward or Save.
 type ScriptModule struct {
 	Base
-	h cgotorch.Module
+	m *torch.JITModule
 }
 
 // scriptChild is a submodule of a ScriptModule: a holder of names, never run on its own.
@@ -30,19 +29,19 @@ func (*scriptChild) Forward(*torch.Tensor) *torch.Tensor {
 // LoadScript loads a module written by torch.jit.save (or ScriptModule.Save) onto dev.
 // Free releases it.
 func LoadScript(path string, dev torch.Device) (*ScriptModule, error) {
-	h, err := cgotorch.JitLoad(path, int(dev.Type), dev.Index)
+	m, err := torch.LoadJIT(path, dev)
 	if err != nil {
 		return nil, fmt.Errorf("nn: load TorchScript %s: %w", path, err)
 	}
-	nts, err := cgotorch.JitNamedTensors(h)
+	nts, err := m.Tensors()
 	if err != nil {
-		cgotorch.JitFree(h)
+		m.Free()
 		return nil, fmt.Errorf("nn: load TorchScript %s: %w", path, err)
 	}
-	s := &ScriptModule{h: h}
-	s.eval = !cgotorch.JitIsTraining(h)
+	s := &ScriptModule{m: m}
+	s.eval = !m.Training()
 	for _, nt := range nts {
-		t := torch.FromHandle(nt.T).Escape()
+		t := nt.Tensor
 		parts := strings.Split(nt.Name, ".")
 		b := &s.Base
 		for _, p := range parts[:len(parts)-1] {
@@ -63,28 +62,15 @@ func LoadScript(path string, dev torch.Device) (*ScriptModule, error) {
 
 // sync passes the Go-side training flag to the script module.
 func (s *ScriptModule) sync() {
-	if on := s.Training(); cgotorch.JitIsTraining(s.handle()) != on {
-		if err := cgotorch.JitTrain(s.h, on); err != nil {
-			panic(&torch.Error{Op: "train", Msg: err.Error()})
-		}
+	if on := s.Training(); s.m.Training() != on {
+		s.m.SetTraining(on)
 	}
-}
-
-func (s *ScriptModule) handle() cgotorch.Module {
-	if s.h == nil {
-		panic(&torch.Error{Op: "script module", Msg: "used after Free"})
-	}
-	return s.h
 }
 
 // Forward runs the script module's forward on x; it must return one tensor.
 func (s *ScriptModule) Forward(x *torch.Tensor) *torch.Tensor {
 	s.sync()
-	h, err := cgotorch.JitForward(s.h, x.Handle())
-	if err != nil {
-		panic(&torch.Error{Op: "script forward", Msg: err.Error()})
-	}
-	return torch.FromHandle(h)
+	return s.m.Forward(x)
 }
 
 // Save writes the module, with its current parameters and training flag, in
@@ -92,15 +78,12 @@ func (s *ScriptModule) Forward(x *torch.Tensor) *torch.Tensor {
 func (s *ScriptModule) Save(path string) (err error) {
 	defer torch.Recover(&err, "nn: save TorchScript")
 	s.sync()
-	if err := cgotorch.JitSave(s.h, path); err != nil {
+	if err := s.m.Save(path); err != nil {
 		return fmt.Errorf("nn: save TorchScript %s: %w", path, err)
 	}
 	return nil
 }
 
 func (s *ScriptModule) free() {
-	if s.h != nil {
-		cgotorch.JitFree(s.h)
-		s.h = nil
-	}
+	s.m.Free()
 }

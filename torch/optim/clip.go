@@ -1,9 +1,6 @@
 package optim
 
-import (
-	"github.com/gotrain/gotrain/cgotorch"
-	"github.com/gotrain/gotrain/torch"
-)
+import "github.com/gotrain/gotrain/torch"
 
 // ClipGradNorm is torch.nn.utils.clip_grad_norm_, in one call into libtorch: it computes
 // the norm of all gradients together (normType 2, or math.Inf(1) for the largest
@@ -12,12 +9,11 @@ import (
 // none, the norm is 0). With errorIfNonfinite, a NaN or infinite norm is an error and
 // nothing is clipped; otherwise a NaN norm makes every gradient NaN, as in PyTorch.
 func ClipGradNorm(params []*torch.Tensor, maxNorm, normType float64, errorIfNonfinite bool) (float64, error) {
-	total, err := cgotorch.ClipGradNorm(handlesOf(params), maxNorm, normType, errorIfNonfinite)
-	return total, torch.ErrorFrom("clip_grad_norm_", err)
+	return torch.ClipGradNorm(params, maxNorm, normType, errorIfNonfinite)
 }
 
 // ClipGradValue is torch.nn.utils.clip_grad_value_: it clamps every gradient element to
 // [-v, v] in place, in one call into libtorch.
 func ClipGradValue(params []*torch.Tensor, v float64) error {
-	return torch.ErrorFrom("clip_grad_value_", cgotorch.ClipGradValue(handlesOf(params), v))
+	return torch.ClipGradValue(params, v)
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/big"
 
-	"github.com/gotrain/gotrain/cgotorch"
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
 )
@@ -94,12 +93,8 @@ func number(v any) (float64, bool) {
 	return 0, false
 }
 
-func boolv(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
+// Bool reports whether the group option key is set and non-zero (a missing key is false).
+func (g *ParamGroup) Bool(key string) bool { return g.Float(key, 0) != 0 }
 
 // pair reads a two-number tuple option such as "betas".
 func pair(g *ParamGroup, key string, def [2]float64) [2]float64 {
@@ -130,10 +125,9 @@ func pair(g *ParamGroup, key string, def [2]float64) [2]float64 {
 // kind describes one optimizer algorithm for the shared implementation.
 type kind struct {
 	name  string
-	code  int
-	slots []string // state names, in cgotorch's slot order and PyTorch's key order
-	// hyper returns cgotorch's hyperparameters for a group.
-	hyper func(g *ParamGroup) [cgotorch.OptNHyper]float64
+	slots []string // state names, in torch.OptimizerStep's slot order and PyTorch's key order
+	// step runs torch.OptimizerStep with the groups' hyperparameters.
+	step func(groups []*ParamGroup, sizes []int64, params []*torch.Tensor, state [][torch.OptimizerStateSlots]*torch.Tensor) error
 	// check validates a group's options as PyTorch's constructor does.
 	check func(g *ParamGroup) error
 	// eager creates state before the first step (Adagrad), for params that have none.
@@ -146,7 +140,7 @@ type base struct {
 	k        *kind
 	groups   []*ParamGroup
 	defaults *checkpoint.Dict // the group keys other than "lr", with this optimizer's values
-	state    [][cgotorch.OptNState]*torch.Tensor
+	state    [][torch.OptimizerStateSlots]*torch.Tensor
 }
 
 func newBase(k *kind, groups []Group, lr float64, defaults *checkpoint.Dict) (*base, error) {
@@ -207,7 +201,7 @@ func copyDict(d *checkpoint.Dict) *checkpoint.Dict {
 func (o *base) syncState() {
 	ps := o.Params()
 	for len(o.state) < len(ps) {
-		o.state = append(o.state, [cgotorch.OptNState]*torch.Tensor{})
+		o.state = append(o.state, [torch.OptimizerStateSlots]*torch.Tensor{})
 	}
 	o.state = o.state[:len(ps)]
 	if o.k.eager != nil {
@@ -229,12 +223,15 @@ func (o *base) Params() []*torch.Tensor {
 	return ps
 }
 
-func handlesOf(ts []*torch.Tensor) []cgotorch.Tensor {
-	hs := make([]cgotorch.Tensor, len(ts))
-	for i, t := range ts {
-		hs[i] = t.Handle()
+// stepWith makes a kind's step from its hyperparameter conversion.
+func stepWith[H torch.OptimizerHyper](hyper func(g *ParamGroup) H) func([]*ParamGroup, []int64, []*torch.Tensor, [][torch.OptimizerStateSlots]*torch.Tensor) error {
+	return func(gs []*ParamGroup, sizes []int64, ps []*torch.Tensor, st [][torch.OptimizerStateSlots]*torch.Tensor) error {
+		hs := make([]H, len(gs))
+		for i, g := range gs {
+			hs[i] = hyper(g)
+		}
+		return torch.OptimizerStep(hs, sizes, ps, st)
 	}
-	return hs
 }
 
 // Step updates every parameter that has a gradient, in one call into libtorch, with
@@ -244,40 +241,20 @@ func (o *base) Step() (err error) {
 	o.syncState()
 	ps := o.Params()
 	sizes := make([]int64, len(o.groups))
-	hyper := make([]float64, 0, len(o.groups)*cgotorch.OptNHyper)
 	for i, g := range o.groups {
 		sizes[i] = int64(len(g.Params))
-		h := o.k.hyper(g)
-		hyper = append(hyper, h[:]...)
 	}
-	st := make([]cgotorch.Tensor, len(ps)*cgotorch.OptNState)
-	for i := range ps {
-		for k, t := range o.state[i] {
-			if t != nil {
-				st[i*cgotorch.OptNState+k] = t.Handle()
-			}
-		}
+	if len(ps) == 0 {
+		return nil
 	}
-	err = cgotorch.OptimStep(o.k.code, sizes, hyper, handlesOf(ps), st)
-	// Adopt the state the step created, also after a failure (the handles are ours).
-	for i := range ps {
-		for k := range o.state[i] {
-			if h := st[i*cgotorch.OptNState+k]; h != nil && o.state[i][k] == nil {
-				o.state[i][k] = torch.FromHandle(h).Escape()
-			}
-		}
-	}
-	return torch.ErrorFrom(o.k.name+" step", err)
+	// The state tensors the step creates belong to the optimizer, not to any scope.
+	return o.k.step(o.groups, sizes, ps, o.state)
 }
 
 // ZeroGrad zeroes every parameter's gradient in one call, or drops the gradients when
 // setToNone is true (PyTorch's default, and cheaper). It panics with a *torch.Error
-// if libtorch fails.
-func (o *base) ZeroGrad(setToNone bool) {
-	if err := cgotorch.ZeroGrad(handlesOf(o.Params()), setToNone); err != nil {
-		panic(torch.ErrorFrom("zero_grad", err))
-	}
-}
+// if libtorch fails, as ops do.
+func (o *base) ZeroGrad(setToNone bool) { torch.ZeroGrads(o.Params(), setToNone) }
 
 // Free releases the optimizer's state tensors now instead of leaving them to the
 // garbage collector. The optimizer starts from empty state if used again.
@@ -419,7 +396,7 @@ func (o *base) LoadStateDict(sd *checkpoint.Dict) (err error) {
 		newGroups[gi] = ng
 	}
 	ps := o.Params()
-	newState := make([][cgotorch.OptNState]*torch.Tensor, len(ps))
+	newState := make([][torch.OptimizerStateSlots]*torch.Tensor, len(ps))
 	free := func() {
 		for i := range newState {
 			for _, t := range newState[i] {

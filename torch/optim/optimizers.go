@@ -3,7 +3,6 @@ package optim
 import (
 	"fmt"
 
-	"github.com/gotrain/gotrain/cgotorch"
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
 )
@@ -41,13 +40,11 @@ type SGD struct{ *base }
 
 var sgdKind = &kind{
 	name:  "SGD",
-	code:  cgotorch.OptSGD,
 	slots: []string{"momentum_buffer"},
-	hyper: func(g *ParamGroup) (h [cgotorch.OptNHyper]float64) {
-		h[0], h[1], h[2], h[3] = g.LR, g.Float("momentum", 0), g.Float("dampening", 0), g.Float("weight_decay", 0)
-		h[4], h[5] = g.Float("nesterov", 0), g.Float("maximize", 0)
-		return h
-	},
+	step: stepWith(func(g *ParamGroup) torch.SGDHyper {
+		return torch.SGDHyper{LR: g.LR, Momentum: g.Float("momentum", 0), Dampening: g.Float("dampening", 0),
+			WeightDecay: g.Float("weight_decay", 0), Nesterov: g.Bool("nesterov"), Maximize: g.Bool("maximize")}
+	}),
 	check: func(g *ParamGroup) error {
 		if err := nonNegative(g, "momentum", "weight_decay"); err != nil {
 			return err
@@ -121,17 +118,14 @@ type Adam struct{ *base }
 func adamKind(name string, decoupled bool) *kind {
 	return &kind{
 		name:  name,
-		code:  cgotorch.OptAdam,
 		slots: []string{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
-		hyper: func(g *ParamGroup) (h [cgotorch.OptNHyper]float64) {
+		step: stepWith(func(g *ParamGroup) torch.AdamHyper {
 			betas := pair(g, "betas", [2]float64{0.9, 0.999})
-			h[0], h[1], h[2], h[3] = g.LR, betas[0], betas[1], g.Float("eps", 1e-8)
-			h[4], h[5], h[6] = g.Float("weight_decay", 0), g.Float("amsgrad", 0), g.Float("maximize", 0)
-			// AdamW always decouples, also for groups loaded from an older torch without the key.
-			h[7] = boolv(decoupled || g.Float("decoupled_weight_decay", 0) != 0)
-			h[8] = g.Float("fused", 0)
-			return h
-		},
+			return torch.AdamHyper{LR: g.LR, Beta1: betas[0], Beta2: betas[1], Eps: g.Float("eps", 1e-8),
+				WeightDecay: g.Float("weight_decay", 0), AMSGrad: g.Bool("amsgrad"), Maximize: g.Bool("maximize"),
+				// AdamW always decouples, also for groups loaded from an older torch without the key.
+				DecoupledWeightDecay: decoupled || g.Bool("decoupled_weight_decay"), Fused: g.Bool("fused")}
+		}),
 		check: func(g *ParamGroup) error {
 			if err := nonNegative(g, "eps", "weight_decay"); err != nil {
 				return err
@@ -220,13 +214,12 @@ type RMSprop struct{ *base }
 
 var rmspropKind = &kind{
 	name:  "RMSprop",
-	code:  cgotorch.OptRMSprop,
 	slots: []string{"step", "square_avg", "momentum_buffer", "grad_avg"},
-	hyper: func(g *ParamGroup) (h [cgotorch.OptNHyper]float64) {
-		h[0], h[1], h[2], h[3] = g.LR, g.Float("alpha", 0.99), g.Float("eps", 1e-8), g.Float("weight_decay", 0)
-		h[4], h[5], h[6] = g.Float("momentum", 0), g.Float("centered", 0), g.Float("maximize", 0)
-		return h
-	},
+	step: stepWith(func(g *ParamGroup) torch.RMSpropHyper {
+		return torch.RMSpropHyper{LR: g.LR, Alpha: g.Float("alpha", 0.99), Eps: g.Float("eps", 1e-8),
+			WeightDecay: g.Float("weight_decay", 0), Momentum: g.Float("momentum", 0), Centered: g.Bool("centered"),
+			Maximize: g.Bool("maximize")}
+	}),
 	check: func(g *ParamGroup) error { return nonNegative(g, "eps", "momentum", "weight_decay", "alpha") },
 }
 
@@ -269,13 +262,12 @@ type Adagrad struct{ *base }
 
 var adagradKind = &kind{
 	name:  "Adagrad",
-	code:  cgotorch.OptAdagrad,
 	slots: []string{"step", "sum"},
-	hyper: func(g *ParamGroup) (h [cgotorch.OptNHyper]float64) {
-		h[0], h[1], h[2], h[3] = g.LR, g.Float("lr_decay", 0), g.Float("eps", 1e-10), g.Float("weight_decay", 0)
-		h[4], h[5] = g.Float("maximize", 0), g.Float("initial_accumulator_value", 0)
-		return h
-	},
+	step: stepWith(func(g *ParamGroup) torch.AdagradHyper {
+		return torch.AdagradHyper{LR: g.LR, LRDecay: g.Float("lr_decay", 0), Eps: g.Float("eps", 1e-10),
+			WeightDecay: g.Float("weight_decay", 0), InitialAccumulatorValue: g.Float("initial_accumulator_value", 0),
+			Maximize: g.Bool("maximize")}
+	}),
 	check: func(g *ParamGroup) error {
 		return nonNegative(g, "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
 	},

@@ -1,0 +1,451 @@
+// Command opgen writes gotrain's op bindings from one table, cgotorch/ops.tab: the C
+// prototypes, the C++ bodies (each inside the exception guard), the cgo wrappers and
+// package torch's methods. It runs from `go generate ./cgotorch`; opgen's test fails when
+// the committed files differ from what the table generates.
+//
+//	go run ./cgotorch/opgen [-table cgotorch/ops.tab] [-cgotorch cgotorch] [-torch torch]
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"go/format"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode"
+)
+
+// A param is one argument of an op: its name (as written in the C++ expression and the
+// Go signature) and its kind.
+type param struct {
+	name     string
+	kind     string // tensor, tensor?, tensors, int64, int64s, double, scalar, bool, dtype, device
+	variadic bool   // int64s... : a variadic Go parameter
+}
+
+// An op is one row of the table.
+type op struct {
+	goName string
+	name   string // PyTorch's name, for error messages
+	self   bool   // first param is the receiver
+	params []param
+	result string // tensor, tensor2, tensors, void
+	expr   string
+	doc    string
+	line   int
+}
+
+var kinds = map[string]bool{
+	"tensor": true, "tensor?": true, "tensors": true, "int64": true, "int64s": true,
+	"double": true, "scalar": true, "bool": true, "dtype": true, "device": true,
+}
+
+var results = map[string]bool{"tensor": true, "tensor2": true, "tensors": true, "int64": true, "void": true}
+
+// parse reads the table; errors name the line.
+func parse(src []byte, file string) ([]op, error) {
+	var ops []op
+	seen := map[string]int{}
+	sc := bufio.NewScanner(bytes.NewReader(src))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Split(line, " | ")
+		if len(f) != 6 {
+			return nil, fmt.Errorf("%s:%d: want 6 fields separated by \" | \", got %d", file, n, len(f))
+		}
+		for i := range f {
+			f[i] = strings.TrimSpace(f[i])
+		}
+		o := op{goName: f[0], name: f[1], result: f[3], expr: f[4], doc: f[5], line: n}
+		if prev, ok := seen[o.goName]; ok {
+			return nil, fmt.Errorf("%s:%d: %s is already declared on line %d", file, n, o.goName, prev)
+		}
+		seen[o.goName] = n
+		if !results[o.result] {
+			return nil, fmt.Errorf("%s:%d: unknown result %q", file, n, o.result)
+		}
+		if f[2] != "" {
+			for i, p := range strings.Split(f[2], ",") {
+				p = strings.TrimSpace(p)
+				if i == 0 && p == "self" {
+					o.self = true
+					continue
+				}
+				nk := strings.Fields(p)
+				if len(nk) != 2 {
+					return nil, fmt.Errorf("%s:%d: param %q: want \"name kind\"", file, n, p)
+				}
+				pr := param{name: nk[0], kind: nk[1]}
+				if strings.HasSuffix(pr.kind, "...") {
+					pr.kind, pr.variadic = strings.TrimSuffix(pr.kind, "..."), true
+				}
+				if !kinds[pr.kind] {
+					return nil, fmt.Errorf("%s:%d: param %s: unknown kind %q", file, n, pr.name, pr.kind)
+				}
+				o.params = append(o.params, pr)
+			}
+		}
+		for i, p := range o.params {
+			if p.variadic && (i != len(o.params)-1 || p.kind != "int64s") {
+				return nil, fmt.Errorf("%s:%d: only a last int64s param can be variadic", file, n)
+			}
+		}
+		ops = append(ops, o)
+	}
+	return ops, sc.Err()
+}
+
+// cParams are the C parameters of an op.
+func (o op) cParams() []string {
+	var out []string
+	if o.self {
+		out = append(out, "cg_tensor self_")
+	}
+	for _, p := range o.params {
+		switch p.kind {
+		case "tensor", "tensor?":
+			out = append(out, "cg_tensor "+p.name+"_")
+		case "tensors":
+			out = append(out, "const cg_tensor *"+p.name+"_", "int "+p.name+"_n")
+		case "int64":
+			out = append(out, "int64_t "+p.name)
+		case "int64s":
+			out = append(out, "const int64_t *"+p.name+"_", "int "+p.name+"_n")
+		case "double":
+			out = append(out, "double "+p.name)
+		case "scalar":
+			out = append(out, "double "+p.name+"_")
+		case "bool":
+			out = append(out, "int "+p.name+"_")
+		case "dtype":
+			out = append(out, "int "+p.name+"_")
+		case "device":
+			out = append(out, "int "+p.name+"_type", "int "+p.name+"_index")
+		}
+	}
+	if o.result == "int64" {
+		out = append(out, "int64_t *out")
+	}
+	if len(out) == 0 {
+		return []string{"void"}
+	}
+	return out
+}
+
+func (o op) cName() string { return "cg_op_" + o.goName }
+
+func (o op) cResult() string {
+	switch o.result {
+	case "tensor":
+		return "cg_result"
+	case "tensor2":
+		return "cg_result2"
+	case "tensors":
+		return "cg_results"
+	}
+	return "cg_status"
+}
+
+func (o op) prototype() string {
+	return fmt.Sprintf("%s %s(%s)", o.cResult(), o.cName(), strings.Join(o.cParams(), ", "))
+}
+
+// cxxLocals turns the C parameters into the C++ values the expression names.
+func (o op) cxxLocals() []string {
+	var out []string
+	if o.self {
+		out = append(out, "at::Tensor &self = cg::T(self_);")
+	}
+	for _, p := range o.params {
+		n := p.name
+		switch p.kind {
+		case "tensor":
+			out = append(out, fmt.Sprintf("at::Tensor &%s = cg::T(%s_);", n, n))
+		case "tensor?":
+			out = append(out, fmt.Sprintf("std::optional<at::Tensor> %s = cg::opt(%s_);", n, n))
+		case "tensors":
+			out = append(out, fmt.Sprintf("std::vector<at::Tensor> %s = cg::tensors(%s_, %s_n);", n, n, n))
+		case "int64s":
+			out = append(out, fmt.Sprintf("at::IntArrayRef %s(%s_, %s_n);", n, n, n))
+		case "scalar":
+			out = append(out, fmt.Sprintf("at::Scalar %s = cg::scalar(%s_);", n, n))
+		case "bool":
+			out = append(out, fmt.Sprintf("bool %s = %s_ != 0;", n, n))
+		case "dtype":
+			out = append(out, fmt.Sprintf("at::ScalarType %s = static_cast<at::ScalarType>(%s_);", n, n))
+		case "device":
+			out = append(out, fmt.Sprintf("at::Device %s = cg::device(%s_type, %s_index);", n, n, n))
+		}
+	}
+	return out
+}
+
+func (o op) cxxBody() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s {\n  CG_TRY\n", o.prototype())
+	for _, l := range o.cxxLocals() {
+		fmt.Fprintf(&b, "  %s\n", l)
+	}
+	switch o.result {
+	case "tensor":
+		fmt.Fprintf(&b, "  return cg::res(%s);\n  CG_CATCH_RESULT\n}\n", o.expr)
+	case "tensor2":
+		fmt.Fprintf(&b, "  auto r = %s;\n  return cg::res2(std::get<0>(r), std::get<1>(r));\n  CG_CATCH_RESULT2\n}\n", o.expr)
+	case "tensors":
+		fmt.Fprintf(&b, "  return cg::resn(%s);\n  CG_CATCH_RESULTS\n}\n", o.expr)
+	case "int64":
+		fmt.Fprintf(&b, "  *out = %s;\n  return cg::ok();\n  CG_CATCH_STATUS\n}\n", o.expr)
+	default:
+		fmt.Fprintf(&b, "  %s;\n  return cg::ok();\n  CG_CATCH_STATUS\n}\n", o.expr)
+	}
+	return b.String()
+}
+
+// goParams are the cgotorch wrapper's Go parameters; cArgs the matching C arguments.
+func (o op) goParams() (params, cargs []string) {
+	if o.self {
+		params = append(params, "self Tensor")
+		cargs = append(cargs, "C.cg_tensor(self)")
+	}
+	for _, p := range o.params {
+		n := p.name
+		switch p.kind {
+		case "tensor", "tensor?":
+			params = append(params, n+" Tensor")
+			cargs = append(cargs, "C.cg_tensor("+n+")")
+		case "tensors":
+			params = append(params, n+" []Tensor")
+			cargs = append(cargs, "handles("+n+")", "C.int(len("+n+"))")
+		case "int64":
+			params = append(params, n+" int64")
+			cargs = append(cargs, "C.int64_t("+n+")")
+		case "int64s":
+			params = append(params, n+" []int64")
+			cargs = append(cargs, "i64p("+n+")", "C.int(len("+n+"))")
+		case "double", "scalar":
+			params = append(params, n+" float64")
+			cargs = append(cargs, "C.double("+n+")")
+		case "bool":
+			params = append(params, n+" bool")
+			cargs = append(cargs, "cbool("+n+")")
+		case "dtype":
+			params = append(params, n+" int")
+			cargs = append(cargs, "C.int("+n+")")
+		case "device":
+			params = append(params, n+"Type, "+n+"Index int")
+			cargs = append(cargs, "C.int("+n+"Type)", "C.int("+n+"Index)")
+		}
+	}
+	return
+}
+
+func (o op) goResult() (sig, conv string) {
+	switch o.result {
+	case "tensor":
+		return "Result", "rt"
+	case "tensor2":
+		return "Result2", "rt2"
+	case "tensors":
+		return "Results", "rtn"
+	case "int64":
+		return "(int64, error)", ""
+	}
+	return "error", "st"
+}
+
+func (o op) cgoWrapper() string {
+	params, cargs := o.goParams()
+	sig, conv := o.goResult()
+	if o.result == "int64" {
+		return fmt.Sprintf("// Op%s is %s (ops.tab line %d).\nfunc Op%s(%s) %s {\n\tvar out C.int64_t\n\terr := st(C.%s(%s))\n\treturn int64(out), err\n}\n",
+			o.goName, o.name, o.line, o.goName, strings.Join(params, ", "), sig, o.cName(), strings.Join(append(cargs, "&out"), ", "))
+	}
+	return fmt.Sprintf("// Op%s is %s (ops.tab line %d).\nfunc Op%s(%s) %s {\n\treturn %s(C.%s(%s))\n}\n",
+		o.goName, o.name, o.line, o.goName, strings.Join(params, ", "), sig, conv, o.cName(), strings.Join(cargs, ", "))
+}
+
+// torchFunc is package torch's method or function for the op.
+func (o op) torchFunc() string {
+	var params, args []string
+	if o.self {
+		args = append(args, "t.handle()")
+	}
+	for _, p := range o.params {
+		n := p.name
+		switch p.kind {
+		case "tensor":
+			params = append(params, n+" *Tensor")
+			args = append(args, n+".handle()")
+		case "tensor?":
+			params = append(params, n+" *Tensor")
+			args = append(args, "opt("+n+")")
+		case "tensors":
+			params = append(params, n+" []*Tensor")
+			args = append(args, "handles("+n+")")
+		case "int64":
+			params = append(params, n+" int64")
+			args = append(args, n)
+		case "int64s":
+			if p.variadic {
+				params = append(params, n+" ...int64")
+			} else {
+				params = append(params, n+" []int64")
+			}
+			args = append(args, n)
+		case "double", "scalar":
+			params = append(params, n+" float64")
+			args = append(args, n)
+		case "bool":
+			params = append(params, n+" bool")
+			args = append(args, n)
+		case "dtype":
+			params = append(params, n+" DType")
+			args = append(args, "int("+n+")")
+		case "device":
+			params = append(params, n+" Device")
+			args = append(args, "int("+n+".Type)", n+".Index")
+		}
+	}
+	recv := ""
+	if o.self {
+		recv = "(t *Tensor) "
+	}
+	call := fmt.Sprintf("cgotorch.Op%s(%s)", o.goName, strings.Join(args, ", "))
+	var ret, body string
+	switch o.result {
+	case "tensor":
+		ret, body = " *Tensor", fmt.Sprintf("return adopt(%q, %s)", o.name, call)
+	case "tensor2":
+		ret, body = " (values, indices *Tensor)", fmt.Sprintf("return adopt2(%q, %s)", o.name, call)
+	case "tensors":
+		ret, body = " []*Tensor", fmt.Sprintf("return adoptN(%q, %s)", o.name, call)
+	case "int64":
+		ret, body = " int64", fmt.Sprintf("n, err := %s\n\tcheck(%q, err)\n\treturn n", call, o.name)
+	default:
+		body = fmt.Sprintf("check(%q, %s)", o.name, call)
+	}
+	doc := o.goName + " " + o.doc
+	return fmt.Sprintf("%s\nfunc %s%s(%s)%s {\n\t%s\n}\n", comment(doc), recv, o.goName, strings.Join(params, ", "), ret, body)
+}
+
+// comment wraps text as a Go comment of lines up to 90 columns.
+func comment(text string) string {
+	var b strings.Builder
+	line := "//"
+	for _, w := range strings.Fields(text) {
+		if len(line)+1+len(w) > 90 && line != "//" {
+			b.WriteString(line + "\n")
+			line = "//"
+		}
+		line += " " + w
+	}
+	b.WriteString(line)
+	return b.String()
+}
+
+const header = "// Code generated by cgotorch/opgen from cgotorch/ops.tab; DO NOT EDIT.\n"
+
+func genH(ops []op) []byte {
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("// The table's ops: each returns its tensors in a result (adopted by the calling\n// thread's innermost scope, if any) or an error status; see cgotorch.h.\n")
+	b.WriteString("#ifndef GOTRAIN_CGOTORCH_OPS_GEN_H\n#define GOTRAIN_CGOTORCH_OPS_GEN_H\n#include \"cgotorch.h\"\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n")
+	for _, o := range ops {
+		fmt.Fprintf(&b, "%s;\n", o.prototype())
+	}
+	b.WriteString("\n#ifdef __cplusplus\n}\n#endif\n#endif\n")
+	return b.Bytes()
+}
+
+func genCC(ops []op) []byte {
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("#include <ATen/core/grad_mode.h>\n#include \"internal.h\"\n#include \"ops_gen.h\"\n\nextern \"C\" {\n\n")
+	for _, o := range ops {
+		b.WriteString(o.cxxBody())
+		b.WriteString("\n")
+	}
+	b.WriteString("}  // extern \"C\"\n")
+	return b.Bytes()
+}
+
+func genCgo(ops []op) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("\npackage cgotorch\n\n/*\n#include \"ops_gen.h\"\n*/\nimport \"C\"\n\n")
+	for _, o := range ops {
+		b.WriteString(o.cgoWrapper())
+		b.WriteString("\n")
+	}
+	return format.Source(b.Bytes())
+}
+
+func genTorch(ops []op) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("\npackage torch\n\nimport \"github.com/gotrain/gotrain/cgotorch\"\n\n")
+	for _, o := range ops {
+		b.WriteString(o.torchFunc())
+		b.WriteString("\n")
+	}
+	return format.Source(b.Bytes())
+}
+
+// generate returns every output file by its path relative to the module root.
+func generate(table []byte, tablePath, cgoDir, torchDir string) (map[string][]byte, error) {
+	ops, err := parse(table, tablePath)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range ops {
+		if o.goName == "" || !(unicode.IsLetter(rune(o.goName[0]))) {
+			return nil, fmt.Errorf("%s:%d: bad Go name %q", tablePath, o.line, o.goName)
+		}
+	}
+	cgo, err := genCgo(ops)
+	if err != nil {
+		return nil, fmt.Errorf("cgo wrappers: %w", err)
+	}
+	tg, err := genTorch(ops)
+	if err != nil {
+		return nil, fmt.Errorf("torch methods: %w", err)
+	}
+	return map[string][]byte{
+		filepath.Join(cgoDir, "ops_gen.h"):    genH(ops),
+		filepath.Join(cgoDir, "ops_gen.cc"):   genCC(ops),
+		filepath.Join(cgoDir, "ops_gen.go"):   cgo,
+		filepath.Join(torchDir, "ops_gen.go"): tg,
+	}, nil
+}
+
+func main() {
+	table := flag.String("table", "cgotorch/ops.tab", "the op table")
+	cgoDir := flag.String("cgotorch", "cgotorch", "package cgotorch's directory")
+	torchDir := flag.String("torch", "torch", "package torch's directory")
+	flag.Parse()
+	src, err := os.ReadFile(*table)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "opgen:", err)
+		os.Exit(1)
+	}
+	files, err := generate(src, *table, *cgoDir, *torchDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "opgen:", err)
+		os.Exit(1)
+	}
+	for path, data := range files {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "opgen:", err)
+			os.Exit(1)
+		}
+	}
+}

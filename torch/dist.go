@@ -1,0 +1,106 @@
+package torch
+
+import (
+	"errors"
+	"time"
+
+	"github.com/gotrain/gotrain/cgotorch"
+)
+
+// This file is the C boundary of package distributed: a c10d process group and its
+// collectives. Package distributed adds the launch environment, buckets and the error
+// messages users see; use it rather than these.
+
+// CommBackend is a c10d process-group backend.
+type CommBackend int
+
+// The backends.
+const (
+	Gloo CommBackend = cgotorch.DistGloo
+	NCCL CommBackend = cgotorch.DistNCCL
+)
+
+// ReduceOp is an all-reduce operation.
+type ReduceOp int
+
+// The reduce operations.
+const (
+	ReduceSum ReduceOp = cgotorch.DistSum
+	ReduceMax ReduceOp = cgotorch.DistMax
+	ReduceMin ReduceOp = cgotorch.DistMin
+)
+
+// DistAvailable reports whether this build has c10d (false with build tag nodist).
+func DistAvailable() bool { return cgotorch.DistAvailable() }
+
+// NCCLAvailable reports whether this build can make NCCL process groups, and if not, why.
+func NCCLAvailable() (bool, string) { return cgotorch.DistNCCLAvailable() }
+
+// Comm is a joined c10d process group with the TCPStore it met through. Its collectives
+// block until done or until the timeout; errors are *Error values whose message names the
+// lost ranks when the store can tell.
+type Comm struct{ h cgotorch.ProcessGroup }
+
+// NewComm joins a process group of world ranks through the TCPStore at addr:port, which
+// rank 0 hosts; timeout bounds the rendezvous and every collective.
+func NewComm(addr string, port, rank, world int, timeout time.Duration, backend CommBackend) (*Comm, error) {
+	h, err := cgotorch.DistInit(addr, port, rank, world, timeout.Milliseconds(), int(backend))
+	if err != nil {
+		return nil, opErr("init process group", err)
+	}
+	return &Comm{h: h}, nil
+}
+
+var errClosed = errors.New("process group is closed")
+
+func (c *Comm) handle() (cgotorch.ProcessGroup, error) {
+	if c == nil || c.h == nil {
+		return nil, errClosed
+	}
+	return c.h, nil
+}
+
+// Close leaves the process group. Closing twice is harmless.
+func (c *Comm) Close() {
+	if c != nil && c.h != nil {
+		cgotorch.DistFree(c.h)
+		c.h = nil
+	}
+}
+
+// Broadcast copies root's tensors into every rank's, in place (coalesced by dtype).
+func (c *Comm) Broadcast(ts []*Tensor, root int) error {
+	h, err := c.handle()
+	if err != nil {
+		return err
+	}
+	return wrapErr("broadcast", cgotorch.DistBroadcast(h, handles(ts), root))
+}
+
+// AllReduce reduces the tensors across ranks in place (coalesced by dtype).
+func (c *Comm) AllReduce(ts []*Tensor, op ReduceOp) error {
+	h, err := c.handle()
+	if err != nil {
+		return err
+	}
+	return wrapErr("all_reduce", cgotorch.DistAllReduce(h, handles(ts), int(op)))
+}
+
+// AllReduceGrads averages the params' gradients across ranks in one flattened all-reduce
+// per dtype; an undefined gradient takes part as zeros.
+func (c *Comm) AllReduceGrads(params []*Tensor) error {
+	h, err := c.handle()
+	if err != nil {
+		return err
+	}
+	return wrapErr("all_reduce", cgotorch.DistAllReduceGrads(h, handles(params)))
+}
+
+// Barrier blocks until every rank reaches it.
+func (c *Comm) Barrier() error {
+	h, err := c.handle()
+	if err != nil {
+		return err
+	}
+	return wrapErr("barrier", cgotorch.DistBarrier(h))
+}

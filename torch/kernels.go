@@ -1,0 +1,153 @@
+package torch
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/gotrain/gotrain/cgotorch"
+)
+
+// This file holds the multi-tensor kernels that packages optim and amp are built on:
+// each is one call over every parameter, so that a step does not cross the C boundary
+// once per tensor.
+
+// SGDHyper is one parameter group's torch.optim.SGD hyperparameters.
+type SGDHyper struct {
+	LR, Momentum, Dampening, WeightDecay float64
+	Nesterov, Maximize                   bool
+}
+
+// AdamHyper is one parameter group's torch.optim.Adam hyperparameters; AdamW is Adam with
+// DecoupledWeightDecay, and Fused selects PyTorch's fused=True kernel.
+type AdamHyper struct {
+	LR, Beta1, Beta2, Eps, WeightDecay             float64
+	AMSGrad, Maximize, DecoupledWeightDecay, Fused bool
+}
+
+// RMSpropHyper is one parameter group's torch.optim.RMSprop hyperparameters.
+type RMSpropHyper struct {
+	LR, Alpha, Eps, WeightDecay, Momentum float64
+	Centered, Maximize                    bool
+}
+
+// AdagradHyper is one parameter group's torch.optim.Adagrad hyperparameters.
+type AdagradHyper struct {
+	LR, LRDecay, Eps, WeightDecay, InitialAccumulatorValue float64
+	Maximize                                               bool
+}
+
+// OptimizerHyper is the per-group hyperparameter type of one optimizer algorithm.
+type OptimizerHyper interface {
+	SGDHyper | AdamHyper | RMSpropHyper | AdagradHyper
+}
+
+// OptimizerStateSlots is the number of state tensors OptimizerStep keeps per parameter.
+// Their order per algorithm: SGD momentum_buffer; Adam step, exp_avg, exp_avg_sq,
+// max_exp_avg_sq; RMSprop step, square_avg, momentum_buffer, grad_avg; Adagrad step, sum.
+const OptimizerStateSlots = cgotorch.OptNState
+
+// OptimizerStep runs one optimizer step of H's algorithm over every parameter with a
+// gradient, in one call, with the arithmetic of PyTorch's implementation: group g is the
+// next groupSizes[g] params, with hyper[g]. state holds each parameter's state tensors;
+// nil slots the step needs are filled with new tensors the caller owns (no scope does),
+// also when the step fails part way.
+func OptimizerStep[H OptimizerHyper](hyper []H, groupSizes []int64, params []*Tensor, state [][OptimizerStateSlots]*Tensor) error {
+	if len(state) != len(params) {
+		panic(&Error{Op: "optimizer step", Msg: fmt.Sprintf("%d state rows for %d parameters", len(state), len(params))})
+	}
+	st := make([]cgotorch.Tensor, len(params)*OptimizerStateSlots)
+	for i := range state {
+		for k, t := range state[i] {
+			if t != nil {
+				st[i*OptimizerStateSlots+k] = t.handle()
+			}
+		}
+	}
+	ps := handles(params)
+	var err error
+	switch h := any(hyper).(type) {
+	case []SGDHyper:
+		err = cgotorch.SGDStep(convert(h, func(x SGDHyper) cgotorch.SGDHyper { return cgotorch.SGDHyper(x) }), groupSizes, ps, st)
+	case []AdamHyper:
+		err = cgotorch.AdamStep(convert(h, func(x AdamHyper) cgotorch.AdamHyper { return cgotorch.AdamHyper(x) }), groupSizes, ps, st)
+	case []RMSpropHyper:
+		err = cgotorch.RMSpropStep(convert(h, func(x RMSpropHyper) cgotorch.RMSpropHyper { return cgotorch.RMSpropHyper(x) }), groupSizes, ps, st)
+	case []AdagradHyper:
+		err = cgotorch.AdagradStep(convert(h, func(x AdagradHyper) cgotorch.AdagradHyper { return cgotorch.AdagradHyper(x) }), groupSizes, ps, st)
+	}
+	for i := range state {
+		for k := range state[i] {
+			if h := st[i*OptimizerStateSlots+k]; h != nil && state[i][k] == nil {
+				state[i][k] = owned(h)
+			}
+		}
+	}
+	return wrapErr("optimizer step", err)
+}
+
+// convert maps f over in: hyperparameters into cgotorch's identically laid out structs.
+func convert[From, To any](in []From, f func(From) To) []To {
+	out := make([]To, len(in))
+	for i := range in {
+		out[i] = f(in[i])
+	}
+	return out
+}
+
+// ZeroGrads zeroes the params' gradients in one call, or drops them when setToNone is true
+// (optimizer.zero_grad).
+func ZeroGrads(params []*Tensor, setToNone bool) {
+	check("zero_grad", cgotorch.ZeroGrad(handles(params), setToNone))
+}
+
+// ClipGradNorm is torch.nn.utils.clip_grad_norm_: it scales the params' gradients so that
+// their total normType-norm is at most maxNorm, and returns the norm before clipping.
+// With errorIfNonfinite a non-finite norm is an error and nothing is scaled.
+func ClipGradNorm(params []*Tensor, maxNorm, normType float64, errorIfNonfinite bool) (float64, error) {
+	total, err := cgotorch.ClipGradNorm(handles(params), maxNorm, normType, errorIfNonfinite)
+	return total, wrapErr("clip_grad_norm_", err)
+}
+
+// ClipGradValue is torch.nn.utils.clip_grad_value_: it clamps every gradient element to
+// [-v, v].
+func ClipGradValue(params []*Tensor, v float64) error {
+	return wrapErr("clip_grad_value_", cgotorch.ClipGradValue(handles(params), v))
+}
+
+// Autocast runs f with autocast on for dev's device type and dtype, as `with
+// torch.autocast(dev.type, dtype=dtype):` does. Autocast state is per OS thread, so the
+// goroutine is locked to its thread while f runs; the previous state is restored
+// afterwards (also when f panics) and the cast cache is cleared on leaving the outermost
+// region.
+func Autocast(dev Device, dtype DType, f func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	dt := int(dev.Type)
+	prev, err := cgotorch.AutocastEnter(dt, int(dtype))
+	check("autocast", err)
+	defer func() { check("autocast", cgotorch.AutocastExit(dt, prev)) }()
+	f()
+}
+
+// AMPUnscale multiplies the params' gradients by 1/scale in place
+// (GradScaler.unscale_'s kernel) and returns a new float32 found_inf tensor on the
+// scale's device, non-zero when a gradient held inf or NaN. The caller owns it.
+func AMPUnscale(params []*Tensor, scale *Tensor) (*Tensor, error) {
+	h, err := cgotorch.AMPUnscale(handles(params), scale.handle())
+	if err != nil {
+		return nil, opErr("unscale_", err)
+	}
+	return owned(h), nil
+}
+
+// AMPUpdateScale is torch._amp_update_scale_ over the sum of foundInfs: it backs the scale
+// off after an inf or NaN, and grows it after interval clean steps.
+func AMPUpdateScale(scale, growthTracker *Tensor, foundInfs []*Tensor, growth, backoff float64, interval int64) error {
+	return wrapErr("_amp_update_scale_", cgotorch.AMPUpdateScale(scale.handle(), growthTracker.handle(), handles(foundInfs), growth, backoff, interval))
+}
+
+// SetData is `t.data = src`: t keeps its identity (autograd leaf, optimizer and module
+// slots) and takes src's storage, device and dtype.
+func (t *Tensor) SetData(src *Tensor) {
+	check("set_data", cgotorch.SetData(t.handle(), src.handle()))
+}
