@@ -2,23 +2,22 @@ package checkpoint
 
 import (
 	"bytes"
-	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
 
-// allocCap bounds what one Read may allocate: a fixed allowance plus a small multiple
-// of the input, whatever sizes the input claims.
-func allocCap(n int) uint64 { return 32<<20 + 64*uint64(n) }
-
-// FuzzRead feeds ReadFrom and ReadSafetensorsFrom arbitrary bytes, seeded with real
-// torch.save files. Neither may panic or allocate more than allocCap; what reads
-// successfully must also write.
+// FuzzRead feeds ReadFrom and ReadSafetensorsFrom arbitrary bytes, starting from the
+// real torch.save files in testdata and from one input of each hostile class of
+// hostileSeeds (built by code). For every input it checks:
+//   - no panic, and the read stays within its budget: allocation (runtime.MemStats)
+//     and work within the package doc's bounds for the input's size, time linear in
+//     it (with a generous constant: see requireWithinBudget);
+//   - what reads, writes, and reads back to the same value (sharing and storage
+//     identity included): Read, Write, Read is the identity on everything Read returns.
 //
-//	go test -fuzz=FuzzRead -fuzztime=60s ./checkpoint
+//	go test -run '^$' -fuzz='^FuzzRead$' -fuzztime=60s ./checkpoint
 func FuzzRead(f *testing.F) {
 	seeds, _ := filepath.Glob("testdata/*.pt")
 	for _, p := range seeds {
@@ -26,6 +25,9 @@ func FuzzRead(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
+		f.Add(b)
+	}
+	for _, b := range hostileSeeds() {
 		f.Add(b)
 	}
 	var st bytes.Buffer
@@ -36,22 +38,44 @@ func FuzzRead(f *testing.F) {
 	}
 	f.Add(st.Bytes())
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		v, err := ReadFrom(bytes.NewReader(data), int64(len(data)))
-		_, _, _ = ReadSafetensorsFrom(bytes.NewReader(data), int64(len(data)))
-		runtime.ReadMemStats(&after)
-		if got := after.TotalAlloc - before.TotalAlloc; got > allocCap(len(data)) {
-			t.Fatalf("reading %d bytes allocated %d bytes", len(data), got)
-		}
+		v, err, c := measuredRead(data, ReadOptions{})
 		if err != nil && strings.Contains(err.Error(), "internal error") {
 			t.Fatalf("reader panicked: %v", err)
 		}
+		requireWithinBudget(t, len(data), c, "ReadFrom")
 		if err == nil {
-			// Values read are acyclic and valid, so writing them must not fail
-			// except for values torch's weights_only loader could not take back.
-			_ = WriteTo(io.Discard, v)
-			_ = describeValue(v)
+			var out bytes.Buffer
+			if err := WriteTo(&out, v); err != nil {
+				t.Fatalf("Read returned a value Write refuses: %v", err)
+			}
+			back, err := ReadFrom(bytes.NewReader(out.Bytes()), int64(out.Len()))
+			if err != nil {
+				t.Fatalf("reading back what Write wrote: %v", err)
+			}
+			requireSameValue(t, v, back)
+		}
+
+		sd, err, c := measuredSafetensors(data)
+		requireWithinBudget(t, len(data), c, "ReadSafetensorsFrom")
+		if err == nil {
+			_, meta, _ := ReadSafetensorsFrom(bytes.NewReader(data), int64(len(data)))
+			var out bytes.Buffer
+			if err := WriteSafetensorsTo(&out, sd, meta); err != nil {
+				t.Fatalf("ReadSafetensors returned tensors WriteSafetensors refuses: %v", err)
+			}
+			back, backMeta, err := ReadSafetensorsFrom(bytes.NewReader(out.Bytes()), int64(out.Len()))
+			if err != nil {
+				t.Fatalf("reading back what WriteSafetensors wrote: %v", err)
+			}
+			requireSameValue(t, sd, back)
+			if len(meta) != len(backMeta) {
+				t.Fatalf("metadata %v came back as %v", meta, backMeta)
+			}
+			for k, v := range meta {
+				if backMeta[k] != v {
+					t.Fatalf("metadata %v came back as %v", meta, backMeta)
+				}
+			}
 		}
 	})
 }
