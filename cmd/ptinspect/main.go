@@ -562,7 +562,7 @@ func escapeJSON(b []byte) []byte {
 	for i := 0; i < len(b); {
 		r, n := utf8.DecodeRune(b[i:])
 		switch {
-		case r < 0x80 || (unicode.IsPrint(r) && r != utf8.RuneError):
+		case r < 0x7f || (r > 0x7f && unicode.IsPrint(r) && r != utf8.RuneError):
 			out = append(out, b[i:i+n]...)
 		case r > 0xffff:
 			r1, r2 := utf16.EncodeRune(r)

@@ -1,10 +1,18 @@
 package main
 
 import (
+	"archive/zip"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gotrain/gotrain/checkpoint"
 
@@ -68,4 +76,162 @@ func TestSafetensors(t *testing.T) {
 	require.NoError(t, run(&out, path, options{}))
 	require.Contains(t, out.String(), "'w': tensor int16 [2] = [1, -1]\n")
 	require.Contains(t, out.String(), "'format': 'pt'\n")
+}
+
+// controls is every C0 control, DEL, every C1 control, and the characters that reorder
+// or break lines (bidi overrides, line separators), which a terminal may act on.
+func controls() string {
+	var sb strings.Builder
+	for c := rune(0); c < 0x20; c++ {
+		sb.WriteRune(c)
+	}
+	sb.WriteRune(0x7f)
+	for c := rune(0x80); c < 0xa0; c++ {
+		sb.WriteRune(c)
+	}
+	sb.WriteString("\u202e\u2066\u2028\u2029\ufeff")
+	sb.WriteString("\x1b]0;title\x07\x1b[2J\r# 0 tensors, forged\n")
+	return sb.String()
+}
+
+// requireNoControls checks output byte by byte: nothing below 0x20 but the newline, no
+// DEL, valid UTF-8, and no rune that is not printable.
+func requireNoControls(t *testing.T, out []byte) {
+	t.Helper()
+	for i, c := range out {
+		require.False(t, (c < 0x20 && c != '\n') || c == 0x7f, "raw control byte 0x%02x at %d", c, i)
+	}
+	require.True(t, utf8.Valid(out))
+	for i, r := range string(out) {
+		require.True(t, r == '\n' || unicode.IsPrint(r), "non-printable %U at %d", r, i)
+	}
+}
+
+// TestControlCharacters: keys, strings, bytes, attribute names, safetensors metadata
+// and error messages (a refused global's name) with every control character print
+// escaped, in text and in JSON; the JSON still decodes to the original strings.
+func TestControlCharacters(t *testing.T) {
+	dir := t.TempDir()
+	c := controls()
+	d := checkpoint.NewOrderedDict()
+	d.Set(c, c)
+	d.Set("plain", []byte(c))
+	d.Set(checkpoint.Tuple{c, int64(1)}, []any{c})
+	d.Attrs = checkpoint.NewDict()
+	d.Attrs.Set(c, c)
+	pt := filepath.Join(dir, "c.pt")
+	require.NoError(t, checkpoint.Write(pt, d))
+	st := filepath.Join(dir, "c.safetensors")
+	w := checkpoint.NewDict()
+	w.Set(c, checkpoint.NewTensor(checkpoint.Uint8, []int64{1}, []byte{1}))
+	require.NoError(t, checkpoint.WriteSafetensors(st, w, map[string]string{c: c}))
+
+	for _, path := range []string{pt, st} {
+		var out bytes.Buffer
+		require.NoError(t, run(&out, path, options{maxString: 1000}))
+		requireNoControls(t, out.Bytes())
+		require.Contains(t, out.String(), `\x1b]0;title\x07\x1b[2J\r# 0 tensors, forged\n`)
+		require.Contains(t, out.String(), `\u202e`)
+
+		out.Reset()
+		require.NoError(t, run(&out, path, options{json: true, maxString: 1000}))
+		requireNoControls(t, out.Bytes())
+		var v any
+		require.NoError(t, json.Unmarshal(out.Bytes(), &v))
+		require.Contains(t, fmt.Sprint(v), c)
+	}
+
+	// A file refused for a global whose name holds controls: the error is escaped.
+	evil := "\x80\x02c" + "os\x1b[2J\nsys\x07tem\n."
+	require.Contains(t, checkpointError(t, dir, evil), `\x1b[2J`)
+	requireNoControls(t, []byte(escape(checkpointError(t, dir, evil))))
+}
+
+// checkpointError returns the error ptinspect reports for a file of the given pickle.
+func checkpointError(t *testing.T, dir, pkl string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, r := range [][2]string{{"archive/data.pkl", pkl}, {"archive/version", "3\n"}} {
+		f, err := zw.CreateHeader(&zip.FileHeader{Name: r[0], Method: zip.Store})
+		require.NoError(t, err)
+		_, err = f.Write([]byte(r[1]))
+		require.NoError(t, err)
+	}
+	require.NoError(t, zw.Close())
+	p := filepath.Join(dir, "evil.pt")
+	require.NoError(t, os.WriteFile(p, buf.Bytes(), 0o644))
+	err := run(io.Discard, p, options{})
+	require.Error(t, err)
+	return err.Error()
+}
+
+// sharedStringFile writes a checkpoint whose one string of size bytes is referenced
+// refs times (the pickle memo): small on disk, size·refs when expanded.
+func sharedStringFile(t *testing.T, size, refs int) string {
+	t.Helper()
+	s := strings.Repeat("x", size)
+	list := make([]any, refs)
+	for i := range list {
+		list[i] = s
+	}
+	d := checkpoint.NewDict()
+	d.Set("shared", list)
+	m := checkpoint.NewDict()
+	for i := range refs {
+		m.Set(i, s)
+	}
+	d.Set("map", m)
+	p := filepath.Join(t.TempDir(), "shared.pt")
+	require.NoError(t, checkpoint.Write(p, d))
+	fi, err := os.Stat(p)
+	require.NoError(t, err)
+	require.Less(t, fi.Size(), int64(2*size+16*refs), "Write did not keep the sharing")
+	return p
+}
+
+// TestBoundedOutput: a 1 MiB string shared 1024 times (2 GiB expanded in two
+// containers) prints in under a second, cut, in text and JSON, with every bound
+// honoured, including with no item limit.
+func TestBoundedOutput(t *testing.T) {
+	p := sharedStringFile(t, 1<<20, 1024)
+	for _, o := range []options{
+		{maxItems: 50, maxString: 200, maxOutput: 4 << 20},
+		{json: true, maxItems: 50, maxString: 200, maxOutput: 4 << 20},
+		{maxItems: 0, maxString: 0, maxOutput: 1 << 20},
+		{json: true, maxItems: 0, maxString: 0, maxOutput: 1 << 20},
+	} {
+		var out bytes.Buffer
+		start := time.Now()
+		require.NoError(t, run(&out, p, o))
+		require.Less(t, time.Since(start), time.Second, "%+v", o)
+		require.Less(t, out.Len(), 8<<20, "%+v", o)
+		if !o.json && o.maxString > 0 {
+			require.Contains(t, out.String(), "... (1048376 more characters)")
+			require.Contains(t, out.String(), "... 974 more")
+		}
+		if o.json {
+			var v any
+			require.NoError(t, json.Unmarshal(out.Bytes(), &v), "%+v", o)
+		}
+	}
+}
+
+// TestOutputLimit: a shared structure that expands exponentially (each level a list of
+// the previous one twice) prints up to --max-output and says so.
+func TestOutputLimit(t *testing.T) {
+	v := any("leaf")
+	for range 40 {
+		v = []any{v, v}
+	}
+	p := filepath.Join(t.TempDir(), "laughs.pt")
+	require.NoError(t, checkpoint.Write(p, v))
+	var out bytes.Buffer
+	require.NoError(t, run(&out, p, options{maxItems: 50, maxString: 200, maxOutput: 64 << 10}))
+	require.LessOrEqual(t, out.Len(), 64<<10+200)
+	require.Contains(t, out.String(), "# output cut after")
+	out.Reset()
+	require.NoError(t, run(&out, p, options{json: true, maxOutput: 64 << 10}))
+	require.Less(t, out.Len(), 1<<20)
+	require.Contains(t, out.String(), `"omitted"`)
 }
