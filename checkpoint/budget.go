@@ -89,20 +89,25 @@ func (o ReadOptions) budget(size int64) *budget {
 	return b
 }
 
+// charge adds n to *used unless that exceeds max, in which case it records the
+// overrun (what, the limit and its option) instead: what would exceed is not done.
+func (b *budget) charge(used *int64, max, n int64, what, option string) error {
+	if b.err == nil {
+		if u := satAdd(*used, n); u > max {
+			b.err = &LimitError{what, max, option}
+		} else {
+			*used = u
+		}
+	}
+	return b.err
+}
+
 // alloc charges n bytes that are about to be allocated.
 func (b *budget) alloc(n int64) error {
 	if b == nil {
 		return nil
 	}
-	if b.err == nil {
-		// An allocation beyond the budget is refused, not made: mem stays what was made.
-		if m := satAdd(b.mem, n); m > b.maxMem {
-			b.err = &LimitError{"memory", b.maxMem, "MaxMemory"}
-		} else {
-			b.mem = m
-		}
-	}
-	return b.err
+	return b.charge(&b.mem, b.maxMem, n, "memory", "MaxMemory")
 }
 
 // step charges n units of work.
@@ -110,14 +115,7 @@ func (b *budget) step(n int64) error {
 	if b == nil {
 		return nil
 	}
-	if b.err == nil {
-		if w := satAdd(b.work, n); w > b.maxWork {
-			b.err = &LimitError{"work", b.maxWork, "MaxWork"}
-		} else {
-			b.work = w
-		}
-	}
-	return b.err
+	return b.charge(&b.work, b.maxWork, n, "work", "MaxWork")
 }
 
 // growCap is the capacity appendGrow gives a slice of len n, cap c that needs k more.

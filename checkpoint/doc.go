@@ -28,12 +28,68 @@
 // Write produces what torch.save produces: a zip archive with 64-byte aligned, stored
 // records and a protocol-2 pickle that uses only the opcodes and globals that
 // torch.load(weights_only=True) accepts, so Python loads it with its default settings
-// (also with mmap=True). Write replaces the target atomically.
+// (also with mmap=True).
 //
 // Read accepts what torch.save writes, including the legacy pre-1.6 format. Its pickle
 // machine resolves globals through an allowlist (tensor and storage rebuilders,
 // OrderedDict, torch.Size); any other global is an error naming it, and no object is
-// ever constructed from an unknown class. Sizes are checked against the file before
-// anything is allocated, so a malformed or hostile file yields an error, not a panic or
-// a huge allocation.
+// ever constructed from an unknown class.
+//
+// # Read budget
+//
+// A file of n bytes is read within a budget, whatever it holds, or refused with a
+// *LimitError that names the limit and the ReadOptions field raising it:
+//
+//   - memory: at most DefaultMemoryFixed + DefaultMemoryPerByte·n bytes are allocated
+//     (16 MiB + 64·n). Every allocation is charged before it is made: records, the
+//     pickle's values one by one (so millions of one-byte values cost what they
+//     really cost), dict entries and key normalisation, slices' growth. Sizes the
+//     file claims (records, storages, strings, safetensors headers) are checked against
+//     the file before anything is allocated. Real checkpoints need about 2·n.
+//   - time: at most DefaultWorkFixed + DefaultWorkPerByte·n units of work (about one
+//     byte processed each: opcodes, bytes copied, scanned or hashed, values visited),
+//     so time is linear in n. A key shared through the pickle memo costs its length at
+//     every use; integers are limited to what torch's weights_only unpickler reads
+//     (LONG1, 255 bytes) and text integers to Python's 4300 digits.
+//   - sharing: the value returned keeps the file's sharing (a string or container stored
+//     once and referenced many times is one Go value), and Write keeps it too, so
+//     Write(Read(f)) is about f's size. Programs that walk a value as a tree copy shared
+//     parts, so a value whose expanded tree exceeds ReadOptions.MaxExpanded (default: the
+//     memory budget) is refused; a caller that visits shared parts once can lift it.
+//   - views: a tensor may be a view with zero or overlapping strides (torch's expand)
+//     addressing far more elements than its storage holds; it reads and writes back as
+//     a view, and its accessors (ReadBytes, ReadFloat64s, ...) materialise it up to
+//     the budget of its storage's size and return an error beyond, never panic.
+//
+// A legacy file's pickles have no length prefix: they are read up to 256 MiB, so a
+// pickle that never ends cannot make the reader buffer a (sparse) file of any size.
+//
+// # What torch reads is what Read reads
+//
+// Where a file could be read two ways, Read does what torch 2.14's reader does or
+// refuses the file:
+//
+//   - zip structure: the zip directory is parsed by the package itself; the end record
+//     must end the file and the central directory sit where it says (no "base offset"
+//     guessing, which Go's archive/zip does and torch's miniz does not), each entry
+//     must point at a local header of the same name, and no two records may overlap,
+//     so no byte is read as part of two records.
+//   - names: torch finds records by a binary search over ASCII-case-folded names.
+//     Read finds them the same way ("DATA.PKL" is data.pkl) and refuses a file with two
+//     records whose names fold alike, since which one torch reads then depends on the
+//     search (two data.pkl records are refused, whatever they hold). A file without a
+//     version record, or with one outside 1-10, is refused as torch refuses it.
+//   - legacy files: torch reads the storages in the order of the key list; a key listed
+//     twice (read twice, overwriting) or a storage not listed (left uninitialised) is
+//     refused.
+//   - keys compare as in Python: 1, 1.0 and True are one key, as are 0, -0.0 and False
+//     and tuples of equal elements; the first key is kept with the last value. NaN keys
+//     are refused (Python tells them apart by object identity).
+//   - BUILD on an OrderedDict takes a dict (torch's __dict__.update would read a tuple as
+//     pairs); tensors with backward hooks or metadata and parameters with state are
+//     refused rather than read without them.
+//
+// Write replaces its target atomically, removes its temporary file on any failure
+// (panics included), gives a new file the permissions os.Create would (0666 less the
+// umask), and writes through a symlink to the file it names, keeping the link.
 package checkpoint

@@ -11,13 +11,15 @@ import (
 // FuzzRead feeds ReadFrom and ReadSafetensorsFrom arbitrary bytes, starting from the
 // real torch.save files in testdata and from one input of each hostile class of
 // hostileSeeds (built by code). For every input it checks:
+//
 //   - no panic, and the read stays within its budget: allocation (runtime.MemStats)
 //     and work within the package doc's bounds for the input's size, time linear in
 //     it (with a generous constant: see requireWithinBudget);
+//
 //   - what reads, writes, and reads back to the same value (sharing and storage
 //     identity included): Read, Write, Read is the identity on everything Read returns.
 //
-//	go test -run '^$' -fuzz='^FuzzRead$' -fuzztime=60s ./checkpoint
+//     go test -run '^$' -fuzz='^FuzzRead$' -fuzztime=60s ./checkpoint
 func FuzzRead(f *testing.F) {
 	seeds, _ := filepath.Glob("testdata/*.pt")
 	for _, p := range seeds {

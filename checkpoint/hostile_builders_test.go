@@ -19,8 +19,7 @@ func newPk() *pk { return &pk{b: []byte{opProto, 2}} }
 func (p *pk) op(ops ...byte) *pk { p.b = append(p.b, ops...); return p }
 
 func (p *pk) str(s string) *pk {
-	p.b = append(p.b, opBinUnicode)
-	p.b = binary.LittleEndian.AppendUint32(p.b, uint32(len(s)))
+	p.b = binary.LittleEndian.AppendUint32(append(p.b, opBinUnicode), uint32(len(s)))
 	p.b = append(p.b, s...)
 	return p
 }
@@ -43,8 +42,7 @@ func (p *pk) long(v *big.Int) *pk {
 	if len(b) < 256 {
 		p.b = append(p.b, opLong1, byte(len(b)))
 	} else {
-		p.b = append(p.b, opLong4)
-		p.b = binary.LittleEndian.AppendUint32(p.b, uint32(len(b)))
+		p.b = binary.LittleEndian.AppendUint32(append(p.b, opLong4), uint32(len(b)))
 	}
 	p.b = append(p.b, b...)
 	return p
@@ -161,7 +159,7 @@ func sharedStringPickle(size, refs int) []byte {
 func laughsPickle(levels int) []byte {
 	p := newPk().str("lol").put(0)
 	for i := 1; i <= levels; i++ {
-		p.op(opEmptyList, opMark).get(uint32(i-1)).get(uint32(i-1)).op(opAppends).put(uint32(i))
+		p.op(opEmptyList, opMark).get(uint32(i - 1)).get(uint32(i - 1)).op(opAppends).put(uint32(i))
 	}
 	return p.stop()
 }
@@ -181,7 +179,7 @@ func sharedKeyPickle(size, dicts int) []byte {
 func tupleKeyPickle(levels int) []byte {
 	p := newPk().op(opNone).put(0)
 	for i := 1; i <= levels; i++ {
-		p.get(uint32(i-1)).get(uint32(i-1)).op(opTuple2).put(uint32(i))
+		p.get(uint32(i - 1)).get(uint32(i - 1)).op(opTuple2).put(uint32(i))
 	}
 	return p.op(opPop, opEmptyDict).get(uint32(levels)).op(opNone, opSetItem).stop()
 }
@@ -282,7 +280,7 @@ func hostileSeeds() map[string][]byte {
 	manyEntries.WriteString("}")
 	zeroStride := newPk().global("torch._utils", "_rebuild_tensor_v2").op(opMark, opMark).
 		str("storage").global("torch", "FloatStorage").str("0").str("cpu").int(1).op(opTuple, opBinPersID).
-		int(0).op(opMark).int(1 << 30).int(1 << 30).op(opTuple).op(opMark).int(0).int(0).op(opTuple).op(opNewFalse).
+		int(0).op(opMark).int(1<<30).int(1<<30).op(opTuple).op(opMark).int(0).int(0).op(opTuple).op(opNewFalse).
 		global("collections", "OrderedDict").op(opEmptyTuple, opReduce, opTuple, opReduce).stop()
 	return map[string][]byte{
 		"shared string":   archiveOf(zrec{"data.pkl", sharedStringPickle(1024, 256)}),
