@@ -466,3 +466,32 @@ func TestBuildState(t *testing.T) {
 func jsonUnmarshal(s string, v any) error {
 	return jsonDecode([]byte(s), v)
 }
+
+// TestDictIndex: a Dict past the linear-search size keeps Python's key equality and
+// insertion order through Set, Get and Delete.
+func TestDictIndex(t *testing.T) {
+	d := NewDict()
+	for i := range 20 {
+		d.Set(i, i)
+	}
+	d.Set(3.0, "three")
+	d.Set(true, "one")
+	d.Set(Tuple{int64(1), "a"}, "t")
+	d.Set(Tuple{true, "a"}, "t2")
+	require.Equal(t, 21, d.Len())
+	v, _ := d.Get(int64(3))
+	require.Equal(t, "three", v)
+	v, _ = d.Get(1.0)
+	require.Equal(t, "one", v)
+	v, _ = d.Get(Tuple{1, "a"})
+	require.Equal(t, "t2", v)
+	d.Delete(false)
+	d.Delete(5)
+	require.Equal(t, 19, d.Len())
+	_, ok := d.Get(0)
+	require.False(t, ok)
+	v, _ = d.Get(19)
+	require.Equal(t, 19, v)
+	require.Equal(t, []any{int64(1), int64(2), int64(3), int64(4), int64(6)}, d.Keys()[:5])
+	require.Panics(t, func() { d.Set(math.NaN(), 1) })
+}

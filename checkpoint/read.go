@@ -158,23 +158,23 @@ func readZip(r io.ReaderAt, size int64, b *budget) (any, error) {
 			return s, nil
 		}
 		if untyped && bigEndian {
-			return nil, fmt.Errorf("storage data/%s: big-endian untyped storages are not supported", key)
+			return nil, fmt.Errorf("storage data/%s: big-endian untyped storages are not supported", printable(key))
 		}
 		f, ok := files[foldName("data/"+key)]
 		if !ok {
-			return nil, fmt.Errorf("storage record data/%s is missing", key)
+			return nil, fmt.Errorf("storage record data/%s is missing", printable(key))
 		}
 		nbytes, ok := storageBytes(dt, numel)
 		if !ok || uint64(nbytes) != f.size {
 			return nil, fmt.Errorf("storage data/%s holds %d bytes; %d %v elements need %d",
-				key, f.size, numel, dt, nbytes)
+				printable(key), f.size, numel, dt, nbytes)
 		}
 		if err := b.alloc(storageCost); err != nil {
 			return nil, err
 		}
 		data, err := readRecord(r, f, nbytes, b)
 		if err != nil {
-			return nil, fmt.Errorf("data/%s: %w", key, err)
+			return nil, fmt.Errorf("data/%s: %w", printable(key), err)
 		}
 		if bigEndian {
 			swapBytes(data, dt.wordSize())
@@ -374,7 +374,7 @@ func parseLegacy(r io.ReaderAt, size int64, buf []byte, b *budget) (any, error) 
 		// file. Nothing is allocated for it until its data is read.
 		nbytes, ok := storageBytes(dt, numel)
 		if !ok || nbytes > size-int64(u.pos)-total {
-			return nil, fmt.Errorf("storage %s of %d elements is larger than the file", key, numel)
+			return nil, fmt.Errorf("storage %s of %d elements is larger than the file", printable(key), numel)
 		}
 		total += nbytes
 		if err := b.alloc(storageCost); err != nil {
@@ -410,32 +410,32 @@ func parseLegacy(r io.ReaderAt, size int64, buf []byte, b *budget) (any, error) 
 			return nil, fmt.Errorf("legacy storage key %v is not used by any tensor", k)
 		}
 		if s.Data != nil {
-			return nil, fmt.Errorf("legacy storage key %s is listed twice", key)
+			return nil, fmt.Errorf("legacy storage key %s is listed twice", printable(key))
 		}
 		var hdr [8]byte
 		if err := readAt(r, hdr[:], off); err != nil {
-			return nil, fmt.Errorf("legacy storage %s: %w", key, err)
+			return nil, fmt.Errorf("legacy storage %s: %w", printable(key), err)
 		}
 		if n := int64(binary.LittleEndian.Uint64(hdr[:])); n != s.Numel() {
-			return nil, fmt.Errorf("legacy storage %s has %d elements, expected %d", key, n, s.Numel())
+			return nil, fmt.Errorf("legacy storage %s has %d elements, expected %d", printable(key), n, s.Numel())
 		}
 		off += 8
 		if s.pending > size-off {
-			return nil, fmt.Errorf("legacy storage %s extends past the end of the file", key)
+			return nil, fmt.Errorf("legacy storage %s extends past the end of the file", printable(key))
 		}
 		if err := b.alloc(s.pending); err != nil {
 			return nil, err
 		}
 		data := make([]byte, s.pending)
 		if err := readAt(r, data, off); err != nil {
-			return nil, fmt.Errorf("legacy storage %s: %w", key, err)
+			return nil, fmt.Errorf("legacy storage %s: %w", printable(key), err)
 		}
 		s.Data, s.pending = data, 0
 		off += int64(len(data))
 	}
 	for key, s := range storages {
 		if s.Data == nil {
-			return nil, fmt.Errorf("legacy storage %s is not in the storage key list", key)
+			return nil, fmt.Errorf("legacy storage %s is not in the storage key list", printable(key))
 		}
 	}
 	return obj, nil

@@ -243,7 +243,8 @@ func (p *printer) entry(prefix string, v any, depth int) {
 			for k, e := range x.Attrs.All() {
 				name := p.repr(k)
 				if s, ok := k.(string); ok {
-					name = escape(s)
+					cut, _ := cutString(s, p.maxString)
+					name = escape(cut)
 				}
 				p.entry("."+name+" (attribute): ", e, depth+1)
 			}
