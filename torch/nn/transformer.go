@@ -186,15 +186,7 @@ type TransformerEncoder struct {
 // with equal weights; here each starts with its own draw. norm may be nil.
 func NewTransformerEncoder(numLayers int, newLayer func() *TransformerEncoderLayer, norm *LayerNorm) *TransformerEncoder {
 	e := &TransformerEncoder{}
-	list := Register(&e.Base, "layers", NewModuleList())
-	for i := 0; i < numLayers; i++ {
-		l := newLayer()
-		list.Append(l)
-		e.Layers = append(e.Layers, l)
-	}
-	if norm != nil {
-		e.Norm = Register(&e.Base, "norm", norm)
-	}
+	e.Layers, e.Norm = stack(&e.Base, numLayers, newLayer, norm)
 	return e
 }
 
@@ -214,4 +206,54 @@ func (e *TransformerEncoder) ForwardMasked(src *torch.Tensor, masks AttentionMas
 		x = e.Norm.Forward(x)
 	}
 	return x
+}
+
+// TransformerDecoder is nn.TransformerDecoder: decoder layers "layers.0", "layers.1", ...
+// applied in order, then an optional LayerNorm "norm".
+type TransformerDecoder struct {
+	Base
+	Layers []*TransformerDecoderLayer
+	Norm   *LayerNorm // nil for none
+}
+
+// NewTransformerDecoder returns nn.TransformerDecoder(layer, numLayers, norm) with
+// numLayers layers made by newLayer (each with its own initial weights). norm may be nil.
+func NewTransformerDecoder(numLayers int, newLayer func() *TransformerDecoderLayer, norm *LayerNorm) *TransformerDecoder {
+	d := &TransformerDecoder{}
+	d.Layers, d.Norm = stack(&d.Base, numLayers, newLayer, norm)
+	return d
+}
+
+// Forward panics: a decoder needs the encoder's output; call Decode.
+func (d *TransformerDecoder) Forward(*torch.Tensor) *torch.Tensor {
+	panic("nn: TransformerDecoder needs memory; call Decode(tgt, memory, tgtMasks, memoryMasks)")
+}
+
+// Decode runs every layer on tgt attending to memory with the same masks, then the
+// final norm.
+func (d *TransformerDecoder) Decode(tgt, memory *torch.Tensor, tgtMasks, memoryMasks AttentionMasks) *torch.Tensor {
+	x := tgt
+	for _, l := range d.Layers {
+		x = l.Decode(x, memory, tgtMasks, memoryMasks)
+	}
+	if d.Norm != nil {
+		x = d.Norm.Forward(x)
+	}
+	return x
+}
+
+// stack registers numLayers layers from newLayer as "layers.0", "layers.1", ... and norm
+// (when not nil) as "norm" in b, the layout of nn.TransformerEncoder and -Decoder.
+func stack[L Module](b *Base, numLayers int, newLayer func() L, norm *LayerNorm) ([]L, *LayerNorm) {
+	list := Register(b, "layers", NewModuleList())
+	var layers []L
+	for i := 0; i < numLayers; i++ {
+		l := newLayer()
+		list.Append(l)
+		layers = append(layers, l)
+	}
+	if norm != nil {
+		Register(b, "norm", norm)
+	}
+	return layers, norm
 }

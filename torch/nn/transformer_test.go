@@ -50,6 +50,8 @@ cases = {
                  lambda m: m(x_bf, mem_bf, tgt_mask=causal, memory_key_padding_mask=kpm6, tgt_is_causal=True)),
     "dec_pre_gelu": (lambda: nn.TransformerDecoderLayer(8, 2, 16, 0.0, activation="gelu", norm_first=True),
                      lambda m: m(x_sf, kv_sf, tgt_mask=fmask)),
+    "decoder": (lambda: nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16, 0.0), 2, norm=nn.LayerNorm(8)),
+                lambda m: m(x_sf, kv_sf, tgt_mask=fmask, memory_key_padding_mask=kpm6)),
     "encoder": (lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True), 2,
                                               norm=nn.LayerNorm(8), enable_nested_tensor=False),
                 lambda m: m(x_bf, mask=causal, is_causal=True)),
@@ -126,6 +128,13 @@ func xformerCases() map[string]xformerCase {
 		}, func(m nn.Module, i map[string]*torch.Tensor) *torch.Tensor {
 			return m.(*nn.TransformerDecoderLayer).Decode(i["x_sf"], i["kv_sf"], nn.AttentionMasks{AttnMask: i["fmask"]}, nn.AttentionMasks{})
 		}},
+		"decoder": {func() nn.Module {
+			return nn.NewTransformerDecoder(2, func() *nn.TransformerDecoderLayer {
+				return nn.NewTransformerDecoderLayer(8, 2, layer(nn.TransformerLayerConfig{}))
+			}, nn.NewLayerNorm([]int64{8}))
+		}, func(m nn.Module, i map[string]*torch.Tensor) *torch.Tensor {
+			return m.(*nn.TransformerDecoder).Decode(i["x_sf"], i["kv_sf"], nn.AttentionMasks{AttnMask: i["fmask"]}, nn.AttentionMasks{KeyPaddingMask: i["kpm6"]})
+		}},
 		"encoder": {func() nn.Module {
 			return nn.NewTransformerEncoder(2, func() *nn.TransformerEncoderLayer {
 				return nn.NewTransformerEncoderLayer(8, 2, layer(nn.TransformerLayerConfig{BatchFirst: true}))
@@ -137,8 +146,8 @@ func xformerCases() map[string]xformerCase {
 }
 
 // TestTransformerLayersMatchTorchNN is issue 14, acceptance 1 for torch.nn's layers:
-// MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer and
-// TransformerEncoder, with and without masks, load PyTorch's state dicts strictly and
+// MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer,
+// TransformerEncoder and TransformerDecoder, with and without masks, load PyTorch's state dicts strictly and
 // give its outputs and gradients (within 1e-5), and PyTorch loads theirs strictly and
 // gives theirs.
 func TestTransformerLayersMatchTorchNN(t *testing.T) {
