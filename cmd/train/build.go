@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"os"
 
 	"github.com/gotrain/gotrain/examples/resnet"
 	"github.com/gotrain/gotrain/torch"
@@ -13,35 +15,6 @@ import (
 	"github.com/gotrain/gotrain/trainer"
 )
 
-func datasets(c trainer.Config) (train, val data.Dataset, err error) {
-	synthetic, limit := c.Synthetic, c.Limit
-	if synthetic > 0 {
-		// One distribution, split, so the validation set is learnable from the training set.
-		all, err := data.Synthetic(synthetic+max(synthetic/5, 1), 10, []int64{1, 28, 28}, c.Seed)
-		if err != nil {
-			return nil, nil, err
-		}
-		parts, err := data.RandomSplit(all, []int{synthetic, all.Len() - synthetic}, c.Seed)
-		if err != nil {
-			return nil, nil, err
-		}
-		return parts[0], parts[1], nil
-	}
-	tr, err := data.FashionMNIST(c.DataDir, true)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w (install Debian's dataset-fashion-mnist, pass --data DIR, or use --synthetic N)", err)
-	}
-	te, err := data.FashionMNIST(c.DataDir, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	train, val = tr, te
-	if limit > 0 && limit < train.Len() {
-		train, val = data.Head(train, limit), data.Head(val, limit)
-	}
-	return train, val, nil
-}
-
 // channels3 feeds 1-channel images to a 3-channel model (ResNet-18) by repeating them.
 type channels3 struct {
 	nn.Base
@@ -52,18 +25,37 @@ func (m *channels3) Forward(x *torch.Tensor) *torch.Tensor {
 	return m.inner.Forward(x.Expand(-1, 3, -1, -1))
 }
 
-func model(name string) (nn.Module, error) {
+// model builds the named model for the data: its input size and class count follow
+// the data's.
+func model(name string, spec *dataSpec) (nn.Module, error) {
+	classes := int64(spec.classes)
+	if (spec.kind == "text") != (name == "gpt") {
+		return nil, fmt.Errorf("--model %s on %s data: a text file trains --model gpt, and gpt trains on a text file", name, spec.kind)
+	}
 	switch name {
+	case "gpt":
+		return models.NewGPT2LMHeadModel(gptConfig(int(spec.shape[0])))
+	case "vit":
+		return vitModel(spec.shape, classes)
 	case "mlp":
-		return models.MLP(28*28, 256, 10), nil
+		return models.MLP(spec.inputFeatures(), 256, classes), nil
 	case "cnn":
-		return models.SmallCNN(10), nil
+		if fmt.Sprint(spec.shape) != "[1 28 28]" {
+			return nil, fmt.Errorf("--model cnn takes 1x28x28 images, the data has %v: use --model resnet18 or mlp", spec.shape)
+		}
+		return models.SmallCNN(classes), nil
 	case "resnet18":
-		m := &channels3{inner: resnet.ResNet18(10)}
+		if len(spec.shape) != 3 {
+			return nil, fmt.Errorf("--model resnet18 takes images, the data's samples have shape %v", spec.shape)
+		}
+		if spec.shape[0] == 3 {
+			return resnet.ResNet18(classes), nil
+		}
+		m := &channels3{inner: resnet.ResNet18(classes)}
 		nn.Register(&m.Base, "net", m.inner)
 		return m, nil
 	}
-	return nil, fmt.Errorf("unknown model %q (want mlp, cnn or resnet18)", name)
+	return nil, fmt.Errorf("unknown model %q (want mlp, cnn, resnet18, vit or gpt)", name)
 }
 
 func optimizer(c trainer.Config, params []*torch.Tensor) (optim.Optimizer, error) {
@@ -102,7 +94,7 @@ func scheduler(c trainer.Config, opt optim.Optimizer, stepsPerEpoch int) (optim.
 }
 
 func build(c trainer.Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trainer, error) {
-	train, val, err := datasets(c)
+	spec, err := loadData(c)
 	if err != nil {
 		return nil, err
 	}
@@ -110,18 +102,28 @@ func build(c trainer.Config, runDir string, pg *distributed.ProcessGroup) (*trai
 	if err != nil {
 		return nil, err
 	}
-	norm := data.Normalize{Mean: data.FashionMNISTMean, Std: data.FashionMNISTStd}
-	trainLoader, err := data.NewLoader(train, data.LoaderOptions{BatchSize: c.BatchSize, Shuffle: true, Workers: c.Workers, Seed: c.Seed, Device: dev, Transform: norm,
-		Rank: pg.Rank(), WorldSize: pg.WorldSize()})
+	trainLoader, err := data.NewLoader(spec.train, data.LoaderOptions{BatchSize: c.BatchSize, Shuffle: true, Workers: c.Workers, Seed: c.Seed,
+		Device: dev, Transform: spec.transform, OnDevice: spec.onDevice(), Rank: pg.Rank(), WorldSize: pg.WorldSize()})
 	if err != nil {
 		return nil, err
 	}
-	valLoader, err := data.NewLoader(val, data.LoaderOptions{BatchSize: 1000, Workers: c.Workers, Device: dev, Transform: norm})
-	if err != nil {
-		return nil, err
+	var valLoader *data.Loader
+	if spec.val != nil {
+		valBatch := 1000 // small images: few, large validation batches
+		if spec.kind == "imagefolder" || spec.kind == "text" {
+			valBatch = c.BatchSize
+		}
+		valLoader, err = data.NewLoader(spec.val, data.LoaderOptions{BatchSize: valBatch, Workers: c.Workers, Device: dev,
+			Transform: spec.transform, OnDevice: spec.onDevice()})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if spec.kind == "text" && c.Model == trainer.DefaultConfig().Model {
+		c.Model = "gpt" // the default image model cannot read text
 	}
 	torch.ManualSeed(c.Seed) // the model's initial weights depend on the seed only
-	m, err := model(c.Model)
+	m, err := model(c.Model, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -137,9 +139,21 @@ func build(c trainer.Config, runDir string, pg *distributed.ProcessGroup) (*trai
 	}
 	c.SchedulerInterval = interval
 	loss := &nn.CrossEntropyLoss{}
+	c.ClassNames = spec.names
 	opts := []trainer.Option{trainer.WithConfig(c), trainer.WithScheduler(sched, interval), trainer.WithRunDir(runDir)}
 	if pg != nil {
 		opts = append(opts, trainer.WithDistributed(pg))
+	}
+	if gpt, ok := m.(*models.GPT2LMHeadModel); ok {
+		if c.Monitor == "val_acc" {
+			opts = append(opts, trainer.WithMonitor("val_loss", trainer.Min))
+		}
+		out := io.Writer(os.Stdout)
+		if pg != nil && !pg.IsMain() {
+			out = io.Discard
+		}
+		opts = append(opts, trainer.WithTrainStep(lmStep),
+			trainer.WithCallbacks(&lmCallback{model: gpt, prompt: "\n", tokens: 64, out: out}))
 	}
 	return trainer.New(m, trainLoader, valLoader, loss.Forward, opt, opts...)
 }

@@ -52,12 +52,11 @@ func run(args []string) error {
 	resume := fs.String("resume", "", "checkpoint to resume from (its run directory and config are reused)")
 	fs.IntVar(&c.Synthetic, "synthetic", c.Synthetic, "train on N seeded synthetic samples instead of Fashion-MNIST (for machines without the data)")
 	fs.IntVar(&c.Limit, "limit", c.Limit, "use only the first N training samples (smoke runs)")
-	fs.StringVar(&c.Model, "model", c.Model, "model: mlp, cnn or resnet18")
-	fs.StringVar(&c.DataDir, "data", c.DataDir, "training data: an ImageFolder tree (with train/ and val/, or --val-split), a CSV file (--label-column), a token file (.bin) or the Fashion-MNIST directory (default: Debian's)")
+	fs.StringVar(&c.Model, "model", c.Model, "model: mlp, cnn, resnet18, vit, or gpt (for a text file)")
+	fs.StringVar(&c.DataDir, "data", c.DataDir, "training data: an ImageFolder tree (with train/ and val/, or --val-split), a text file (--model gpt) or the Fashion-MNIST directory (default: Debian's)")
 	fs.IntVar(&c.ImageSize, "image-size", c.ImageSize, "resize ImageFolder images to N x N (0: the data's size)")
 	fs.Float64Var(&c.ValSplit, "val-split", c.ValSplit, "hold out this fraction of a single folder or file for validation")
-	fs.StringVar(&c.LabelColumn, "label-column", c.LabelColumn, "a CSV's label column (the other columns are features)")
-	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "a token file's context length")
+	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "a text file's context length in bytes (0: 128)")
 	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "epochs to train")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "batch size")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "data loader worker goroutines")
@@ -169,7 +168,7 @@ func overlay(base, flagged trainer.Config, set map[string]bool) trainer.Config {
 		"log-every": func() { base.LogEvery = flagged.LogEvery }, "synthetic": func() { base.Synthetic = flagged.Synthetic },
 		"limit": func() { base.Limit = flagged.Limit }, "fused": func() { base.Fused = flagged.Fused },
 		"image-size": func() { base.ImageSize = flagged.ImageSize }, "val-split": func() { base.ValSplit = flagged.ValSplit },
-		"label-column": func() { base.LabelColumn = flagged.LabelColumn }, "block-size": func() { base.BlockSize = flagged.BlockSize },
+		"block-size":   func() { base.BlockSize = flagged.BlockSize },
 		"monitor-mode": func() { base.MonitorMode = flagged.MonitorMode },
 	}
 	for name := range set {

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gotrain/gotrain/torch/data"
+	"github.com/gotrain/gotrain/trainer"
+)
+
+// dataSpec is what a run trains on, and what the model must look like to take it.
+type dataSpec struct {
+	kind       string // "fashion-mnist", "imagefolder", "text", "synthetic"
+	train, val data.Dataset
+	shape      []int64 // one sample's input
+	classes    int
+	names      []string       // class names by index
+	transform  data.Transform // per sample, in the loader's workers
+	// mean and std normalize the images on the device (data.NormalizeImages).
+	mean, std []float32
+}
+
+// loadData reads --data: an ImageFolder tree (train/ and val/ subfolders, or one tree
+// with --val-split), a text file (byte-level windows of --block-size for a language
+// model), or the Fashion-MNIST directory (the default), or --synthetic data.
+func loadData(c trainer.Config) (*dataSpec, error) {
+	if c.Synthetic > 0 {
+		// One distribution, split, so the validation set is learnable from the training set.
+		all, err := data.Synthetic(c.Synthetic+max(c.Synthetic/5, 1), 10, []int64{1, 28, 28}, c.Seed)
+		if err != nil {
+			return nil, err
+		}
+		parts, err := data.RandomSplit(all, []int{c.Synthetic, all.Len() - c.Synthetic}, c.Seed)
+		if err != nil {
+			return nil, err
+		}
+		return &dataSpec{kind: "synthetic", train: parts[0], val: parts[1], shape: []int64{1, 28, 28}, classes: 10}, nil
+	}
+	var spec *dataSpec
+	var err error
+	switch fi, statErr := os.Stat(c.DataDir); {
+	case c.DataDir != "" && statErr != nil:
+		return nil, fmt.Errorf("--data: %w", statErr)
+	case c.DataDir != "" && !fi.IsDir() && strings.EqualFold(filepath.Ext(c.DataDir), ".csv"):
+		return nil, fmt.Errorf("--data %s: CSV files are not read yet (data.CSV is still to come)", c.DataDir)
+	case c.DataDir != "" && !fi.IsDir():
+		spec = &dataSpec{kind: "text", shape: []int64{int64(blockSize(c))}}
+		spec.train, spec.val, err = readByteText(c.DataDir, blockSize(c), c.ValSplit)
+	case c.DataDir != "" && hasSubdirs(c.DataDir):
+		spec, err = imageFolder(c)
+	default:
+		spec, err = fashionMNIST(c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c.Limit > 0 {
+		spec.train = data.Head(spec.train, c.Limit)
+		if spec.val != nil {
+			spec.val = data.Head(spec.val, c.Limit)
+		}
+	}
+	return spec, nil
+}
+
+// blockSize is a text's context length: --block-size, 128 by default.
+func blockSize(c trainer.Config) int {
+	if c.BlockSize > 0 {
+		return c.BlockSize
+	}
+	return 128
+}
+
+func fashionMNIST(c trainer.Config) (*dataSpec, error) {
+	tr, err := data.FashionMNIST(c.DataDir, true)
+	if err != nil {
+		return nil, fmt.Errorf("%w (install Debian's dataset-fashion-mnist, pass --data DIR, or use --synthetic N)", err)
+	}
+	te, err := data.FashionMNIST(c.DataDir, false)
+	if err != nil {
+		return nil, err
+	}
+	norm := data.Normalize{Mean: data.FashionMNISTMean, Std: data.FashionMNISTStd}
+	return &dataSpec{kind: "fashion-mnist", train: tr, val: te, shape: []int64{1, 28, 28}, classes: 10,
+		names: data.FashionMNISTClasses, transform: norm}, nil
+}
+
+func hasSubdirs(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if fi, err := os.Stat(filepath.Join(dir, e.Name())); err == nil && fi.IsDir() {
+			return true
+		}
+	}
+	return false
+}
+
+// imageFolder reads root/train and root/val (or valid, test) when they exist, else root
+// itself with --val-split held out. The images travel as uint8 and are normalized on the
+// device; all are resized to --image-size (or to the first image's size, so that a tree
+// of mixed sizes still batches). The small CNN takes 28x28 grayscale images, the other
+// models RGB.
+func imageFolder(c trainer.Config) (*dataSpec, error) {
+	mode, mean, std := data.RGB, data.ImageNetMean, data.ImageNetStd
+	if c.Model == "cnn" {
+		mode, mean, std = data.Gray, []float32{0.5}, []float32{0.5}
+	}
+	opts := data.ImageFolderOptions{Mode: mode}
+	root := c.DataDir
+	trainDir, valDir := filepath.Join(root, "train"), ""
+	if isDir(trainDir) {
+		for _, v := range []string{"val", "valid", "validation", "test"} {
+			if isDir(filepath.Join(root, v)) {
+				valDir = filepath.Join(root, v)
+				break
+			}
+		}
+	} else {
+		trainDir = root
+	}
+	tr, err := data.NewImageFolder(trainDir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("--data: %w", err)
+	}
+	spec := &dataSpec{kind: "imagefolder", train: tr, classes: len(tr.Classes), names: tr.Classes, mean: mean, std: std}
+	switch {
+	case valDir != "":
+		va, err := data.NewImageFolder(valDir, opts)
+		if err != nil {
+			return nil, fmt.Errorf("--data: %w", err)
+		}
+		if fmt.Sprint(va.Classes) != fmt.Sprint(tr.Classes) {
+			return nil, fmt.Errorf("--data: %s has classes %v but %s has %v; both need the same class folders", valDir, va.Classes, trainDir, tr.Classes)
+		}
+		spec.val = va
+	case c.ValSplit > 0:
+		n := int(float64(tr.Len()) * c.ValSplit)
+		if n < 1 || n >= tr.Len() {
+			return nil, fmt.Errorf("--val-split %g of %d images leaves no training or no validation image", c.ValSplit, tr.Len())
+		}
+		parts, err := data.RandomSplit(tr, []int{tr.Len() - n, n}, c.Seed)
+		if err != nil {
+			return nil, err
+		}
+		spec.train, spec.val = parts[0], parts[1]
+	}
+	h, w := int64(c.ImageSize), int64(c.ImageSize)
+	if c.Model == "cnn" {
+		if c.ImageSize != 0 && c.ImageSize != 28 {
+			return nil, fmt.Errorf("--image-size %d: the cnn model takes 28x28 images; use --model resnet18 or mlp for other sizes", c.ImageSize)
+		}
+		h, w = 28, 28
+	}
+	if h == 0 {
+		var s data.Sample
+		if err := tr.Get(0, &s); err != nil {
+			return nil, err
+		}
+		shape := s.MustField(data.Input).Shape
+		h, w = shape[1], shape[2]
+	}
+	spec.transform = data.Resize{Height: int(h), Width: int(w)}
+	spec.shape = []int64{map[data.ColorMode]int64{data.RGB: 3, data.Gray: 1}[mode], h, w}
+	return spec, nil
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
+// onDevice is the loader's OnDevice hook: uint8 images become normalized float32.
+func (s *dataSpec) onDevice() func(b *data.Batch) {
+	if s.mean == nil {
+		return nil
+	}
+	return func(b *data.Batch) {
+		b.Fields[data.Input] = data.NormalizeImages(b.Get(data.Input), s.mean, s.std)
+	}
+}
+
+// inputFeatures is the number of values of one sample's input.
+func (s *dataSpec) inputFeatures() int64 {
+	n := int64(1)
+	for _, d := range s.shape {
+		n *= d
+	}
+	return n
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/testpy"
+	"github.com/gotrain/gotrain/torch/data"
+)
+
+// classFolders are three Fashion-MNIST classes, as folder names.
+var classFolders = map[int]string{1: "trouser", 7: "sneaker", 9: "ankle_boot"}
+
+// writeImageFolder writes real Fashion-MNIST test images as PNG files into
+// root/<split>/<class>/, perClass for each split.
+func writeImageFolder(t *testing.T, root string, splits []string, perClass int) {
+	t.Helper()
+	fm, err := data.FashionMNIST("", false)
+	if err != nil {
+		t.Skipf("Fashion-MNIST is not installed: %v", err)
+	}
+	count := map[string]int{}
+	for i := 0; i < fm.Len() && len(count) < len(splits)*len(classFolders)*perClass; i++ {
+		class, ok := classFolders[int(fm.Labels[i])]
+		if !ok {
+			continue
+		}
+		split := ""
+		for _, s := range splits {
+			if count[s+class] < perClass {
+				split = s
+				break
+			}
+		}
+		if split == "" {
+			continue
+		}
+		count[split+class]++
+		dir := filepath.Join(root, split, class)
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		img := image.NewGray(image.Rect(0, 0, fm.Width, fm.Height))
+		copy(img.Pix, fm.Pixels[i*fm.Width*fm.Height:(i+1)*fm.Width*fm.Height])
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%05d.png", i)))
+		require.NoError(t, err)
+		require.NoError(t, png.Encode(f, img))
+		require.NoError(t, f.Close())
+	}
+}
+
+// loadsInPython opens a checkpoint with torch.load(weights_only=True) and returns its
+// class_names and the shape of every model weight.
+func loadsInPython(t *testing.T, path string) (names []string, shapes map[string][]int64) {
+	out := testpy.Run(t, `
+import sys, json, torch
+ck = torch.load(sys.argv[1], weights_only=True)
+print(json.dumps({"names": ck["class_names"], "shapes": {k: list(v.shape) for k, v in ck["model_state_dict"].items()}}))
+`, []string{"torch"}, path)
+	var got struct {
+		Names  []string           `json:"names"`
+		Shapes map[string][]int64 `json:"shapes"`
+	}
+	require.NoError(t, json.Unmarshal(out, &got), string(out))
+	return got.Names, got.Shapes
+}
+
+func configClassNames(t *testing.T, runDir string) []string {
+	b, err := os.ReadFile(filepath.Join(runDir, "config.json"))
+	require.NoError(t, err)
+	var cfg struct {
+		ClassNames []string `json:"class_names"`
+	}
+	require.NoError(t, json.Unmarshal(b, &cfg))
+	return cfg.ClassNames
+}
+
+// TestDataImageFolder: --data on an ImageFolder tree with train/ and val/ trains the
+// default CNN one epoch; the class names (sorted folder names) are in config.json and in
+// the checkpoint, which Python loads with weights_only=True. A single tree with
+// --val-split trains an MLP whose input size follows --image-size and the RGB images.
+func TestDataImageFolder(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "tree")
+	writeImageFolder(t, root, []string{"train", "val"}, 12)
+	want := []string{"ankle_boot", "sneaker", "trouser"}
+	runs := t.TempDir()
+	out, err := child("--data", root, "--epochs", "1", "--batch-size", "8", "--workers", "1", "--threads", "1",
+		"--runs-dir", runs, "--experiment", "tree").CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "val samples: 36")
+	assert.Equal(t, want, configClassNames(t, filepath.Join(runs, "tree")))
+	names, shapes := loadsInPython(t, filepath.Join(runs, "tree", "checkpoints", "last.pt"))
+	assert.Equal(t, want, names)
+	heads := 0
+	for k, s := range shapes {
+		if strings.HasSuffix(k, ".bias") && fmt.Sprint(s) == "[3]" {
+			heads++
+		}
+	}
+	assert.Equal(t, 1, heads, "the classifier has one output per class folder: %v", shapes)
+
+	out, err = child("--data", filepath.Join(root, "train"), "--val-split", "0.25", "--model", "mlp", "--image-size", "14",
+		"--epochs", "1", "--batch-size", "8", "--workers", "1", "--threads", "1", "--runs-dir", runs, "--experiment", "split").CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "train samples: 27")
+	_, shapes = loadsInPython(t, filepath.Join(runs, "split", "checkpoints", "last.pt"))
+	assert.Equal(t, []int64{256, 3 * 14 * 14}, shapes["1.weight"], "an RGB 14x14 input")
+	assert.Equal(t, []int64{3, 256}, shapes["3.weight"])
+	v, err := checkpoint.Read(filepath.Join(runs, "split", "checkpoints", "last.pt"))
+	require.NoError(t, err)
+	cfg, err := checkpoint.GetString(v, "config")
+	require.NoError(t, err)
+	assert.Contains(t, cfg, `"class_names":["ankle_boot","sneaker","trouser"]`)
+}
+
+// TestRangeChecks: every numeric flag out of range is refused before training, with a
+// message naming the flag.
+func TestRangeChecks(t *testing.T) {
+	for _, c := range []struct{ flag, value, want string }{
+		{"--batch-size", "0", "--batch-size (batch_size in a config file) must be >= 1, got 0"},
+		{"--lr", "nan", "--lr (lr in a config file) must be a finite number > 0, got NaN"},
+		{"--lr", "-1", "--lr"},
+		{"--epochs", "0", "--epochs"},
+		{"--workers", "-1", "--workers"},
+		{"--accumulation", "0", "--accumulation"},
+		{"--grad-clip", "inf", "--grad-clip"},
+		{"--momentum", "1", "--momentum"},
+		{"--weight-decay", "-0.1", "--weight-decay"},
+		{"--val-split", "1", "--val-split"},
+		{"--image-size", "-3", "--image-size"},
+		{"--top-k", "-1", "--top-k"},
+		{"--patience", "-2", "--patience"},
+		{"--threads", "-1", "--threads"},
+		{"--log-every", "-1", "--log-every"},
+		{"--nproc-per-node", "0", "--nproc-per-node must be >= 1"},
+		{"--master-port", "70000", "--master-port"},
+		{"--monitor", "val_f2", "--monitor-mode"},
+		{"--amp", "fp8", "fp8"},
+	} {
+		out, err := child("--synthetic", "64", "--runs-dir", t.TempDir(), c.flag, c.value).CombinedOutput()
+		require.Error(t, err, "%s %s was accepted:\n%s", c.flag, c.value, out)
+		assert.Contains(t, string(out), c.want, "%s %s", c.flag, c.value)
+		assert.NotContains(t, string(out), "=====", "%s %s: nothing trains", c.flag, c.value)
+	}
+}
+
+// TestDataText: --data on a text file trains the byte-level GPT (chosen for the default
+// model) through the language-model step, monitoring val_loss.
+func TestDataText(t *testing.T) {
+	corpus := smallCorpus(t, 12_000)
+	runs := t.TempDir()
+	out, err := child("--data", corpus, "--block-size", "32", "--limit", "96", "--epochs", "1", "--batch-size", "32",
+		"--workers", "1", "--threads", "1", "--runs-dir", runs, "--experiment", "text").CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "val perplexity")
+	assert.Contains(t, string(out), "best val_loss")
+	v, err := checkpoint.Read(filepath.Join(runs, "text", "checkpoints", "last.pt"))
+	require.NoError(t, err)
+	model, err := checkpoint.GetString(v, "model_config")
+	require.NoError(t, err)
+	assert.Equal(t, "gpt", model)
+}
