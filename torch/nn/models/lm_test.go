@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gotrain/gotrain/amp"
 	"github.com/gotrain/gotrain/internal/testpy"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
@@ -103,4 +104,23 @@ func bytesOf(ids []int64) string {
 		b[i] = byte(v)
 	}
 	return string(b)
+}
+
+// TestGPT2UnderBF16Autocast is what --amp bf16 runs: the forward pass and loss under CPU
+// autocast, with gradients reaching every parameter and a loss close to fp32's.
+func TestGPT2UnderBF16Autocast(t *testing.T) {
+	torch.ManualSeed(2)
+	m := newGPT2(t, tinyGPT2Config())
+	torch.WithScope(func() {
+		ids := torch.Randint(0, 61, []int64{2, 12}, torch.Int64, torch.CPU)
+		full := m.Loss(ids).Item()
+		var loss *torch.Tensor
+		amp.Autocast(torch.CPU, torch.BFloat16, func() { loss = m.Loss(ids) })
+		assert.Equal(t, torch.Float32, loss.DType(), "cross-entropy runs in float32 under autocast")
+		assert.InDelta(t, full, loss.Item(), 0.05)
+		loss.Backward()
+		for _, p := range nn.NamedParameters(m) {
+			require.NotNil(t, p.Tensor.Grad(), p.Name)
+		}
+	})
 }
