@@ -1,0 +1,138 @@
+package data
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// TokenDataset reads a flat file of token ids as fixed-length windows for language
+// modelling. The file is nanoGPT's train.bin layout (np.array(ids, dtype=np.uint16)
+// .tofile(path): little-endian ids back to back, no header), uint16 or uint32, or a
+// plain-text corpus whose bytes are the tokens (ByteTokenizer). It is memory-mapped, so
+// a corpus larger than memory costs only the pages a batch touches.
+//
+// Sample i is the window starting at token i*Stride: field InputIDs, int64 of shape
+// [BlockSize], tokens start .. start+BlockSize-1, and field Labels, the same window
+// shifted by one (tokens start+1 .. start+BlockSize), which is nanoGPT's (x, y) pair
+// read from block_size+1 tokens. A model that shifts its labels itself, as Hugging
+// Face's causal language models do, takes InputIDs as its labels instead.
+type TokenDataset struct {
+	Path      string
+	BlockSize int
+	Stride    int
+	// Width is the size of one token id in the file: 1 (bytes of text), 2 (uint16) or
+	// 4 (uint32).
+	Width int
+
+	data []byte
+	n    int // tokens
+}
+
+// TokenOptions configures OpenTokens.
+type TokenOptions struct {
+	// Width is the size of a token id in bytes: 2 for uint16 (nanoGPT's, the default),
+	// 4 for uint32 (vocabularies beyond 65536), 1 for a text file read through
+	// ByteTokenizer.
+	Width int
+	// Stride is the distance between window starts, in tokens (default BlockSize: windows
+	// that do not overlap; 1 reads every window, as nanoGPT's random offsets can).
+	Stride int
+}
+
+// OpenTokens maps a token file and returns its windows of blockSize+1 tokens.
+func OpenTokens(path string, blockSize int, opts TokenOptions) (*TokenDataset, error) {
+	if blockSize < 1 {
+		return nil, fmt.Errorf("data: OpenTokens: block size %d is not positive", blockSize)
+	}
+	d := &TokenDataset{Path: path, BlockSize: blockSize, Stride: opts.Stride, Width: opts.Width}
+	if d.Stride == 0 {
+		d.Stride = blockSize
+	}
+	if d.Width == 0 {
+		d.Width = 2
+	}
+	if d.Stride < 0 || (d.Width != 1 && d.Width != 2 && d.Width != 4) {
+		return nil, fmt.Errorf("data: OpenTokens: stride %d or token width %d is invalid (width 1, 2 or 4)", d.Stride, d.Width)
+	}
+	data, err := mapFile(d, path)
+	if err != nil {
+		return nil, fmt.Errorf("data: OpenTokens: %w", err)
+	}
+	if len(data)%d.Width != 0 {
+		return nil, fmt.Errorf("data: %s: %d bytes is not a whole number of %d-byte token ids", path, len(data), d.Width)
+	}
+	d.data, d.n = data, len(data)/d.Width
+	if d.n < blockSize+1 {
+		return nil, fmt.Errorf("data: %s: %d tokens cannot fill one window of %d+1", path, d.n, blockSize)
+	}
+	return d, nil
+}
+
+// OpenText maps a plain-text file as a byte-level token corpus (token id = byte value,
+// vocabulary 256), windows of blockSize+1 bytes.
+func OpenText(path string, blockSize int) (*TokenDataset, error) {
+	return OpenTokens(path, blockSize, TokenOptions{Width: 1})
+}
+
+// Tokens returns the number of tokens in the file.
+func (d *TokenDataset) Tokens() int { return d.n }
+
+// Token returns token id k of the file.
+func (d *TokenDataset) Token(k int) int64 {
+	switch d.Width {
+	case 1:
+		return int64(d.data[k])
+	case 2:
+		return int64(binary.LittleEndian.Uint16(d.data[2*k:]))
+	}
+	return int64(binary.LittleEndian.Uint32(d.data[4*k:]))
+}
+
+// Len returns the number of windows: starts 0, Stride, 2*Stride, ... that leave
+// BlockSize+1 tokens.
+func (d *TokenDataset) Len() int { return (d.n-d.BlockSize-1)/d.Stride + 1 }
+
+// Get writes window i into s.
+func (d *TokenDataset) Get(i int, s *Sample) error {
+	if i < 0 || i >= d.Len() {
+		return fmt.Errorf("data: TokenDataset: index %d out of range [0, %d)", i, d.Len())
+	}
+	start, bs := i*d.Stride, int64(d.BlockSize)
+	ids := SetValues[int64](s, InputIDs, bs)
+	labels := SetValues[int64](s, Labels, bs)
+	prev := d.Token(start)
+	for k := range ids {
+		next := d.Token(start + k + 1)
+		ids[k], labels[k] = prev, next
+		prev = next
+	}
+	return nil
+}
+
+// ByteTokenizer is the byte-level tokenizer of OpenText: a token is a byte of UTF-8
+// text, so any text encodes and the vocabulary is 256.
+type ByteTokenizer struct{}
+
+// VocabSize is 256.
+func (ByteTokenizer) VocabSize() int { return 256 }
+
+// Encode returns the bytes of text as token ids.
+func (ByteTokenizer) Encode(text string) []int64 {
+	out := make([]int64, len(text))
+	for i := range len(text) {
+		out[i] = int64(text[i])
+	}
+	return out
+}
+
+// Decode turns token ids back into text; an id outside 0..255 is an error.
+func (ByteTokenizer) Decode(ids []int64) (string, error) {
+	b := make([]byte, len(ids))
+	for i, id := range ids {
+		if id < 0 || id > 255 {
+			return "", fmt.Errorf("data: ByteTokenizer: token id %d at %d is not a byte", id, i)
+		}
+		b[i] = byte(id)
+	}
+	return string(b), nil
+}
