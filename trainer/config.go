@@ -24,12 +24,14 @@ type Config struct {
 
 	Model string `json:"model" yaml:"model"`
 	// DataDir is the training data: the Fashion-MNIST directory (the default), an
-	// ImageFolder tree or a text file (cmd/train's --data).
+	// ImageFolder tree, a CSV file or a text file (cmd/train's --data).
 	DataDir string `json:"data_dir" yaml:"data_dir"`
 	// ImageSize > 0 resizes ImageFolder images to ImageSize x ImageSize.
 	ImageSize int `json:"image_size,omitempty" yaml:"image_size"`
 	// ValSplit in (0, 1) holds out that fraction of a single folder or file for validation.
 	ValSplit float64 `json:"val_split,omitempty" yaml:"val_split"`
+	// LabelColumn names a CSV's label column; the other columns are features.
+	LabelColumn string `json:"label_column,omitempty" yaml:"label_column"`
 	// BlockSize is a text's context length (cmd/train's --block-size).
 	BlockSize int `json:"block_size,omitempty" yaml:"block_size"`
 	// ClassNames are the data's class names in class-index order (ImageFolder folders,

@@ -39,6 +39,11 @@ func model(name string, spec *dataSpec) (nn.Module, error) {
 		return vitModel(spec.shape, classes)
 	case "mlp":
 		return models.MLP(spec.inputFeatures(), 256, classes), nil
+	}
+	if spec.kind == "csv" {
+		return nil, fmt.Errorf("--model %s takes images; a CSV's rows train --model mlp", name)
+	}
+	switch name {
 	case "cnn":
 		if fmt.Sprint(spec.shape) != "[1 28 28]" {
 			return nil, fmt.Errorf("--model cnn takes 1x28x28 images, the data has %v: use --model resnet18 or mlp", spec.shape)
@@ -110,7 +115,7 @@ func build(c trainer.Config, runDir string, pg *distributed.ProcessGroup) (*trai
 	var valLoader *data.Loader
 	if spec.val != nil {
 		valBatch := 1000 // small images: few, large validation batches
-		if spec.kind == "imagefolder" || spec.kind == "text" {
+		if spec.kind != "fashion-mnist" && spec.kind != "synthetic" {
 			valBatch = c.BatchSize
 		}
 		valLoader, err = data.NewLoader(spec.val, data.LoaderOptions{BatchSize: valBatch, Workers: c.Workers, Device: dev,
@@ -119,8 +124,13 @@ func build(c trainer.Config, runDir string, pg *distributed.ProcessGroup) (*trai
 			return nil, err
 		}
 	}
-	if spec.kind == "text" && c.Model == trainer.DefaultConfig().Model {
-		c.Model = "gpt" // the default image model cannot read text
+	if c.Model == trainer.DefaultConfig().Model { // the default image model reads neither text nor tables
+		switch spec.kind {
+		case "text":
+			c.Model = "gpt"
+		case "csv":
+			c.Model = "mlp"
+		}
 	}
 	torch.ManualSeed(c.Seed) // the model's initial weights depend on the seed only
 	m, err := model(c.Model, spec)

@@ -12,7 +12,7 @@ import (
 
 // dataSpec is what a run trains on, and what the model must look like to take it.
 type dataSpec struct {
-	kind       string // "fashion-mnist", "imagefolder", "text", "synthetic"
+	kind       string // "fashion-mnist", "imagefolder", "csv", "text", "synthetic"
 	train, val data.Dataset
 	shape      []int64 // one sample's input
 	classes    int
@@ -23,7 +23,7 @@ type dataSpec struct {
 }
 
 // loadData reads --data: an ImageFolder tree (train/ and val/ subfolders, or one tree
-// with --val-split), a text file (byte-level windows of --block-size for a language
+// with --val-split), a CSV file (--label-column), a text file (byte-level windows of --block-size for a language
 // model), or the Fashion-MNIST directory (the default), or --synthetic data.
 func loadData(c trainer.Config) (*dataSpec, error) {
 	if c.Synthetic > 0 {
@@ -44,7 +44,7 @@ func loadData(c trainer.Config) (*dataSpec, error) {
 	case c.DataDir != "" && statErr != nil:
 		return nil, fmt.Errorf("--data: %w", statErr)
 	case c.DataDir != "" && !fi.IsDir() && strings.EqualFold(filepath.Ext(c.DataDir), ".csv"):
-		return nil, fmt.Errorf("--data %s: CSV files are not read yet (data.CSV is still to come)", c.DataDir)
+		spec, err = csvTable(c)
 	case c.DataDir != "" && !fi.IsDir():
 		spec = &dataSpec{kind: "text", shape: []int64{int64(blockSize(c))}}
 		spec.train, spec.val, err = readByteText(c.DataDir, blockSize(c), c.ValSplit)
@@ -71,6 +71,48 @@ func blockSize(c trainer.Config) int {
 		return c.BlockSize
 	}
 	return 128
+}
+
+// csvTable reads a CSV file: --label-column holds the classes (integers, or names mapped
+// to their sorted order), every other column is a feature; --val-split holds out rows.
+func csvTable(c trainer.Config) (*dataSpec, error) {
+	if c.LabelColumn == "" {
+		return nil, fmt.Errorf("--data %s: a CSV file needs --label-column NAME (the column of class labels)", c.DataDir)
+	}
+	tab, err := data.ReadCSV(c.DataDir, data.CSVOptions{Label: c.LabelColumn})
+	if err != nil {
+		return nil, fmt.Errorf("--data: %w", err)
+	}
+	spec := &dataSpec{kind: "csv", train: tab, shape: []int64{int64(len(tab.Features))}, names: tab.Classes, classes: len(tab.Classes)}
+	if spec.names == nil { // integer labels are the class indices
+		var s data.Sample
+		for i := range tab.Len() {
+			s.Reset()
+			if err := tab.Get(i, &s); err != nil {
+				return nil, err
+			}
+			spec.classes = max(spec.classes, int(data.Scalar[int64](&s, data.Label))+1)
+		}
+	}
+	if c.ValSplit > 0 {
+		if spec.train, spec.val, err = split(tab, c); err != nil {
+			return nil, err
+		}
+	}
+	return spec, nil
+}
+
+// split holds out --val-split of ds for validation, drawn with the seed.
+func split(ds data.Dataset, c trainer.Config) (train, val data.Dataset, err error) {
+	n := int(float64(ds.Len()) * c.ValSplit)
+	if n < 1 || n >= ds.Len() {
+		return nil, nil, fmt.Errorf("--val-split %g of %d samples leaves no training or no validation sample", c.ValSplit, ds.Len())
+	}
+	parts, err := data.RandomSplit(ds, []int{ds.Len() - n, n}, c.Seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	return parts[0], parts[1], nil
 }
 
 func fashionMNIST(c trainer.Config) (*dataSpec, error) {
@@ -139,15 +181,9 @@ func imageFolder(c trainer.Config) (*dataSpec, error) {
 		}
 		spec.val = va
 	case c.ValSplit > 0:
-		n := int(float64(tr.Len()) * c.ValSplit)
-		if n < 1 || n >= tr.Len() {
-			return nil, fmt.Errorf("--val-split %g of %d images leaves no training or no validation image", c.ValSplit, tr.Len())
-		}
-		parts, err := data.RandomSplit(tr, []int{tr.Len() - n, n}, c.Seed)
-		if err != nil {
+		if spec.train, spec.val, err = split(tr, c); err != nil {
 			return nil, err
 		}
-		spec.train, spec.val = parts[0], parts[1]
 	}
 	h, w := int64(c.ImageSize), int64(c.ImageSize)
 	if c.Model == "cnn" {

@@ -168,3 +168,54 @@ func TestDataText(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "gpt", model)
 }
+
+// TestDataCSV: --data on a CSV file with string labels (Fashion-MNIST images pooled to
+// 7x7, one feature per cell, named classes) trains an MLP whose input and output sizes
+// follow the table; the sorted label names are the recorded classes, and the checkpoint
+// loads with weights_only=True.
+func TestDataCSV(t *testing.T) {
+	fm, err := data.FashionMNIST("", false)
+	if err != nil {
+		t.Skipf("Fashion-MNIST is not installed: %v", err)
+	}
+	var b strings.Builder
+	for k := range 49 {
+		fmt.Fprintf(&b, "p%d,", k)
+	}
+	b.WriteString("kind\n")
+	rows := map[byte]int{}
+	px := fm.Width * fm.Height
+	for i, label := range fm.Labels {
+		if (label != 1 && label != 7 && label != 8) || rows[label] >= 30 {
+			continue
+		}
+		rows[label]++
+		img := fm.Pixels[i*px : (i+1)*px]
+		for cell := range 49 {
+			sum := 0
+			for k := range 16 {
+				sum += int(img[(cell/7*4+k/4)*fm.Width+cell%7*4+k%4])
+			}
+			fmt.Fprintf(&b, "%g,", float64(sum)/16/255)
+		}
+		b.WriteString(data.FashionMNISTClasses[label] + "\n")
+	}
+	path := filepath.Join(t.TempDir(), "pooled.csv")
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+
+	runs := t.TempDir()
+	out, err := child("--data", path, "--label-column", "kind", "--val-split", "0.2", "--epochs", "1", "--batch-size", "8",
+		"--workers", "1", "--threads", "1", "--runs-dir", runs, "--experiment", "csv").CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "train samples: 72")
+	want := []string{"Bag", "Sneaker", "Trouser"}
+	assert.Equal(t, want, configClassNames(t, filepath.Join(runs, "csv")))
+	names, shapes := loadsInPython(t, filepath.Join(runs, "csv", "checkpoints", "last.pt"))
+	assert.Equal(t, want, names)
+	assert.Equal(t, []int64{256, 49}, shapes["1.weight"])
+	assert.Equal(t, []int64{3, 256}, shapes["3.weight"])
+
+	out, err = child("--data", path, "--runs-dir", runs).CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "--label-column")
+}

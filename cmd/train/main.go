@@ -53,9 +53,10 @@ func run(args []string) error {
 	fs.IntVar(&c.Synthetic, "synthetic", c.Synthetic, "train on N seeded synthetic samples instead of Fashion-MNIST (for machines without the data)")
 	fs.IntVar(&c.Limit, "limit", c.Limit, "use only the first N training samples (smoke runs)")
 	fs.StringVar(&c.Model, "model", c.Model, "model: mlp, cnn, resnet18, vit, or gpt (for a text file)")
-	fs.StringVar(&c.DataDir, "data", c.DataDir, "training data: an ImageFolder tree (with train/ and val/, or --val-split), a text file (--model gpt) or the Fashion-MNIST directory (default: Debian's)")
+	fs.StringVar(&c.DataDir, "data", c.DataDir, "training data: an ImageFolder tree (with train/ and val/, or --val-split), a CSV file (--label-column), a text file (--model gpt) or the Fashion-MNIST directory (default: Debian's)")
 	fs.IntVar(&c.ImageSize, "image-size", c.ImageSize, "resize ImageFolder images to N x N (0: the data's size)")
 	fs.Float64Var(&c.ValSplit, "val-split", c.ValSplit, "hold out this fraction of a single folder or file for validation")
+	fs.StringVar(&c.LabelColumn, "label-column", c.LabelColumn, "a CSV's label column (the other columns are the features)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "a text file's context length in bytes (0: 128)")
 	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "epochs to train")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "batch size")
@@ -169,6 +170,7 @@ func overlay(base, flagged trainer.Config, set map[string]bool) trainer.Config {
 		"limit": func() { base.Limit = flagged.Limit }, "fused": func() { base.Fused = flagged.Fused },
 		"image-size": func() { base.ImageSize = flagged.ImageSize }, "val-split": func() { base.ValSplit = flagged.ValSplit },
 		"block-size":   func() { base.BlockSize = flagged.BlockSize },
+		"label-column": func() { base.LabelColumn = flagged.LabelColumn },
 		"monitor-mode": func() { base.MonitorMode = flagged.MonitorMode },
 	}
 	for name := range set {
