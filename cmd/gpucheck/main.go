@@ -166,7 +166,7 @@ func runMatmuls(r *Report, n int64) (err error) {
 			}
 			must(torch.CUDASynchronize(0))
 			sec := time.Since(start).Seconds() / reps
-			r.Matmul = append(r.Matmul, Matmul{DType: dt.String(), N: n, Seconds: sec, TFLOPS: 2 * float64(n) * float64(n) * float64(n) / sec / 1e12})
+			r.Matmul = append(r.Matmul, Matmul{DType: matmulLabel(dt), N: n, Seconds: sec, TFLOPS: 2 * float64(n) * float64(n) * float64(n) / sec / 1e12})
 		})
 	}
 	return nil

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+
+	"github.com/gotrain/gotrain/amp"
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/data"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
+	"github.com/gotrain/gotrain/torch/optim"
+	"github.com/gotrain/gotrain/trainer"
+)
+
+// hostSyncResult is what `gpu hostsync` prints: the reads of tensor values back to Go
+// (torch.HostReads, each a device→host copy and so a synchronisation on CUDA) made
+// while the Trainer ran optimizer steps, split into the batches that ended at a logging
+// point and the ones between.
+type hostSyncResult struct {
+	Model     string `json:"model"`
+	Precision string `json:"precision"`
+	Device    string `json:"device"`
+	Batches   int    `json:"batches"`
+	LogEvery  int    `json:"log_every"`
+	// BetweenSteps counts the optimizer steps whose interval (from the previous
+	// batch's end to this one's: the previous optimizer step and this batch's forward
+	// and backward) had no logging point, and BetweenReads the reads they made.
+	BetweenSteps int   `json:"between_steps"`
+	BetweenReads int64 `json:"between_reads"`
+	LogPoints    int   `json:"log_points"`
+	LogReads     int64 `json:"log_reads"`
+	Pass         bool  `json:"pass"`
+}
+
+// tokenWindows is a dataset of random token windows (field input_ids), drawn in Go
+// from the sample's index so that Get never calls libtorch.
+type tokenWindows struct {
+	n          int
+	seq, vocab int64
+}
+
+func (d tokenWindows) Len() int { return d.n }
+
+func (d tokenWindows) Get(i int, s *data.Sample) error {
+	r := rand.New(rand.NewPCG(uint64(i), 1))
+	for j, ids := 0, data.SetValues[int64](s, data.InputIDs, d.seq); j < len(ids); j++ {
+		ids[j] = r.Int64N(d.vocab)
+	}
+	return nil
+}
+
+// randomImages is a dataset of random images and labels (fields input and label).
+type randomImages struct {
+	n             int
+	size, classes int64
+}
+
+func (d randomImages) Len() int { return d.n }
+
+func (d randomImages) Get(i int, s *data.Sample) error {
+	r := rand.New(rand.NewPCG(uint64(i), 2))
+	for j, x := 0, data.SetValues[float32](s, data.Input, 3, d.size, d.size); j < len(x); j++ {
+		x[j] = float32(r.NormFloat64())
+	}
+	data.SetScalar(s, data.Label, r.Int64N(d.classes))
+	return nil
+}
+
+func runHostSync(o options) (any, bool, error) {
+	const logPoints = 2
+	logEvery := o.steps
+	res := &hostSyncResult{Model: o.model, Precision: o.precision, Device: o.device.String(), LogEvery: logEvery, Batches: logEvery * logPoints}
+	mode := amp.Off
+	if o.precision == "bf16" {
+		mode = amp.BF16
+	}
+	torch.ManualSeed(0)
+	var (
+		model nn.Module
+		ds    data.Dataset
+		batch int64
+		opts  []trainer.Option
+	)
+	switch o.model {
+	case "gpt":
+		c, b, seq := gptSetup(o.smoke)
+		g, err := models.NewGPT2LMHeadModel(c)
+		if err != nil {
+			return nil, false, err
+		}
+		model, ds, batch = g, tokenWindows{n: res.Batches * int(b), seq: seq, vocab: c.VocabSize}, b
+		// The language-modelling step: no metrics, only the loss the Trainer sums.
+		opts = append(opts, trainer.WithTrainStep(func(m nn.Module, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+			return g.Loss(b.Get(data.InputIDs)), nil
+		}))
+	case "vit":
+		c, b := vitSetup(o.smoke)
+		model, ds, batch = models.NewVisionTransformer(c), randomImages{n: res.Batches * int(b), size: c.ImageSize, classes: c.NumClasses}, b
+	default:
+		return nil, false, fmt.Errorf("-model %q is not gpt or vit", o.model)
+	}
+	defer nn.Free(model)
+	loader, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: int(batch), Inline: true, Device: o.device})
+	if err != nil {
+		return nil, false, err
+	}
+	opt, err := optim.NewAdamW(nn.Parameters(model), optim.AdamOptions{LR: 1e-4, WeightDecay: 0.01, Fused: true})
+	if err != nil {
+		return nil, false, err
+	}
+	last := int64(-1)
+	count := trainer.CallbackFunc(func(e trainer.Event, t *trainer.Trainer) error {
+		if e != trainer.BatchEnd {
+			return nil
+		}
+		now := torch.HostReads()
+		// The first batch's interval holds the Trainer's start-up; it is not a step.
+		if last >= 0 {
+			if t.LogPoint {
+				res.LogPoints++
+				res.LogReads += now - last
+			} else {
+				res.BetweenSteps++
+				res.BetweenReads += now - last
+			}
+		}
+		last = now
+		return nil
+	})
+	// The default classification step's loss, for the ViT.
+	ce := &nn.CrossEntropyLoss{}
+	opts = append(opts, trainer.WithOutput(io.Discard), trainer.WithDevice(o.device.String()), trainer.WithAMP(mode),
+		trainer.WithEpochs(1), trainer.WithLogEvery(logEvery), trainer.WithCallbacks(count))
+	tr, err := trainer.New(model, loader, nil, ce.Forward, opt, opts...)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := tr.Run(context.Background()); err != nil {
+		return nil, false, err
+	}
+	res.Pass = res.BetweenSteps > 0 && res.BetweenReads == 0
+	return res, res.Pass, nil
+}

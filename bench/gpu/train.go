@@ -1,0 +1,253 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gotrain/gotrain/amp"
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
+	"github.com/gotrain/gotrain/torch/optim"
+)
+
+// The batches are drawn from a pool this big and cycled: enough that no step sees the
+// previous step's batch, small enough that ViT's images fit in host memory at once.
+const batchPool = 4
+
+// gptSetup returns the GPT-2 benchmarked and its batch: GPT-2 small (124M parameters)
+// on 8 × 1024 tokens, without dropout so that both sides compute the same losses.
+func gptSetup(smoke bool) (c models.GPT2Config, batch, seq int64) {
+	c = models.DefaultGPT2Config()
+	c.ResidPdrop, c.EmbdPdrop, c.AttnPdrop = 0, 0, 0
+	if smoke {
+		c.VocabSize, c.NPositions, c.NEmbd, c.NLayer, c.NHead = 256, 64, 64, 2, 2
+		c.BOSTokenID, c.EOSTokenID = nil, nil // GPT-2's 50256 is outside a 256-token vocabulary
+		return c, 2, 32
+	}
+	return c, 8, 1024
+}
+
+// vitSetup returns the ViT benchmarked and its batch: torchvision's vit_b_16 (86M
+// parameters, 224² images, 197 tokens) on 64 images.
+func vitSetup(smoke bool) (c models.ViTConfig, batch int64) {
+	if smoke {
+		return models.ViTConfig{ImageSize: 32, PatchSize: 8, NumLayers: 2, NumHeads: 2, HiddenDim: 32, MLPDim: 64, NumClasses: 10}, 4
+	}
+	return models.ViTConfig{ImageSize: 224, PatchSize: 16, NumLayers: 12, NumHeads: 12, HiddenDim: 768, MLPDim: 3072, NumClasses: 1000}, 64
+}
+
+// spec is DIR/spec.json: everything bench.py needs to build the same model, load the same
+// weights, draw the same batches and time the same step.
+type spec struct {
+	Model     string            `json:"model"`
+	Precision string            `json:"precision"`
+	Device    string            `json:"device"`
+	Batch     int64             `json:"batch"`
+	Seq       int64             `json:"seq,omitempty"`
+	ViT       *models.ViTConfig `json:"vit,omitempty"`
+	Weights   string            `json:"weights"` // a Hugging Face directory (gpt) or a torch.save state dict (vit)
+	Pool      int               `json:"pool"`
+	Warmup    int               `json:"warmup"`
+	Steps     int               `json:"steps"`
+	LR        float64           `json:"lr"`
+	WD        float64           `json:"weight_decay"`
+}
+
+// trainResult is one side's numbers; bench.py prints the same fields.
+type trainResult struct {
+	Impl          string    `json:"impl"`
+	Model         string    `json:"model"`
+	Precision     string    `json:"precision"`
+	MedianStepS   float64   `json:"median_step_s"`
+	StepS         []float64 `json:"step_s"`
+	ItemsPerS     float64   `json:"items_per_s"` // tokens/s (gpt) or samples/s (vit)
+	Unit          string    `json:"unit"`
+	PeakMemoryMiB float64   `json:"peak_memory_mib"` // CUDA only
+	FirstLoss     float64   `json:"first_loss"`
+	LastLoss      float64   `json:"last_loss"`
+}
+
+// benchModel is a model built for the benchmark with what the step needs.
+type benchModel struct {
+	module  nn.Module
+	loss    func(batch []*torch.Tensor) *torch.Tensor
+	batches func() [][]*torch.Tensor // on the CPU, drawn as bench.py draws them
+	items   int64                    // tokens or samples per step
+	unit    string
+	free    func()
+}
+
+func runTrain(o options) (any, bool, error) {
+	if o.dir == "" {
+		return nil, false, fmt.Errorf("train: -dir is required")
+	}
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		return nil, false, err
+	}
+	s := spec{Model: o.model, Precision: o.precision, Device: o.device.String(), Pool: batchPool,
+		Warmup: o.warmup, Steps: o.steps, LR: 1e-4, WD: 0.01}
+	var bf16 bool
+	switch o.precision {
+	case "fp32":
+	case "bf16":
+		bf16 = true
+	default:
+		return nil, false, fmt.Errorf("train: -precision %q is not fp32 or bf16", o.precision)
+	}
+	torch.ManualSeed(0)
+	m, err := buildModel(o, &s)
+	if err != nil {
+		return nil, false, err
+	}
+	defer m.free()
+	raw, _ := json.MarshalIndent(s, "", "  ")
+	if err := os.WriteFile(filepath.Join(o.dir, "spec.json"), append(raw, '\n'), 0o644); err != nil {
+		return nil, false, err
+	}
+	r, err := timeSteps(m, s, o.device, bf16)
+	return r, err == nil, err
+}
+
+// buildModel draws the model's weights, writes them where bench.py reads them, and
+// records the shapes in s.
+func buildModel(o options, s *spec) (*benchModel, error) {
+	switch o.model {
+	case "gpt":
+		c, batch, seq := gptSetup(o.smoke)
+		g, err := models.NewGPT2LMHeadModel(c)
+		if err != nil {
+			return nil, err
+		}
+		s.Batch, s.Seq, s.Weights = batch, seq, "gpt2"
+		if err := g.SavePretrained(filepath.Join(o.dir, s.Weights)); err != nil {
+			return nil, err
+		}
+		return &benchModel{
+			module: g,
+			loss:   func(b []*torch.Tensor) *torch.Tensor { return g.Loss(b[0]) },
+			batches: func() [][]*torch.Tensor {
+				return drawBatches(func() []*torch.Tensor {
+					return []*torch.Tensor{torch.Randint(0, c.VocabSize, []int64{batch, seq}, torch.Int64, torch.CPU)}
+				})
+			},
+			items: batch * seq, unit: "tokens/s",
+			free: func() { nn.Free(g) },
+		}, nil
+	case "vit":
+		c, batch := vitSetup(o.smoke)
+		v := models.NewVisionTransformer(c)
+		s.Batch, s.ViT, s.Weights = batch, &v.Config, "vit.pt"
+		sd, err := nn.CheckpointStateDict(v)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkpoint.Write(filepath.Join(o.dir, s.Weights), sd); err != nil {
+			return nil, err
+		}
+		return &benchModel{
+			module: v,
+			loss: func(b []*torch.Tensor) *torch.Tensor {
+				return torch.CrossEntropy(v.Forward(b[0]), b[1], torch.CrossEntropyOptions{})
+			},
+			batches: func() [][]*torch.Tensor {
+				return drawBatches(func() []*torch.Tensor {
+					return []*torch.Tensor{
+						torch.Randn([]int64{batch, 3, c.ImageSize, c.ImageSize}, torch.Float32, torch.CPU),
+						torch.Randint(0, c.NumClasses, []int64{batch}, torch.Int64, torch.CPU),
+					}
+				})
+			},
+			items: batch, unit: "samples/s",
+			free: func() { nn.Free(v) },
+		}, nil
+	}
+	return nil, fmt.Errorf("-model %q is not gpt or vit", o.model)
+}
+
+// drawBatches seeds the generator with 1 and draws batchPool batches in order, as
+// bench.py does, so that both sides train on the same values.
+func drawBatches(draw func() []*torch.Tensor) [][]*torch.Tensor {
+	torch.ManualSeed(1)
+	out := make([][]*torch.Tensor, batchPool)
+	for i := range out {
+		out[i] = draw()
+	}
+	return out
+}
+
+// timeSteps runs warm-up steps, then times each step between two synchronizations: the
+// step the Trainer runs (zero_grad, forward and loss under autocast, backward, fused
+// AdamW) over batches already on the device, without reading the loss.
+func timeSteps(m *benchModel, s spec, dev torch.Device, bf16 bool) (r *trainResult, err error) {
+	defer torch.Recover(&err, "train "+s.Model)
+	r = &trainResult{Impl: "gotrain", Model: s.Model, Precision: s.Precision, Unit: m.unit}
+	scope := torch.NewScope()
+	defer scope.Close()
+	nn.ToDevice(m.module, dev)
+	nn.SetTraining(m.module, true)
+	var batches [][]*torch.Tensor
+	for _, b := range m.batches() {
+		var moved []*torch.Tensor
+		for _, t := range b {
+			moved = append(moved, t.To(dev, false))
+		}
+		batches = append(batches, moved)
+	}
+	opt, err := optim.NewAdamW(nn.Parameters(m.module), optim.AdamOptions{LR: s.LR, WeightDecay: s.WD, Fused: true})
+	if err != nil {
+		return nil, err
+	}
+	if dev.IsCUDA() {
+		if err := torch.CUDAResetPeakMemory(dev.Index); err != nil {
+			return nil, err
+		}
+	}
+	step := func(i int) (loss *torch.Tensor) {
+		opt.ZeroGrad(true)
+		fwd := func() { loss = m.loss(batches[i%len(batches)]) }
+		if bf16 {
+			amp.Autocast(dev, torch.BFloat16, fwd)
+		} else {
+			fwd()
+		}
+		loss.Backward()
+		if err := opt.Step(); err != nil {
+			panic(err)
+		}
+		return loss
+	}
+	for i := 0; i < s.Warmup+s.Steps; i++ {
+		torch.WithScope(func() {
+			synchronize(dev)
+			t0 := time.Now()
+			loss := step(i)
+			synchronize(dev)
+			if i >= s.Warmup {
+				r.StepS = append(r.StepS, time.Since(t0).Seconds())
+			}
+			// Read outside the timed interval: the first loss compares the two sides'
+			// models and batches, the last their optimizers.
+			if i == 0 {
+				r.FirstLoss = loss.Item()
+			}
+			if i == s.Warmup+s.Steps-1 {
+				r.LastLoss = loss.Item()
+			}
+		})
+	}
+	r.MedianStepS = median(r.StepS)
+	r.ItemsPerS = float64(m.items) / r.MedianStepS
+	if dev.IsCUDA() {
+		mem, err := torch.CUDAMemoryStats(dev.Index)
+		if err != nil {
+			return nil, err
+		}
+		r.PeakMemoryMiB = float64(mem.PeakAllocated) / (1 << 20)
+	}
+	return r, nil
+}
