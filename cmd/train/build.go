@@ -29,12 +29,17 @@ func (m *channels3) Forward(x *torch.Tensor) *torch.Tensor {
 // the data's.
 func model(name string, spec *dataSpec) (nn.Module, error) {
 	classes := int64(spec.classes)
-	if (spec.kind == "text") != (name == "gpt") {
-		return nil, fmt.Errorf("--model %s on %s data: a text file trains --model gpt, and gpt trains on a text file", name, spec.kind)
+	text := spec.kind == "text" || spec.kind == "tokens"
+	if text != (name == "gpt") {
+		return nil, fmt.Errorf("--model %s on %s data: text and token files train --model gpt, and gpt trains on them", name, spec.kind)
 	}
 	switch name {
 	case "gpt":
-		return models.NewGPT2LMHeadModel(gptConfig(int(spec.shape[0])))
+		c := gptConfig(int(spec.shape[0]))
+		if spec.kind == "tokens" {
+			c.VocabSize = classes
+		}
+		return models.NewGPT2LMHeadModel(c)
 	case "vit":
 		return vitModel(spec.shape, classes)
 	case "mlp":
@@ -126,7 +131,7 @@ func build(c trainer.Config, runDir string, pg *distributed.ProcessGroup) (*trai
 	}
 	if c.Model == trainer.DefaultConfig().Model { // the default image model reads neither text nor tables
 		switch spec.kind {
-		case "text":
+		case "text", "tokens":
 			c.Model = "gpt"
 		case "csv":
 			c.Model = "mlp"
@@ -154,10 +159,12 @@ func build(c trainer.Config, runDir string, pg *distributed.ProcessGroup) (*trai
 	if pg != nil {
 		opts = append(opts, trainer.WithDistributed(pg))
 	}
-	if gpt, ok := m.(*models.GPT2LMHeadModel); ok {
-		if c.Monitor == "val_acc" {
-			opts = append(opts, trainer.WithMonitor("val_loss", trainer.Min))
-		}
+	if _, ok := m.(*models.GPT2LMHeadModel); ok && c.Monitor == "val_acc" {
+		opts = append(opts, trainer.WithMonitor("val_loss", trainer.Min))
+	}
+	if spec.kind == "tokens" {
+		opts = append(opts, trainer.WithTrainStep(tokenStep))
+	} else if gpt, ok := m.(*models.GPT2LMHeadModel); ok {
 		out := io.Writer(os.Stdout)
 		if pg != nil && !pg.IsMain() {
 			out = io.Discard

@@ -6,16 +6,18 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/data"
+	"github.com/gotrain/gotrain/torch/nn"
 	"github.com/gotrain/gotrain/trainer"
 )
 
 // dataSpec is what a run trains on, and what the model must look like to take it.
 type dataSpec struct {
-	kind       string // "fashion-mnist", "imagefolder", "csv", "text", "synthetic"
+	kind       string // "fashion-mnist", "imagefolder", "csv", "text", "tokens", "synthetic"
 	train, val data.Dataset
 	shape      []int64 // one sample's input
-	classes    int
+	classes    int // for token files: the vocabulary size
 	names      []string       // class names by index
 	transform  data.Transform // per sample, in the loader's workers
 	// mean and std normalize the images on the device (data.NormalizeImages).
@@ -23,7 +25,8 @@ type dataSpec struct {
 }
 
 // loadData reads --data: an ImageFolder tree (train/ and val/ subfolders, or one tree
-// with --val-split), a CSV file (--label-column), a text file (byte-level windows of --block-size for a language
+// with --val-split), a CSV file (--label-column), a token file (nanoGPT's train.bin,
+// with val.bin beside it or --val-split), a text file (byte-level windows of --block-size for a language
 // model), or the Fashion-MNIST directory (the default), or --synthetic data.
 func loadData(c trainer.Config) (*dataSpec, error) {
 	if c.Synthetic > 0 {
@@ -45,6 +48,8 @@ func loadData(c trainer.Config) (*dataSpec, error) {
 		return nil, fmt.Errorf("--data: %w", statErr)
 	case c.DataDir != "" && !fi.IsDir() && strings.EqualFold(filepath.Ext(c.DataDir), ".csv"):
 		spec, err = csvTable(c)
+	case c.DataDir != "" && !fi.IsDir() && strings.EqualFold(filepath.Ext(c.DataDir), ".bin"):
+		spec, err = tokenFile(c)
 	case c.DataDir != "" && !fi.IsDir():
 		spec = &dataSpec{kind: "text", shape: []int64{int64(blockSize(c))}}
 		spec.train, spec.val, err = readByteText(c.DataDir, blockSize(c), c.ValSplit)
@@ -100,6 +105,64 @@ func csvTable(c trainer.Config) (*dataSpec, error) {
 		}
 	}
 	return spec, nil
+}
+
+// tokenFile maps a file of uint16 token ids (nanoGPT's train.bin) as windows of
+// --block-size; val.bin beside it validates, else the last --val-split of the windows.
+// The vocabulary is the largest id + 1.
+func tokenFile(c trainer.Config) (*dataSpec, error) {
+	open := func(path string) (*data.TokenDataset, int, error) {
+		d, err := data.OpenTokens(path, blockSize(c), data.TokenOptions{})
+		if err != nil {
+			return nil, 0, fmt.Errorf("--data: %w", err)
+		}
+		vocab := int64(0)
+		for k := range d.Tokens() {
+			vocab = max(vocab, d.Token(k)+1)
+		}
+		return d, int(vocab), nil
+	}
+	tr, vocab, err := open(c.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	spec := &dataSpec{kind: "tokens", train: tr, shape: []int64{int64(blockSize(c))}, classes: vocab}
+	if valPath := filepath.Join(filepath.Dir(c.DataDir), "val.bin"); valPath != c.DataDir && isFile(valPath) {
+		va, vv, err := open(valPath)
+		if err != nil {
+			return nil, err
+		}
+		spec.val, spec.classes = va, max(vocab, vv)
+	} else if c.ValSplit > 0 {
+		n := int(float64(tr.Len()) * c.ValSplit)
+		if n < 1 || n >= tr.Len() {
+			return nil, fmt.Errorf("--val-split %g of %d windows leaves no training or no validation window", c.ValSplit, tr.Len())
+		}
+		// The last windows, not a random draw: neighbouring windows share text.
+		spec.train, spec.val = &data.Subset{Dataset: tr, Indices: seq(0, tr.Len()-n)}, &data.Subset{Dataset: tr, Indices: seq(tr.Len()-n, tr.Len())}
+	}
+	return spec, nil
+}
+
+func seq(from, to int) []int {
+	s := make([]int, 0, to-from)
+	for i := from; i < to; i++ {
+		s = append(s, i)
+	}
+	return s
+}
+
+func isFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// tokenStep is the step of a token file's windows: their labels are already the next
+// tokens (nanoGPT's (x, y)), so the cross-entropy compares position by position.
+func tokenStep(model nn.Module, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+	logits := model.Forward(b.Get(data.InputIDs))
+	v := logits.Size(-1)
+	return torch.CrossEntropy(logits.Reshape(-1, v), b.Get(data.Labels).Reshape(-1), torch.CrossEntropyOptions{}), nil
 }
 
 // split holds out --val-split of ds for validation, drawn with the seed.

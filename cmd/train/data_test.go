@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"image"
@@ -58,12 +59,12 @@ func writeImageFolder(t *testing.T, root string, splits []string, perClass int) 
 }
 
 // loadsInPython opens a checkpoint with torch.load(weights_only=True) and returns its
-// class_names and the shape of every model weight.
+// class_names (nil when it has none) and the shape of every model weight.
 func loadsInPython(t *testing.T, path string) (names []string, shapes map[string][]int64) {
 	out := testpy.Run(t, `
 import sys, json, torch
 ck = torch.load(sys.argv[1], weights_only=True)
-print(json.dumps({"names": ck["class_names"], "shapes": {k: list(v.shape) for k, v in ck["model_state_dict"].items()}}))
+print(json.dumps({"names": ck.get("class_names"), "shapes": {k: list(v.shape) for k, v in ck["model_state_dict"].items()}}))
 `, []string{"torch"}, path)
 	var got struct {
 		Names  []string           `json:"names"`
@@ -218,4 +219,32 @@ func TestDataCSV(t *testing.T) {
 	out, err = child("--data", path, "--runs-dir", runs).CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "--label-column")
+}
+
+// TestDataTokens: --data on nanoGPT's train.bin (uint16 ids, with val.bin beside it)
+// trains the GPT with a vocabulary sized by the largest id, next to the (x, y) windows.
+func TestDataTokens(t *testing.T) {
+	text, err := os.ReadFile(smallCorpus(t, 8_000))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	write := func(name string, b []byte) {
+		ids := make([]byte, 2*len(b))
+		for i, c := range b {
+			binary.LittleEndian.PutUint16(ids[2*i:], uint16(c)+300) // ids beyond a byte's range
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), ids, 0o644))
+	}
+	write("train.bin", text[:7000])
+	write("val.bin", text[7000:])
+	maxID := 0
+	for _, c := range text {
+		maxID = max(maxID, int(c)+300)
+	}
+	runs := t.TempDir()
+	out, err := child("--data", filepath.Join(dir, "train.bin"), "--block-size", "16", "--limit", "64", "--epochs", "1",
+		"--batch-size", "16", "--workers", "1", "--threads", "1", "--runs-dir", runs, "--experiment", "tok").CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "best val_loss")
+	_, shapes := loadsInPython(t, filepath.Join(runs, "tok", "checkpoints", "last.pt"))
+	assert.Equal(t, []int64{int64(maxID + 1), 128}, shapes["transformer.wte.weight"])
 }
