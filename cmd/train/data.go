@@ -16,8 +16,8 @@ import (
 type dataSpec struct {
 	kind       string // "fashion-mnist", "imagefolder", "csv", "text", "tokens", "synthetic"
 	train, val data.Dataset
-	shape      []int64 // one sample's input
-	classes    int // for token files: the vocabulary size
+	shape      []int64        // one sample's input
+	classes    int            // for token files: the vocabulary size
 	names      []string       // class names by index
 	transform  data.Transform // per sample, in the loader's workers
 	// mean and std normalize the images on the device (data.NormalizeImages).
