@@ -5,6 +5,14 @@
 // waiting for data.
 //
 //	go run -tags cpu ./bench/data [-dir DIR] [-batch 128] [-workers 1,2,4] [-augment] [-train-steps 60]
+//	go run -tags cpu ./bench/data -imagefolder [-images DIR] [-workers 1,2] [-batch 64]
+//
+// With -imagefolder it compares instead the loader on an ImageFolder tree of JPEGs
+// (RandomResizedCrop 112 + RandomHorizontalFlip + ToTensor + Normalize, decoding in the
+// workers) with torch.utils.data.DataLoader over torchvision.datasets.ImageFolder with
+// the same transforms and as many worker processes (imagefolder.py); the tree, 2000
+// Fashion-MNIST images colorized and upscaled to 128x128 JPEGs, is written by that
+// script unless -images names one.
 //
 // The CNN is the usual Fashion-MNIST one (conv 32, conv 64, each 3x3 + ReLU + 2x2 max
 // pool, linear 128, linear 10; cross-entropy; plain SGD) written with torch's functional
@@ -35,7 +43,16 @@ func main() {
 	augment := flag.Bool("augment", false, "random crop (padding 4) and horizontal flip before Normalize")
 	trainSteps := flag.Int("train-steps", 60, "training steps per worker count (0 skips training)")
 	dev := flag.String("device", "cpu", "device for batches and training (cpu, cuda, cuda:N)")
+	imageFolder := flag.Bool("imagefolder", false, "compare the loader on an ImageFolder of JPEGs with PyTorch's DataLoader")
+	images := flag.String("images", "", "with -imagefolder: the ImageFolder tree (default: write one into a temporary directory)")
+	python := flag.String("python", ".venv/bin/python", "with -imagefolder: the Python with torch and torchvision")
 	flag.Parse()
+	if *imageFolder {
+		if err := compareImageFolder(*images, *python, *workerList, *batch); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	device, err := torch.ParseDevice(*dev)
 	if err != nil {
 		log.Fatal(err)

@@ -130,13 +130,7 @@ func toPlanar(img image.Image, mode ColorMode, dst []byte) error {
 			}
 		}
 	case *image.YCbCr:
-		cb, cr := upsampleChroma(m)
-		for y := range h {
-			for x := range w {
-				r, g, bl := jpegRGB(m.Y[m.YOffset(x+b.Min.X, y+b.Min.Y)], cb[y*w+x], cr[y*w+x])
-				put(y*w+x, r, g, bl)
-			}
-		}
+		ycbcrToPlanar(m, mode, dst)
 	case *image.NRGBA:
 		for y := range h {
 			row := m.Pix[y*m.Stride:]
@@ -205,68 +199,87 @@ func jpegRGB(y, cb, cr uint8) (uint8, uint8, uint8) {
 
 func clamp8(v int32) uint8 { return uint8(min(max(v, 0), 255)) }
 
-// upsampleChroma returns the Cb and Cr planes of m at full resolution ([H*W] each), by
-// libjpeg's "fancy" upsampling (jdsample.c: a triangle filter, 3/4 of the nearer chroma
-// sample and 1/4 of the farther, edges replicated) for 4:2:0 and 4:2:2, which libjpeg
-// (and so PIL) uses by default; other subsamplings take the nearest sample, as Go's
-// decoder does.
-func upsampleChroma(m *image.YCbCr) ([]uint8, []uint8) {
+// ycbcrToPlanar converts a decoded JPEG to planar RGB or L as libjpeg (and so PIL) does:
+// chroma upsampled by libjpeg's "fancy" triangle filter for 4:2:0 and 4:2:2 (jdsample.c:
+// 3/4 of the nearer chroma sample and 1/4 of the farther, edges replicated), the
+// nearest sample for other subsamplings (as Go's decoder does), then jpegRGB. Rows are
+// converted one at a time through small scratch rows.
+func ycbcrToPlanar(m *image.YCbCr, mode ColorMode, dst []byte) {
 	b := m.Bounds()
 	w, h := b.Dx(), b.Dy()
-	out := [2][]uint8{make([]uint8, w*h), make([]uint8, w*h)}
-	for k, plane := range [2][]uint8{m.Cb, m.Cr} {
-		dst := out[k]
-		switch m.SubsampleRatio {
-		case image.YCbCrSubsampleRatio420, image.YCbCrSubsampleRatio422:
-			cw := (w + 1) / 2
-			v2 := m.SubsampleRatio == image.YCbCrSubsampleRatio420
-			row := func(cy int) []uint8 { return plane[cy*m.CStride : cy*m.CStride+cw] }
-			for y := range h {
-				if !v2 {
-					fancyRow(dst[y*w:(y+1)*w], row(y), nil)
-					continue
+	n := w * h
+	fancy := m.SubsampleRatio == image.YCbCrSubsampleRatio420 || m.SubsampleRatio == image.YCbCrSubsampleRatio422
+	v2 := m.SubsampleRatio == image.YCbCrSubsampleRatio420
+	cw, ch := (w+1)/2, h
+	if v2 {
+		ch = (h + 1) / 2
+	}
+	scratch := make([]uint8, 2*w)
+	sums := make([]int32, cw+2)
+	cbRow, crRow := scratch[:w], scratch[w:]
+	for y := range h {
+		if fancy {
+			for k, plane := range [2][]uint8{m.Cb, m.Cr} {
+				out := cbRow
+				if k == 1 {
+					out = crRow
 				}
-				cy, ch := y/2, (h+1)/2
-				near := row(cy)
-				// The upper output row of a pair leans on the chroma row above, the lower
-				// on the one below.
-				far := cy - 1
-				if y%2 == 1 {
-					far = cy + 1
+				cy, far := y, -1
+				if v2 {
+					// The upper output row of a pair leans on the chroma row above, the
+					// lower on the one below.
+					cy, far = y/2, y/2-1
+					if y%2 == 1 {
+						far = y/2 + 1
+					}
+					far = min(max(far, 0), ch-1)
 				}
-				far = min(max(far, 0), ch-1)
-				fancyRow(dst[y*w:(y+1)*w], near, row(far))
+				near := plane[(cy+b.Min.Y/2)*m.CStride:][:cw]
+				var farRow []uint8
+				if far >= 0 {
+					farRow = plane[(far+b.Min.Y/2)*m.CStride:][:cw]
+				}
+				fancyRow(out, near, farRow, sums)
 			}
-		default:
-			for y := range h {
-				for x := range w {
-					dst[y*w+x] = plane[m.COffset(x+b.Min.X, y+b.Min.Y)]
-				}
+		} else {
+			for x := range w {
+				ci := m.COffset(x+b.Min.X, y+b.Min.Y)
+				cbRow[x], crRow[x] = m.Cb[ci], m.Cr[ci]
 			}
 		}
+		yrow := m.Y[m.YOffset(b.Min.X, y+b.Min.Y):][:w]
+		if mode == Gray {
+			out := dst[y*w : (y+1)*w]
+			for x, yy := range yrow {
+				r, g, bl := jpegRGB(yy, cbRow[x], crRow[x])
+				out[x] = luma(r, g, bl)
+			}
+			continue
+		}
+		rr, gg, bb := dst[y*w:(y+1)*w], dst[n+y*w:n+(y+1)*w], dst[2*n+y*w:2*n+(y+1)*w]
+		for x, yy := range yrow {
+			rr[x], gg[x], bb[x] = jpegRGB(yy, cbRow[x], crRow[x])
+		}
 	}
-	return out[0], out[1]
 }
 
 // fancyRow upsamples one chroma row twice horizontally into dst: with far nil as
 // h2v1_fancy_upsample does, otherwise from the column sums 3*near + far as
-// h2v2_fancy_upsample does.
-func fancyRow(dst, near, far []uint8) {
+// h2v2_fancy_upsample does. sums is scratch of len(near)+2.
+func fancyRow(dst, near, far []uint8, sums []int32) {
 	cw := len(near)
-	sum := func(c int) int32 {
-		c = min(max(c, 0), cw-1)
-		if far == nil {
-			return int32(near[c])
+	s := sums[:cw+2]
+	for c, v := range near {
+		s[c+1] = int32(v)
+		if far != nil {
+			s[c+1] = 3*int32(v) + int32(far[c])
 		}
-		return 3*int32(near[c]) + int32(far[c])
 	}
+	s[0], s[cw+1] = s[1], s[cw]
 	for c := range cw {
-		this, last, next := sum(c), sum(c-1), sum(c+1)
+		this, last, next := s[c+1], s[c], s[c+2]
 		var a, z int32
-		switch {
-		case far == nil && cw == 1:
-			a, z = this, this
-		case far == nil:
+		if far == nil {
 			a, z = (3*this+last+1)>>2, (3*this+next+2)>>2
 			if c == 0 {
 				a = this
@@ -274,9 +287,7 @@ func fancyRow(dst, near, far []uint8) {
 			if c == cw-1 {
 				z = this
 			}
-		case cw == 1:
-			a, z = (4*this+8)>>4, (4*this+7)>>4
-		default:
+		} else {
 			a, z = (3*this+last+8)>>4, (3*this+next+7)>>4
 			if c == 0 {
 				a = (4*this + 8) >> 4

@@ -92,14 +92,14 @@ func resizeUint8(src []byte, c, h, w, oh, ow int, dst []byte) {
 		tmp = make([]byte, c*(last-first)*ow)
 		for ch := range c {
 			for y := first; y < last; y++ {
-				in := src[(ch*h+y)*w:]
-				out := tmp[(ch*(last-first)+y-first)*ow:]
-				for x := range ow {
+				in := src[(ch*h+y)*w : (ch*h+y+1)*w]
+				out := tmp[(ch*(last-first)+y-first)*ow : (ch*(last-first)+y-first+1)*ow]
+				for x := range out {
 					xmin, n := hc.bounds[2*x], hc.bounds[2*x+1]
-					k := hk[x*hc.ksize:]
+					k := hk[x*hc.ksize : x*hc.ksize+n]
 					ss := int32(1 << (precisionBits - 1))
-					for t := range n {
-						ss += int32(in[xmin+t]) * k[t]
+					for t, v := range in[xmin : xmin+n] {
+						ss += int32(v) * k[t]
 					}
 					out[x] = clipFixed(ss)
 				}
@@ -114,18 +114,25 @@ func resizeUint8(src []byte, c, h, w, oh, ow int, dst []byte) {
 		copy(dst, tmp[:c*oh*ow])
 		return
 	}
+	// The vertical pass runs row by row into accumulators, reading the intermediate
+	// contiguously rather than down its columns.
+	acc := make([]int32, tmpW)
 	for ch := range c {
-		plane := tmp[ch*rows*tmpW:]
+		plane := tmp[ch*rows*tmpW : (ch+1)*rows*tmpW]
 		for y := range oh {
 			ymin, n := vc.bounds[2*y]-first, vc.bounds[2*y+1]
-			k := vk[y*vc.ksize:]
-			out := dst[(ch*oh+y)*ow:]
-			for x := range ow {
-				ss := int32(1 << (precisionBits - 1))
-				for t := range n {
-					ss += int32(plane[(ymin+t)*tmpW+x]) * k[t]
+			for x := range acc {
+				acc[x] = 1 << (precisionBits - 1)
+			}
+			for t, kt := range vk[y*vc.ksize : y*vc.ksize+n] {
+				row := plane[(ymin+t)*tmpW : (ymin+t+1)*tmpW]
+				for x, v := range row {
+					acc[x] += int32(v) * kt
 				}
-				out[x] = clipFixed(ss)
+			}
+			out := dst[(ch*oh+y)*ow : (ch*oh+y+1)*ow]
+			for x := range out {
+				out[x] = clipFixed(acc[x])
 			}
 		}
 	}
