@@ -206,3 +206,15 @@ func TestLoadRejectsUnclaimedKeys(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "ema_state_dict")
 }
+
+// TestNewStartsFromDefaultConfig: New and DefaultConfig are one source of defaults.
+func TestNewStartsFromDefaultConfig(t *testing.T) {
+	tr, va := loaders(t, 64)
+	m := models.MLP(784, 8, 10)
+	opt, err := optim.NewSGD(nn.Parameters(m), optim.SGDOptions{LR: 0.1})
+	require.NoError(t, err)
+	tt, err := trainer.New(m, tr, va, (&nn.CrossEntropyLoss{}).Forward, opt, trainer.WithOutput(io.Discard))
+	require.NoError(t, err)
+	assert.Equal(t, trainer.DefaultConfig(), tt.Config)
+	assert.Equal(t, trainer.SingleProcess{}, tt.Strategy())
+}
