@@ -257,3 +257,41 @@ func stack[L Module](b *Base, numLayers int, newLayer func() L, norm *LayerNorm)
 	}
 	return layers, norm
 }
+
+// Transformer is nn.Transformer: a TransformerEncoder "encoder" and a TransformerDecoder
+// "decoder", each ending in a LayerNorm ("encoder.norm", "decoder.norm").
+type Transformer struct {
+	Base
+	Encoder *TransformerEncoder
+	Decoder *TransformerDecoder
+}
+
+// NewTransformer returns nn.Transformer(dModel, nhead, numEncoderLayers,
+// numDecoderLayers, ...) with the layers' configuration c, initialised as PyTorch does:
+// every weight matrix Xavier-uniform.
+func NewTransformer(dModel, nhead int64, numEncoderLayers, numDecoderLayers int, c TransformerLayerConfig) *Transformer {
+	c = c.withDefaults()
+	t := &Transformer{}
+	t.Encoder = Register(&t.Base, "encoder", NewTransformerEncoder(numEncoderLayers,
+		func() *TransformerEncoderLayer { return NewTransformerEncoderLayer(dModel, nhead, c) }, c.norm(dModel)))
+	t.Decoder = Register(&t.Base, "decoder", NewTransformerDecoder(numDecoderLayers,
+		func() *TransformerDecoderLayer { return NewTransformerDecoderLayer(dModel, nhead, c) }, c.norm(dModel)))
+	for _, p := range NamedParameters(t) {
+		if p.Tensor.Dim() > 1 {
+			InitXavierUniform(p.Tensor, 1)
+		}
+	}
+	return t
+}
+
+// Forward panics: a transformer takes a source and a target; call Transduce.
+func (t *Transformer) Forward(*torch.Tensor) *torch.Tensor {
+	panic("nn: Transformer takes src and tgt; call Transduce(src, tgt, srcMasks, tgtMasks, memoryMasks)")
+}
+
+// Transduce encodes src (with src_mask and src_key_padding_mask in srcMasks) and decodes
+// tgt against it (tgt_mask, tgt_key_padding_mask in tgtMasks; memory_mask,
+// memory_key_padding_mask in memoryMasks), as transformer(src, tgt, ...).
+func (t *Transformer) Transduce(src, tgt *torch.Tensor, srcMasks, tgtMasks, memoryMasks AttentionMasks) *torch.Tensor {
+	return t.Decoder.Decode(tgt, t.Encoder.ForwardMasked(src, srcMasks), tgtMasks, memoryMasks)
+}

@@ -52,6 +52,9 @@ cases = {
                      lambda m: m(x_sf, kv_sf, tgt_mask=fmask)),
     "decoder": (lambda: nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16, 0.0), 2, norm=nn.LayerNorm(8)),
                 lambda m: m(x_sf, kv_sf, tgt_mask=fmask, memory_key_padding_mask=kpm6)),
+    "transformer": (lambda: nn.Transformer(8, 2, 2, 1, 16, 0.0, batch_first=True),
+                    lambda m: m(x_bf, mem_bf, src_key_padding_mask=kpm5, tgt_mask=torch.ones(6, 6, dtype=torch.bool).triu(1),
+                                tgt_key_padding_mask=kpm6, memory_key_padding_mask=kpm5)),
     "encoder": (lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True), 2,
                                               norm=nn.LayerNorm(8), enable_nested_tensor=False),
                 lambda m: m(x_bf, mask=causal, is_causal=True)),
@@ -135,6 +138,12 @@ func xformerCases() map[string]xformerCase {
 		}, func(m nn.Module, i map[string]*torch.Tensor) *torch.Tensor {
 			return m.(*nn.TransformerDecoder).Decode(i["x_sf"], i["kv_sf"], nn.AttentionMasks{AttnMask: i["fmask"]}, nn.AttentionMasks{KeyPaddingMask: i["kpm6"]})
 		}},
+		"transformer": {func() nn.Module {
+			return nn.NewTransformer(8, 2, 2, 1, nn.TransformerLayerConfig{DimFeedforward: 16, BatchFirst: true})
+		}, func(m nn.Module, i map[string]*torch.Tensor) *torch.Tensor {
+			return m.(*nn.Transformer).Transduce(i["x_bf"], i["mem_bf"], nn.AttentionMasks{KeyPaddingMask: i["kpm5"]},
+				nn.AttentionMasks{KeyPaddingMask: i["kpm6"], Causal: true}, nn.AttentionMasks{KeyPaddingMask: i["kpm5"]})
+		}},
 		"encoder": {func() nn.Module {
 			return nn.NewTransformerEncoder(2, func() *nn.TransformerEncoderLayer {
 				return nn.NewTransformerEncoderLayer(8, 2, layer(nn.TransformerLayerConfig{BatchFirst: true}))
@@ -147,7 +156,7 @@ func xformerCases() map[string]xformerCase {
 
 // TestTransformerLayersMatchTorchNN is issue 14, acceptance 1 for torch.nn's layers:
 // MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer,
-// TransformerEncoder and TransformerDecoder, with and without masks, load PyTorch's state dicts strictly and
+// TransformerEncoder, TransformerDecoder and Transformer, with and without masks, load PyTorch's state dicts strictly and
 // give its outputs and gradients (within 1e-5), and PyTorch loads theirs strictly and
 // gives theirs.
 func TestTransformerLayersMatchTorchNN(t *testing.T) {
