@@ -23,7 +23,8 @@ type Metrics map[string]*torch.Tensor
 // steps, gradient averaging across processes, scopes, interruption and checkpoints. A
 // step runs inside the Trainer's scope (what it creates is freed after the step) and,
 // for evaluation, under torch.NoGrad. It must not read tensor values back to Go if a
-// CUDA run is to have no host synchronisation per step.
+// CUDA run is to have no host synchronisation per step. It returns the same metric
+// names for every batch (with several processes, the sums are reduced name by name).
 //
 // Misuse inside a step (a shape mismatch) panics with a *torch.Error, which the Trainer
 // returns as an error naming the epoch and batch; any other panic (a nil dereference)
