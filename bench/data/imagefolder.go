@@ -47,21 +47,21 @@ func compareImageFolder(root, python, workerList string, batch int) error {
 	}
 	// The two sides take turns, rounds times, and each keeps its best rate: on a shared
 	// machine other jobs slow whichever side runs at the time.
-	goRate, pyRate := map[int]float64{}, map[int]float64{}
+	// uint8 is the same pipeline with the images sent as uint8 and ToTensor + Normalize
+	// done on the whole batch by libtorch in Next (LoaderOptions.OnDevice).
+	goRate, u8Rate, pyRate := map[int]float64{}, map[int]float64{}, map[int]float64{}
+	crop8 := data.Compose(data.RandomResizedCrop{Height: crop, Width: crop}, data.RandomHorizontalFlip{P: 0.5})
+	onDevice := func(b *data.Batch) {
+		b.Fields[data.Input] = data.NormalizeImages(b.Get(data.Input), data.ImageNetMean, data.ImageNetStd)
+	}
 	for range rounds {
-		for _, w := range workers {
-			l, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: batch, Shuffle: true, Workers: w, Seed: 1, Transform: aug})
-			if err != nil {
+		for _, run := range []struct {
+			rates map[int]float64
+			opts  data.LoaderOptions
+		}{{goRate, data.LoaderOptions{Transform: aug}}, {u8Rate, data.LoaderOptions{Transform: crop8, OnDevice: onDevice}}} {
+			if err := measureLoader(ds, run.opts, batch, workers, epochs, run.rates); err != nil {
 				return err
 			}
-			readEpoch(l, 0, l.Len()) // warm-up: page cache, buffers
-			var n int
-			var elapsed time.Duration
-			for e := range epochs {
-				k, d := readEpoch(l, 1+e, l.Len())
-				n, elapsed = n+k, elapsed+d
-			}
-			goRate[w] = max(goRate[w], float64(n)/elapsed.Seconds())
 		}
 		out, err := exec.Command(python, pyScript, "--root", root, "--workers", workerList, "--batch", strconv.Itoa(batch),
 			"--crop", strconv.Itoa(crop), "--epochs", strconv.Itoa(epochs)).Output()
@@ -78,11 +78,32 @@ func compareImageFolder(root, python, workerList string, batch int) error {
 	}
 	fmt.Printf("ImageFolder of %d JPEGs (%s), RandomResizedCrop(%d) + flip + ToTensor + Normalize, batch %d, %d CPUs, best of %d rounds\n\n",
 		ds.Len(), root, crop, batch, runtime.NumCPU(), rounds)
-	fmt.Printf("| workers | gotrain samples/s | PyTorch DataLoader samples/s | ratio |\n")
-	fmt.Printf("|--------:|------------------:|-----------------------------:|------:|\n")
+	fmt.Printf("| workers | PyTorch DataLoader samples/s | gotrain samples/s | ratio | gotrain, uint8 + NormalizeImages in Next | ratio |\n")
+	fmt.Printf("|--------:|-----------------------------:|------------------:|------:|-----------------------------------------:|------:|\n")
 	for _, w := range workers {
 		py := pyRate[w]
-		fmt.Printf("| %7d | %17.0f | %28.0f | %4.2fx |\n", w, goRate[w], py, goRate[w]/py)
+		fmt.Printf("| %7d | %28.0f | %17.0f | %4.2fx | %40.0f | %4.2fx |\n", w, py, goRate[w], goRate[w]/py, u8Rate[w], u8Rate[w]/py)
+	}
+	return nil
+}
+
+// measureLoader reads a warm-up epoch and then epochs timed epochs of ds for each worker
+// count, keeping the best rate seen in rates.
+func measureLoader(ds data.Dataset, opts data.LoaderOptions, batch int, workers []int, epochs int, rates map[int]float64) error {
+	for _, w := range workers {
+		opts.BatchSize, opts.Shuffle, opts.Workers, opts.Seed = batch, true, w, 1
+		l, err := data.NewLoader(ds, opts)
+		if err != nil {
+			return err
+		}
+		readEpoch(l, 0, l.Len()) // warm-up: page cache, buffers
+		var n int
+		var elapsed time.Duration
+		for e := range epochs {
+			k, d := readEpoch(l, 1+e, l.Len())
+			n, elapsed = n+k, elapsed+d
+		}
+		rates[w] = max(rates[w], float64(n)/elapsed.Seconds())
 	}
 	return nil
 }

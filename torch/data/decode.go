@@ -191,11 +191,23 @@ func toPlanar(img image.Image, mode ColorMode, dst []byte) error {
 func unpremul(v, a uint8) uint8 { return uint8((uint32(v)*255 + uint32(a)/2) / uint32(a)) }
 
 // jpegRGB is libjpeg's YCbCr to RGB conversion (jdcolor.c: 16-bit fixed point, rounded,
-// clamped), which PIL's decoder uses; Go's color.YCbCrToRGB rounds differently.
+// clamped), which PIL's decoder uses; Go's color.YCbCrToRGB rounds differently. The
+// per-chroma terms come from tables, as in libjpeg.
 func jpegRGB(y, cb, cr uint8) (uint8, uint8, uint8) {
-	yy, b, r := int32(y), int32(cb)-128, int32(cr)-128
-	return clamp8(yy + (91881*r+32768)>>16), clamp8(yy + (-22554*b-46802*r+32768)>>16), clamp8(yy + (116130*b+32768)>>16)
+	yy := int32(y)
+	return clamp8(yy + crR[cr]), clamp8(yy + (cbG[cb]+crG[cr])>>16), clamp8(yy + cbB[cb])
 }
+
+// libjpeg's color tables: crR = round(1.402 (cr-128)), cbB = round(1.772 (cb-128)), and
+// the green terms before their shift.
+var crR, cbB, cbG, crG = func() (r, b, gb, gr [256]int32) {
+	for i := range 256 {
+		x := int32(i) - 128
+		r[i], b[i] = (91881*x+32768)>>16, (116130*x+32768)>>16
+		gb[i], gr[i] = -22554*x, -46802*x+32768
+	}
+	return
+}()
 
 func clamp8(v int32) uint8 { return uint8(min(max(v, 0), 255)) }
 

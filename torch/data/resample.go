@@ -1,6 +1,9 @@
 package data
 
-import "math"
+import (
+	"math"
+	"sync"
+)
 
 // Antialiased bilinear resampling, the algorithm of PIL's Image.resize(BILINEAR)
 // (Resample.c) and of torch's interpolate(mode="bilinear", antialias=True), which was
@@ -49,6 +52,12 @@ func bilinearCoeffs(inSize, outSize int) coeffs {
 	return c
 }
 
+// Scratch of the uint8 passes, reused across samples.
+var (
+	resampleTmp = sync.Pool{New: func() any { return new([]byte) }}
+	resampleAcc = sync.Pool{New: func() any { return new([]int32) }}
+)
+
 // precisionBits is PIL's fixed-point precision for 8-bit images (32 - 8 - 2).
 const precisionBits = 22
 
@@ -89,7 +98,10 @@ func resizeUint8(src []byte, c, h, w, oh, ow int, dst []byte) {
 	var tmp []byte
 	if ow != w {
 		tmpW = ow
-		tmp = make([]byte, c*(last-first)*ow)
+		buf := resampleTmp.Get().(*[]byte)
+		defer resampleTmp.Put(buf)
+		*buf = growBytes(*buf, c*(last-first)*ow)
+		tmp = *buf
 		for ch := range c {
 			for y := first; y < last; y++ {
 				in := src[(ch*h+y)*w : (ch*h+y+1)*w]
@@ -116,7 +128,12 @@ func resizeUint8(src []byte, c, h, w, oh, ow int, dst []byte) {
 	}
 	// The vertical pass runs row by row into accumulators, reading the intermediate
 	// contiguously rather than down its columns.
-	acc := make([]int32, tmpW)
+	accBuf := resampleAcc.Get().(*[]int32)
+	defer resampleAcc.Put(accBuf)
+	if cap(*accBuf) < tmpW {
+		*accBuf = make([]int32, tmpW)
+	}
+	acc := (*accBuf)[:tmpW]
 	for ch := range c {
 		plane := tmp[ch*rows*tmpW : (ch+1)*rows*tmpW]
 		for y := range oh {
