@@ -141,6 +141,9 @@ func buildModel(o options, s *spec) (*benchModel, error) {
 	case "vit":
 		c, batch := vitSetup(o.smoke)
 		v := models.NewVisionTransformer(c)
+		// torchvision's zero head would make every first loss ln(classes), whatever the
+		// other weights and the images; a random one makes it a check of both.
+		nn.InitNormal(v.Head.Weight, 0, 0.02)
 		s.Batch, s.ViT, s.Weights = batch, &v.Config, "vit.pt"
 		sd, err := nn.CheckpointStateDict(v)
 		if err != nil {
