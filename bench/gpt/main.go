@@ -2,9 +2,10 @@
 // and greedy generation with the KV cache as new tokens/s, for gotrain and for the same
 // model in Python (transformers' GPT2LMHeadModel, bench/gpt/bench.py) on the same
 // libtorch, the same weights (written as a Hugging Face directory and loaded with
-// from_pretrained), the same batches and the same thread count. Run it from the module
-// root:
+// from_pretrained), the same batches and the same thread count, and for the C++ twin
+// bench/cpp/gpt.cpp when it is built. Run it from the module root:
 //
+//	g++ -std=c++20 -O2 $CGO_CXXFLAGS bench/cpp/gpt.cpp -o build/bench/gpt $CGO_LDFLAGS -ltorch -ltorch_cpu -lc10
 //	go run -tags cpu ./bench/gpt [-threads 2] [-steps 20] [-new 128]
 //
 // It prints a markdown table and one JSON line with the numbers.
@@ -56,6 +57,7 @@ func main() {
 	flag.IntVar(&s.newTokens, "new", 128, "tokens to generate")
 	flag.IntVar(&s.threads, "threads", 2, "libtorch intra-op threads")
 	python := flag.String("python", ".venv/bin/python", "Python with torch and transformers")
+	cpp := flag.String("cpp", "build/bench/gpt", "the C++ twin compiled from bench/cpp/gpt.cpp (skipped when absent)")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench/gpt: ")
@@ -77,17 +79,13 @@ func main() {
 	}
 	goRes := runGo(m, s)
 
-	cmd := exec.Command(*python, "bench/gpt/bench.py", filepath.Join(dir, "model"),
-		fmt.Sprint(s.batch), fmt.Sprint(s.seq), fmt.Sprint(s.steps), fmt.Sprint(s.warmup),
-		fmt.Sprint(s.newTokens), fmt.Sprint(s.threads))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		log.Fatalf("bench.py: %v", err)
-	}
-	var pyRes result
-	if err := json.Unmarshal(out, &pyRes); err != nil {
-		log.Fatalf("bench.py output: %v", err)
+	args := []string{fmt.Sprint(s.batch), fmt.Sprint(s.seq), fmt.Sprint(s.steps), fmt.Sprint(s.warmup),
+		fmt.Sprint(s.newTokens), fmt.Sprint(s.threads)}
+	pyRes := runTwin(*python, append([]string{"bench/gpt/bench.py", filepath.Join(dir, "model")}, args...)...)
+	var cppRes *result
+	if _, err := os.Stat(*cpp); err == nil {
+		r := runTwin(*cpp, args...)
+		cppRes = &r
 	}
 	same := fmt.Sprint(goRes.Generated) == fmt.Sprint(pyRes.Generated)
 	c := config(s.seq)
@@ -97,8 +95,12 @@ func main() {
 	fmt.Println("|---|---|---|---|")
 	fmt.Printf("| training, tokens/s | %.0f | %.0f | %.2f× |\n", goRes.TrainTokensPerS, pyRes.TrainTokensPerS, goRes.TrainTokensPerS/pyRes.TrainTokensPerS)
 	fmt.Printf("| greedy generation with KV cache, new tokens/s (batch 1, %d new) | %.0f | %.0f | %.2f× |\n", s.newTokens, goRes.GenTokensPerS, pyRes.GenTokensPerS, goRes.GenTokensPerS/pyRes.GenTokensPerS)
+	if cppRes != nil {
+		fmt.Printf("| C++ twin (gpt.cpp): training %.0f tokens/s, generation %.0f tokens/s | gotrain / C++: %.2f×, %.2f× | | |\n",
+			cppRes.TrainTokensPerS, cppRes.GenTokensPerS, goRes.TrainTokensPerS/cppRes.TrainTokensPerS, goRes.GenTokensPerS/cppRes.GenTokensPerS)
+	}
 	fmt.Printf("\nfirst loss: gotrain %.6f, Python %.6f; same generated tokens: %v\n", goRes.FirstLoss, pyRes.FirstLoss, same)
-	js, _ := json.Marshal(map[string]any{"go": goRes, "python": pyRes, "same_tokens": same})
+	js, _ := json.Marshal(map[string]any{"go": goRes, "python": pyRes, "cpp": cppRes, "same_tokens": same})
 	fmt.Println(string(js))
 }
 
@@ -156,5 +158,20 @@ func runGo(m *models.GPT2LMHeadModel, s setup) result {
 		})
 	}
 	r.TrainTokensPerS = float64(s.steps*s.batch*s.seq) / time.Since(start).Seconds()
+	return r
+}
+
+// runTwin runs the Python or C++ side and decodes the JSON result it prints.
+func runTwin(prog string, args ...string) result {
+	cmd := exec.Command(prog, args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		log.Fatalf("%s: %v", prog, err)
+	}
+	var r result
+	if err := json.Unmarshal(out, &r); err != nil {
+		log.Fatalf("%s output: %v", prog, err)
+	}
 	return r
 }
