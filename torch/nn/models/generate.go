@@ -52,14 +52,21 @@ func (m *GPT2LMHeadModel) Generate(prompt []int64, o GenerateOptions) (out []int
 		for len(out) < o.MaxNewTokens {
 			var tok int64
 			torch.WithScope(func() {
+				onDev := func(ids []int64) *torch.Tensor {
+					t := torch.FromSlice(ids, 1, int64(len(ids)))
+					if dev != torch.CPU {
+						t = t.To(dev, false)
+					}
+					return t
+				}
 				var logits *torch.Tensor
 				if o.NoCache {
-					logits = m.Forward(torch.FromSlice(seq, 1, int64(len(seq))).To(dev, false))
+					logits = m.Forward(onDev(seq))
 				} else {
 					// The cache outlives the step; this step's other tensors, and the
 					// cache it replaces, do not.
 					old := cache.Tensors()
-					logits = m.ForwardCached(torch.FromSlice(next, 1, int64(len(next))).To(dev, false), cache)
+					logits = m.ForwardCached(onDev(next), cache)
 					for _, t := range cache.Tensors() {
 						t.Escape()
 					}

@@ -145,7 +145,8 @@ func (c *KVCache) Free() {
 }
 
 func (a *GPT2Attention) forward(x *torch.Tensor, cache *KVCache, layer int) *torch.Tensor {
-	b, t, e := x.Size(0), x.Size(1), x.Size(2)
+	shape := x.Shape()
+	b, t, e := shape[0], shape[1], shape[2]
 	qkv := a.CAttn.Forward(x).Split(e, 2)
 	heads := func(y *torch.Tensor) *torch.Tensor { return y.View(b, t, a.heads, a.dim).Transpose(1, 2) }
 	q, k, v := heads(qkv[0]), heads(qkv[1]), heads(qkv[2])
