@@ -221,7 +221,10 @@ cg_status cg_optim_step(enum cg_optimizer kind, int ngroups, const int64_t *grou
                         cg_tensor *params, cg_tensor *state);
 cg_status cg_zero_grad(cg_tensor *params, int n, int set_to_none);
 // cg_clip_grad_norm is clip_grad_norm_; total_norm receives the pre-clip norm.
+// cg_clip_grad_norm_tensor is the same returning the norm as a 0-dim tensor on the
+// gradients' device, so that clipping needs no device-to-host read.
 cg_status cg_clip_grad_norm(cg_tensor *params, int n, double max_norm, double norm_type, int error_if_nonfinite, double *total_norm);
+cg_result cg_clip_grad_norm_tensor(cg_tensor *params, int n, double max_norm, double norm_type);
 cg_status cg_clip_grad_value(cg_tensor *params, int n, double clip_value);
 // Autocast for a device type: enter returns the previous settings for exit.
 cg_status cg_autocast_enter(int device_type, int dtype, int *prev_enabled, int *prev_dtype, int *prev_cache);

@@ -303,13 +303,18 @@ cg_status cg_zero_grad(cg_tensor *params, int n, int set_to_none) {
   CG_CATCH_STATUS
 }
 
-cg_status cg_clip_grad_norm(cg_tensor *params, int n, double max_norm, double norm_type, int error_if_nonfinite,
-                            double *total_norm) {
-  CG_TRY at::NoGradGuard no_grad;
+}  // extern "C"
+
+namespace {
+
+// clip_norm is clip_grad_norm_: it scales the gradients and returns the total norm as a
+// 0-dim tensor on the gradients' device (undefined when no parameter has a gradient).
+// With error_if_nonfinite a non-finite norm throws before anything is scaled.
+at::Tensor clip_norm(cg_tensor *params, int n, double max_norm, double norm_type, bool error_if_nonfinite) {
+  at::NoGradGuard no_grad;
   List grads;
   grads_of(params, n, grads, nullptr);
-  *total_norm = 0;
-  if (grads.empty()) return cg::ok();
+  if (grads.empty()) return at::Tensor();
   auto bs = buckets(grads);
   List norms;
   for (auto &b : bs)
@@ -320,14 +325,32 @@ cg_status cg_clip_grad_norm(cg_tensor *params, int n, double max_norm, double no
     m << "The total norm of order " << norm_type
       << " for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and scale "
          "the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`";
-    return cg::fail(CG_ERR_INVALID, m.str());
+    throw std::invalid_argument(m.str());
   }
   // Python computes max_norm / (total + 1e-6) as Tensor.__rtruediv__: reciprocal, then multiply.
   at::Tensor coef = at::clamp(at::reciprocal(total + 1e-6) * max_norm, std::nullopt, 1.0);
   for (auto &b : bs) at::_foreach_mul_(pick(grads, b), coef.to(grads[b[0]].device()));
-  *total_norm = total.item<double>();
+  return total;
+}
+
+}  // namespace
+
+extern "C" {
+
+cg_status cg_clip_grad_norm(cg_tensor *params, int n, double max_norm, double norm_type, int error_if_nonfinite,
+                            double *total_norm) {
+  *total_norm = 0;
+  CG_TRY at::Tensor total = clip_norm(params, n, max_norm, norm_type, error_if_nonfinite != 0);
+  if (total.defined()) *total_norm = total.item<double>();
   return cg::ok();
   CG_CATCH_STATUS
+}
+
+cg_result cg_clip_grad_norm_tensor(cg_tensor *params, int n, double max_norm, double norm_type) {
+  CG_TRY at::Tensor total = clip_norm(params, n, max_norm, norm_type, false);
+  if (!total.defined()) total = at::zeros({}, at::TensorOptions().dtype(at::kFloat));
+  return cg::res(total);
+  CG_CATCH_RESULT
 }
 
 cg_status cg_clip_grad_value(cg_tensor *params, int n, double clip_value) {

@@ -104,6 +104,12 @@ func ClipGradNorm(params []Tensor, maxNorm, normType float64, errorIfNonfinite b
 	return float64(total), err
 }
 
+// ClipGradNormTensor is ClipGradNorm returning the norm as a tensor on the gradients'
+// device (adopted by the thread's scope).
+func ClipGradNormTensor(params []Tensor, maxNorm, normType float64) Result {
+	return rt(C.cg_clip_grad_norm_tensor(handles(params), C.int(len(params)), C.double(maxNorm), C.double(normType)))
+}
+
 // ClipGradValue is torch.nn.utils.clip_grad_value_.
 func ClipGradValue(params []Tensor, v float64) error {
 	return st(C.cg_clip_grad_value(handles(params), C.int(len(params)), C.double(v)))

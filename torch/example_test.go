@@ -28,7 +28,7 @@ func Example_scopes() {
 		s := torch.NewScope()
 		a := torch.Ones([]int64{4}, torch.Float32, torch.CPU)
 		b := a.AddScalar(1).Exp().Log() // three intermediates
-		kept = s.Keep(b)                 // into WithScope's scope
+		kept = s.Keep(b)                // into WithScope's scope
 		s.Close()
 		fmt.Println("alive after the inner scope:", torch.LiveTensors()-before)
 		fmt.Println(kept.Float32s())

@@ -28,7 +28,6 @@ func (t *Tensor) Clamp(lo, hi float64) *Tensor {
 	return t.clamp(lo, hi, !math.IsInf(lo, -1), !math.IsInf(hi, 1))
 }
 
-
 // Conv2dOptions are F.conv2d's geometry arguments; zero values mean PyTorch's defaults
 // (stride 1, padding 0, dilation 1, groups 1).
 type Conv2dOptions struct {

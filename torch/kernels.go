@@ -108,6 +108,13 @@ func ClipGradNorm(params []*Tensor, maxNorm, normType float64, errorIfNonfinite 
 	return total, wrapErr("clip_grad_norm_", err)
 }
 
+// ClipGradNormTensor is ClipGradNorm (without errorIfNonfinite) returning the total
+// norm as a 0-dim tensor on the gradients' device instead of a float64, so that clipping
+// makes no device-to-host read; a CUDA training loop sums it on the device.
+func ClipGradNormTensor(params []*Tensor, maxNorm, normType float64) *Tensor {
+	return adopt("clip_grad_norm_", cgotorch.ClipGradNormTensor(handles(params), maxNorm, normType))
+}
+
 // ClipGradValue is torch.nn.utils.clip_grad_value_: it clamps every gradient element to
 // [-v, v].
 func ClipGradValue(params []*Tensor, v float64) error {

@@ -36,6 +36,7 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 	if start == 0 {
 		t.epochStats = epochStats{}
 		t.trainSums.free()
+		t.normSums.free()
 	}
 	if err := t.fire(EpochBegin); err != nil {
 		return err
@@ -169,6 +170,7 @@ func (t *Trainer) microStep(b data.Batch, k int) (err error) {
 func (t *Trainer) logPoint() error {
 	r := t.trainSums.read()
 	t.epochStats.Sums = r.Sums
+	t.readGradNorm()
 	t.LastLoss = r.Last
 	t.LogPoint = true
 	if t.terminateNaN && r.FirstBad > 0 {
@@ -189,6 +191,17 @@ func means(prefix string, sums map[string]float64, n float64) map[string]float64
 	return out
 }
 
+// gradNormKey is the clipped gradients' norm sum in normSums.
+const gradNormKey = "grad_norm"
+
+// readGradNorm brings the epoch's gradient-norm sum back from the device (with the
+// training sums, at logging points and the epoch's end).
+func (t *Trainer) readGradNorm() {
+	if t.Config.GradClip > 0 {
+		t.epochStats.GradNormSum = t.normSums.read().Sums[gradNormKey]
+	}
+}
+
 func (t *Trainer) optimizerStep() error {
 	if err := t.strategy.ReduceGradients(t.params); err != nil {
 		return fmt.Errorf("epoch %d batch %d: %w", t.Epoch+1, t.BatchInEpoch, err)
@@ -197,13 +210,10 @@ func (t *Trainer) optimizerStep() error {
 		return err
 	}
 	if t.Config.GradClip > 0 {
-		norm, err := optim.ClipGradNorm(t.params, t.Config.GradClip, 2, false)
-		if err != nil {
-			return err
-		}
-		if !math.IsNaN(norm) && !math.IsInf(norm, 0) {
-			t.epochStats.GradNormSum += norm
-		}
+		// The norm stays on the device (no host read per step); non-finite norms are
+		// left out of the epoch's average.
+		norm := optim.ClipGradNormTensor(t.params, t.Config.GradClip, 2)
+		t.normSums.addFinite(gradNormKey, norm)
 	}
 	if err := t.fire(BeforeOptimizerStep); err != nil {
 		return err
@@ -268,6 +278,7 @@ func sortedKeys(m map[string]float64) []string {
 func (t *Trainer) interrupted(cause error) error {
 	where := fmt.Sprintf("epoch %d, batch %d of %d (global step %d)", t.Epoch+1, t.BatchInEpoch, t.Train.Len(), t.GlobalStep)
 	t.epochStats.Sums = t.trainSums.read().Sums
+	t.readGradNorm()
 	st, err := t.globalStats(t.epochStats)
 	if err != nil {
 		return fmt.Errorf("interrupted at %s: %w; %v", where, cause, err)
@@ -293,6 +304,7 @@ func (t *Trainer) finishEpoch() error {
 			r.Last, r.FirstBad, t.Epoch+1)
 	}
 	t.epochStats.Sums = r.Sums
+	t.readGradNorm()
 	st, err := t.globalStats(t.epochStats)
 	if err != nil {
 		return err

@@ -210,6 +210,7 @@ func (t *Trainer) loadProgress(st *checkpoint.Dict) error {
 		t.epochStats.Sums, t.epochStats.Batches, t.epochStats.Samples = map[string]float64{}, 0, 0
 	}
 	t.trainSums.set(t.epochStats.Sums)
+	t.normSums.set(map[string]float64{gradNormKey: t.epochStats.GradNormSum})
 	return nil
 }
 
@@ -377,6 +378,7 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	t.GlobalStep, t.BatchInEpoch = -1, 0
 	t.epochStats = epochStats{}
 	t.trainSums.free()
+	t.normSums.free()
 	for _, p := range parts {
 		src := v
 		if p.raw {

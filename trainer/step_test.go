@@ -39,7 +39,16 @@ func mlpTrainer(t *testing.T, val bool, opts ...trainer.Option) *trainer.Trainer
 // TestNoHostReadsBetweenLogPoints counts the Trainer's device-to-host reads: the default
 // step reads nothing back per step, and a logging point reads its metrics in one go.
 func TestNoHostReadsBetweenLogPoints(t *testing.T) {
-	for _, k := range []int{1, 2} {
+	for _, c := range []struct {
+		k    int
+		clip float64
+	}{{1, 0}, {2, 0}, {1, 0.5}} {
+		k := c.k
+		// A logging point reads the sums, and with clipping the gradient norms too.
+		perLog := int64(1)
+		if c.clip > 0 {
+			perLog = 2
+		}
 		type mark struct {
 			reads int64
 			log   bool
@@ -51,7 +60,7 @@ func TestNoHostReadsBetweenLogPoints(t *testing.T) {
 			}
 			return nil
 		})
-		tt := mlpTrainer(t, false, trainer.WithLogEvery(3), trainer.WithAccumulation(k), trainer.WithCallbacks(count))
+		tt := mlpTrainer(t, false, trainer.WithLogEvery(3), trainer.WithAccumulation(k), trainer.WithGradClip(c.clip), trainer.WithCallbacks(count))
 		require.NoError(t, tt.Run(context.Background()))
 		require.Len(t, marks, 4)
 		logs := 0
@@ -59,9 +68,9 @@ func TestNoHostReadsBetweenLogPoints(t *testing.T) {
 			d := marks[i].reads - marks[i-1].reads
 			if marks[i].log {
 				logs++
-				assert.Equal(t, int64(1), d, "accumulation %d: a logging point is one read (batch %d)", k, i+1)
+				assert.Equal(t, perLog, d, "accumulation %d clip %v: reads at a logging point (batch %d)", k, c.clip, i+1)
 			} else {
-				assert.Zero(t, d, "accumulation %d: batch %d read tensor values back to Go", k, i+1)
+				assert.Zero(t, d, "accumulation %d clip %v: batch %d read tensor values back to Go", k, c.clip, i+1)
 			}
 		}
 		assert.Equal(t, 2, logs, "batches 3 and 4 (the last) are logging points")

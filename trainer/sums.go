@@ -76,6 +76,12 @@ func (s *deviceSums) add(loss *torch.Tensor, ms Metrics, weight float64, step in
 	s.firstBad.CopyFrom(s.firstBad.Minimum(bad.RSubScalar(1).MulScalar(noStep).AddScalar(float64(step))), false)
 }
 
+// addFinite adds v to name's sum when v is finite.
+func (s *deviceSums) addFinite(name string, v *torch.Tensor) {
+	v = v.Detach().ToDType(torch.Float64)
+	s.slot(name, 0).AddInPlace(torch.Where(v.IsFinite(), v, v.ZerosLike()), 1)
+}
+
 // read returns the sums: one device-to-host read.
 func (s *deviceSums) read() sumsRead {
 	r := sumsRead{Sums: map[string]float64{}}

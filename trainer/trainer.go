@@ -109,6 +109,7 @@ type Trainer struct {
 	progress     *progress
 	epochStats   epochStats
 	trainSums    *deviceSums
+	normSums     *deviceSums // the clipped gradients' norms, when clipping
 	modelConfig  string
 	announced    bool
 }
@@ -174,6 +175,7 @@ func New(model nn.Module, train, val *data.Loader, loss LossFunc, opt optim.Opti
 	}
 	t.params = nn.Parameters(model)
 	t.trainSums = newDeviceSums(dev, true)
+	t.normSums = newDeviceSums(dev, false)
 	if err := t.strategy.Start(t); err != nil {
 		return nil, err
 	}

@@ -12,6 +12,14 @@ func ClipGradNorm(params []*torch.Tensor, maxNorm, normType float64, errorIfNonf
 	return torch.ClipGradNorm(params, maxNorm, normType, errorIfNonfinite)
 }
 
+// ClipGradNormTensor is ClipGradNorm returning the pre-clip norm as a 0-dim tensor on
+// the gradients' device (0 when no parameter has a gradient): no device-to-host read, so
+// a training loop on CUDA does not wait for the GPU at every step. A non-finite norm
+// scales every gradient by NaN, as errorIfNonfinite=false does.
+func ClipGradNormTensor(params []*torch.Tensor, maxNorm, normType float64) *torch.Tensor {
+	return torch.ClipGradNormTensor(params, maxNorm, normType)
+}
+
 // ClipGradValue is torch.nn.utils.clip_grad_value_: it clamps every gradient element to
 // [-v, v] in place, in one call into libtorch.
 func ClipGradValue(params []*torch.Tensor, v float64) error {

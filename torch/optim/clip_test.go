@@ -65,6 +65,17 @@ func TestClipMatchesPyTorch(t *testing.T) {
 				}
 				norm, err = optim.ClipGradNorm(ps, c.Max, nt, false)
 				require.NoError(t, err)
+				// The tensor variant clips the same gradients the same way: same norm, and
+				// applying it again to clipped gradients leaves them at the limit.
+				again := f.params()
+				setGrads(f, again, 13)
+				nt2 := optim.ClipGradNormTensor(again, c.Max, nt)
+				require.Equal(t, norm, nt2.Item(), "case %d: tensor variant's norm", i)
+				for j := range again {
+					if g := again[j].Grad(); g != nil {
+						require.Equal(t, ps[j].Grad().Float64s(), g.Float64s(), "case %d param %d", i, j)
+					}
+				}
 			}
 			require.InDelta(t, py[i].Norm, norm, 1e-6, "case %d norm", i)
 			for j := range py[i].Grads {
