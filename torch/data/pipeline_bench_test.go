@@ -8,14 +8,7 @@ import (
 // BenchmarkImageFolderSample decodes and augments one JPEG as the loader's workers do;
 // set GOTRAIN_BENCH_IMAGES to an ImageFolder tree.
 func BenchmarkImageFolderSample(b *testing.B) {
-	root := os.Getenv("GOTRAIN_BENCH_IMAGES")
-	if root == "" {
-		b.Skip("GOTRAIN_BENCH_IMAGES is not set")
-	}
-	ds, err := NewImageFolder(root, ImageFolderOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	ds := benchImages(b)
 	aug := Compose(RandomResizedCrop{Height: 112, Width: 112}, RandomHorizontalFlip{P: 0.5}, ToTensor(), Normalize{Mean: ImageNetMean, Std: ImageNetStd})
 	w := newWorker(&Iter{})
 	var s Sample
@@ -32,15 +25,9 @@ func BenchmarkImageFolderSample(b *testing.B) {
 	}
 }
 
+// BenchmarkImageFolderStages times the stages of BenchmarkImageFolderSample apart.
 func BenchmarkImageFolderStages(b *testing.B) {
-	root := os.Getenv("GOTRAIN_BENCH_IMAGES")
-	if root == "" {
-		b.Skip("GOTRAIN_BENCH_IMAGES is not set")
-	}
-	ds, err := NewImageFolder(root, ImageFolderOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	ds := benchImages(b)
 	raw, _ := os.ReadFile(ds.Images[0].Path)
 	b.Run("read", func(b *testing.B) {
 		var buf []byte
@@ -66,4 +53,17 @@ func BenchmarkImageFolderStages(b *testing.B) {
 			resizeUint8(px, 3, 94, 94, 112, 112, out)
 		}
 	})
+}
+
+// benchImages opens the ImageFolder tree that GOTRAIN_BENCH_IMAGES names.
+func benchImages(b *testing.B) *ImageFolder {
+	root := os.Getenv("GOTRAIN_BENCH_IMAGES")
+	if root == "" {
+		b.Skip("GOTRAIN_BENCH_IMAGES is not set")
+	}
+	ds, err := NewImageFolder(root, ImageFolderOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ds
 }

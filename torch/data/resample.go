@@ -47,6 +47,16 @@ func bilinearCoeffs(inSize, outSize int) coeffs {
 				k[x] /= ww
 			}
 		}
+		// Taps of weight zero at either end add nothing (PIL adds them): dropping them
+		// changes no result and saves a third of the work when upscaling.
+		for xmax > 1 && k[xmax-1] == 0 {
+			xmax--
+		}
+		for xmax > 1 && k[0] == 0 {
+			copy(k, k[1:xmax])
+			k[xmax-1] = 0
+			xmin, xmax = xmin+1, xmax-1
+		}
 		c.bounds[2*xx], c.bounds[2*xx+1] = xmin, xmax
 	}
 	return c
@@ -110,8 +120,12 @@ func resizeUint8(src []byte, c, h, w, oh, ow int, dst []byte) {
 					xmin, n := hc.bounds[2*x], hc.bounds[2*x+1]
 					k := hk[x*hc.ksize : x*hc.ksize+n]
 					ss := int32(1 << (precisionBits - 1))
-					for t, v := range in[xmin : xmin+n] {
-						ss += int32(v) * k[t]
+					if n == 2 { // the common case when upscaling
+						ss += int32(in[xmin])*k[0] + int32(in[xmin+1])*k[1]
+					} else {
+						for t, v := range in[xmin : xmin+n] {
+							ss += int32(v) * k[t]
+						}
 					}
 					out[x] = clipFixed(ss)
 				}
