@@ -35,37 +35,17 @@ type hostSyncResult struct {
 	Pass         bool  `json:"pass"`
 }
 
-// tokenWindows is a dataset of random token windows (field input_ids), drawn in Go
-// from the sample's index so that Get never calls libtorch.
-type tokenWindows struct {
-	n          int
-	seq, vocab int64
+// randomSamples is a dataset of n random samples, each drawn in Go by fill from a
+// generator seeded with its index, so that Get never calls libtorch.
+type randomSamples struct {
+	n    int
+	fill func(r *rand.Rand, s *data.Sample)
 }
 
-func (d tokenWindows) Len() int { return d.n }
+func (d randomSamples) Len() int { return d.n }
 
-func (d tokenWindows) Get(i int, s *data.Sample) error {
-	r := rand.New(rand.NewPCG(uint64(i), 1))
-	for j, ids := 0, data.SetValues[int64](s, data.InputIDs, d.seq); j < len(ids); j++ {
-		ids[j] = r.Int64N(d.vocab)
-	}
-	return nil
-}
-
-// randomImages is a dataset of random images and labels (fields input and label).
-type randomImages struct {
-	n             int
-	size, classes int64
-}
-
-func (d randomImages) Len() int { return d.n }
-
-func (d randomImages) Get(i int, s *data.Sample) error {
-	r := rand.New(rand.NewPCG(uint64(i), 2))
-	for j, x := 0, data.SetValues[float32](s, data.Input, 3, d.size, d.size); j < len(x); j++ {
-		x[j] = float32(r.NormFloat64())
-	}
-	data.SetScalar(s, data.Label, r.Int64N(d.classes))
+func (d randomSamples) Get(i int, s *data.Sample) error {
+	d.fill(rand.New(rand.NewPCG(uint64(i), 1)), s)
 	return nil
 }
 
@@ -91,14 +71,27 @@ func runHostSync(o options) (any, bool, error) {
 		if err != nil {
 			return nil, false, err
 		}
-		model, ds, batch = g, tokenWindows{n: res.Batches * int(b), seq: seq, vocab: c.VocabSize}, b
+		// Token windows: field input_ids.
+		model, batch = g, b
+		ds = randomSamples{n: res.Batches * int(b), fill: func(r *rand.Rand, s *data.Sample) {
+			for j, ids := 0, data.SetValues[int64](s, data.InputIDs, seq); j < len(ids); j++ {
+				ids[j] = r.Int64N(c.VocabSize)
+			}
+		}}
 		// The language-modelling step: no metrics, only the loss the Trainer sums.
 		opts = append(opts, trainer.WithTrainStep(func(m nn.Module, b data.Batch) (*torch.Tensor, trainer.Metrics) {
 			return g.Loss(b.Get(data.InputIDs)), nil
 		}))
 	case "vit":
 		c, b := vitSetup(o.smoke)
-		model, ds, batch = models.NewVisionTransformer(c), randomImages{n: res.Batches * int(b), size: c.ImageSize, classes: c.NumClasses}, b
+		// Images and labels: fields input and label, for the default classification step.
+		model, batch = models.NewVisionTransformer(c), b
+		ds = randomSamples{n: res.Batches * int(b), fill: func(r *rand.Rand, s *data.Sample) {
+			for j, x := 0, data.SetValues[float32](s, data.Input, 3, c.ImageSize, c.ImageSize); j < len(x); j++ {
+				x[j] = float32(r.NormFloat64())
+			}
+			data.SetScalar(s, data.Label, r.Int64N(c.NumClasses))
+		}}
 	default:
 		return nil, false, fmt.Errorf("-model %q is not gpt or vit", o.model)
 	}
