@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gotrain/gotrain/torch/data"
@@ -49,14 +50,14 @@ func compareImageFolder(root, python, workerList string, batch int) error {
 	// machine other jobs slow whichever side runs at the time.
 	// uint8 is the same pipeline with the images sent as uint8 and ToTensor + Normalize
 	// done on the whole batch by libtorch in Next (LoaderOptions.OnDevice).
-	goRate, u8Rate, pyRate := map[int]float64{}, map[int]float64{}, map[int]float64{}
+	goRate, u8Rate, pyRate := map[int]rate{}, map[int]rate{}, map[int]rate{}
 	crop8 := data.Compose(data.RandomResizedCrop{Height: crop, Width: crop}, data.RandomHorizontalFlip{P: 0.5})
 	onDevice := func(b *data.Batch) {
 		b.Fields[data.Input] = data.NormalizeImages(b.Get(data.Input), data.ImageNetMean, data.ImageNetStd)
 	}
 	for range rounds {
 		for _, run := range []struct {
-			rates map[int]float64
+			rates map[int]rate
 			opts  data.LoaderOptions
 		}{{goRate, data.LoaderOptions{Transform: aug}}, {u8Rate, data.LoaderOptions{Transform: crop8, OnDevice: onDevice}}} {
 			if err := measureLoader(ds, run.opts, batch, workers, epochs, run.rates); err != nil {
@@ -68,28 +69,31 @@ func compareImageFolder(root, python, workerList string, batch int) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", pyScript, err)
 		}
-		var rates map[string]float64
+		var rates map[string][2]float64
 		if err := json.Unmarshal(out, &rates); err != nil {
 			return fmt.Errorf("%s printed %q: %w", pyScript, out, err)
 		}
 		for _, w := range workers {
-			pyRate[w] = max(pyRate[w], rates[strconv.Itoa(w)])
+			r := rates[strconv.Itoa(w)]
+			pyRate[w] = pyRate[w].best(rate{r[0], r[1]})
 		}
 	}
 	fmt.Printf("ImageFolder of %d JPEGs (%s), RandomResizedCrop(%d) + flip + ToTensor + Normalize, batch %d, %d CPUs, best of %d rounds\n\n",
 		ds.Len(), root, crop, batch, runtime.NumCPU(), rounds)
-	fmt.Printf("| workers | PyTorch DataLoader samples/s | gotrain samples/s | ratio | gotrain, uint8 + NormalizeImages in Next | ratio |\n")
-	fmt.Printf("|--------:|-----------------------------:|------------------:|------:|-----------------------------------------:|------:|\n")
+	fmt.Printf("samples/s of wall time, and in parentheses per CPU-second (all threads; for Python the main process and its workers)\n\n")
+	fmt.Printf("| workers | PyTorch DataLoader | gotrain | ratio | gotrain, uint8 + NormalizeImages in Next | ratio |\n")
+	fmt.Printf("|--------:|-------------------:|--------:|------:|-----------------------------------------:|------:|\n")
 	for _, w := range workers {
-		py := pyRate[w]
-		fmt.Printf("| %7d | %28.0f | %17.0f | %4.2fx | %40.0f | %4.2fx |\n", w, py, goRate[w], goRate[w]/py, u8Rate[w], u8Rate[w]/py)
+		py, g, u := pyRate[w], goRate[w], u8Rate[w]
+		fmt.Printf("| %d | %.0f (%.0f) | %.0f (%.0f) | %.2fx (%.2fx) | %.0f (%.0f) | %.2fx (%.2fx) |\n", w, py.wall, py.cpu,
+			g.wall, g.cpu, g.wall/py.wall, g.cpu/py.cpu, u.wall, u.cpu, u.wall/py.wall, u.cpu/py.cpu)
 	}
 	return nil
 }
 
 // measureLoader reads a warm-up epoch and then epochs timed epochs of ds for each worker
 // count, keeping the best rate seen in rates.
-func measureLoader(ds data.Dataset, opts data.LoaderOptions, batch int, workers []int, epochs int, rates map[int]float64) error {
+func measureLoader(ds data.Dataset, opts data.LoaderOptions, batch int, workers []int, epochs int, rates map[int]rate) error {
 	for _, w := range workers {
 		opts.BatchSize, opts.Shuffle, opts.Workers, opts.Seed = batch, true, w, 1
 		l, err := data.NewLoader(ds, opts)
@@ -99,11 +103,28 @@ func measureLoader(ds data.Dataset, opts data.LoaderOptions, batch int, workers 
 		readEpoch(l, 0, l.Len()) // warm-up: page cache, buffers
 		var n int
 		var elapsed time.Duration
+		cpu0 := cpuSeconds()
 		for e := range epochs {
 			k, d := readEpoch(l, 1+e, l.Len())
 			n, elapsed = n+k, elapsed+d
 		}
-		rates[w] = max(rates[w], float64(n)/elapsed.Seconds())
+		rates[w] = rates[w].best(rate{float64(n) / elapsed.Seconds(), float64(n) / (cpuSeconds() - cpu0)})
 	}
 	return nil
+}
+
+// rate is a throughput in samples per second of wall time and per second of CPU time.
+// Other jobs on a shared machine lower the first; the second shows the work per sample.
+type rate struct{ wall, cpu float64 }
+
+// best keeps the better of each measure.
+func (r rate) best(o rate) rate { return rate{max(r.wall, o.wall), max(r.cpu, o.cpu)} }
+
+// cpuSeconds is the user and system CPU time of this process, all threads.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }

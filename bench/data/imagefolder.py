@@ -1,7 +1,8 @@
 """The Python side of `go run ./bench/data -imagefolder`: writes the ImageFolder tree of
 JPEGs both sides read, and measures torch.utils.data.DataLoader over
 torchvision.datasets.ImageFolder with RandomResizedCrop + RandomHorizontalFlip + ToTensor
-+ Normalize, for each worker count, in samples per second."""
++ Normalize, for each worker count, in samples per second of wall time and per second of
+CPU time (the main process and its workers, from /proc)."""
 
 import argparse, gzip, json, os, time
 
@@ -23,6 +24,16 @@ def make(root, src, n, size):
         im.save(os.path.join(d, f"{k:06d}.jpg"), quality=90)
 
 
+def cpu_seconds(pids):
+    """User + system CPU time of the processes pids, from /proc (clock ticks)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def measure(root, workers, batch, crop, epochs):
     import torch
     from torchvision import datasets, transforms as T
@@ -34,13 +45,15 @@ def measure(root, workers, batch, crop, epochs):
     for w in workers:
         dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=w,
                                          persistent_workers=True, prefetch_factor=2)
-        for _ in dl:  # warm-up epoch: worker start, page cache
+        it = iter(dl)
+        for _ in it:  # warm-up epoch: worker start, page cache
             pass
-        t0, n = time.perf_counter(), 0
+        pids = [os.getpid()] + [p.pid for p in dl._iterator._workers]
+        t0, c0, n = time.perf_counter(), cpu_seconds(pids), 0
         for _ in range(epochs):
             for x, y in dl:
                 n += x.shape[0]
-        out[str(w)] = n / (time.perf_counter() - t0)
+        out[str(w)] = [n / (time.perf_counter() - t0), n / (cpu_seconds(pids) - c0)]
         del dl
     return out
 
