@@ -5,35 +5,15 @@ package cgotorch
 */
 import "C"
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/gotrain/gotrain/internal/hyper"
+)
 
 // OptNState is the number of state slots per parameter of OptimStep (see cgotorch.h for
 // each algorithm's slot order).
 const OptNState = C.CG_OPT_NSTATE
-
-// SGDHyper is one parameter group's torch.optim.SGD hyperparameters.
-type SGDHyper struct {
-	LR, Momentum, Dampening, WeightDecay float64
-	Nesterov, Maximize                   bool
-}
-
-// AdamHyper is one parameter group's torch.optim.Adam / AdamW hyperparameters.
-type AdamHyper struct {
-	LR, Beta1, Beta2, Eps, WeightDecay             float64
-	AMSGrad, Maximize, DecoupledWeightDecay, Fused bool
-}
-
-// RMSpropHyper is one parameter group's torch.optim.RMSprop hyperparameters.
-type RMSpropHyper struct {
-	LR, Alpha, Eps, WeightDecay, Momentum float64
-	Centered, Maximize                    bool
-}
-
-// AdagradHyper is one parameter group's torch.optim.Adagrad hyperparameters.
-type AdagradHyper struct {
-	LR, LRDecay, Eps, WeightDecay, InitialAccumulatorValue float64
-	Maximize                                               bool
-}
 
 func ci32(b bool) C.int32_t {
 	if b {
@@ -57,16 +37,16 @@ func optimStep[H, CH any](kind C.enum_cg_optimizer, hyper []H, conv func(H) CH, 
 // SGDStep runs one SGD step over the groups: group g is the next groupSizes[g] params,
 // with hyper[g]. state has OptNState slots per parameter; nil slots the step needs are
 // filled with new handles the caller owns.
-func SGDStep(hyper []SGDHyper, groupSizes []int64, params, state []Tensor) error {
-	return optimStep(C.CG_OPT_SGD, hyper, func(h SGDHyper) C.cg_sgd_hyper {
+func SGDStep(hs []hyper.SGD, groupSizes []int64, params, state []Tensor) error {
+	return optimStep(C.CG_OPT_SGD, hs, func(h hyper.SGD) C.cg_sgd_hyper {
 		return C.cg_sgd_hyper{lr: C.double(h.LR), momentum: C.double(h.Momentum), dampening: C.double(h.Dampening),
 			weight_decay: C.double(h.WeightDecay), nesterov: ci32(h.Nesterov), maximize: ci32(h.Maximize)}
 	}, groupSizes, params, state)
 }
 
 // AdamStep is SGDStep for Adam and AdamW.
-func AdamStep(hyper []AdamHyper, groupSizes []int64, params, state []Tensor) error {
-	return optimStep(C.CG_OPT_ADAM, hyper, func(h AdamHyper) C.cg_adam_hyper {
+func AdamStep(hs []hyper.Adam, groupSizes []int64, params, state []Tensor) error {
+	return optimStep(C.CG_OPT_ADAM, hs, func(h hyper.Adam) C.cg_adam_hyper {
 		return C.cg_adam_hyper{lr: C.double(h.LR), beta1: C.double(h.Beta1), beta2: C.double(h.Beta2), eps: C.double(h.Eps),
 			weight_decay: C.double(h.WeightDecay), amsgrad: ci32(h.AMSGrad), maximize: ci32(h.Maximize),
 			decoupled_weight_decay: ci32(h.DecoupledWeightDecay), fused: ci32(h.Fused)}
@@ -74,8 +54,8 @@ func AdamStep(hyper []AdamHyper, groupSizes []int64, params, state []Tensor) err
 }
 
 // RMSpropStep is SGDStep for RMSprop.
-func RMSpropStep(hyper []RMSpropHyper, groupSizes []int64, params, state []Tensor) error {
-	return optimStep(C.CG_OPT_RMSPROP, hyper, func(h RMSpropHyper) C.cg_rmsprop_hyper {
+func RMSpropStep(hs []hyper.RMSprop, groupSizes []int64, params, state []Tensor) error {
+	return optimStep(C.CG_OPT_RMSPROP, hs, func(h hyper.RMSprop) C.cg_rmsprop_hyper {
 		return C.cg_rmsprop_hyper{lr: C.double(h.LR), alpha: C.double(h.Alpha), eps: C.double(h.Eps),
 			weight_decay: C.double(h.WeightDecay), momentum: C.double(h.Momentum), centered: ci32(h.Centered),
 			maximize: ci32(h.Maximize)}
@@ -83,8 +63,8 @@ func RMSpropStep(hyper []RMSpropHyper, groupSizes []int64, params, state []Tenso
 }
 
 // AdagradStep is SGDStep for Adagrad.
-func AdagradStep(hyper []AdagradHyper, groupSizes []int64, params, state []Tensor) error {
-	return optimStep(C.CG_OPT_ADAGRAD, hyper, func(h AdagradHyper) C.cg_adagrad_hyper {
+func AdagradStep(hs []hyper.Adagrad, groupSizes []int64, params, state []Tensor) error {
+	return optimStep(C.CG_OPT_ADAGRAD, hs, func(h hyper.Adagrad) C.cg_adagrad_hyper {
 		return C.cg_adagrad_hyper{lr: C.double(h.LR), lr_decay: C.double(h.LRDecay), eps: C.double(h.Eps),
 			weight_decay: C.double(h.WeightDecay), initial_accumulator_value: C.double(h.InitialAccumulatorValue),
 			maximize: ci32(h.Maximize)}

@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/gotrain/gotrain/cgotorch"
+	"github.com/gotrain/gotrain/internal/hyper"
 )
 
 // This file holds the multi-tensor kernels that packages optim and amp are built on:
@@ -12,29 +13,17 @@ import (
 // once per tensor.
 
 // SGDHyper is one parameter group's torch.optim.SGD hyperparameters.
-type SGDHyper struct {
-	LR, Momentum, Dampening, WeightDecay float64
-	Nesterov, Maximize                   bool
-}
+type SGDHyper = hyper.SGD
 
 // AdamHyper is one parameter group's torch.optim.Adam hyperparameters; AdamW is Adam with
 // DecoupledWeightDecay, and Fused selects PyTorch's fused=True kernel.
-type AdamHyper struct {
-	LR, Beta1, Beta2, Eps, WeightDecay             float64
-	AMSGrad, Maximize, DecoupledWeightDecay, Fused bool
-}
+type AdamHyper = hyper.Adam
 
 // RMSpropHyper is one parameter group's torch.optim.RMSprop hyperparameters.
-type RMSpropHyper struct {
-	LR, Alpha, Eps, WeightDecay, Momentum float64
-	Centered, Maximize                    bool
-}
+type RMSpropHyper = hyper.RMSprop
 
 // AdagradHyper is one parameter group's torch.optim.Adagrad hyperparameters.
-type AdagradHyper struct {
-	LR, LRDecay, Eps, WeightDecay, InitialAccumulatorValue float64
-	Maximize                                               bool
-}
+type AdagradHyper = hyper.Adagrad
 
 // OptimizerHyper is the per-group hyperparameter type of one optimizer algorithm.
 type OptimizerHyper interface {
@@ -67,13 +56,13 @@ func OptimizerStep[H OptimizerHyper](hyper []H, groupSizes []int64, params []*Te
 	var err error
 	switch h := any(hyper).(type) {
 	case []SGDHyper:
-		err = cgotorch.SGDStep(convert(h, func(x SGDHyper) cgotorch.SGDHyper { return cgotorch.SGDHyper(x) }), groupSizes, ps, st)
+		err = cgotorch.SGDStep(h, groupSizes, ps, st)
 	case []AdamHyper:
-		err = cgotorch.AdamStep(convert(h, func(x AdamHyper) cgotorch.AdamHyper { return cgotorch.AdamHyper(x) }), groupSizes, ps, st)
+		err = cgotorch.AdamStep(h, groupSizes, ps, st)
 	case []RMSpropHyper:
-		err = cgotorch.RMSpropStep(convert(h, func(x RMSpropHyper) cgotorch.RMSpropHyper { return cgotorch.RMSpropHyper(x) }), groupSizes, ps, st)
+		err = cgotorch.RMSpropStep(h, groupSizes, ps, st)
 	case []AdagradHyper:
-		err = cgotorch.AdagradStep(convert(h, func(x AdagradHyper) cgotorch.AdagradHyper { return cgotorch.AdagradHyper(x) }), groupSizes, ps, st)
+		err = cgotorch.AdagradStep(h, groupSizes, ps, st)
 	}
 	for i := range state {
 		for k := range state[i] {
@@ -83,15 +72,6 @@ func OptimizerStep[H OptimizerHyper](hyper []H, groupSizes []int64, params []*Te
 		}
 	}
 	return wrapErr("optimizer step", err)
-}
-
-// convert maps f over in: hyperparameters into cgotorch's identically laid out structs.
-func convert[From, To any](in []From, f func(From) To) []To {
-	out := make([]To, len(in))
-	for i := range in {
-		out[i] = f(in[i])
-	}
-	return out
 }
 
 // ZeroGrads zeroes the params' gradients in one call, or drops them when setToNone is true

@@ -378,23 +378,13 @@ func genCC(ops []op) []byte {
 	return b.Bytes()
 }
 
-func genCgo(ops []op) ([]byte, error) {
+// genGo writes a gofmt'ed Go file: the header, preamble, then each op's code.
+func genGo(ops []op, preamble string, code func(op) string) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(header)
-	b.WriteString("\npackage cgotorch\n\n/*\n#include \"ops_gen.h\"\n*/\nimport \"C\"\n\n")
+	b.WriteString(preamble)
 	for _, o := range ops {
-		b.WriteString(o.cgoWrapper())
-		b.WriteString("\n")
-	}
-	return format.Source(b.Bytes())
-}
-
-func genTorch(ops []op) ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteString(header)
-	b.WriteString("\npackage torch\n\nimport \"github.com/gotrain/gotrain/cgotorch\"\n\n")
-	for _, o := range ops {
-		b.WriteString(o.torchFunc())
+		b.WriteString(code(o))
 		b.WriteString("\n")
 	}
 	return format.Source(b.Bytes())
@@ -411,11 +401,11 @@ func generate(table []byte, tablePath, cgoDir, torchDir string) (map[string][]by
 			return nil, fmt.Errorf("%s:%d: bad Go name %q", tablePath, o.line, o.goName)
 		}
 	}
-	cgo, err := genCgo(ops)
+	cgo, err := genGo(ops, "\npackage cgotorch\n\n/*\n#include \"ops_gen.h\"\n*/\nimport \"C\"\n\n", op.cgoWrapper)
 	if err != nil {
 		return nil, fmt.Errorf("cgo wrappers: %w", err)
 	}
-	tg, err := genTorch(ops)
+	tg, err := genGo(ops, "\npackage torch\n\nimport \"github.com/gotrain/gotrain/cgotorch\"\n\n", op.torchFunc)
 	if err != nil {
 		return nil, fmt.Errorf("torch methods: %w", err)
 	}
