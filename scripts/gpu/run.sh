@@ -54,12 +54,12 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$1" || exit 2
 RESULTS=$(cd "$1" && pwd)
 BUNDLE=${GOTRAIN_GPU_BUNDLE:-$REPO/.cache/gpu-bundle}
-BUDGET=${GOTRAIN_GPU_BUDGET:-460}
-# A dry run shares a small CPU machine, whose cold cgo build alone can take 5 minutes.
-[ "$DRYRUN" = 1 ] && BUDGET=${GOTRAIN_GPU_BUDGET:-1200}
 PKGS=${GOTRAIN_GPU_PKGS:-./...}
 DRYRUN=${GOTRAIN_GPU_DRYRUN:-0}
+BUDGET=${GOTRAIN_GPU_BUDGET:-460}
 if [ "$DRYRUN" = 1 ]; then
+  # A dry run shares a small CPU machine, whose cold cgo build alone can take 5 minutes.
+  BUDGET=${GOTRAIN_GPU_BUDGET:-1200}
   PY=${GOTRAIN_PYTHON:-$REPO/.venv/bin/python}
   TAGS=cpu
   GPUCHECK_ARGS=${GOTRAIN_GPUCHECK_ARGS:---libtorch-only --json}
