@@ -104,8 +104,26 @@ func runHostSync(o options) (any, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	// The default classification step's loss, for the ViT.
+	ce := &nn.CrossEntropyLoss{}
+	opts = append(opts, trainer.WithOutput(io.Discard), trainer.WithDevice(o.device.String()), trainer.WithAMP(mode),
+		trainer.WithEpochs(1), trainer.WithLogEvery(logEvery), trainer.WithCallbacks(countReads(res)))
+	tr, err := trainer.New(model, loader, nil, ce.Forward, opt, opts...)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := tr.Run(context.Background()); err != nil {
+		return nil, false, err
+	}
+	res.Pass = res.BetweenSteps > 0 && res.BetweenReads == 0
+	return res, res.Pass, nil
+}
+
+// countReads returns the callback that splits torch.HostReads among res's logging points
+// and the optimizer steps between them, one interval per batch end.
+func countReads(res *hostSyncResult) trainer.Callback {
 	last := int64(-1)
-	count := trainer.CallbackFunc(func(e trainer.Event, t *trainer.Trainer) error {
+	return trainer.CallbackFunc(func(e trainer.Event, t *trainer.Trainer) error {
 		if e != trainer.BatchEnd {
 			return nil
 		}
@@ -123,17 +141,4 @@ func runHostSync(o options) (any, bool, error) {
 		last = now
 		return nil
 	})
-	// The default classification step's loss, for the ViT.
-	ce := &nn.CrossEntropyLoss{}
-	opts = append(opts, trainer.WithOutput(io.Discard), trainer.WithDevice(o.device.String()), trainer.WithAMP(mode),
-		trainer.WithEpochs(1), trainer.WithLogEvery(logEvery), trainer.WithCallbacks(count))
-	tr, err := trainer.New(model, loader, nil, ce.Forward, opt, opts...)
-	if err != nil {
-		return nil, false, err
-	}
-	if err := tr.Run(context.Background()); err != nil {
-		return nil, false, err
-	}
-	res.Pass = res.BetweenSteps > 0 && res.BetweenReads == 0
-	return res, res.Pass, nil
 }

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"io"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/data"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
+	"github.com/gotrain/gotrain/torch/optim"
+	"github.com/gotrain/gotrain/trainer"
+)
+
+func TestMedian(t *testing.T) {
+	assert.Equal(t, 2.0, median([]float64{3, 1, 2}))
+	assert.Equal(t, 2.5, median([]float64{4, 1, 3, 2}))
+	assert.Equal(t, 0.0, median(nil))
+}
+
+// The reference the SDPA check trusts is the kernel's own result in float32: a wrong mask
+// or scale would make every case fail (or pass) for the wrong reason.
+func TestPlainAttentionIsSDPA(t *testing.T) {
+	torch.WithScope(func() {
+		q := torch.Randn([]int64{2, 3, 7, 8}, torch.Float32, torch.CPU)
+		k := torch.Randn([]int64{2, 3, 7, 8}, torch.Float32, torch.CPU)
+		v := torch.Randn([]int64{2, 3, 7, 8}, torch.Float32, torch.CPU)
+		for _, causal := range []bool{false, true} {
+			want := torch.ScaledDotProductAttention(q, k, v, nil, 0, causal, 0.3)
+			assert.Less(t, relErr(plainAttention(q, k, v, 0.3, causal), want), 1e-5, "causal %v", causal)
+		}
+		// and the error measure sees a difference: the causal and full results differ.
+		assert.Greater(t, relErr(plainAttention(q, k, v, 0.3, true), plainAttention(q, k, v, 0.3, false)), 0.1)
+	})
+}
+
+func TestSDPASmokeCasesPass(t *testing.T) {
+	res, ok, err := runSDPA(options{device: torch.CPU, smoke: true})
+	require.NoError(t, err)
+	assert.True(t, ok)
+	for _, c := range res.(sdpaResult).Cases {
+		assert.NotEqual(t, torch.SDPError.String(), c.Backend)
+		assert.Len(t, c.Errors, 4)
+		assert.Positive(t, c.Errors["dq"], "a low-precision kernel is never exact")
+	}
+}
+
+// countReads must see a read made inside the step: here the step reads its loss, as a
+// step written against the Trainer's rules must not.
+func TestCountReadsSeesAReadInTheStep(t *testing.T) {
+	for _, read := range []bool{false, true} {
+		res := &hostSyncResult{}
+		m := models.MLP(4, 8, 2)
+		ds := randomSamples{n: 12, fill: func(r *rand.Rand, s *data.Sample) {
+			for j, x := 0, data.SetValues[float32](s, data.Input, 4); j < len(x); j++ {
+				x[j] = float32(r.NormFloat64())
+			}
+			data.SetScalar(s, data.Label, r.Int64N(2))
+		}}
+		loader, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: 2, Inline: true})
+		require.NoError(t, err)
+		opt, err := optim.NewAdamW(nn.Parameters(m), optim.AdamOptions{})
+		require.NoError(t, err)
+		ce := &nn.CrossEntropyLoss{}
+		step := func(model nn.Module, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+			loss := ce.Forward(model.Forward(b.Get(data.Input)), b.Get(data.Label))
+			if read && math.IsNaN(loss.Item()) {
+				t.Fatal("NaN loss")
+			}
+			return loss, nil
+		}
+		tr, err := trainer.New(m, loader, nil, nil, opt, trainer.WithTrainStep(step), trainer.WithOutput(io.Discard),
+			trainer.WithDevice("cpu"), trainer.WithEpochs(1), trainer.WithLogEvery(3), trainer.WithCallbacks(countReads(res)))
+		require.NoError(t, err)
+		require.NoError(t, tr.Run(context.Background()))
+		nn.Free(m)
+		// 6 batches: the first is start-up, 3 and 6 are logging points.
+		assert.Equal(t, 3, res.BetweenSteps)
+		assert.Equal(t, 2, res.LogPoints)
+		if read {
+			assert.Equal(t, int64(3), res.BetweenReads)
+		} else {
+			assert.Zero(t, res.BetweenReads)
+		}
+	}
+}
