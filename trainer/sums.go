@@ -56,24 +56,28 @@ func (s *deviceSums) slot(name string, v float64) *torch.Tensor {
 // add accumulates one batch: loss and each metric times weight (the batch size). step
 // is the global step the batch belongs to, for naming a non-finite loss.
 func (s *deviceSums) add(loss *torch.Tensor, ms Metrics, weight float64, step int64) {
-	l := loss.Detach().ToDType(torch.Float64)
-	s.slot("loss", 0).AddInPlace(l, weight)
-	for name, m := range ms {
+	for name := range ms {
 		if name == "loss" {
 			panic(fmt.Errorf("trainer: a step's metrics may not be named \"loss\" (the loss is recorded already)"))
 		}
-		s.slot(name, 0).AddInPlace(m.Detach().ToDType(torch.Float64), weight)
 	}
-	if !s.track {
-		return
-	}
-	if s.last == nil {
-		s.last, s.firstBad = s.scalar(0), s.scalar(math.Inf(1))
-	}
-	s.last.CopyFrom(l, false)
-	// bad is 1 for a non-finite loss: the candidate is step then, else beyond any step.
-	bad := l.IsFinite().LogicalNot().ToDType(torch.Float64)
-	s.firstBad.CopyFrom(s.firstBad.Minimum(bad.RSubScalar(1).MulScalar(noStep).AddScalar(float64(step))), false)
+	// Every op here runs once per batch, so they are few: in-place adds that promote to the
+	// float64 accumulators (outside autograd, so no detach or cast is needed).
+	torch.NoGrad(func() {
+		s.slot("loss", 0).AddInPlace(loss, weight)
+		for name, m := range ms {
+			s.slot(name, 0).AddInPlace(m, weight)
+		}
+		if !s.track {
+			return
+		}
+		if s.last == nil {
+			s.last, s.firstBad = s.scalar(0), s.scalar(math.Inf(1))
+		}
+		s.last.CopyFrom(loss, false)
+		// firstBad becomes min(firstBad, step) when this loss is not finite.
+		s.firstBad.CopyFrom(torch.Where(loss.IsFinite(), s.firstBad, s.firstBad.Clamp(math.Inf(-1), float64(step))), false)
+	})
 }
 
 // addFinite adds v to name's sum when v is finite.
