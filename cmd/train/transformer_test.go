@@ -87,3 +87,33 @@ func TestViTForTheData(t *testing.T) {
 	_, err = vitModel([]int64{784}, 10)
 	assert.Error(t, err)
 }
+
+// TestTransformersResumeExactly interrupts `--model gpt` (on the corpus) and `--model vit`
+// in the middle of epoch 2 and resumes them: the final state equals an uninterrupted
+// run's bit for bit, as for every other model.
+func TestTransformersResumeExactly(t *testing.T) {
+	corpus := smallCorpus(t, 60_000)
+	run := []string{"--epochs", "2", "--batch-size", "32", "--workers", "2", "--deterministic", "--seed", "3",
+		"--log-every", "1", "--threads", "1"}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"gpt", []string{"--model", "gpt", "--data", corpus, "--block-size", "32"}},
+		{"vit", []string{"--model", "vit", "--synthetic", "2048"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := append(append([]string{}, tc.args...), run...)
+			out, err := child(append(args, "--runs-dir", dir, "--experiment", "ref")...).CombinedOutput()
+			require.NoError(t, err, string(out))
+			log := interruptAt(t, child(append(args, "--runs-dir", dir, "--experiment", "cut")...), "epoch 2 batch 10/")
+			assert.Contains(t, log, "--resume")
+			last := filepath.Join(dir, "cut", "checkpoints", "last.pt")
+			out, err = child("--resume", last).CombinedOutput()
+			require.NoError(t, err, string(out))
+			assert.Contains(t, string(out), "resumed from")
+			sameState(t, filepath.Join(dir, "ref", "checkpoints", "last.pt"), last)
+		})
+	}
+}
