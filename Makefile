@@ -92,15 +92,19 @@ BENCH_QUICK ?=
 BENCH_ARGS ?=
 BENCH_BIN := build/bench
 BENCH_CXX ?= g++
-$(BENCH_BIN)/loop $(BENCH_BIN)/ops: $(BENCH_BIN)/%: bench/cpp/%.cpp $(TORCH_VERSION_H)
+$(BENCH_BIN)/loop $(BENCH_BIN)/ops $(BENCH_BIN)/gpt: $(BENCH_BIN)/%: bench/cpp/%.cpp $(TORCH_VERSION_H)
 	@mkdir -p $(BENCH_BIN)
 	$(BENCH_CXX) -std=c++20 -O2 $(CGO_CXXFLAGS) $< -o $@ $(CGO_LDFLAGS) -ltorch -ltorch_cpu -lc10
 
-bench: libtorch-check $(BENCH_BIN)/loop $(BENCH_BIN)/ops
+bench: libtorch-check $(BENCH_BIN)/loop $(BENCH_BIN)/ops $(BENCH_BIN)/gpt
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) build -tags cpu -o $(BENCH_BIN)/goloop ./bench/cmd/goloop
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) build -tags cpu -o $(BENCH_BIN)/opbench ./bench/cmd/opbench
 	$(GO) build -o $(BENCH_BIN)/checkpointbench ./bench/checkpoint
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) build -tags cpu -o $(BENCH_BIN)/databench ./bench/data
 	$(GO) run ./bench/cmd/bench -python $(PYTHON) -bin $(BENCH_BIN) $(if $(BENCH_QUICK),-quick,-readme README.md) $(BENCH_ARGS)
+	@echo "=== the GPT training step and generation against transformers and C++ (bench/gpt)"
+	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) run -tags cpu ./bench/gpt -threads 1 -python $(PYTHON)
+	@echo "=== the Loader on an ImageFolder of JPEGs against torch's DataLoader over torchvision's ImageFolder (bench/data)"
+	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) run -tags cpu ./bench/data -imagefolder -python $(PYTHON)
 
 endif
