@@ -171,7 +171,8 @@ func TestCSVLargeFileStreams(t *testing.T) {
 	t.Logf("CSV of %d MB, %d rows: peak RSS %d MB (%d MB before reading)", size>>20, rows, res.PeakKB>>10, res.BaseKB>>10)
 	// The baseline is libtorch's (about 390 MB of static initialisation and mapped
 	// code in a CPU build), whatever the data; what the data adds is the measure.
-	assert.Less(t, (res.PeakKB-res.BaseKB)<<10, size, "reading and loading the file adds less than its size, well under twice it")
+	// Under the race detector (make test-race) its shadow memory doubles that allowance.
+	assert.Less(t, (res.PeakKB-res.BaseKB)<<10, size*raceOverhead, "reading and loading the file adds less than its size, well under twice it")
 }
 
 // csvRSSChild reads the CSV, runs a loader epoch over it into tensors, and prints its

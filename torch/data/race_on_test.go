@@ -1,0 +1,7 @@
+//go:build race
+
+package data
+
+// raceOverhead is how much more memory the race detector's shadow state costs a test
+// that measures RSS.
+const raceOverhead = 2
