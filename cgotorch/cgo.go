@@ -150,13 +150,8 @@ func cbool(b bool) C.int {
 // ---- scopes ----
 
 // ScopeOpen opens a frame named slot (> 0) on the calling thread: handles that results
-// return until it closes are adopted by it. It returns the slot of the frame it encloses
-// (0: none).
-func ScopeOpen(slot int32) (parent int32, err error) {
-	var p C.int32_t
-	err = st(C.cg_scope_open(C.int32_t(slot), &p))
-	return int32(p), err
-}
+// return until it closes are adopted by it.
+func ScopeOpen(slot int32) error { return st(C.cg_scope_open(C.int32_t(slot))) }
 
 // ScopeClose closes the calling thread's innermost frame, which must be slot, deleting
 // its handles; it returns their count.

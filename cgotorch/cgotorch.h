@@ -69,8 +69,7 @@ void cg_free_handles(cg_tensor *ts);
 // A scope is a per-thread frame of owned handles, named by a slot number (> 0) the Go side
 // chooses. Every handle a cg_result returns while a frame is open joins the innermost
 // one; closing it deletes them all in one call.
-// *parent is the slot of the frame it encloses (0: none).
-cg_status cg_scope_open(int32_t slot, int32_t *parent);
+cg_status cg_scope_open(int32_t slot);
 // cg_scope_close pops the calling thread's innermost frame, which must be slot, and
 // deletes its handles; *freed is their count.
 cg_status cg_scope_close(int32_t slot, int64_t *freed);

@@ -45,8 +45,7 @@ extern "C" {
 
 void cg_free_handles(cg_tensor *ts) { std::free(ts); }
 
-cg_status cg_scope_open(int32_t slot, int32_t *parent) {
-  *parent = cg::top_slot();
+cg_status cg_scope_open(int32_t slot) {
   CG_TRY cg::frames.push_back(cg::Frame{slot, {}});
   return cg::ok();
   CG_CATCH_STATUS

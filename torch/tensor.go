@@ -38,7 +38,6 @@ func HostReads() int64 { return hostReads.Load() }
 // and no extra call, and Close frees the whole frame in one call.
 type Scope struct {
 	slot   int32
-	parent *Scope
 	closed bool
 }
 
@@ -85,13 +84,11 @@ func NewScope() *Scope {
 	runtime.LockOSThread()
 	s := &Scope{}
 	allocSlot(s)
-	parent, err := cgotorch.ScopeOpen(s.slot)
-	if err != nil {
+	if err := cgotorch.ScopeOpen(s.slot); err != nil {
 		freeSlot(s.slot)
 		runtime.UnlockOSThread()
 		panic(wrapErr("scope", err))
 	}
-	s.parent = scopes[parent]
 	return s
 }
 
