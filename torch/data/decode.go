@@ -13,10 +13,36 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/gotrain/gotrain/torch/data/internal/libjpeg"
 	_ "golang.org/x/image/bmp"
 	_ "golang.org/x/image/tiff"
 	_ "golang.org/x/image/webp"
 )
+
+// useLibjpeg routes JPEGs of 8-bit gray or color samples to libjpeg-turbo (Pillow's
+// decoder, so the pixels are PIL's) when it is linked; the others (CMYK, 12-bit), and
+// all under build tag nolibjpeg, go to Go's decoder. Tests switch it off to check Go's.
+var useLibjpeg = libjpeg.Available
+
+// decodePlanar decodes an image file's bytes into planar [C, H, W] bytes in mode,
+// converted as PIL's convert does, written to dst(C, H, W).
+func decodePlanar(raw []byte, mode ColorMode, dst func(c, h, w int) []byte) error {
+	c := 3
+	if mode == Gray {
+		c = 1
+	}
+	if useLibjpeg && bytes.HasPrefix(raw, []byte{0xff, 0xd8}) {
+		if hdr, err := libjpeg.ReadHeader(raw); err == nil && hdr.Supported() {
+			return libjpeg.Decode(raw, hdr, c, dst(c, hdr.Height, hdr.Width))
+		}
+	}
+	img, err := decodeImage(raw)
+	if err != nil {
+		return err
+	}
+	b := img.Bounds()
+	return toPlanar(img, mode, dst(c, b.Dy(), b.Dx()))
+}
 
 // decodeImage decodes an image file's bytes, whatever its format.
 func decodeImage(raw []byte) (image.Image, error) {

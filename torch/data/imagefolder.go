@@ -58,14 +58,16 @@ type ImageFolderOptions struct {
 // indices given by the sorted class folder names, and the images in torchvision's order
 // (class by class, directories in sorted order of their paths, files sorted by name;
 // symbolic links followed). Get decodes in the caller's goroutine (the loader's
-// workers) with Go's decoders: PNG, JPEG, GIF, BMP, TIFF, WebP and binary PPM/PGM.
+// workers): JPEG with libjpeg-turbo, Pillow's decoder (Go's under build tag nolibjpeg
+// or without cgo, and for CMYK or 12-bit JPEGs), PNG, GIF, BMP, TIFF and WebP with Go's
+// decoders, binary PPM/PGM.
 //
 // A sample is field Input, the image as [C, H, W] (C = 3 for RGB, 1 for Gray), uint8
 // or with Options.Float float32 in [0, 1], and field Label, the class index.
 //
-// PNG (and other lossless) pixels equal PIL's. JPEG pixels come from Go's decoder, not
-// libjpeg-turbo's: its IDCT and chroma upsampling differ, typically by a level or two
-// on average (the tests state and assert the bound).
+// PNG (and other lossless) pixels equal PIL's, and so do JPEG pixels decoded by
+// libjpeg-turbo. Go's JPEG decoder has its own IDCT: its pixels differ from PIL's by a
+// level or two here and there (the tests state and assert the bound).
 type ImageFolder struct {
 	Root       string
 	Classes    []string
@@ -243,29 +245,27 @@ func (d *ImageFolder) decodeInto(path string, s *Sample) error {
 	if err != nil {
 		return fmt.Errorf("data: ImageFolder: %w", err)
 	}
-	img, err := decodeImage(raw)
+	// With Float the pixels are decoded into pooled scratch and scaled into the field.
+	var tmp *[]byte
+	var out []float32
+	err = decodePlanar(raw, d.Options.Mode, func(c, h, w int) []byte {
+		shape := []int64{int64(c), int64(h), int64(w)}
+		if !d.Options.Float {
+			return s.Set(Input, torch.Uint8, shape).Data
+		}
+		out = SetValues[float32](s, Input, shape...)
+		tmp = scratchPool.Get().(*[]byte)
+		*tmp = growBytes(*tmp, c*h*w)
+		return *tmp
+	})
+	if tmp != nil {
+		defer scratchPool.Put(tmp)
+	}
 	if err != nil {
 		return fmt.Errorf("data: ImageFolder: %s: %w", path, err)
 	}
-	channels := 3
-	if d.Options.Mode == Gray {
-		channels = 1
-	}
-	b := img.Bounds()
-	shape := []int64{int64(channels), int64(b.Dy()), int64(b.Dx())}
-	if !d.Options.Float {
-		return toPlanar(img, d.Options.Mode, s.Set(Input, torch.Uint8, shape).Data)
-	}
-	tmp := scratchPool.Get().(*[]byte)
-	defer scratchPool.Put(tmp)
-	px := growBytes(*tmp, channels*b.Dx()*b.Dy())
-	*tmp = px
-	if err := toPlanar(img, d.Options.Mode, px); err != nil {
-		return err
-	}
-	out := SetValues[float32](s, Input, shape...)
-	for k, v := range px {
-		out[k] = float32(v) / 255
+	for k := range out {
+		out[k] = float32((*tmp)[k]) / 255
 	}
 	return nil
 }

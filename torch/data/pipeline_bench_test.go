@@ -3,6 +3,8 @@ package data
 import (
 	"os"
 	"testing"
+
+	"github.com/gotrain/gotrain/torch/data/internal/libjpeg"
 )
 
 // BenchmarkImageFolderSample decodes and augments one JPEG as the loader's workers do;
@@ -35,14 +37,25 @@ func BenchmarkImageFolderStages(b *testing.B) {
 			buf, _ = readFileInto(ds.Images[i%ds.Len()].Path, buf[:0])
 		}
 	})
-	b.Run("jpeg", func(b *testing.B) {
+	px := make([]byte, 3*128*128)
+	b.Run("libjpeg", func(b *testing.B) {
+		if !libjpeg.Available {
+			b.Skip("built without libjpeg")
+		}
+		for b.Loop() {
+			hdr, _ := libjpeg.ReadHeader(raw)
+			if err := libjpeg.Decode(raw, hdr, 3, px[:3*hdr.Width*hdr.Height]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("go-jpeg", func(b *testing.B) {
 		for b.Loop() {
 			decodeImage(raw)
 		}
 	})
 	img, _ := decodeImage(raw)
-	px := make([]byte, 3*128*128)
-	b.Run("planar", func(b *testing.B) {
+	b.Run("go-planar", func(b *testing.B) {
 		for b.Loop() {
 			toPlanar(img, RGB, px)
 		}
