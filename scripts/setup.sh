@@ -5,6 +5,7 @@
 #  - Debian's dataset-fashion-mnist;
 #  - Debian's bible-kjv, written out as the text corpus .cache/corpus/kjv.txt;
 #  - Debian's libgloo-dev (headers torch/distributed compiles against).
+#  - Debian's libjpeg62-turbo-dev (libjpeg-turbo, torch/data's JPEG decoder).
 # Idempotent: a second run finds everything in place and downloads nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,5 +59,17 @@ if [ ! -e /usr/include/gloo/algorithm.h ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgloo-dev >/dev/null
   else
     echo "setup: gloo headers missing; run: sudo apt-get install libgloo-dev (or build with -tags nodist)" >&2
+  fi
+fi
+
+# torch/data decodes JPEGs with libjpeg-turbo, Pillow's decoder, so its pixels are PIL's:
+# jpeglib.h and libjpeg.so from Debian's libjpeg62-turbo-dev (build tag nolibjpeg uses
+# Go's decoder instead).
+if [ ! -e /usr/include/jpeglib.h ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian's libjpeg62-turbo-dev (libjpeg-turbo for torch/data)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjpeg62-turbo-dev >/dev/null
+  else
+    echo "setup: jpeglib.h missing; run: sudo apt-get install libjpeg62-turbo-dev (or build with -tags nolibjpeg)" >&2
   fi
 fi

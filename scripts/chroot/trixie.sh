@@ -38,7 +38,8 @@ SUITE=trixie
 # libgloo-dev: the gloo headers c10d's ProcessGroupGloo.hpp includes (torch/distributed).
 # dataset-fashion-mnist: the real data set torch/data's parity tests read
 # (/usr/share/datasets/fashion-mnist), so they run here instead of skipping.
-PACKAGES="libtorch-dev libgloo-dev python3-torch g++ make libopenblas0-openmp python3-numpy python3-yaml ca-certificates dataset-fashion-mnist"
+# libjpeg62-turbo-dev: libjpeg-turbo, torch/data's JPEG decoder.
+PACKAGES="libtorch-dev libgloo-dev python3-torch g++ make libopenblas0-openmp python3-numpy python3-yaml ca-certificates dataset-fashion-mnist libjpeg62-turbo-dev"
 # Installed when the suite has them; tests that import the others skip in the chroot.
 OPTIONAL_PACKAGES="python3-torchvision python3-tensorboard"
 STAMP=.gotrain-chroot
