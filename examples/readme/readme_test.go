@@ -320,9 +320,8 @@ func checkDataParallel(t *testing.T, bin, dir string, s snippet) []string {
 	step, err := checkpoint.GetInt(ck, "global_step")
 	require.NoError(t, err)
 	assert.EqualValues(t, epochs*steps, step, "rank 0 stepped once per batch of its share")
-	acc := history[epochs-1].TrainAcc
-	require.NotNil(t, acc)
-	assert.Greater(t, *acc, 0.6, "training accuracy over both ranks")
+	// Chance over ten classes is a cross-entropy of ln 10 = 2.3; this MLP gets to about 0.6.
+	assert.Less(t, history[epochs-1].TrainLoss, 1.0, "training loss over both ranks")
 	return ckpts
 }
 
