@@ -225,6 +225,14 @@ cg_status cg_zero_grad(cg_tensor *params, int n, int set_to_none);
 cg_status cg_clip_grad_norm(cg_tensor *params, int n, double max_norm, double norm_type, int error_if_nonfinite, double *total_norm);
 cg_result cg_clip_grad_norm_tensor(cg_tensor *params, int n, double max_norm, double norm_type);
 cg_status cg_clip_grad_value(cg_tensor *params, int n, double clip_value);
+// cg_accumulate adds weight * values[i] to acc[i], for n one-element values on acc's
+// device; acc is a contiguous float64 vector. With CG_ACC_TRACK, acc[n] becomes values[0]
+// and acc[n+1] becomes min(acc[n+1], step) when values[0] is not finite; with
+// CG_ACC_SKIP_NONFINITE a non-finite value adds nothing. On the CPU the sums are plain
+// arithmetic; elsewhere (or with CG_ACC_ATEN) they are ATen ops queued on the device, so
+// no device-to-host read happens.
+enum cg_accumulate_flag { CG_ACC_TRACK = 1, CG_ACC_SKIP_NONFINITE = 2, CG_ACC_ATEN = 4 };
+cg_status cg_accumulate(cg_tensor acc, cg_tensor *values, int n, double weight, int64_t step, int flags);
 // Autocast for a device type: enter returns the previous settings for exit.
 cg_status cg_autocast_enter(int device_type, int dtype, int *prev_enabled, int *prev_dtype, int *prev_cache);
 cg_status cg_autocast_exit(int device_type, int prev_enabled, int prev_dtype, int prev_cache);

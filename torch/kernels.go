@@ -138,3 +138,28 @@ func AMPUpdateScale(scale, growthTracker *Tensor, foundInfs []*Tensor, growth, b
 func (t *Tensor) SetData(src *Tensor) {
 	check("set_data", cgotorch.SetData(t.handle(), src.handle()))
 }
+
+// AccumulateFlags choose what Accumulate does besides adding.
+type AccumulateFlags int
+
+const (
+	// AccumulateTrack treats values[0] as a loss to watch: acc[n] receives it, and
+	// acc[n+1] becomes min(acc[n+1], step) when it is not finite, so that the first bad
+	// step is known without reading the loss back every step (start acc[n+1] at +Inf).
+	AccumulateTrack AccumulateFlags = cgotorch.AccTrack
+	// AccumulateSkipNonfinite leaves a sum unchanged when its value is inf or NaN.
+	AccumulateSkipNonfinite AccumulateFlags = cgotorch.AccSkipNonfinite
+	// AccumulateOnDevice takes the path a CUDA accumulator takes (ATen ops queued on the
+	// device) on the CPU too, so the two can be compared.
+	AccumulateOnDevice AccumulateFlags = cgotorch.AccATen
+)
+
+// Accumulate adds weight·values[i] to acc[i] in one call: the running sums of a
+// training loop's per-batch scalars (loss, metrics), kept where they are computed so
+// that a CUDA step makes no device-to-host read. acc is a contiguous float64 vector on
+// the values' device with at least len(values) elements (two more with AccumulateTrack);
+// each value has one element. On the CPU the sums are computed directly, with no ATen
+// dispatch; on a GPU they are ATen ops queued on its stream. It panics on misuse.
+func Accumulate(acc *Tensor, values []*Tensor, weight float64, step int64, flags AccumulateFlags) {
+	check("accumulate", cgotorch.Accumulate(acc.handle(), handles(values), weight, step, int(flags)))
+}

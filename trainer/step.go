@@ -31,8 +31,10 @@ type Metrics map[string]*torch.Tensor
 // reaches the caller of Run unchanged, with its stack.
 type Step func(model nn.Module, b data.Batch) (loss *torch.Tensor, metrics Metrics)
 
-// ClassificationStep is the default step: loss(model(input), target) and, when the
-// target holds int64 class labels, the accuracy "acc" of the output's argmax.
+// ClassificationStep is the default evaluation step: loss(model(input), target) and,
+// when the target holds int64 class labels, the accuracy "acc" of the output's argmax
+// (recorded as val_acc). As a training step (WithTrainStep) it also records train_acc,
+// at four more ops a batch.
 func ClassificationStep(loss LossFunc) Step {
 	return func(model nn.Module, b data.Batch) (*torch.Tensor, Metrics) {
 		y := batchTarget(b)
@@ -46,8 +48,17 @@ func ClassificationStep(loss LossFunc) Step {
 	}
 }
 
-// WithTrainStep sets the training step (default: ClassificationStep over New's loss).
-// The evaluation step defaults to the same function, run under torch.NoGrad.
+// LossStep is the default training step: loss(model(input), target) and no other
+// metric, as the seed's training epoch computes only the loss.
+func LossStep(loss LossFunc) Step {
+	return func(model nn.Module, b data.Batch) (*torch.Tensor, Metrics) {
+		return loss(model.Forward(batchInput(b)), batchTarget(b)), nil
+	}
+}
+
+// WithTrainStep sets the training step (default: LossStep over New's loss). The
+// evaluation step defaults to the same function, run under torch.NoGrad; without
+// WithTrainStep it is ClassificationStep over New's loss.
 func WithTrainStep(s Step) Option { return func(t *Trainer) error { t.trainStep = s; return nil } }
 
 // WithEvalStep sets the validation step (default: the training step).

@@ -10,20 +10,23 @@ import (
 
 // deviceSums adds up a loop's per-batch scalars where they were computed, so that
 // training makes no device-to-host read per step: the sums, the latest batch's loss and
-// the first optimizer step whose loss was not finite come back to Go together, in one
-// read, at logging points and at the end of the epoch.
+// the first optimizer step whose loss was not finite live in one float64 vector on the
+// device, updated by one torch.Accumulate call per batch, and come back to Go together,
+// in one read, at logging points and at the end of the epoch.
 type deviceSums struct {
-	names []string                 // sorted
-	acc   map[string]*torch.Tensor // float64 scalars outside every scope
-	last  *torch.Tensor            // the latest batch's loss
-	// firstBad is the first global step (1-based) whose loss was NaN or infinite, +Inf
-	// while there is none.
-	firstBad *torch.Tensor
-	dev      torch.Device
-	track    bool // keep last and firstBad (training only)
+	// names are the sums in acc's order: "loss" first when the loss is summed, then the
+	// metrics sorted.
+	names []string
+	// acc holds the sums, then (track) the latest loss and the first global step
+	// (1-based) whose loss was NaN or infinite (+Inf while there is none). It lives
+	// outside every scope.
+	acc   *torch.Tensor
+	dev   torch.Device
+	track bool            // keep the latest loss and the first bad step (training only)
+	vals  []*torch.Tensor // the batch's values in names' order, reused
 }
 
-// noStep is beyond any global step: firstBad's value for a finite loss.
+// noStep is beyond any global step: the first-bad-step slot's value for a finite loss.
 const noStep = 1e18
 
 // sumsRead is what a read brings back.
@@ -34,101 +37,160 @@ type sumsRead struct {
 }
 
 func newDeviceSums(dev torch.Device, track bool) *deviceSums {
-	return &deviceSums{acc: map[string]*torch.Tensor{}, dev: dev, track: track}
+	return &deviceSums{dev: dev, track: track}
 }
 
-func (s *deviceSums) scalar(v float64) *torch.Tensor {
-	return torch.Full(nil, v, torch.Float64, s.dev).Escape()
-}
-
-// slot returns the accumulator of name, creating it at v.
-func (s *deviceSums) slot(name string, v float64) *torch.Tensor {
-	a, ok := s.acc[name]
-	if !ok {
-		a = s.scalar(v)
-		s.acc[name] = a
-		i, _ := slices.BinarySearch(s.names, name)
-		s.names = slices.Insert(s.names, i, name)
+// extra is the number of tracking slots after the sums.
+func (s *deviceSums) extra() int {
+	if s.track {
+		return 2
 	}
-	return a
+	return 0
 }
 
 // add accumulates one batch: loss and each metric times weight (the batch size). step
 // is the global step the batch belongs to, for naming a non-finite loss.
 func (s *deviceSums) add(loss *torch.Tensor, ms Metrics, weight float64, step int64) {
-	for name := range ms {
-		if name == "loss" {
-			panic(fmt.Errorf("trainer: a step's metrics may not be named \"loss\" (the loss is recorded already)"))
-		}
+	if _, ok := ms["loss"]; ok {
+		panic(fmt.Errorf("trainer: a step's metrics may not be named \"loss\" (the loss is recorded already)"))
 	}
-	// Every op here runs once per batch, so they are few: in-place adds that promote to the
-	// float64 accumulators (outside autograd, so no detach or cast is needed).
-	torch.NoGrad(func() {
-		s.slot("loss", 0).AddInPlace(loss, weight)
-		for name, m := range ms {
-			s.slot(name, 0).AddInPlace(m, weight)
+	if !s.hasNames(ms) {
+		names := []string{"loss"}
+		for n := range ms {
+			names = append(names, n)
 		}
-		if !s.track {
-			return
+		slices.Sort(names[1:])
+		s.resize(names)
+	}
+	s.vals = append(s.vals[:0], loss)
+	for _, n := range s.names[1:] {
+		v, ok := ms[n]
+		if !ok { // a metric an earlier batch had: this batch adds nothing to it
+			v = torch.Zeros(nil, torch.Float64, s.dev)
 		}
-		if s.last == nil {
-			s.last, s.firstBad = s.scalar(0), s.scalar(math.Inf(1))
-		}
-		s.last.CopyFrom(loss, false)
-		// firstBad becomes min(firstBad, step) when this loss is not finite.
-		s.firstBad.CopyFrom(torch.Where(loss.IsFinite(), s.firstBad, s.firstBad.Clamp(math.Inf(-1), float64(step))), false)
-	})
+		s.vals = append(s.vals, v)
+	}
+	flags := torch.AccumulateFlags(0)
+	if s.track {
+		flags = torch.AccumulateTrack
+	}
+	torch.Accumulate(s.acc, s.vals, weight, step, flags)
 }
 
-// addFinite adds v to name's sum when v is finite.
+// hasNames reports whether acc has a sum for the loss and each of ms.
+func (s *deviceSums) hasNames(ms Metrics) bool {
+	if s.acc == nil || len(s.names) == 0 || s.names[0] != "loss" {
+		return false
+	}
+	for n := range ms {
+		if _, ok := slices.BinarySearch(s.names[1:], n); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// addFinite adds v to name's sum when v is finite (a sums of one name only).
 func (s *deviceSums) addFinite(name string, v *torch.Tensor) {
-	v = v.Detach().ToDType(torch.Float64)
-	s.slot(name, 0).AddInPlace(torch.Where(v.IsFinite(), v, v.ZerosLike()), 1)
+	if s.acc == nil || len(s.names) != 1 || s.names[0] != name {
+		s.resize([]string{name})
+	}
+	s.vals = append(s.vals[:0], v)
+	torch.Accumulate(s.acc, s.vals, 1, 0, torch.AccumulateSkipNonfinite)
+}
+
+// resize makes acc hold the union of its names and names, keeping the sums it has
+// (device to device: no read). It runs when a loop's first batch names its metrics.
+func (s *deviceSums) resize(names []string) {
+	union := slices.Clone(names)
+	for _, n := range s.names {
+		if !slices.Contains(union, n) {
+			union = append(union, n)
+		}
+	}
+	if len(union) > 1 && union[0] == "loss" {
+		slices.Sort(union[1:])
+	} else {
+		slices.Sort(union)
+	}
+	old, oldNames := s.acc, s.names
+	s.acc = s.fresh(len(union))
+	if old != nil {
+		torch.WithScope(func() {
+			for i, n := range oldNames {
+				j := slices.Index(union, n)
+				s.acc.Narrow(0, int64(j), 1).CopyFrom(old.Narrow(0, int64(i), 1), false)
+			}
+			if k := s.extra(); k > 0 {
+				s.acc.Narrow(0, int64(len(union)), int64(k)).CopyFrom(old.Narrow(0, int64(len(oldNames)), int64(k)), false)
+			}
+		})
+		old.Free()
+	}
+	s.names = union
+}
+
+// fresh returns a zeroed accumulator for n sums (the first bad step at +Inf).
+func (s *deviceSums) fresh(n int) *torch.Tensor {
+	init := make([]float64, n+s.extra())
+	if s.track {
+		init[n+1] = math.Inf(1)
+	}
+	var acc *torch.Tensor
+	torch.WithScope(func() { acc = torch.FromSlice(init).To(s.dev, false).Escape() })
+	return acc
 }
 
 // read returns the sums: one device-to-host read.
 func (s *deviceSums) read() sumsRead {
 	r := sumsRead{Sums: map[string]float64{}}
-	if len(s.names) == 0 && s.last == nil {
+	if s.acc == nil {
 		return r
 	}
-	var vals []float64
-	torch.WithScope(func() {
-		ts := make([]*torch.Tensor, 0, len(s.names)+2)
-		for _, n := range s.names {
-			ts = append(ts, s.acc[n])
-		}
-		if s.last != nil {
-			ts = append(ts, s.last, s.firstBad)
-		}
-		vals = torch.Stack(ts, 0).Float64s()
-	})
-	for i, n := range s.names {
-		r.Sums[n] = vals[i]
+	vals := s.acc.Float64s()
+	n := len(s.names)
+	for i, name := range s.names {
+		r.Sums[name] = vals[i]
 	}
-	if s.last != nil {
-		r.Last = vals[len(s.names)]
-		if fb := vals[len(s.names)+1]; fb < noStep {
+	if s.track {
+		r.Last = vals[n]
+		if fb := vals[n+1]; fb < noStep {
 			r.FirstBad = int64(fb)
 		}
 	}
 	return r
 }
 
-// set replaces the sums (a resume restores a mid-epoch checkpoint's).
+// set replaces the sums (a resume restores a mid-epoch checkpoint's); the latest loss
+// starts at 0 and no step is known to be bad.
 func (s *deviceSums) set(sums map[string]float64) {
 	s.free()
-	for n, v := range sums {
-		s.slot(n, v)
+	if len(sums) == 0 {
+		return
 	}
+	names := make([]string, 0, len(sums))
+	for n := range sums {
+		if n != "loss" {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	if _, ok := sums["loss"]; ok {
+		names = append([]string{"loss"}, names...)
+	}
+	init := make([]float64, len(names)+s.extra())
+	for i, n := range names {
+		init[i] = sums[n]
+	}
+	if s.track {
+		init[len(names)+1] = math.Inf(1)
+	}
+	torch.WithScope(func() { s.acc = torch.FromSlice(init).To(s.dev, false).Escape() })
+	s.names = names
 }
 
-// free releases the accumulators; the sums start again from zero.
+// free releases the accumulator; the sums start again from zero.
 func (s *deviceSums) free() {
-	for _, a := range s.acc {
-		a.Free()
-	}
-	s.last.Free()
-	s.firstBad.Free()
-	s.acc, s.names, s.last, s.firstBad = map[string]*torch.Tensor{}, nil, nil, nil
+	s.acc.Free()
+	s.acc, s.names, s.vals = nil, nil, s.vals[:0]
 }

@@ -135,11 +135,14 @@ func New(model nn.Module, train, val *data.Loader, loss LossFunc, opt optim.Opti
 	if model == nil || train == nil || opt == nil || (loss == nil && t.trainStep == nil) {
 		return nil, errors.New("trainer.New: model, train loader, optimizer and a loss (or WithTrainStep) are required")
 	}
-	if t.trainStep == nil {
-		t.trainStep = ClassificationStep(loss)
-	}
 	if t.evalStep == nil {
 		t.evalStep = t.trainStep
+	}
+	if t.trainStep == nil {
+		t.trainStep = LossStep(loss)
+	}
+	if t.evalStep == nil {
+		t.evalStep = ClassificationStep(loss)
 	}
 	if t.Val == nil && strings.HasPrefix(t.Config.Monitor, "val_") {
 		t.Config.Monitor = "train_loss"
