@@ -1,7 +1,10 @@
 // internal.h: helpers shared by the cgotorch C++ files (not part of the C ABI).
 #pragma once
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -106,9 +109,26 @@ inline at::Scalar scalar(double v) {
   return at::Scalar(v);
 }
 
+// at::set_num_threads reaches only the calling OS thread and threads that have not yet
+// run a parallel op (OpenMP's thread count is per thread; ATen applies its setting to
+// a thread once, on its first parallel op). Go moves goroutines between OS threads, so
+// a count set on one would not govern the ops of a loop that later runs on another, and
+// results that depend on the thread count (reductions, LayerNorm's backward) would
+// depend on scheduling. threads_epoch counts cg_set_num_threads calls; every call
+// through CG_TRY re-applies the count on a thread that has not seen the latest one.
+extern std::atomic<uint64_t> threads_epoch;
+extern thread_local uint64_t threads_seen;
+inline void sync_num_threads() {
+  uint64_t e = threads_epoch.load(std::memory_order_acquire);
+  if (C10_UNLIKELY(e != threads_seen)) {
+    threads_seen = e;
+    at::init_num_threads();  // applies the count the last at::set_num_threads stored
+  }
+}
+
 }  // namespace cg
 
-#define CG_TRY try {
+#define CG_TRY try { cg::sync_num_threads();
 #define CG_CATCH_STATUS \
   }                     \
   catch (...) { return cg::classify(); }

@@ -17,6 +17,11 @@
 using cg::T;
 using cg::res;
 
+namespace cg {
+std::atomic<uint64_t> threads_epoch{0};
+thread_local uint64_t threads_seen = 0;
+}  // namespace cg
+
 // A training step frees all of its intermediates when its scope closes. glibc then returns
 // the large blocks to the kernel and faults them back in on the next step (hundreds of
 // page faults a step for a small MLP). Higher mmap and trim thresholds keep them in the
@@ -41,10 +46,17 @@ int cg_torch_version_num(void) { return TORCH_VERSION_MAJOR * 10000 + TORCH_VERS
 
 cg_status cg_set_num_threads(int n) {
   CG_TRY at::set_num_threads(n);
+  cg::threads_seen = cg::threads_epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
   return cg::ok();
   CG_CATCH_STATUS
 }
-int cg_get_num_threads(void) { return at::get_num_threads(); }
+int cg_get_num_threads(void) {
+  try {
+    cg::sync_num_threads();
+  } catch (...) {
+  }
+  return at::get_num_threads();
+}
 
 cg_status cg_manual_seed(uint64_t seed) {
   CG_TRY

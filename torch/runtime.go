@@ -30,10 +30,15 @@ func SetRNGState(dev Device, state *Tensor) {
 	check("set_rng_state", cgotorch.SetRNGState(int(dev.Type), dev.ordinal(), state.handle()))
 }
 
-// SetNumThreads sets the number of threads libtorch uses within an op.
+// SetNumThreads sets the number of threads libtorch uses within an op, on every OS
+// thread: libtorch's own setting reaches only the calling thread and threads that have
+// not yet run a parallel op, but a goroutine may run on another thread later, and
+// reductions differ in their last bits with the thread count. Each thread picks the
+// new count up on its next op.
 func SetNumThreads(n int) { check("set_num_threads", cgotorch.SetNumThreads(n)) }
 
-// NumThreads returns the number of threads libtorch uses within an op.
+// NumThreads returns the number of threads libtorch uses within an op on the calling
+// thread (the last SetNumThreads, or libtorch's default).
 func NumThreads() int { return cgotorch.NumThreads() }
 
 // Config returns libtorch's build configuration (torch.__config__.show()).
