@@ -3,6 +3,8 @@ package data
 import (
 	"fmt"
 	"slices"
+
+	"github.com/gotrain/gotrain/torch"
 )
 
 // Dataset is a random-access collection of samples, like torch.utils.data.Dataset.
@@ -70,6 +72,60 @@ func (d *TensorDataset) Get(i int, s *Sample) error {
 	}
 	SetScalar(s, Label, d.Labels[i])
 	return nil
+}
+
+// BatchReader is a Dataset that reads a whole batch at once, such as an in-memory array:
+// a loader with no Transform, Collate or Pad calls ReadBatch once per batch instead of
+// Get once per sample. It is called from several goroutines at once, like Get.
+type BatchReader interface {
+	Dataset
+	// ReadBatch writes the collated fields of the samples at indices into s (Reset by
+	// the caller), each of shape [len(indices), sample shape...]: what the default
+	// collation of Get's samples would give.
+	ReadBatch(indices []int, s *Sample) error
+}
+
+// ReadBatch writes the samples at indices into s as one batch. Consecutive indices (an
+// unshuffled epoch) are a view of the dataset's slices, copied once, into the batch
+// tensor; other orders are gathered row by row.
+func (d *TensorDataset) ReadBatch(indices []int, s *Sample) error {
+	n := d.Len()
+	for _, i := range indices {
+		if i < 0 || i >= n {
+			return fmt.Errorf("data: TensorDataset: index %d out of range [0, %d)", i, n)
+		}
+	}
+	rows(s, Input, d.Inputs, d.SampleShape, indices)
+	if d.Targets != nil {
+		rows(s, Target, d.Targets, d.TargetShape, indices)
+	} else {
+		rows(s, Label, d.Labels, nil, indices)
+	}
+	return nil
+}
+
+// rows sets field name of s to the rows of src (each of shape) at indices.
+func rows[T torch.Elem](s *Sample, name string, src []T, shape []int64, indices []int) {
+	per := numel(shape)
+	bshape := append([]int64{int64(len(indices))}, shape...)
+	if len(indices) > 0 && consecutive(indices) {
+		first := indices[0] * per
+		s.borrow(name, torch.DTypeOf[T](), bshape, bytesOf(src[first:first+len(indices)*per]))
+		return
+	}
+	dst := SetValues[T](s, name, bshape...)
+	for j, i := range indices {
+		copy(dst[j*per:(j+1)*per], src[i*per:(i+1)*per])
+	}
+}
+
+func consecutive(indices []int) bool {
+	for j := 1; j < len(indices); j++ {
+		if indices[j] != indices[j-1]+1 {
+			return false
+		}
+	}
+	return true
 }
 
 // Subset is the samples of Dataset at Indices, like torch.utils.data.Subset.

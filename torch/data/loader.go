@@ -296,6 +296,10 @@ func (w *worker) fill(hb *hostBatch, b int) {
 			hb.err = fmt.Errorf("data: epoch %d batch %d: panic in dataset, transform or collate: %v\n%s", it.epoch, b, p, debug.Stack())
 		}
 	}()
+	if br, ok := it.l.ds.(BatchReader); ok && o.Transform == nil && o.Collate == nil && len(o.Pad) == 0 {
+		w.readBatch(br, hb, b)
+		return
+	}
 	augSeed := mixSeed(o.Seed, it.epoch)
 	for j, idx := range hb.indices {
 		if j%8 == 0 && it.ctx.Err() != nil {
@@ -343,6 +347,27 @@ func (w *worker) fill(hb *hostBatch, b int) {
 	for k := range hb.out.fields {
 		if err := hb.out.fields[k].check(); err != nil {
 			hb.err = fmt.Errorf("data: epoch %d batch %d: collate: %w", it.epoch, b, err)
+			return
+		}
+	}
+}
+
+// readBatch fills hb with one ReadBatch call: no per-sample work, and consecutive rows
+// are copied once, from the dataset into the batch tensor.
+func (w *worker) readBatch(br BatchReader, hb *hostBatch, b int) {
+	it := w.it
+	if err := br.ReadBatch(hb.indices, &hb.out); err != nil {
+		hb.err = fmt.Errorf("data: epoch %d batch %d: %w", it.epoch, b, err)
+		return
+	}
+	for k := range hb.out.fields {
+		f := &hb.out.fields[k]
+		err := f.check()
+		if err == nil && (len(f.Shape) == 0 || f.Shape[0] != int64(len(hb.indices))) {
+			err = fmt.Errorf("field %q has shape %v, not [%d, ...]", f.Name, f.Shape, len(hb.indices))
+		}
+		if err != nil {
+			hb.err = fmt.Errorf("data: epoch %d batch %d: ReadBatch: %w", it.epoch, b, err)
 			return
 		}
 	}

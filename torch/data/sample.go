@@ -42,6 +42,9 @@ type Field struct {
 	DType torch.DType
 	Shape []int64
 	Data  []byte
+	// borrowed marks Data as a dataset's own memory (a BatchReader's view), read but
+	// never written: the next Set of the field starts from fresh storage.
+	borrowed bool
 }
 
 // Numel returns the number of elements that Shape describes.
@@ -120,8 +123,19 @@ func (s *Sample) Has(name string) bool { return s.Field(name) != nil }
 func (s *Sample) Set(name string, dtype torch.DType, shape []int64) *Field {
 	f := s.slot(name)
 	f.DType, f.Shape = dtype, shape
+	if f.borrowed {
+		f.Data, f.borrowed = nil, false
+	}
 	f.Data = growBytes(f.Data, numel(shape)*dtype.Size())
 	return f
+}
+
+// borrow makes field name a view of data, memory the caller keeps and that nothing
+// writes through the sample: a BatchReader's consecutive rows, copied once, straight into
+// the batch tensor.
+func (s *Sample) borrow(name string, dtype torch.DType, shape []int64, data []byte) {
+	f := s.slot(name)
+	f.DType, f.Shape, f.Data, f.borrowed = dtype, shape, data, true
 }
 
 // SetBytes makes field name a dtype tensor of the given shape holding a copy of data.

@@ -1,0 +1,66 @@
+package data
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// samplesOnly hides a dataset's ReadBatch, so the loader takes the per-sample path.
+type samplesOnly struct{ Dataset }
+
+// TestReadBatchEqualsSamples: a TensorDataset read whole batches at a time (a view of
+// its slices for an unshuffled epoch, a gather for a shuffled one) gives the batches the
+// per-sample path gives, the short last batch included, and the dataset's own memory is
+// never written, also when the loader's buffers are reused.
+func TestReadBatchEqualsSamples(t *testing.T) {
+	const n = 37
+	in := make([]float32, n*2*3)
+	for i := range in {
+		in[i] = float32(i) * 0.5
+	}
+	labels := make([]int64, n)
+	for i := range labels {
+		labels[i] = int64(i % 5)
+	}
+	ds, err := NewTensorDataset(in, []int64{2, 3}, labels, nil, nil)
+	require.NoError(t, err)
+	keep, keepLabels := slices.Clone(in), slices.Clone(labels)
+	for _, shuffle := range []bool{false, true} {
+		for _, workers := range []int{0, 2} {
+			o := LoaderOptions{BatchSize: 8, Shuffle: shuffle, Seed: 3, Workers: workers, Inline: workers == 0}
+			for epoch := range 2 {
+				want, err := readHost(t, mustLoader(t, samplesOnly{ds}, o), epoch, 0)
+				require.NoError(t, err)
+				got, err := readHost(t, mustLoader(t, ds, o), epoch, 0)
+				require.NoError(t, err)
+				require.Len(t, got, 5)
+				assert.Equal(t, want, got, "shuffle %v workers %d epoch %d", shuffle, workers, epoch)
+			}
+		}
+	}
+	assert.Equal(t, keep, in, "the dataset's inputs are never written")
+	assert.Equal(t, keepLabels, labels, "the dataset's labels are never written")
+}
+
+// TestReadBatchTargetsAndErrors: a regression TensorDataset's batches carry Target, and
+// an index outside the dataset is an error naming it.
+func TestReadBatchTargetsAndErrors(t *testing.T) {
+	ds, err := NewTensorDataset([]float32{1, 2, 3, 4}, []int64{2}, nil, []float32{5, 6}, []int64{1})
+	require.NoError(t, err)
+	var s Sample
+	require.NoError(t, ds.ReadBatch([]int{1, 0}, &s))
+	assert.Equal(t, []float32{3, 4, 1, 2}, Values[float32](s.MustField(Input)))
+	assert.Equal(t, []int64{2, 2}, s.MustField(Input).Shape)
+	assert.Equal(t, []float32{6, 5}, Values[float32](s.MustField(Target)))
+	s.Reset()
+	require.NoError(t, ds.ReadBatch([]int{0, 1}, &s))
+	assert.Equal(t, []float32{1, 2, 3, 4}, Values[float32](s.MustField(Input)))
+	// Setting a borrowed field again writes fresh storage, not the dataset.
+	copy(SetValues[float32](&s, Input, 2, 2), []float32{9, 9, 9, 9})
+	assert.Equal(t, []float32{1, 2, 3, 4}, ds.Inputs)
+	s.Reset()
+	assert.ErrorContains(t, ds.ReadBatch([]int{0, 2}, &s), "index 2 out of range [0, 2)")
+}
