@@ -5,7 +5,7 @@
 // waiting for data.
 //
 //	go run -tags cpu ./bench/data [-dir DIR] [-batch 128] [-workers 1,2,4] [-augment] [-train-steps 60]
-//	go run -tags cpu ./bench/data -imagefolder [-images DIR] [-workers 1,2] [-batch 64]
+//	go run -tags cpu ./bench/data -imagefolder [-images DIR] [-workers 1,2] [-batch 64] [-cpuprofile FILE]
 //
 // With -imagefolder it compares instead the loader on an ImageFolder tree of JPEGs
 // (RandomResizedCrop 112 + RandomHorizontalFlip + ToTensor + Normalize, decoding in the
@@ -46,9 +46,20 @@ func main() {
 	imageFolder := flag.Bool("imagefolder", false, "compare the loader on an ImageFolder of JPEGs with PyTorch's DataLoader")
 	images := flag.String("images", "", "with -imagefolder: the ImageFolder tree (default: write one into a temporary directory)")
 	python := flag.String("python", ".venv/bin/python", "with -imagefolder: the Python with torch and torchvision")
+	cpuProfile := flag.String("cpuprofile", "", "with -imagefolder: write a CPU profile of gotrain's loader runs to this file")
 	flag.Parse()
 	if *imageFolder {
-		if err := compareImageFolder(*images, *python, *workerList, *batch); err != nil {
+		// The comparison's own defaults: the worker counts and batch size of the issue's
+		// goal, unless given.
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["workers"] {
+			*workerList = "1,2"
+		}
+		if !set["batch"] {
+			*batch = 64
+		}
+		if err := compareImageFolder(*images, *python, *workerList, *batch, *cpuProfile); err != nil {
 			log.Fatal(err)
 		}
 		return

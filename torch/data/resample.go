@@ -63,30 +63,116 @@ func bilinearCoeffs(inSize, outSize int) coeffs {
 }
 
 // Scratch of the uint8 passes, reused across samples.
-var (
-	resampleTmp = sync.Pool{New: func() any { return new([]byte) }}
-	resampleAcc = sync.Pool{New: func() any { return new([]int32) }}
-)
+var resampleTmp = sync.Pool{New: func() any { return new([]byte) }}
 
 // precisionBits is PIL's fixed-point precision for 8-bit images (32 - 8 - 2).
 const precisionBits = 22
 
-// fixed returns c's weights in PIL's fixed point (normalize_coeffs_8bpc).
-func (c coeffs) fixed() []int32 {
-	out := make([]int32, len(c.k))
-	for i, v := range c.k {
-		if v < 0 {
-			out[i] = int32(-0.5 + v*(1<<precisionBits))
-		} else {
-			out[i] = int32(0.5 + v*(1<<precisionBits))
+// fixedTaps are one axis's taps in PIL's fixed point (normalize_coeffs_8bpc), n for
+// every output: output i reads inputs start[i] .. start[i]+n-1 with weights k[i*n:].
+// Outputs with fewer taps are padded with zero weights, which change no sum (integer
+// sums are exact in any order), so that the loops over taps have one length per pass.
+type fixedTaps struct {
+	n     int
+	start []int
+	k     []int32
+}
+
+func newFixedTaps(inSize, outSize int) fixedTaps {
+	c := bilinearCoeffs(inSize, outSize)
+	n := 1
+	for i := range outSize {
+		n = max(n, c.bounds[2*i+1])
+	}
+	t := fixedTaps{n: n, start: make([]int, outSize), k: make([]int32, outSize*n)}
+	for i := range outSize {
+		xmin, cnt := c.bounds[2*i], c.bounds[2*i+1]
+		first := min(xmin, inSize-n) // the window moves left at the right edge
+		t.start[i] = first
+		for j, v := range c.k[i*c.ksize : i*c.ksize+cnt] {
+			w := int32(0.5 + v*(1<<precisionBits))
+			if v < 0 {
+				w = int32(-0.5 + v*(1<<precisionBits))
+			}
+			t.k[i*n+xmin-first+j] = w
 		}
 	}
-	return out
+	return t
 }
+
+// half is the rounding term every fixed-point sum starts from.
+const half = int32(1 << (precisionBits - 1))
 
 func clipFixed(ss int32) uint8 {
 	v := ss >> precisionBits
 	return uint8(min(max(v, 0), 255))
+}
+
+// resampleRow is the horizontal pass over one row: out[x] from in through t.
+func resampleRow(in, out []byte, t *fixedTaps) {
+	start := t.start[:len(out)]
+	switch t.n {
+	case 2: // upscaling
+		k := t.k[:2*len(out)]
+		for x, s := range start {
+			p := in[s : s+2]
+			out[x] = clipFixed(half + int32(p[0])*k[2*x] + int32(p[1])*k[2*x+1])
+		}
+	case 3: // a slight downscale
+		k := t.k[:3*len(out)]
+		for x, s := range start {
+			p, kk := in[s:s+3], k[3*x:3*x+3]
+			out[x] = clipFixed(half + int32(p[0])*kk[0] + int32(p[1])*kk[1] + int32(p[2])*kk[2])
+		}
+	default:
+		n := t.n
+		for x, s := range start {
+			ss := half
+			kk := t.k[x*n : x*n+n]
+			for j, v := range in[s : s+n] {
+				ss += int32(v) * kk[j]
+			}
+			out[x] = clipFixed(ss)
+		}
+	}
+}
+
+// resampleColumns is the vertical pass for one output row: out from the rows
+// first .. first+len(k)-1 of plane (of width len(out)) weighted by k. acc is scratch
+// of len(out) for more than three taps.
+func resampleColumns(plane []byte, first int, k []int32, out []byte, acc []int32) {
+	w := len(out)
+	row := func(j int) []byte { return plane[(first+j)*w : (first+j+1)*w] }
+	switch len(k) {
+	case 1: // a source of one row
+		r0, k0 := row(0), k[0]
+		for x := range out {
+			out[x] = clipFixed(half + int32(r0[x])*k0)
+		}
+	case 2:
+		r0, r1, k0, k1 := row(0), row(1)[:w], k[0], k[1]
+		for x := range out {
+			out[x] = clipFixed(half + int32(r0[x])*k0 + int32(r1[x])*k1)
+		}
+	case 3:
+		r0, r1, r2, k0, k1, k2 := row(0), row(1)[:w], row(2)[:w], k[0], k[1], k[2]
+		for x := range out {
+			out[x] = clipFixed(half + int32(r0[x])*k0 + int32(r1[x])*k1 + int32(r2[x])*k2)
+		}
+	default:
+		acc = acc[:w]
+		for x := range acc {
+			acc[x] = half
+		}
+		for j, kj := range k {
+			for x, v := range row(j)[:w] {
+				acc[x] += int32(v) * kj
+			}
+		}
+		for x := range out {
+			out[x] = clipFixed(acc[x])
+		}
+	}
 }
 
 // resizeUint8 resizes planar 8-bit images as PIL does, bit for bit: a horizontal pass
@@ -97,74 +183,40 @@ func resizeUint8(src []byte, c, h, w, oh, ow int, dst []byte) {
 		copy(dst, src)
 		return
 	}
-	hc, vc := bilinearCoeffs(w, ow), bilinearCoeffs(h, oh)
-	hk, vk := hc.fixed(), vc.fixed()
-	// Rows of the source the vertical pass reads.
-	first, last := 0, h
-	if oh != h {
-		first, last = vc.bounds[0], vc.bounds[2*oh-2]+vc.bounds[2*oh-1]
-	}
-	tmpW := w
-	var tmp []byte
-	if ow != w {
-		tmpW = ow
-		buf := resampleTmp.Get().(*[]byte)
-		defer resampleTmp.Put(buf)
-		*buf = growBytes(*buf, c*(last-first)*ow)
-		tmp = *buf
-		for ch := range c {
-			for y := first; y < last; y++ {
-				in := src[(ch*h+y)*w : (ch*h+y+1)*w]
-				out := tmp[(ch*(last-first)+y-first)*ow : (ch*(last-first)+y-first+1)*ow]
-				for x := range out {
-					xmin, n := hc.bounds[2*x], hc.bounds[2*x+1]
-					k := hk[x*hc.ksize : x*hc.ksize+n]
-					ss := int32(1 << (precisionBits - 1))
-					if n == 2 { // the common case when upscaling
-						ss += int32(in[xmin])*k[0] + int32(in[xmin+1])*k[1]
-					} else {
-						for t, v := range in[xmin : xmin+n] {
-							ss += int32(v) * k[t]
-						}
-					}
-					out[x] = clipFixed(ss)
-				}
-			}
-		}
-	} else {
-		tmp = src
-		first, last = 0, h
-	}
-	rows := last - first
 	if oh == h {
-		copy(dst, tmp[:c*oh*ow])
+		resampleRows(src, c, h, w, 0, h, ow, newFixedTaps(w, ow), dst)
 		return
 	}
-	// The vertical pass runs row by row into accumulators, reading the intermediate
-	// contiguously rather than down its columns.
-	accBuf := resampleAcc.Get().(*[]int32)
-	defer resampleAcc.Put(accBuf)
-	if cap(*accBuf) < tmpW {
-		*accBuf = make([]int32, tmpW)
+	vt := newFixedTaps(h, oh)
+	// The horizontal pass makes only the rows the vertical pass reads.
+	tmp, first, rows := src, 0, h
+	if ow != w {
+		first, rows = vt.start[0], vt.start[oh-1]+vt.n-vt.start[0]
+		buf := resampleTmp.Get().(*[]byte)
+		defer resampleTmp.Put(buf)
+		*buf = growBytes(*buf, c*rows*ow)
+		tmp = *buf
+		resampleRows(src, c, h, w, first, rows, ow, newFixedTaps(w, ow), tmp)
 	}
-	acc := (*accBuf)[:tmpW]
+	var acc []int32
+	if vt.n > 3 {
+		acc = make([]int32, ow)
+	}
 	for ch := range c {
-		plane := tmp[ch*rows*tmpW : (ch+1)*rows*tmpW]
+		plane := tmp[ch*rows*ow : (ch+1)*rows*ow]
 		for y := range oh {
-			ymin, n := vc.bounds[2*y]-first, vc.bounds[2*y+1]
-			for x := range acc {
-				acc[x] = 1 << (precisionBits - 1)
-			}
-			for t, kt := range vk[y*vc.ksize : y*vc.ksize+n] {
-				row := plane[(ymin+t)*tmpW : (ymin+t+1)*tmpW]
-				for x, v := range row {
-					acc[x] += int32(v) * kt
-				}
-			}
-			out := dst[(ch*oh+y)*ow : (ch*oh+y+1)*ow]
-			for x := range out {
-				out[x] = clipFixed(acc[x])
-			}
+			resampleColumns(plane, vt.start[y]-first, vt.k[y*vt.n:(y+1)*vt.n], dst[(ch*oh+y)*ow:(ch*oh+y+1)*ow], acc)
+		}
+	}
+}
+
+// resampleRows runs the horizontal pass over rows first .. first+rows-1 of each of the
+// c planes of src (h x w) into dst (c x rows x ow).
+func resampleRows(src []byte, c, h, w, first, rows, ow int, t fixedTaps, dst []byte) {
+	for ch := range c {
+		for y := range rows {
+			in := src[(ch*h+first+y)*w : (ch*h+first+y+1)*w]
+			resampleRow(in, dst[(ch*rows+y)*ow:(ch*rows+y+1)*ow], &t)
 		}
 	}
 }
