@@ -264,8 +264,10 @@ func (d *ImageFolder) decodeInto(path string, s *Sample) error {
 	if err != nil {
 		return fmt.Errorf("data: ImageFolder: %s: %w", path, err)
 	}
-	for k := range out {
-		out[k] = float32((*tmp)[k]) / 255
+	if tmp != nil {
+		for k, v := range (*tmp)[:len(out)] {
+			out[k] = unitLevels[v]
+		}
 	}
 	return nil
 }

@@ -186,6 +186,15 @@ type ConvertImageDtype struct {
 	Field string
 }
 
+// unitLevels[v] is float32(v) / 255, as torchvision's ToTensor computes it, looked up
+// instead of divided.
+var unitLevels = func() (t [256]float32) {
+	for v := range t {
+		t[v] = float32(v) / 255
+	}
+	return t
+}()
+
 // ToTensor is torchvision's ToTensor for the uint8 [C, H, W] images of ImageFolder:
 // float32 values x / 255.
 func ToTensor() ConvertImageDtype { return ConvertImageDtype{DType: torch.Float32} }
@@ -200,15 +209,15 @@ func (c ConvertImageDtype) Apply(s *Sample, _ *rand.Rand) error {
 	case f.DType == c.DType:
 		return nil
 	case f.DType == torch.Uint8 && c.DType == torch.Float32:
-		buf := scratchPool.Get().(*[]byte)
-		defer scratchPool.Put(buf)
-		src := append((*buf)[:0], f.Data...)
-		*buf = src
+		n := len(f.Data)
+		src := f.Data
 		f.DType = torch.Float32
-		f.Data = growBytes(f.Data[:0], 4*len(src))
+		f.Data = growBytes(f.Data[:0], 4*n)
 		out := viewAs[float32](f.Data)
-		for i, v := range src {
-			out[i] = float32(v) / 255
+		// From the end when the values stay in the same storage: value i is written
+		// over bytes 4i..4i+3, which hold only values already converted.
+		for i := n - 1; i >= 0; i-- {
+			out[i] = unitLevels[src[i]]
 		}
 	case f.DType == torch.Float32 && c.DType == torch.Uint8:
 		in := Values[float32](f)

@@ -219,6 +219,18 @@ func TestConvertImageDtype(t *testing.T) {
 	assert.Equal(t, []float32{0, 128.0 / 255, 1}, Values[float32](s.Field(Input)))
 	require.NoError(t, ConvertImageDtype{DType: torch.Uint8}.Apply(&s, nil))
 	assert.Equal(t, []byte{0, 128, 255}, s.Field(Input).Data)
+	// Every level, converted within the storage the float32 values left (in place).
+	levels := make([]byte, 256)
+	for v := range levels {
+		levels[v] = byte(v)
+	}
+	require.NoError(t, s.SetBytes(Input, torch.Float32, []int64{1, 1, 256}, make([]byte, 4*256)))
+	require.NoError(t, ConvertImageDtype{DType: torch.Uint8}.Apply(&s, nil))
+	copy(s.Field(Input).Data, levels)
+	require.NoError(t, ToTensor().Apply(&s, nil))
+	for v, got := range Values[float32](s.Field(Input)) {
+		require.Equal(t, float32(v)/255, got, "level %d", v)
+	}
 	scope := torch.NewScope()
 	defer scope.Close()
 	x := NormalizeImages(torch.FromSlice([]uint8{0, 51, 255}, 1, 1, 1, 3), []float32{0.2}, []float32{0.5})
