@@ -1,11 +1,14 @@
 package data
 
 import (
+	"context"
 	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/torch"
 )
 
 // samplesOnly hides a dataset's ReadBatch, so the loader takes the per-sample path.
@@ -63,4 +66,45 @@ func TestReadBatchTargetsAndErrors(t *testing.T) {
 	assert.Equal(t, []float32{1, 2, 3, 4}, ds.Inputs)
 	s.Reset()
 	assert.ErrorContains(t, ds.ReadBatch([]int{0, 2}, &s), "index 2 out of range [0, 2)")
+}
+
+// TestResidentEqualsHost: a Resident loader's batches (views of the stored dataset, or
+// gathers for a shuffled epoch) hold what the host path's batches hold, in the same
+// order, for every epoch and from a mid-epoch start; Free lets a later epoch load again.
+func TestResidentEqualsHost(t *testing.T) {
+	ds, err := NewTensorDataset(make([]float32, 23*3), []int64{3}, make([]int64, 23), nil, nil)
+	require.NoError(t, err)
+	for i := range ds.Inputs {
+		ds.Inputs[i] = float32(i)
+	}
+	for i := range ds.Labels {
+		ds.Labels[i] = int64(i * 7 % 10)
+	}
+	read := func(l *Loader, epoch, start int) (out []plainBatch) {
+		torch.WithScope(func() {
+			it := l.Iter(context.Background(), epoch, start)
+			defer it.Close()
+			for b, ok := it.Next(); ok; b, ok = it.Next() {
+				out = append(out, plainBatch{b.Index, slices.Clone(b.Indices), b.Get(Input).Float32s(), b.Get(Label).Int64s()})
+			}
+			require.NoError(t, it.Err())
+		})
+		return out
+	}
+	for _, o := range []LoaderOptions{{BatchSize: 5}, {BatchSize: 5, Shuffle: true, Seed: 9}, {BatchSize: 4, Shuffle: true, DropLast: true}} {
+		host := mustLoader(t, ds, LoaderOptions{BatchSize: o.BatchSize, Shuffle: o.Shuffle, Seed: o.Seed, DropLast: o.DropLast, Inline: true})
+		o.Resident = true
+		res := mustLoader(t, ds, o)
+		for epoch := range 2 {
+			assert.Equal(t, read(host, epoch, 0), read(res, epoch, 0), "%+v epoch %d", o, epoch)
+			assert.Equal(t, read(host, epoch, 2), read(res, epoch, 2), "%+v epoch %d from batch 2", o, epoch)
+		}
+		res.Free()
+		assert.Equal(t, read(host, 1, 0), read(res, 1, 0), "after Free")
+		res.Free()
+	}
+	_, err = NewLoader(samplesOnly{ds}, LoaderOptions{Resident: true})
+	assert.ErrorContains(t, err, "BatchReader")
+	_, err = NewLoader(ds, LoaderOptions{Resident: true, Transform: augment})
+	assert.ErrorContains(t, err, "Transform")
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gotrain/gotrain/torch"
 )
 
 // Loader reads a dataset in batches, like torch.utils.data.DataLoader, with worker
@@ -20,6 +22,10 @@ type Loader struct {
 	sampler   Sampler
 	free      chan *hostBatch
 	waitNanos atomic.Int64
+	// resident holds the dataset's fields as tensors on the device (Resident), loaded by
+	// the first Iter, outside every scope.
+	resident    map[string]*torch.Tensor
+	residentErr error
 }
 
 // Dataset returns the data set the loader reads (DataLoader.dataset).
@@ -51,6 +57,14 @@ func (l *Loader) validate() error {
 	}
 	if o.BatchSize < 0 || o.Workers < 0 || o.Prefetch < 0 {
 		return fmt.Errorf("data: NewLoader: negative batch size %d, workers %d or prefetch %d", o.BatchSize, o.Workers, o.Prefetch)
+	}
+	if o.Resident {
+		if _, ok := l.ds.(BatchReader); !ok {
+			return fmt.Errorf("data: NewLoader: Resident needs a dataset that reads whole batches (a BatchReader such as TensorDataset), not %T", l.ds)
+		}
+		if o.Transform != nil || o.Collate != nil || len(o.Pad) > 0 {
+			return fmt.Errorf("data: NewLoader: Resident batches are slices of the stored dataset: Transform, Collate and Pad cannot apply")
+		}
 	}
 	l.sampler = o.Sampler
 	if l.sampler == nil {
@@ -119,6 +133,12 @@ func (l *Loader) Iter(ctx context.Context, epoch, start int) *Iter {
 		return it
 	}
 	it.order = l.sampler.EpochIndices(epoch)
+	if l.opts.Resident {
+		if err := l.loadResident(); err != nil {
+			it.finish(err)
+		}
+		return it
+	}
 	if l.opts.Inline {
 		it.inline = newWorker(it)
 		return it
@@ -135,6 +155,79 @@ func (l *Loader) Iter(ctx context.Context, epoch, start int) *Iter {
 		go it.work()
 	}
 	return it
+}
+
+// loadResident reads the whole dataset into tensors on the loader's device, once.
+func (l *Loader) loadResident() (err error) {
+	if l.resident != nil || l.residentErr != nil {
+		return l.residentErr
+	}
+	defer func() { l.residentErr = err }()
+	all := make([]int, l.ds.Len())
+	for i := range all {
+		all[i] = i
+	}
+	var s Sample
+	if err := l.ds.(BatchReader).ReadBatch(all, &s); err != nil {
+		return fmt.Errorf("data: reading the dataset into memory (Resident): %w", err)
+	}
+	defer torch.Recover(&err, "data: copying the dataset to "+l.opts.Device.String()+" (Resident)")
+	res := map[string]*torch.Tensor{}
+	torch.WithScope(func() {
+		for k := range s.fields {
+			f := &s.fields[k]
+			res[f.Name] = fieldTensor(f, l.opts.Device).Escape()
+		}
+	})
+	l.resident = res
+	return nil
+}
+
+// Free releases what the loader holds in libtorch memory (a Resident dataset); a later
+// epoch reads it again.
+func (l *Loader) Free() {
+	for _, t := range l.resident {
+		t.Free()
+	}
+	l.resident, l.residentErr = nil, nil
+}
+
+// residentBatch slices batch b of the epoch from the resident dataset.
+func (it *Iter) residentBatch() (Batch, bool) {
+	if it.done {
+		return Batch{}, false
+	}
+	if it.next >= it.end {
+		it.finish(nil)
+		return Batch{}, false
+	}
+	if err := it.ctx.Err(); err != nil {
+		it.finish(err)
+		return Batch{}, false
+	}
+	bs := it.l.opts.BatchSize
+	idx := slices.Clip(it.order[it.next*bs : min((it.next+1)*bs, len(it.order))])
+	b := Batch{Index: it.next, Size: len(idx), Indices: idx, Fields: make(map[string]*torch.Tensor, len(it.l.resident))}
+	var sel *torch.Tensor // the indices, when they are not consecutive
+	if !consecutive(idx) {
+		ids := make([]int64, len(idx))
+		for i, v := range idx {
+			ids[i] = int64(v)
+		}
+		sel = toDevice(ids, it.l.opts.Device, nil)
+	}
+	for name, t := range it.l.resident {
+		if sel == nil {
+			b.Fields[name] = t.Narrow(0, int64(idx[0]), int64(len(idx)))
+		} else {
+			b.Fields[name] = t.IndexSelect(0, sel)
+		}
+	}
+	it.next++
+	if fn := it.l.opts.OnDevice; fn != nil {
+		fn(&b)
+	}
+	return b, true
 }
 
 // Iter is one pass over an epoch, from some batch to the end. Its methods are called

@@ -24,6 +24,14 @@ type LoaderOptions struct {
 	// fastest choice: it saves the handoff between threads. Workers and Prefetch are
 	// then unused.
 	Inline bool
+	// Resident keeps the whole dataset in libtorch memory on Device, read once through
+	// ReadBatch when the first epoch starts: each batch is then a view of it (an
+	// unshuffled epoch) or one index_select per field, made on the consumer's goroutine,
+	// with no worker and no host copy per batch. It is the fastest choice for a dataset
+	// that fits in (device) memory, which it takes once more; Free gives it back. The
+	// dataset must be a BatchReader (a TensorDataset) and Transform, Collate and Pad
+	// unset. The batch tensors are views: a step must not change them in place.
+	Resident bool
 	// Prefetch bounds the batches being read or waiting to be used (default 2*Workers),
 	// and so the host memory the loader holds.
 	Prefetch int

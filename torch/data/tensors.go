@@ -61,6 +61,9 @@ func (b Batch) Names() []string {
 // host memory and copied without blocking. LoaderOptions.OnDevice, when set, is applied
 // before Next returns.
 func (it *Iter) Next() (Batch, bool) {
+	if it.l.opts.Resident {
+		return it.residentBatch()
+	}
 	hb, ok := it.nextHost()
 	if !ok {
 		return Batch{}, false

@@ -157,7 +157,7 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 	if err != nil {
 		return nil, err
 	}
-	loader, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: w.Batch, Inline: true, Device: dev})
+	loader, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: w.Batch, Resident: true, Device: dev})
 	if err != nil {
 		return nil, err
 	}
