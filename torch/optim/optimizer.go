@@ -141,13 +141,17 @@ type base struct {
 	groups   []*ParamGroup
 	defaults *checkpoint.Dict // the group keys other than "lr", with this optimizer's values
 	state    [][torch.OptimizerStateSlots]*torch.Tensor
+	// Reused by every step, so that a step allocates nothing of its own in Go.
+	stepCtx string
+	ps      []*torch.Tensor
+	sizes   []int64
 }
 
 func newBase(k *kind, groups []Group, lr float64, defaults *checkpoint.Dict) (*base, error) {
 	if len(groups) == 0 {
 		return nil, fmt.Errorf("optim: %s: optimizer got an empty parameter list", k.name)
 	}
-	o := &base{k: k, defaults: defaults}
+	o := &base{k: k, defaults: defaults, stepCtx: "optim: " + k.name + " step"}
 	for gi, gr := range groups {
 		if len(gr.Params) == 0 {
 			return nil, fmt.Errorf("optim: %s: parameter group %d is empty", k.name, gi)
@@ -199,7 +203,7 @@ func copyDict(d *checkpoint.Dict) *checkpoint.Dict {
 
 // syncState sizes the state to the parameter count and creates eager state.
 func (o *base) syncState() {
-	ps := o.Params()
+	ps := o.params()
 	for len(o.state) < len(ps) {
 		o.state = append(o.state, [torch.OptimizerStateSlots]*torch.Tensor{})
 	}
@@ -223,6 +227,15 @@ func (o *base) Params() []*torch.Tensor {
 	return ps
 }
 
+// params is Params in a buffer the optimizer reuses (valid until the next call).
+func (o *base) params() []*torch.Tensor {
+	o.ps = o.ps[:0]
+	for _, g := range o.groups {
+		o.ps = append(o.ps, g.Params...)
+	}
+	return o.ps
+}
+
 // stepWith makes a kind's step from its hyperparameter conversion.
 func stepWith[H torch.OptimizerHyper](hyper func(g *ParamGroup) H) func([]*ParamGroup, []int64, []*torch.Tensor, [][torch.OptimizerStateSlots]*torch.Tensor) error {
 	return func(gs []*ParamGroup, sizes []int64, ps []*torch.Tensor, st [][torch.OptimizerStateSlots]*torch.Tensor) error {
@@ -237,24 +250,24 @@ func stepWith[H torch.OptimizerHyper](hyper func(g *ParamGroup) H) func([]*Param
 // Step updates every parameter that has a gradient, in one call into libtorch, with
 // the arithmetic of PyTorch's implementation.
 func (o *base) Step() (err error) {
-	defer torch.Recover(&err, "optim: "+o.k.name+" step")
+	defer torch.Recover(&err, o.stepCtx)
 	o.syncState()
-	ps := o.Params()
-	sizes := make([]int64, len(o.groups))
-	for i, g := range o.groups {
-		sizes[i] = int64(len(g.Params))
+	ps := o.params()
+	o.sizes = o.sizes[:0]
+	for _, g := range o.groups {
+		o.sizes = append(o.sizes, int64(len(g.Params)))
 	}
 	if len(ps) == 0 {
 		return nil
 	}
 	// The state tensors the step creates belong to the optimizer, not to any scope.
-	return o.k.step(o.groups, sizes, ps, o.state)
+	return o.k.step(o.groups, o.sizes, ps, o.state)
 }
 
 // ZeroGrad zeroes every parameter's gradient in one call, or drops the gradients when
 // setToNone is true (PyTorch's default, and cheaper). It panics with a *torch.Error
 // if libtorch fails, as ops do.
-func (o *base) ZeroGrad(setToNone bool) { torch.ZeroGrads(o.Params(), setToNone) }
+func (o *base) ZeroGrad(setToNone bool) { torch.ZeroGrads(o.params(), setToNone) }
 
 // Free releases the optimizer's state tensors now instead of leaving them to the
 // garbage collector. The optimizer starts from empty state if used again.
