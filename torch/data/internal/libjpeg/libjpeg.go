@@ -33,6 +33,16 @@ static void gt_jpeg_emit_message(j_common_ptr cinfo, int level) {
 	cinfo->err->num_warnings++;
 }
 
+// gt_split3 splits n interleaved RGB pixels into three planes.
+static void gt_split3(const JSAMPLE *restrict in, unsigned char *restrict r, unsigned char *restrict g,
+		unsigned char *restrict b, size_t n) {
+	for (size_t i = 0; i < n; i++) {
+		r[i] = in[3 * i];
+		g[i] = in[3 * i + 1];
+		b[i] = in[3 * i + 2];
+	}
+}
+
 // gt_jpeg_decode decodes src (n bytes) with libjpeg's defaults (islow IDCT, fancy
 // upsampling), as Pillow does, into planar dst: channels 3 is RGB (gray replicated),
 // 1 is L (RGB through PIL's ITU-R 601-2 luma). It returns 0, or 1 with msg set
@@ -61,33 +71,27 @@ static int gt_jpeg_decode(const unsigned char *src, unsigned long n, int width, 
 	}
 	cinfo.out_color_space = comps == 1 ? JCS_GRAYSCALE : JCS_RGB;
 	jpeg_start_decompress(&cinfo);
+	// Gray scanlines go straight to dst's first plane; RGB ones to a whole interleaved
+	// image first, split afterwards: splitting row by row between libjpeg's calls
+	// measured slower.
 	size_t plane = (size_t)width * height;
-	JSAMPARRAY rows = cinfo.mem->alloc_sarray((j_common_ptr)&cinfo, JPOOL_IMAGE, (JDIMENSION)width * comps,
-		cinfo.rec_outbuf_height);
+	JSAMPLE *pix = dst;
+	if (comps == 3) {
+		pix = cinfo.mem->alloc_large((j_common_ptr)&cinfo, JPOOL_IMAGE, 3 * plane);
+	}
 	while (cinfo.output_scanline < cinfo.output_height) {
-		size_t y0 = cinfo.output_scanline;
-		JDIMENSION got = jpeg_read_scanlines(&cinfo, rows, cinfo.rec_outbuf_height);
-		for (JDIMENSION k = 0; k < got; k++) {
-			const unsigned char *in = rows[k];
-			unsigned char *out = dst + (y0 + k) * width;
-			if (comps == 1) {
-				memcpy(out, in, width);
-				if (channels == 3) {
-					memcpy(out + plane, in, width);
-					memcpy(out + 2 * plane, in, width);
-				}
-			} else if (channels == 3) {
-				unsigned char *g = out + plane, *b = out + 2 * plane;
-				for (int x = 0; x < width; x++) {
-					out[x] = in[3 * x];
-					g[x] = in[3 * x + 1];
-					b[x] = in[3 * x + 2];
-				}
-			} else {
-				for (int x = 0; x < width; x++) {
-					out[x] = (unsigned char)((in[3 * x] * 19595u + in[3 * x + 1] * 38470u + in[3 * x + 2] * 7471u + 0x8000u) >> 16);
-				}
-			}
+		JSAMPROW row = pix + (size_t)cinfo.output_scanline * width * comps;
+		jpeg_read_scanlines(&cinfo, &row, 1);
+	}
+	if (comps == 1 && channels == 3) {
+		memcpy(dst + plane, dst, plane);
+		memcpy(dst + 2 * plane, dst, plane);
+	} else if (comps == 3 && channels == 3) {
+		gt_split3(pix, dst, dst + plane, dst + 2 * plane, plane);
+	} else if (comps == 3) {
+		for (size_t i = 0; i < plane; i++) {
+			const JSAMPLE *p = pix + 3 * i;
+			dst[i] = (unsigned char)((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
 		}
 	}
 	jpeg_finish_decompress(&cinfo);
