@@ -16,9 +16,10 @@ import (
 )
 
 // pyImageTree writes an ImageFolder tree from real Fashion-MNIST test images with Pillow
-// (PNG and JPEG, grayscale, RGB, palette and RGBA, nested folders, upper-case and
-// non-image extensions, a truncated PNG and a truncated JPEG), then prints torchvision's listing and PIL's
-// pixels of every readable image in RGB and L.
+// (PNG and JPEG (baseline, progressive, 4:4:4 chroma), grayscale, RGB, palette and RGBA,
+// nested folders, upper-case and non-image extensions, a truncated PNG and a truncated
+// JPEG), then prints torchvision's listing and PIL's pixels of every readable image in
+// RGB and L.
 const pyImageTree = `
 import gzip, json, os, sys
 import numpy as np
@@ -41,8 +42,10 @@ plan = [
     ("Coat", "cut.jpg", "Bag/b.jpg"),
     ("T-shirt_top", "1.jpg", lambda k: gray(k).save), ("T-shirt_top", "10.png", lambda k: gray(k).save),
     ("T-shirt_top", "2.png", lambda k: rgb(k).save), ("T-shirt_top", "q/r/s.jpg", lambda k: rgb(k).save),
+    ("T-shirt_top", "p.jpg", lambda k: rgb(k).save, {"progressive": True}),
+    ("T-shirt_top", "full-chroma.jpg", lambda k: rgb(k).save, {"subsampling": 0}),
 ]
-for k, (cls, name, save) in enumerate(plan):
+for k, (cls, name, save, *opts) in enumerate(plan):
     p = os.path.join(root, cls, name)
     os.makedirs(os.path.dirname(p), exist_ok=True)
     if save is None:
@@ -51,7 +54,7 @@ for k, (cls, name, save) in enumerate(plan):
         buf = open(os.path.join(root, save), "rb").read()
         open(p, "wb").write(buf[: len(buf) // 2])
     elif name.lower().endswith((".jpg", ".jpeg")):
-        save(k)(p, quality=90)
+        save(k)(p, quality=90, **(opts[0] if opts else {}))
     else:
         save(k)(p)
 os.makedirs(os.path.join(root, "empty_is_no_class_file"), exist_ok=True)
@@ -167,7 +170,7 @@ func TestImageFolderMatchesTorchvision(t *testing.T) {
 					assert.LessOrEqual(t, worst, tol.max, rel)
 				}
 			}
-			assert.Equal(t, 10, jpegs, "5 JPEGs, in RGB and L")
+			assert.Equal(t, 14, jpegs, "7 JPEGs (baseline 4:2:0, progressive, 4:4:4, gray), in RGB and L")
 		})
 	}
 
