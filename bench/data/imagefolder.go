@@ -128,24 +128,24 @@ func compareImageFolder(root, python, workerList string, batch int, cpuProfile s
 	fmt.Printf("\nmedian over the rounds of each round's ratio (wall time; per CPU-second):\n\n")
 	fmt.Printf("| workers | gotrain / PyTorch | gotrain, uint8 + NormalizeImages / PyTorch |\n|--------:|------------------:|------------------------------------------:|\n")
 	for _, w := range workers {
-		med := func(side func(round) rate, cpu bool) float64 {
-			var xs []float64
-			for _, res := range results {
-				g, py := side(res), res.py[w]
-				if cpu {
-					xs = append(xs, g.cpu/py.cpu)
-				} else {
-					xs = append(xs, g.wall/py.wall)
-				}
-			}
-			slices.Sort(xs)
-			return xs[len(xs)/2]
-		}
-		f32 := func(res round) rate { return res.f32[w] }
-		u8 := func(res round) rate { return res.u8[w] }
-		fmt.Printf("| %d | %.2fx (%.2fx) | %.2fx (%.2fx) |\n", w, med(f32, false), med(f32, true), med(u8, false), med(u8, true))
+		f32 := medianRatio(results, func(r round) (rate, rate) { return r.f32[w], r.py[w] })
+		u8 := medianRatio(results, func(r round) (rate, rate) { return r.u8[w], r.py[w] })
+		fmt.Printf("| %d | %.2fx (%.2fx) | %.2fx (%.2fx) |\n", w, f32.wall, f32.cpu, u8.wall, u8.cpu)
 	}
 	return nil
+}
+
+// medianRatio is the median over the rounds of the ratio of the two rates pair picks
+// from each, in wall time and per CPU-second.
+func medianRatio(results []round, pair func(round) (rate, rate)) rate {
+	var wall, cpu []float64
+	for _, r := range results {
+		a, b := pair(r)
+		wall, cpu = append(wall, a.wall/b.wall), append(cpu, a.cpu/b.cpu)
+	}
+	slices.Sort(wall)
+	slices.Sort(cpu)
+	return rate{wall[len(wall)/2], cpu[len(cpu)/2]}
 }
 
 // round is one round of the comparison: the rates per worker count of gotrain's
