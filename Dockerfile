@@ -8,7 +8,8 @@
 #  - GO_IMAGE's /usr/local/go (a self-contained toolchain) runs on that image;
 #  - the host has the NVIDIA container toolkit (--gpus);
 #  - Ubuntu has libgloo-dev (the gloo headers torch/distributed compiles against; build
-#    with -tags nodist where it is missing);
+#    with -tags nodist where it is missing) and libjpeg-dev (libjpeg-turbo, torch/data's
+#    JPEG decoder; -tags nolibjpeg uses Go's decoder instead);
 #  - .dockerignore keeps .venv/, .cache/, build/ and runs/ out of the build context.
 ARG PYTORCH_IMAGE=pytorch/pytorch:2.14.1-cuda13.0-cudnn9-devel
 ARG GO_IMAGE=golang:1.26
@@ -16,7 +17,7 @@ FROM ${GO_IMAGE} AS go
 
 FROM ${PYTORCH_IMAGE}
 COPY --from=go /usr/local/go /usr/local/go
-RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ make libgloo-dev \
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ make libgloo-dev libjpeg-dev \
  && rm -rf /var/lib/apt/lists/* \
  && ln -s "$(python -c 'import os, torch; print(os.path.dirname(torch.__file__))')" /opt/libtorch
 # What libtorch.mk derives for LIBTORCH=/opt/libtorch (`make -s -f libtorch.mk print-env`),

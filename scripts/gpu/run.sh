@@ -69,6 +69,8 @@ else
   PY=${GOTRAIN_PYTHON:-python3}
   # torch/distributed needs gloo's headers, which pack.sh brings in include/.
   if [ -d "$BUNDLE/include/gloo" ]; then TAGS=cuda; else TAGS="cuda nodist"; fi
+  # torch/data decodes JPEGs with libjpeg-turbo; without its headers, Go's decoder.
+  printf '#include <stdio.h>\n#include <jpeglib.h>\n' | ${CC:-cc} -E - >/dev/null 2>&1 || TAGS="$TAGS nolibjpeg"
   GPUCHECK_ARGS=${GOTRAIN_GPUCHECK_ARGS:---require-cuda --json}
   DEV=cuda SMOKE= TRAIN_ARGS="-warmup 3 -steps 10" HOSTSYNC_STEPS=10 MATMUL_N=10000 # N: gpucheck's default --size
 fi
