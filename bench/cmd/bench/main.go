@@ -128,8 +128,9 @@ type Measurement struct {
 	// LossDiff is the largest first-epoch loss difference from the C++ twin.
 	LossDiff float64    `json:"max_loss_diff_vs_cpp_twin"`
 	Load     [2]float64 `json:"loadavg_before_after"`
-	// Timed holds the timed epochs of every round.
-	Timed []float64 `json:"timed_epoch_s"`
+	// Timed holds the timed epochs of every round; RunMedians each run's median epoch.
+	Timed      []float64 `json:"timed_epoch_s"`
+	RunMedians []float64 `json:"run_median_epoch_s"`
 }
 
 // Case is one workload at one thread count.
@@ -195,13 +196,13 @@ func main() {
 	quick := flag.Bool("quick", false, "smoke run: fewer steps and epochs, a 100 MB checkpoint, no floors or variants")
 	threadList := flag.String("threads", "1,2", "comma-separated thread counts")
 	workloads := flag.String("workloads", "mlp,mlp256,cnn,cnn-bf16", "comma-separated workloads")
-	reps := flag.Int("reps", 9, "timed epochs after the warm-up epoch (RSS growth is epoch 2 to the last)")
+	reps := flag.Int("reps", 4, "timed epochs per run after the warm-up epoch (RSS growth is epoch 2 to the last)")
 	bin := flag.String("bin", "build/bench", "directory of goloop, loop, opbench, ops, checkpointbench and databench")
 	python := flag.String("python", ".venv/bin/python", "Python with torch")
 	readme := flag.String("readme", "", "README to update between <!-- bench:begin --> and <!-- bench:end -->")
 	outDir := flag.String("out", "bench/results", "results directory")
 	skipExtra := flag.Bool("loops-only", false, "skip the per-op, checkpoint and data benchmarks")
-	rounds := flag.Int("rounds", 2, "runs of each implementation per case, in rotated order (later ones with 3 timed epochs)")
+	rounds := flag.Int("rounds", 3, "runs of each implementation per case, in rotated order")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
@@ -306,22 +307,21 @@ func runCase(cfg config, w loopio.Workload, dir string, threads int) (*Case, err
 	c := &Case{Workload: w.Name, Desc: w.Desc, Threads: threads, BF16: w.BF16, Impl: map[string]*Measurement{},
 		CrossKernelTol: crossKernelTol(w.BF16)}
 	for r := range cfg.rounds {
-		// Later rounds run the implementations in rotated order with fewer epochs, so
+		// Each round runs every implementation as a new process, in rotated order, so
 		// that a change in the machine's load does not fall on one implementation.
 		order := append(slices.Clone(cfg.impls[r%len(cfg.impls):]), cfg.impls[:r%len(cfg.impls)]...)
-		reps := cfg.reps
-		if r > 0 {
-			reps = min(reps, 3)
-		}
 		for _, impl := range order {
-			if err := runImpl(cfg, c, w, dir, threads, impl, reps); err != nil {
+			if err := runImpl(cfg, c, w, dir, threads, impl, cfg.reps); err != nil {
 				return nil, err
 			}
 		}
 	}
 	for _, m := range c.Impl {
 		steps := float64(m.Steps)
-		m.StepUS = median(m.Timed) / steps * 1e6
+		// A process on this kind of VM keeps one speed for its life, up to ±30% from the
+		// next one's (bench/README.md), so every run counts once: the median of the
+		// runs' medians, not of the pooled epochs.
+		m.StepUS = median(m.RunMedians) / steps * 1e6
 		m.StepUSMin = slices.Min(m.Timed) / steps * 1e6
 		m.StepUSMax = slices.Max(m.Timed) / steps * 1e6
 		m.SamplesPerS = steps * float64(m.Batch) / median(m.Timed)
@@ -433,6 +433,7 @@ func runImpl(cfg config, c *Case, w loopio.Workload, dir string, threads int, im
 		c.Impl[impl] = m
 	}
 	m.Timed = append(m.Timed, res.EpochS[res.Warmup:]...)
+	m.RunMedians = append(m.RunMedians, median(res.EpochS[res.Warmup:]))
 	if res.PeakRSSMB > m.PeakRSSMB {
 		m.PeakRSSMB, m.BaseRSSMB = res.PeakRSSMB, res.BaseRSSMB
 	}

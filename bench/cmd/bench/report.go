@@ -13,7 +13,7 @@ func markdown(r *Results) string {
 		r.Command, r.Date, r.Host, r.CPU, r.Cores, r.Torch, r.LoadStart, r.LoadEnd)
 	p("Every process ran with `%s` (glibc's malloc thresholds as gotrain sets them).\n\n", strings.Join(r.MallocEnv, " "))
 
-	p("Step time in µs: median over %d timed epochs per implementation (min–max), pooled over %d run(s) of each in rotated order, each after one warm-up epoch. ", len(firstTimed(r)), r.Rounds)
+	p("Step time in µs: median over %d runs (processes) of each implementation, in rotated order, of each run's median over %d timed epochs after one warm-up epoch (min–max: the fastest and slowest epoch of all runs). ", r.Rounds, len(firstTimed(r))/max(r.Rounds, 1))
 	p("Columns are grouped by the Adam kernel they run, each group with a C++ twin that calls the same ATen functions: **fused** = `_fused_adam_` (PyTorch's `fused=True`, gotrain's default); ")
 	p("**foreach** = the multi-tensor `_foreach_*` ops (PyTorch's `foreach=True`, gotrain's `Fused: false`); **single** = per-tensor ops, `_single_tensor_adam`, PyTorch's default on the CPU (multi-tensor is its default on CUDA only), which the seed's loop runs. ")
 	p("gotrain = the Trainer over a Loader; raw loop = the same steps against package torch over pre-sliced batches; Python = the seed's loop over a DataLoader; Python (batches) = over pre-sliced batches; C++ = libtorch's C++ API over pre-sliced batches. ")
