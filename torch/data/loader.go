@@ -194,19 +194,14 @@ func (l *Loader) Free() {
 
 // residentBatch slices batch b of the epoch from the resident dataset.
 func (it *Iter) residentBatch() (Batch, bool) {
-	if it.done {
-		return Batch{}, false
-	}
-	if it.next >= it.end {
-		it.finish(nil)
+	if !it.more() {
 		return Batch{}, false
 	}
 	if err := it.ctx.Err(); err != nil {
 		it.finish(err)
 		return Batch{}, false
 	}
-	bs := it.l.opts.BatchSize
-	idx := slices.Clip(it.order[it.next*bs : min((it.next+1)*bs, len(it.order))])
+	idx := it.batchIndices(it.next)
 	b := Batch{Index: it.next, Size: len(idx), Indices: idx, Fields: make(map[string]*torch.Tensor, len(it.l.resident))}
 	var sel *torch.Tensor // the indices, when they are not consecutive
 	if !consecutive(idx) {
@@ -277,14 +272,29 @@ func (it *Iter) finish(err error) {
 	}
 }
 
-// nextHost waits for the next batch in order. The caller hands the buffer back with
-// putBuf once it no longer needs it.
-func (it *Iter) nextHost() (*hostBatch, bool) {
+// more reports whether the epoch has a batch left to hand out, finishing the iterator
+// at its end.
+func (it *Iter) more() bool {
 	if it.done {
-		return nil, false
+		return false
 	}
 	if it.next >= it.end {
 		it.finish(nil)
+		return false
+	}
+	return true
+}
+
+// batchIndices are the dataset indices of batch b: a window of the epoch's order.
+func (it *Iter) batchIndices(b int) []int {
+	bs := it.l.opts.BatchSize
+	return slices.Clip(it.order[b*bs : min((b+1)*bs, len(it.order))])
+}
+
+// nextHost waits for the next batch in order. The caller hands the buffer back with
+// putBuf once it no longer needs it.
+func (it *Iter) nextHost() (*hostBatch, bool) {
+	if !it.more() {
 		return nil, false
 	}
 	if it.inline != nil {
@@ -380,9 +390,8 @@ func newWorker(it *Iter) *worker {
 func (w *worker) fill(hb *hostBatch, b int) {
 	it := w.it
 	o := &it.l.opts
-	bs := o.BatchSize
 	hb.index = b
-	hb.indices = slices.Clip(it.order[b*bs : min((b+1)*bs, len(it.order))])
+	hb.indices = it.batchIndices(b)
 	hb.reset()
 	defer func() {
 		if p := recover(); p != nil {
@@ -437,11 +446,8 @@ func (w *worker) fill(hb *hostBatch, b int) {
 		hb.err = fmt.Errorf("data: epoch %d batch %d: collate: %w", it.epoch, b, err)
 		return
 	}
-	for k := range hb.out.fields {
-		if err := hb.out.fields[k].check(); err != nil {
-			hb.err = fmt.Errorf("data: epoch %d batch %d: collate: %w", it.epoch, b, err)
-			return
-		}
+	if err := hb.checkOut(false); err != nil {
+		hb.err = fmt.Errorf("data: epoch %d batch %d: collate: %w", it.epoch, b, err)
 	}
 }
 
@@ -453,17 +459,24 @@ func (w *worker) readBatch(br BatchReader, hb *hostBatch, b int) {
 		hb.err = fmt.Errorf("data: epoch %d batch %d: %w", it.epoch, b, err)
 		return
 	}
+	if err := hb.checkOut(true); err != nil {
+		hb.err = fmt.Errorf("data: epoch %d batch %d: ReadBatch: %w", it.epoch, b, err)
+	}
+}
+
+// checkOut checks the collated fields: each one's data fits its shape and, with rows,
+// its first dimension is the batch's samples.
+func (hb *hostBatch) checkOut(rows bool) error {
 	for k := range hb.out.fields {
 		f := &hb.out.fields[k]
-		err := f.check()
-		if err == nil && (len(f.Shape) == 0 || f.Shape[0] != int64(len(hb.indices))) {
-			err = fmt.Errorf("field %q has shape %v, not [%d, ...]", f.Name, f.Shape, len(hb.indices))
+		if err := f.check(); err != nil {
+			return err
 		}
-		if err != nil {
-			hb.err = fmt.Errorf("data: epoch %d batch %d: ReadBatch: %w", it.epoch, b, err)
-			return
+		if rows && (len(f.Shape) == 0 || f.Shape[0] != int64(len(hb.indices))) {
+			return fmt.Errorf("field %q has shape %v, not [%d, ...]", f.Name, f.Shape, len(hb.indices))
 		}
 	}
+	return nil
 }
 
 // mixSeed derives the augmentation stream of an epoch from the loader's seed (SplitMix64
