@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/gotrain/gotrain/torch"
 )
@@ -59,7 +60,6 @@ func (s *deviceSums) add(loss *torch.Tensor, ms Metrics, weight float64, step in
 		for n := range ms {
 			names = append(names, n)
 		}
-		slices.Sort(names[1:])
 		s.resize(names)
 	}
 	s.vals = append(s.vals[:0], loss)
@@ -108,13 +108,9 @@ func (s *deviceSums) resize(names []string) {
 			union = append(union, n)
 		}
 	}
-	if len(union) > 1 && union[0] == "loss" {
-		slices.Sort(union[1:])
-	} else {
-		slices.Sort(union)
-	}
+	sortNames(union)
 	old, oldNames := s.acc, s.names
-	s.acc = s.fresh(len(union))
+	s.acc = s.newAcc(make([]float64, len(union)))
 	if old != nil {
 		torch.WithScope(func() {
 			for i, n := range oldNames {
@@ -130,11 +126,27 @@ func (s *deviceSums) resize(names []string) {
 	s.names = union
 }
 
-// fresh returns a zeroed accumulator for n sums (the first bad step at +Inf).
-func (s *deviceSums) fresh(n int) *torch.Tensor {
-	init := make([]float64, n+s.extra())
+// sortNames puts sum names in acc's order: "loss" first, then the others sorted.
+func sortNames(names []string) {
+	slices.SortFunc(names, func(a, b string) int {
+		switch {
+		case a == b:
+			return 0
+		case a == "loss":
+			return -1
+		case b == "loss":
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+}
+
+// newAcc returns an accumulator holding sums and, when tracking, a latest loss of 0 and
+// no bad step (+Inf).
+func (s *deviceSums) newAcc(sums []float64) *torch.Tensor {
+	init := append(slices.Clone(sums), make([]float64, s.extra())...)
 	if s.track {
-		init[n+1] = math.Inf(1)
+		init[len(sums)+1] = math.Inf(1)
 	}
 	var acc *torch.Tensor
 	torch.WithScope(func() { acc = torch.FromSlice(init).To(s.dev, false).Escape() })
@@ -170,22 +182,14 @@ func (s *deviceSums) set(sums map[string]float64) {
 	}
 	names := make([]string, 0, len(sums))
 	for n := range sums {
-		if n != "loss" {
-			names = append(names, n)
-		}
+		names = append(names, n)
 	}
-	slices.Sort(names)
-	if _, ok := sums["loss"]; ok {
-		names = append([]string{"loss"}, names...)
-	}
-	init := make([]float64, len(names)+s.extra())
+	sortNames(names)
+	vals := make([]float64, len(names))
 	for i, n := range names {
-		init[i] = sums[n]
+		vals[i] = sums[n]
 	}
-	if s.track {
-		init[len(names)+1] = math.Inf(1)
-	}
-	torch.WithScope(func() { s.acc = torch.FromSlice(init).To(s.dev, false).Escape() })
+	s.acc = s.newAcc(vals)
 	s.names = names
 }
 
