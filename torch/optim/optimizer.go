@@ -3,6 +3,7 @@ package optim
 import (
 	"fmt"
 	"math/big"
+	"slices"
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
@@ -219,13 +220,7 @@ func (o *base) syncState() {
 func (o *base) ParamGroups() []*ParamGroup { return o.groups }
 
 // Params returns every parameter, group by group.
-func (o *base) Params() []*torch.Tensor {
-	var ps []*torch.Tensor
-	for _, g := range o.groups {
-		ps = append(ps, g.Params...)
-	}
-	return ps
-}
+func (o *base) Params() []*torch.Tensor { return slices.Clone(o.params()) }
 
 // params is Params in a buffer the optimizer reuses (valid until the next call).
 func (o *base) params() []*torch.Tensor {
