@@ -74,7 +74,7 @@ cg_status cg_amp_unscale(cg_tensor *params, int n, cg_tensor scale, cg_tensor *f
   }
   for (auto &kv : per_device)
     if (!kv.second.is_same(found)) found.add_(kv.second.to(sc.device()));
-  *found_inf = new at::Tensor(std::move(found));
+  *found_inf = cg::owned(std::move(found));
   return cg::ok();
   CG_CATCH_STATUS
 }

@@ -33,8 +33,9 @@ import (
 	"unsafe"
 )
 
-// Tensor is a handle to a libtorch at::Tensor.
-type Tensor = unsafe.Pointer
+// Tensor is a handle to a libtorch at::Tensor: the address of C++ memory, as an integer
+// (cgotorch.h says why). 0 is no tensor.
+type Tensor = uintptr
 
 // Code classifies a libtorch failure.
 type Code int
@@ -220,6 +221,10 @@ func ShowConfig() (string, error) {
 func CUDAKernelsRegistered() bool { return C.cg_cuda_kernels_registered() != 0 }
 
 // ---- lifetime and metadata ----
+
+// LiveHandles returns the number of tensor handles made and not yet freed, on all threads
+// (counted on the C side, per thread, so that making one costs no atomic operation).
+func LiveHandles() int64 { return int64(C.cg_live_handles()) }
 
 // TensorFree deletes the handle (the storage is freed when no other tensor shares it).
 func TensorFree(t Tensor) { C.cg_tensor_free(C.cg_tensor(t)) }

@@ -1,6 +1,8 @@
 // cgotorch.h: gotrain's C ABI over libtorch.
 //
-// Handles are opaque pointers to heap-allocated C++ objects (cg_tensor is an at::Tensor*).
+// Handles are opaque references to heap-allocated C++ objects. A cg_tensor is an
+// at::Tensor* carried as an integer: it never points into Go memory, and as an integer cgo
+// does not pointer-check it on every call, nor does Go's collector scan it.
 // The table-driven ops are declared in ops_gen.h, generated from ops.tab.
 // Every entry point catches every C++ exception and reports it in-band: the returned
 // status (or the status inside a result struct) carries a code and a malloc'd message
@@ -16,7 +18,7 @@
 extern "C" {
 #endif
 
-typedef void *cg_tensor;
+typedef uintptr_t cg_tensor;
 typedef void *cg_module;
 
 // The failure classes of a status.
@@ -64,6 +66,8 @@ typedef struct {
 
 void cg_free_msg(char *msg);
 void cg_free_handles(cg_tensor *ts);
+// cg_live_handles is the number of tensor handles made and not yet freed, on all threads.
+int64_t cg_live_handles(void);
 
 // ---- scopes ----
 // A scope is a per-thread frame of owned handles, named by a slot number (> 0) the Go side

@@ -54,27 +54,90 @@ struct Frame {
   int32_t slot;
   std::vector<at::Tensor *> owned;
 };
-// frames is the calling thread's stack of open scopes (innermost last).
-extern thread_local std::vector<Frame> frames;
 
-inline int32_t top_slot() { return frames.empty() ? 0 : frames.back().slot; }
+// Thread is the per-thread state of the boundary: its open scopes, its free handle cells
+// and its count of live handles.
+//
+// A handle is a box: one heap cell holding an at::Tensor. A step makes and frees hundreds of
+// them in bursts, more than glibc's per-thread cache holds (7 cells a size), so a freed
+// cell goes on its thread's free list, linked through the cells themselves, for the next
+// op rather than back to malloc.
+struct Thread {
+  static constexpr int64_t kMaxFree = 4096;  // free cells kept (32 KiB)
+  std::vector<Frame> frames;                  // open scopes, innermost last
+  std::vector<at::Tensor *> spare;            // a closed scope's emptied list, for the next
+  void *free_cells = nullptr;
+  int64_t nfree = 0;
+  // live counts the boxes this thread made less those it freed (a box may be freed on
+  // another thread, so one thread's count can be negative; the sum is what counts). Only
+  // this thread writes it, so a plain load and store suffice; cg_live_handles reads it.
+  std::atomic<int64_t> live{0};
+
+  Thread();
+  ~Thread();
+
+  at::Tensor *box(at::Tensor t) {
+    void *c = free_cells;
+    if (C10_LIKELY(c != nullptr)) {
+      free_cells = *static_cast<void **>(c);
+      nfree--;
+    } else {
+      c = ::operator new(sizeof(at::Tensor));
+    }
+    live.store(live.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return new (c) at::Tensor(std::move(t));
+  }
+  void unbox(at::Tensor *p) {
+    static_assert(sizeof(at::Tensor) >= sizeof(void *), "a free cell holds the next one's address");
+    p->~Tensor();
+    live.store(live.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    if (nfree < kMaxFree) {
+      *reinterpret_cast<void **>(p) = free_cells;
+      free_cells = p;
+      nfree++;
+    } else {
+      ::operator delete(p);
+    }
+  }
+  int32_t top_slot() const { return frames.empty() ? 0 : frames.back().slot; }
+};
+// self_ is the calling thread's Thread, made on its first call. It is a plain pointer,
+// constant-initialised, so that reaching it costs no thread-local init check per call.
+extern constinit thread_local Thread *self_;
+Thread *make_thread();
+inline Thread &self() {
+  Thread *t = self_;
+  return C10_LIKELY(t != nullptr) ? *t : *make_thread();
+}
+
+inline int32_t top_slot() { return self().top_slot(); }
+inline at::Tensor *box(at::Tensor t) { return self().box(std::move(t)); }
+inline void unbox(at::Tensor *p) { self().unbox(p); }
+
+inline at::Tensor *ptr(cg_tensor t) { return reinterpret_cast<at::Tensor *>(t); }
+inline cg_tensor handle(at::Tensor *p) { return reinterpret_cast<cg_tensor>(p); }
+// owned boxes t into a handle no scope owns (an out-parameter the Go side wraps itself).
+inline cg_tensor owned(at::Tensor t) { return handle(box(std::move(t))); }
 
 // adopt makes a new handle for t, owned by the thread's innermost scope if one is open.
-inline cg_tensor adopt(at::Tensor t) {
-  auto *p = new at::Tensor(std::move(t));
-  if (!frames.empty()) frames.back().owned.push_back(p);
-  return p;
+inline cg_tensor adopt(Thread &me, at::Tensor t) {
+  at::Tensor *p = me.box(std::move(t));
+  if (!me.frames.empty()) me.frames.back().owned.push_back(p);
+  return handle(p);
 }
+inline cg_tensor adopt(at::Tensor t) { return adopt(self(), std::move(t)); }
 
-inline cg_result res(const cg_status &s) { return cg_result{s.code, 0, s.msg, nullptr}; }
+inline cg_result res(const cg_status &s) { return cg_result{s.code, 0, s.msg, 0}; }
 inline cg_result res(at::Tensor t) {
-  cg_tensor h = adopt(std::move(t));
-  return cg_result{CG_OK, top_slot(), nullptr, h};
+  Thread &me = self();
+  cg_tensor h = adopt(me, std::move(t));
+  return cg_result{CG_OK, me.top_slot(), nullptr, h};
 }
-inline cg_result2 res2(const cg_status &s) { return cg_result2{s.code, 0, s.msg, nullptr, nullptr}; }
+inline cg_result2 res2(const cg_status &s) { return cg_result2{s.code, 0, s.msg, 0, 0}; }
 inline cg_result2 res2(at::Tensor a, at::Tensor b) {
-  cg_tensor ha = adopt(std::move(a)), hb = adopt(std::move(b));
-  return cg_result2{CG_OK, top_slot(), nullptr, ha, hb};
+  Thread &me = self();
+  cg_tensor ha = adopt(me, std::move(a)), hb = adopt(me, std::move(b));
+  return cg_result2{CG_OK, me.top_slot(), nullptr, ha, hb};
 }
 inline cg_results resn(const cg_status &s) { return cg_results{s.code, 0, s.msg, 0, nullptr}; }
 inline cg_results resn(const std::vector<at::Tensor> &ts) {
@@ -84,14 +147,14 @@ inline cg_results resn(const std::vector<at::Tensor> &ts) {
   return cg_results{CG_OK, top_slot(), nullptr, static_cast<int64_t>(ts.size()), hs};
 }
 
-inline at::Tensor &T(cg_tensor t) { return *static_cast<at::Tensor *>(t); }
+inline at::Tensor &T(cg_tensor t) { return *ptr(t); }
 // opt maps a NULL handle to an absent optional argument.
 inline std::optional<at::Tensor> opt(cg_tensor t) {
   if (!t) return std::nullopt;
-  return *static_cast<at::Tensor *>(t);
+  return *ptr(t);
 }
 // undefined_or maps a NULL handle to an undefined tensor (ATen's other spelling of "absent").
-inline at::Tensor undefined_or(cg_tensor t) { return t ? *static_cast<at::Tensor *>(t) : at::Tensor(); }
+inline at::Tensor undefined_or(cg_tensor t) { return t ? *ptr(t) : at::Tensor(); }
 inline std::vector<at::Tensor> tensors(const cg_tensor *ts, int n) {
   std::vector<at::Tensor> v;
   v.reserve(n);
@@ -117,7 +180,7 @@ inline at::Scalar scalar(double v) {
 // depend on scheduling. threads_epoch counts cg_set_num_threads calls; every call
 // through CG_TRY re-applies the count on a thread that has not seen the latest one.
 extern std::atomic<uint64_t> threads_epoch;
-extern thread_local uint64_t threads_seen;
+extern constinit thread_local uint64_t threads_seen;
 inline void sync_num_threads() {
   uint64_t e = threads_epoch.load(std::memory_order_acquire);
   if (C10_UNLIKELY(e != threads_seen)) {

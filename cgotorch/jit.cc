@@ -93,7 +93,7 @@ cg_status cg_jit_named_tensors(cg_module m, cg_named_tensors *out) {
   }
   for (size_t i = 0; i < n; i++) {
     np[i] = cg::dup(names[i]);
-    tp[i] = new at::Tensor(ts[i]);  // an alias: same TensorImpl as the module's slot
+    tp[i] = cg::owned(ts[i]);  // an alias: same TensorImpl as the module's slot
     kp[i] = kinds[i];
   }
   *out = cg_named_tensors{static_cast<int64_t>(n), np, tp, kp};

@@ -52,7 +52,7 @@ struct Slots {
     cg_tensor h = state[p * CG_OPT_NSTATE + k];
     return h ? T(h) : at::Tensor();
   }
-  void set(size_t p, int k, at::Tensor t) const { state[p * CG_OPT_NSTATE + k] = new at::Tensor(std::move(t)); }
+  void set(size_t p, int k, at::Tensor t) const { state[p * CG_OPT_NSTATE + k] = cg::owned(std::move(t)); }
 };
 
 std::vector<at::Scalar> scalars(const std::vector<double> &v) { return std::vector<at::Scalar>(v.begin(), v.end()); }

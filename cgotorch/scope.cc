@@ -2,19 +2,58 @@
 // or an extra call (the result of every op names the frame that adopted its handles) and
 // is freed in one call.
 #include <algorithm>
+#include <memory>
+#include <mutex>
 #include "internal.h"
 
 namespace cg {
-thread_local std::vector<Frame> frames;
+constinit thread_local Thread *self_ = nullptr;
+
+namespace {
+// threads are the live Threads, for cg_live_handles; exited sums the counts of those gone.
+std::mutex threads_mu;
+std::vector<Thread *> threads;
+std::atomic<int64_t> exited{0};
+}  // namespace
+
+Thread *make_thread() {
+  // keeper destroys the thread's state when the thread exits; it is touched only here.
+  static thread_local std::unique_ptr<Thread> keeper;
+  keeper = std::make_unique<Thread>();
+  self_ = keeper.get();
+  return self_;
 }
+
+Thread::Thread() {
+  std::lock_guard<std::mutex> g(threads_mu);
+  threads.push_back(this);
+}
+
+// A scope still open when its thread exits (a goroutine that ended locked to its thread)
+// keeps its tensors: Go may still hold them, so they leak rather than dangle.
+Thread::~Thread() {
+  {
+    std::lock_guard<std::mutex> g(threads_mu);
+    threads.erase(std::find(threads.begin(), threads.end(), this));
+    exited.fetch_add(live.load(), std::memory_order_relaxed);
+  }
+  for (void *c = free_cells; c != nullptr;) {
+    void *next = *static_cast<void **>(c);
+    ::operator delete(c);
+    c = next;
+  }
+  self_ = nullptr;
+}
+}  // namespace cg
 
 namespace {
 
 cg::Frame *find_frame(int32_t slot, size_t *depth) {
-  for (size_t i = cg::frames.size(); i-- > 0;) {
-    if (cg::frames[i].slot == slot) {
+  auto &frames = cg::self().frames;
+  for (size_t i = frames.size(); i-- > 0;) {
+    if (frames[i].slot == slot) {
       if (depth) *depth = i;
-      return &cg::frames[i];
+      return &frames[i];
     }
   }
   return nullptr;
@@ -25,7 +64,7 @@ cg::Frame *find_frame(int32_t slot, size_t *depth) {
 bool take(cg::Frame *f, cg_tensor t) {
   auto &v = f->owned;
   for (size_t i = v.size(); i-- > 0;) {
-    if (v[i] == t) {
+    if (v[i] == cg::ptr(t)) {
       v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
       return true;
     }
@@ -45,20 +84,33 @@ extern "C" {
 
 void cg_free_handles(cg_tensor *ts) { std::free(ts); }
 
+int64_t cg_live_handles(void) {
+  std::lock_guard<std::mutex> g(cg::threads_mu);
+  int64_t n = cg::exited.load();
+  for (cg::Thread *t : cg::threads) n += t->live.load(std::memory_order_relaxed);
+  return n;
+}
+
 cg_status cg_scope_open(int32_t slot) {
-  CG_TRY cg::frames.push_back(cg::Frame{slot, {}});
+  CG_TRY auto &self = cg::self();
+  self.frames.push_back(cg::Frame{slot, {}});
+  self.frames.back().owned.swap(self.spare);
   return cg::ok();
   CG_CATCH_STATUS
 }
 
 cg_status cg_scope_close(int32_t slot, int64_t *freed) {
   *freed = 0;
-  if (cg::frames.empty() || cg::frames.back().slot != slot) return not_here("scope close", slot);
-  std::vector<at::Tensor *> owned = std::move(cg::frames.back().owned);
-  cg::frames.pop_back();
+  auto &frames = cg::self().frames;
+  if (frames.empty() || frames.back().slot != slot) return not_here("scope close", slot);
+  std::vector<at::Tensor *> owned = std::move(frames.back().owned);
+  frames.pop_back();
   // Newest first, as the Go side used to free them.
-  for (size_t i = owned.size(); i-- > 0;) delete owned[i];
+  for (size_t i = owned.size(); i-- > 0;) cg::unbox(owned[i]);
   *freed = static_cast<int64_t>(owned.size());
+  // The next scope reuses the list, as a loop opens and closes one scope per step.
+  owned.clear();
+  if (owned.capacity() > cg::self().spare.capacity()) cg::self().spare.swap(owned);
   return cg::ok();
 }
 
@@ -67,7 +119,7 @@ cg_status cg_scope_free(cg_tensor t, int32_t slot) {
     cg::Frame *f = find_frame(slot, nullptr);
     if (!f || !take(f, t)) return not_here("free", slot);
   }
-  delete static_cast<at::Tensor *>(t);
+  cg::unbox(cg::ptr(t));
   return cg::ok();
 }
 
@@ -77,8 +129,9 @@ cg_status cg_scope_move(cg_tensor t, int32_t slot, int32_t *now) {
   if (!f || !take(f, t)) return not_here("keep", slot);
   *now = 0;
   if (depth > 0) {
-    CG_TRY cg::frames[depth - 1].owned.push_back(static_cast<at::Tensor *>(t));
-    *now = cg::frames[depth - 1].slot;
+    auto &frames = cg::self().frames;
+    CG_TRY frames[depth - 1].owned.push_back(cg::ptr(t));
+    *now = frames[depth - 1].slot;
     CG_CATCH_STATUS
   }
   return cg::ok();

@@ -19,7 +19,7 @@ using cg::res;
 
 namespace cg {
 std::atomic<uint64_t> threads_epoch{0};
-thread_local uint64_t threads_seen = 0;
+constinit thread_local uint64_t threads_seen = 0;
 }  // namespace cg
 
 // A training step frees all of its intermediates when its scope closes. glibc then returns
@@ -111,7 +111,7 @@ int cg_cuda_kernels_registered(void) {
 }
 
 // ---- lifetime and metadata ----
-void cg_tensor_free(cg_tensor t) { delete static_cast<at::Tensor *>(t); }
+void cg_tensor_free(cg_tensor t) { cg::unbox(cg::ptr(t)); }
 cg_result cg_tensor_shallow_clone(cg_tensor t) {
   CG_TRY return res(T(t));
   CG_CATCH_RESULT
@@ -202,7 +202,7 @@ cg_status cg_backward(cg_tensor t, cg_tensor grad, int retain_graph) {
 
 cg_result cg_grad(cg_tensor t) {
   CG_TRY const at::Tensor &g = T(t).grad();
-  if (!g.defined()) return cg_result{CG_OK, 0, nullptr, nullptr};
+  if (!g.defined()) return cg_result{CG_OK, 0, nullptr, 0};
   return res(g);
   CG_CATCH_RESULT
 }

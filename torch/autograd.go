@@ -17,7 +17,7 @@ func (t *Tensor) RequiresGrad() bool { return cgotorch.RequiresGrad(t.handle()) 
 
 // Backward computes the gradient of a scalar t with respect to the leaves that require
 // gradients, accumulating into their Grad.
-func (t *Tensor) Backward() { check("backward", cgotorch.Backward(t.handle(), nil, false)) }
+func (t *Tensor) Backward() { check("backward", cgotorch.Backward(t.handle(), 0, false)) }
 
 // BackwardWith is Backward with an explicit output gradient (for non-scalar t) and the
 // option to keep the graph for a second backward pass.

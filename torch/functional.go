@@ -6,10 +6,10 @@ import (
 	"github.com/gotrain/gotrain/cgotorch"
 )
 
-// opt returns the handle of an optional tensor argument (nil when absent).
+// opt returns the handle of an optional tensor argument (0 when absent).
 func opt(t *Tensor) cgotorch.Tensor {
 	if t == nil {
-		return nil
+		return 0
 	}
 	return t.handle()
 }

@@ -66,7 +66,7 @@ func OptimizerStep[H OptimizerHyper](hyper []H, groupSizes []int64, params []*Te
 	}
 	for i := range state {
 		for k := range state[i] {
-			if h := st[i*OptimizerStateSlots+k]; h != nil && state[i][k] == nil {
+			if h := st[i*OptimizerStateSlots+k]; h != 0 && state[i][k] == nil {
 				state[i][k] = owned(h)
 			}
 		}

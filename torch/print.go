@@ -15,7 +15,7 @@ const (
 // String prints the tensor the way Python prints it: tensor([[1.0000, 2.5000], ...]),
 // with dtype, device and requires_grad shown when they differ from the defaults.
 func (t *Tensor) String() string {
-	if t == nil || t.h == nil {
+	if t == nil || t.h == 0 {
 		return "tensor(<freed>)"
 	}
 	shape := t.Shape()

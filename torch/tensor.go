@@ -19,10 +19,8 @@ type Tensor struct {
 	guarded bool // a runtime cleanup is registered
 }
 
-var live atomic.Int64
-
 // LiveTensors returns the number of tensor handles created and not yet freed.
-func LiveTensors() int64 { return live.Load() }
+func LiveTensors() int64 { return cgotorch.LiveHandles() }
 
 var hostReads atomic.Int64
 
@@ -39,6 +37,24 @@ func HostReads() int64 { return hostReads.Load() }
 type Scope struct {
 	slot   int32
 	closed bool
+	// cells holds the Tensors of the scope's results, allocated a block at a time: a step
+	// makes hundreds of tensors, and one allocation per block instead of per tensor is a
+	// sixth of the binding's cost of a tiny op. A Tensor kept past Close keeps its block.
+	cells []Tensor
+}
+
+// cellBlock bounds the Tensors allocated at once for a scope; blocks double from 4.
+const cellBlock = 64
+
+// cell returns a new Tensor of s for h.
+func (s *Scope) cell(h cgotorch.Tensor) *Tensor {
+	if len(s.cells) == cap(s.cells) {
+		s.cells = make([]Tensor, 0, min(max(2*cap(s.cells), 4), cellBlock))
+	}
+	s.cells = s.cells[:len(s.cells)+1]
+	t := &s.cells[len(s.cells)-1]
+	t.h, t.scope = h, s
+	return t
 }
 
 // maxScopes bounds the scopes open at once in the process (all goroutines, all depths).
@@ -105,11 +121,10 @@ func (s *Scope) Close() {
 	if s.closed {
 		return
 	}
-	n, err := cgotorch.ScopeClose(s.slot)
+	_, err := cgotorch.ScopeClose(s.slot)
 	if err != nil {
 		panic(&Error{Op: "scope", Msg: "Scope.Close: scopes must be closed innermost first, on the goroutine that opened them"})
 	}
-	live.Add(-n)
 	s.closed = true
 	freeSlot(s.slot)
 	runtime.UnlockOSThread()
@@ -120,7 +135,7 @@ func (s *Scope) Close() {
 // It returns its first argument, for `return s.Keep(y)`.
 func (s *Scope) Keep(ts ...*Tensor) *Tensor {
 	for _, t := range ts {
-		if t == nil || t.scope != s || t.h == nil {
+		if t == nil || t.scope != s || t.h == 0 {
 			continue
 		}
 		now, err := cgotorch.ScopeMove(t.h, s.slot)
@@ -141,7 +156,7 @@ func (s *Scope) Keep(ts ...*Tensor) *Tensor {
 // Escape moves t out of whatever scope owns it, so that only Free (or the safety-net
 // cleanup) releases it. Modules and optimizers use it for the tensors they own.
 func (t *Tensor) Escape() *Tensor {
-	if t.scope != nil && t.h != nil {
+	if t.scope != nil && t.h != 0 {
 		check("escape", cgotorch.ScopeDisown(t.h, t.scope.slot))
 		t.scope = nil
 		t.guard()
@@ -151,7 +166,6 @@ func (t *Tensor) Escape() *Tensor {
 
 func freeHandle(h cgotorch.Tensor) {
 	cgotorch.TensorFree(h)
-	live.Add(-1)
 }
 
 func (t *Tensor) guard() {
@@ -190,16 +204,14 @@ func adoptN(op string, r cgotorch.Results) []*Tensor {
 
 // wrapIn takes a handle that frame slot owns (slot 0: the Tensor owns it).
 func wrapIn(h cgotorch.Tensor, slot int32) *Tensor {
-	if h == nil {
+	if h == 0 {
 		return nil
 	}
-	live.Add(1)
-	t := &Tensor{h: h}
 	if slot != 0 {
-		t.scope = scopes[slot]
-	} else {
-		t.guard()
+		return scopes[slot].cell(h)
 	}
+	t := &Tensor{h: h}
+	t.guard()
 	return t
 }
 
@@ -207,7 +219,7 @@ func wrapIn(h cgotorch.Tensor, slot int32) *Tensor {
 func owned(h cgotorch.Tensor) *Tensor { return wrapIn(h, 0) }
 
 func (t *Tensor) release() {
-	if t.h == nil {
+	if t.h == 0 {
 		return
 	}
 	if t.guarded {
@@ -215,21 +227,20 @@ func (t *Tensor) release() {
 		t.guarded = false
 	}
 	freeHandle(t.h)
-	t.h = nil
+	t.h = 0
 }
 
 // Free releases the tensor now. Using it afterwards panics. Freeing twice is harmless.
 // A tensor a scope owns is freed on the goroutine that opened the scope.
 func (t *Tensor) Free() {
-	if t == nil || t.h == nil {
+	if t == nil || t.h == 0 {
 		return
 	}
 	if s := t.scope; s != nil {
 		if !s.closed {
 			check("free", cgotorch.ScopeFree(t.h, s.slot))
-			live.Add(-1)
 		}
-		t.scope, t.h = nil, nil
+		t.scope, t.h = nil, 0
 		return
 	}
 	t.release()
@@ -238,7 +249,7 @@ func (t *Tensor) Free() {
 // handle returns the handle for a call, panicking on a freed tensor or one whose scope
 // closed.
 func (t *Tensor) handle() cgotorch.Tensor {
-	if t.h == nil || (t.scope != nil && t.scope.closed) {
+	if t.h == 0 || (t.scope != nil && t.scope.closed) {
 		panic(&Error{Op: "use", Msg: "tensor used after Free or after its scope closed"})
 	}
 	return t.h

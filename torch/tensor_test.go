@@ -3,6 +3,7 @@ package torch_test
 import (
 	"errors"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,6 +96,53 @@ func TestScopesFreeWhatTheyOwn(t *testing.T) {
 	x.Free()
 	assert.Equal(t, start, torch.LiveTensors())
 	assert.Panics(t, func() { x.Sum() }, "use after Free panics instead of crashing")
+}
+
+// TestHandlesFreedAnywhere: handles are counted and recycled per OS thread, so a tensor
+// made on one thread and freed on another (as the runtime's cleanups do), even after the
+// first thread has exited, still brings LiveTensors back, and a scope's many results (more than one block of Tensor cells, and
+// more than a thread's cache of freed handles) each keep their own value.
+func TestHandlesFreedAnywhere(t *testing.T) {
+	start := torch.LiveTensors()
+	made := make(chan []*torch.Tensor)
+	go func() {
+		// Made on this thread, freed on another after this one is gone: a goroutine that
+		// ends locked to its thread ends the thread.
+		runtime.LockOSThread()
+		var ts []*torch.Tensor
+		for i := range 100 {
+			ts = append(ts, torch.Full([]int64{1}, float64(i), torch.Float32, torch.CPU))
+		}
+		made <- ts
+	}()
+	ts := <-made
+	runtime.LockOSThread()
+	assert.Equal(t, start+100, torch.LiveTensors())
+	for i, x := range ts {
+		assert.Equal(t, float32(i), x.Float32s()[0])
+		x.Free()
+	}
+	runtime.UnlockOSThread()
+	assert.Equal(t, start, torch.LiveTensors(), "frees on another thread count")
+
+	const n = 5000 // more results than the free-handle cache (4096) and many cell blocks
+	torch.WithScope(func() {
+		base := torch.Zeros([]int64{1}, torch.Float32, torch.CPU)
+		ys := make([]*torch.Tensor, n)
+		for i := range ys {
+			ys[i] = base.AddScalar(float64(i))
+		}
+		assert.Equal(t, start+n+1, torch.LiveTensors())
+		for _, i := range []int{0, 1, 63, 64, 4095, 4096, n - 1} {
+			assert.Equal(t, float32(i), ys[i].Float32s()[0], "result %d", i)
+		}
+	})
+	assert.Equal(t, start, torch.LiveTensors())
+	torch.WithScope(func() { // reuses the freed handles
+		a := torch.Ones([]int64{2}, torch.Float32, torch.CPU)
+		assert.Equal(t, []float32{3, 3}, a.AddScalar(2).Float32s())
+	})
+	assert.Equal(t, start, torch.LiveTensors())
 }
 
 // TestScopesArePerGoroutine: goroutines with scopes of their own work at once, a
