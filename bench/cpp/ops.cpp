@@ -2,7 +2,7 @@
 // bench/python/ops.py the Python side): the same two tiny ops on the same libtorch, so
 // that the difference is each language's cost of calling an op.
 //
-//   ops [--n 100000] [--reps 7] [--block 100] [--threads 1]
+//   ops [--n 100000] [--reps 7] [--block 100] [--threads 1] [--ops add,linear]
 //
 // "add" is at::add of two 16-element float32 tensors; "linear" is torch::nn::Linear(16,
 // 16)'s forward on a [1, 16] input with autograd recording. Results are kept in a vector
@@ -20,8 +20,13 @@
 
 int main(int argc, char** argv) {
   int64_t n = 100000, reps = 7, block = 100, threads = 1;
+  std::string only = "add,linear";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
+    if (k == "--ops") {
+      only = argv[i + 1];
+      continue;
+    }
     int64_t v = std::stoll(argv[i + 1]);
     if (k == "--n") n = v;
     else if (k == "--reps") reps = v;
@@ -32,10 +37,19 @@ int main(int argc, char** argv) {
   at::set_num_threads(threads);
   auto a = torch::arange(16, torch::kFloat32) * 0.25, b = a.clone(), x = a.clone().view({1, 16});
   torch::nn::Linear lin(16, 16);
-  std::vector<std::pair<std::string, std::function<torch::Tensor()>>> ops = {
+  std::map<std::string, std::function<torch::Tensor()>> all = {
       {"add", [&] { return at::add(a, b); }},
       {"linear", [&] { return lin->forward(x); }},
   };
+  std::vector<std::pair<std::string, std::function<torch::Tensor()>>> ops;
+  std::stringstream names(only);
+  for (std::string name; std::getline(names, name, ',');) {
+    if (!all.count(name)) {
+      std::cerr << "ops: --ops: no op " << name << " (add, linear)\n";
+      return 2;
+    }
+    ops.emplace_back(name, all[name]);
+  }
   std::vector<torch::Tensor> kept;
   kept.reserve(block);
   std::ostringstream js;

@@ -3,7 +3,7 @@
 // is the crossing (cgo call, handle, scope bookkeeping, free). bench/cpp/ops.cpp and
 // bench/python/ops.py run the same ops on the same libtorch.
 //
-//	opbench [-n 100000] [-reps 7] [-block 100] [-threads 1] [-cpuprofile FILE]
+//	opbench [-n 100000] [-reps 7] [-block 100] [-threads 1] [-ops add,linear] [-cpuprofile FILE]
 //
 // The ops: "add", a.Add(b) of two 16-element float32 tensors; "linear", the forward of
 // nn.Linear(16, 16) on a [1, 16] input with autograd recording (its parameters require
@@ -20,6 +20,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/gotrain/gotrain/torch"
@@ -32,6 +33,7 @@ func main() {
 	block := flag.Int("block", 100, "ops per scope")
 	threads := flag.Int("threads", 1, "libtorch intra-op threads")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of all reps (go tool pprof)")
+	only := flag.String("ops", "add,linear", "the ops to run, comma-separated")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("opbench: ")
@@ -63,8 +65,11 @@ func main() {
 	}
 	live := torch.LiveTensors()
 	out := map[string][]float64{}
-	for _, name := range []string{"add", "linear"} {
-		op := ops[name]
+	for _, name := range strings.Split(*only, ",") {
+		op, ok := ops[name]
+		if !ok {
+			log.Fatalf("-ops: no op %q (add, linear)", name)
+		}
 		for r := range *reps + 1 {
 			t0 := time.Now()
 			for done := 0; done < *n; done += *block {
