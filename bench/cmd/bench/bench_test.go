@@ -99,3 +99,20 @@ func TestUpdateReadme(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("no markers\n"), 0o644))
 	assert.Error(t, updateReadme(path, "new\n"))
 }
+
+// The per-op runs of one language pool their reps, and the scored cost is the fastest
+// rep of all of them; a run at the wrong thread count is an error.
+func TestPerOpRunsPool(t *testing.T) {
+	out := map[string]*OpResult{}
+	for _, reps := range []string{"[900,700]", "[650,1200]"} {
+		js := `{"impl":"go","threads":1,"block":100,"n":10,"ns_per_op":{"add":` + reps + `}}`
+		require.NoError(t, runOp(nil, []string{"sh", "-c", "echo '" + js + "'"}, "go", out))
+	}
+	g := out["go"]
+	assert.Equal(t, 2, g.Runs)
+	assert.Equal(t, []float64{900, 700, 650, 1200}, g.NsPerOp["add"])
+	assert.Equal(t, 650.0, g.Best("add"))
+	assert.Equal(t, 800.0, g.Median("add"))
+	js := `{"impl":"go","threads":2,"ns_per_op":{"add":[1]}}`
+	assert.Error(t, runOp(nil, []string{"sh", "-c", "echo '" + js + "'"}, "go", out))
+}
