@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"strings"
+	"sync"
 )
 
 // maxPickle bounds data.pkl and a legacy file's pickles; real ones are kilobytes to a
@@ -142,6 +144,10 @@ func readZip(r io.ReaderAt, size int64, b *budget) (any, error) {
 		return nil, fmt.Errorf("data.pkl: %w", err)
 	}
 	storages := map[string]*Storage{}
+	fetch := newFetcher(r)
+	// Also on a panic, which readFrom turns into an error: no read may still use r
+	// once the read returns.
+	defer fetch.wg.Wait()
 	persist := func(pid Tuple) (any, error) {
 		dt, key, numel, err := parsePID(pid, 5)
 		if err != nil {
@@ -172,22 +178,107 @@ func readZip(r io.ReaderAt, size int64, b *budget) (any, error) {
 		if err := b.alloc(storageCost); err != nil {
 			return nil, err
 		}
-		data, err := readRecord(r, f, nbytes, b)
-		if err != nil {
-			return nil, fmt.Errorf("data/%s: %w", printable(key), err)
+		name := "data/" + printable(key)
+		if err := checkRecord(f, nbytes, b); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		if bigEndian {
-			swapBytes(data, dt.wordSize())
+		s := &Storage{DType: dt, Key: key, untyped: untyped}
+		if untyped {
+			// The unpickler sizes an untyped storage's tensor by len(Data): read it now.
+			s.Data = make([]byte, f.size)
+			if err := readAt(r, s.Data, f.dataOff); err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+		} else {
+			swap := 1
+			if bigEndian {
+				swap = dt.wordSize()
+			}
+			s.pending = nbytes
+			fetch.start(s, f, swap, name)
 		}
-		s := &Storage{DType: dt, Data: data, Key: key, untyped: untyped}
 		storages[key] = s
 		return s, nil
 	}
 	v, err := newUnpickler(pkl, persist, b).load()
+	if ferr := fetch.wait(); err == nil {
+		err = ferr
+	}
 	if err == errTruncated {
 		return nil, errors.New("data.pkl: pickle data truncated")
 	}
-	return v, err
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// fetcher reads storage records on up to GOMAXPROCS goroutines while the pickle is
+// still being unpickled. Copying the data out of the page cache (and clearing the
+// memory it lands in) is nearly all of a large read's time; io.ReaderAt allows parallel
+// calls, so the copies of a multi-core machine's cores add up. Everything the budget
+// and the bounds checks refuse is refused before a record is handed to it.
+type fetcher struct {
+	r    io.ReaderAt
+	sem  chan struct{}
+	wg   sync.WaitGroup
+	jobs []*fetchJob
+}
+
+// fetchJob is one storage record being read; its worker owns data until wait returns,
+// so the unpickler (which sizes the storage by its pending bytes) never sees it change.
+type fetchJob struct {
+	s    *Storage
+	e    *zipEntry
+	swap int
+	name string
+	data []byte
+	err  error
+}
+
+func newFetcher(r io.ReaderAt) *fetcher {
+	return &fetcher{r: r, sem: make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))}
+}
+
+// start reads e's bytes (byte-swapping words of swap bytes) for s in the background.
+func (f *fetcher) start(s *Storage, e *zipEntry, swap int, name string) {
+	j := &fetchJob{s: s, e: e, swap: swap, name: name}
+	f.jobs = append(f.jobs, j)
+	f.sem <- struct{}{}
+	f.wg.Add(1)
+	go func() {
+		defer func() {
+			// As readFrom does for the rest of the reader: a bug (or a panicking
+			// ReaderAt) is an error, not a crash.
+			if p := recover(); p != nil {
+				j.data, j.err = nil, fmt.Errorf("checkpoint: internal error reading %s: %v", name, p)
+			}
+			<-f.sem
+			f.wg.Done()
+		}()
+		data := make([]byte, e.size)
+		if err := readAt(f.r, data, e.dataOff); err != nil {
+			j.err = fmt.Errorf("%s: %w", name, err)
+			return
+		}
+		swapBytes(data, swap)
+		j.data = data
+	}()
+}
+
+// wait waits for every read started and, when all succeeded, gives the storages their
+// data; otherwise it returns the first failed record's error, in pickle order.
+func (f *fetcher) wait() error {
+	f.wg.Wait()
+	for _, j := range f.jobs {
+		if j.err != nil {
+			return j.err
+		}
+	}
+	for _, j := range f.jobs {
+		j.s.Data, j.s.pending = j.data, 0
+	}
+	return nil
 }
 
 // storageCost is what a Storage and its map entry cost besides the data.
@@ -240,23 +331,7 @@ func parsePID(pid Tuple, n int) (DType, string, int64, error) {
 // readRecord returns a stored zip record's bytes, refusing records larger than limit.
 // readZipDir has checked that the record lies inside the file.
 func readRecord(r io.ReaderAt, f *zipEntry, limit int64, b *budget) ([]byte, error) {
-	if f.size > uint64(limit) {
-		return nil, fmt.Errorf("record of %d bytes is too large", f.size)
-	}
-	if f.flags&1 != 0 {
-		return nil, errors.New("encrypted zip record")
-	}
-	if f.method != 0 {
-		// torch.save never compresses; refusing compressed records also rules out zip bombs.
-		return nil, fmt.Errorf("compressed zip record (method %d): torch.save stores records uncompressed", f.method)
-	}
-	if f.compSize != f.size {
-		return nil, errors.New("stored record with different compressed and uncompressed sizes")
-	}
-	if err := b.alloc(int64(f.size)); err != nil {
-		return nil, err
-	}
-	if err := b.step(int64(f.size) / 64); err != nil {
+	if err := checkRecord(f, limit, b); err != nil {
 		return nil, err
 	}
 	buf := make([]byte, f.size)
@@ -264,6 +339,28 @@ func readRecord(r io.ReaderAt, f *zipEntry, limit int64, b *budget) ([]byte, err
 		return nil, err
 	}
 	return buf, nil
+}
+
+// checkRecord refuses a record readRecord must not read (larger than limit, encrypted,
+// compressed) and charges b for reading it.
+func checkRecord(f *zipEntry, limit int64, b *budget) error {
+	if f.size > uint64(limit) {
+		return fmt.Errorf("record of %d bytes is too large", f.size)
+	}
+	if f.flags&1 != 0 {
+		return errors.New("encrypted zip record")
+	}
+	if f.method != 0 {
+		// torch.save never compresses; refusing compressed records also rules out zip bombs.
+		return fmt.Errorf("compressed zip record (method %d): torch.save stores records uncompressed", f.method)
+	}
+	if f.compSize != f.size {
+		return errors.New("stored record with different compressed and uncompressed sizes")
+	}
+	if err := b.alloc(int64(f.size)); err != nil {
+		return err
+	}
+	return b.step(int64(f.size) / 64)
 }
 
 func swapBytes(b []byte, width int) {
