@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 
@@ -62,6 +64,18 @@ func TestReadStoragesConcurrently(t *testing.T) {
 	v, err := ReadFrom(r, int64(len(file)))
 	require.NoError(t, err)
 	require.Zero(t, r.inFlight.Load(), "a read still in flight after ReadFrom returned")
+	requireFetched(t, v, n, numel)
+	// From a file, whose reads fill buffers that are not cleared first.
+	path := filepath.Join(t.TempDir(), "sd.pt")
+	require.NoError(t, os.WriteFile(path, file, 0o600))
+	v, err = Read(path)
+	require.NoError(t, err)
+	requireFetched(t, v, n, numel)
+}
+
+// requireFetched checks v is fetchFile's state dict of n tensors of numel elements.
+func requireFetched(t *testing.T, v any, n, numel int) {
+	t.Helper()
 	d, err := GetDict(v)
 	require.NoError(t, err)
 	require.Equal(t, n, d.Len())
@@ -89,4 +103,18 @@ func TestReadStorageFailure(t *testing.T) {
 		require.ErrorContains(t, err, "disk on fire")
 		require.Zero(t, r.inFlight.Load(), "a read still in flight after ReadFrom returned")
 	}
+}
+
+// TestMakeNoZero checks makeNoZero's buffers have the length asked for and are separate
+// allocations.
+func TestMakeNoZero(t *testing.T) {
+	require.NotNil(t, makeNoZero(0))
+	require.Empty(t, makeNoZero(0))
+	a, b := makeNoZero(1<<20+3), makeNoZero(1<<20+3)
+	require.Len(t, a, 1<<20+3)
+	for i := range a {
+		a[i], b[i] = 1, 2
+	}
+	require.Equal(t, bytes.Repeat([]byte{1}, len(a)), a)
+	require.Equal(t, bytes.Repeat([]byte{2}, len(b)), b)
 }
