@@ -590,6 +590,20 @@ func normKey(k any) (any, dictKey, error) {
 	return (*keyNorm)(nil).norm(k, 0)
 }
 
+// keyIdentity is a key's identity alone. Strings and ints, the keys of state dicts and
+// option dicts, skip normKey's re-boxing of the canonical key: an optimizer reads its
+// options by name every step, and lookups should not allocate.
+func keyIdentity(k any) (dictKey, error) {
+	switch v := k.(type) {
+	case string:
+		return dictKey{kind: 's', s: v}, nil
+	case int:
+		return dictKey{kind: 'i', i: int64(v)}, nil
+	}
+	_, dk, err := normKey(k)
+	return dk, err
+}
+
 func (kn *keyNorm) norm(k any, depth int) (any, dictKey, error) {
 	if depth > maxDepth {
 		return nil, dictKey{}, fmt.Errorf("dict key nested deeper than %d", maxDepth)
@@ -737,7 +751,7 @@ func (d *Dict) Get(key any) (any, bool) {
 	if d == nil {
 		return nil, false
 	}
-	_, dk, err := normKey(key)
+	dk, err := keyIdentity(key)
 	if err != nil {
 		return nil, false
 	}
@@ -753,7 +767,7 @@ func (d *Dict) Delete(key any) {
 	if d == nil {
 		return
 	}
-	_, dk, err := normKey(key)
+	dk, err := keyIdentity(key)
 	if err != nil {
 		return
 	}

@@ -5,6 +5,8 @@
 //	goloop -prep DIR -workload W -steps N -seed S   writes DIR/{data,init}.{bin,txt}
 //	goloop -dir DIR -workload W -threads N -warmup W -reps R -seed S [-cpuprofile F]
 //
+// With GOLOOP_MEMPROFILE=F it writes every allocation of the timed epochs to F.
+//
 // One epoch is one pass over the in-memory dataset (steps × batch samples) through a
 // data.Loader over a data.TensorDataset; the first -warmup epochs are not timed. The
 // output is one JSON object on stdout (fields in bench/README.md).
@@ -201,6 +203,18 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 		epoch = rawLoop(tr, ds, w.Batch, res, check)
 	}
 	for e := 1; e <= warmup+reps; e++ {
+		if e == warmup+1 && os.Getenv("GOLOOP_MEMPROFILE") != "" {
+			// Every allocation of the timed epochs, for `go tool pprof -sample_index=alloc_objects`.
+			runtime.MemProfileRate = 1
+			defer func() {
+				runtime.GC() // the profile shows allocations as of the last collection
+				f, err := os.Create(os.Getenv("GOLOOP_MEMPROFILE"))
+				if err == nil {
+					_ = pprof.Lookup("allocs").WriteTo(f, 0)
+					f.Close()
+				}
+			}()
+		}
 		if e == warmup+1 && cpuprofile != "" {
 			f, err := os.Create(cpuprofile)
 			if err != nil {
