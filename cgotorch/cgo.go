@@ -155,12 +155,8 @@ func cbool(b bool) C.int {
 func ScopeOpen(slot int32) error { return st(C.cg_scope_open(C.int32_t(slot))) }
 
 // ScopeClose closes the calling thread's innermost frame, which must be slot, deleting
-// its handles; it returns their count.
-func ScopeClose(slot int32) (int64, error) {
-	var n C.int64_t
-	err := st(C.cg_scope_close(C.int32_t(slot), &n))
-	return int64(n), err
-}
+// its handles.
+func ScopeClose(slot int32) error { return st(C.cg_scope_close(C.int32_t(slot))) }
 
 // ScopeFree deletes t, which frame slot of this thread owns (slot 0: nobody).
 func ScopeFree(t Tensor, slot int32) error { return st(C.cg_scope_free(h(t), C.int32_t(slot))) }

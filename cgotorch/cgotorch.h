@@ -75,8 +75,8 @@ int64_t cg_live_handles(void);
 // one; closing it deletes them all in one call.
 cg_status cg_scope_open(int32_t slot);
 // cg_scope_close pops the calling thread's innermost frame, which must be slot, and
-// deletes its handles; *freed is their count.
-cg_status cg_scope_close(int32_t slot, int64_t *freed);
+// deletes its handles.
+cg_status cg_scope_close(int32_t slot);
 // cg_scope_free deletes t, owned by frame slot of this thread (slot 0: by nobody).
 cg_status cg_scope_free(cg_tensor t, int32_t slot);
 // cg_scope_move moves t from frame slot to the frame under it (*now is its slot), or out

@@ -99,18 +99,16 @@ cg_status cg_scope_open(int32_t slot) {
   CG_CATCH_STATUS
 }
 
-cg_status cg_scope_close(int32_t slot, int64_t *freed) {
-  *freed = 0;
-  auto &frames = cg::self().frames;
-  if (frames.empty() || frames.back().slot != slot) return not_here("scope close", slot);
-  std::vector<at::Tensor *> owned = std::move(frames.back().owned);
-  frames.pop_back();
+cg_status cg_scope_close(int32_t slot) {
+  auto &me = cg::self();
+  if (me.frames.empty() || me.frames.back().slot != slot) return not_here("scope close", slot);
+  std::vector<at::Tensor *> owned = std::move(me.frames.back().owned);
+  me.frames.pop_back();
   // Newest first, as the Go side used to free them.
-  for (size_t i = owned.size(); i-- > 0;) cg::unbox(owned[i]);
-  *freed = static_cast<int64_t>(owned.size());
+  for (size_t i = owned.size(); i-- > 0;) me.unbox(owned[i]);
   // The next scope reuses the list, as a loop opens and closes one scope per step.
   owned.clear();
-  if (owned.capacity() > cg::self().spare.capacity()) cg::self().spare.swap(owned);
+  if (owned.capacity() > me.spare.capacity()) me.spare.swap(owned);
   return cg::ok();
 }
 
