@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -190,6 +191,35 @@ func TestDict(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, 3, v)
 	require.Panics(t, func() { d.Set([]any{}, 1) })
+}
+
+// TestDictLookup checks that Lookup finds what Get finds, by linear search and through
+// the index of a larger dict, without allocating.
+func TestDictLookup(t *testing.T) {
+	for _, n := range []int{3, smallDict + 4} {
+		d := NewDict()
+		for i := range n {
+			d.Set(fmt.Sprintf("k%d", i), float64(i))
+		}
+		d.Set(7, "int key")
+		for i := range n {
+			key := fmt.Sprintf("k%d", i)
+			v, ok := d.Lookup(key)
+			require.True(t, ok)
+			g, _ := d.Get(key)
+			require.Equal(t, g, v)
+			require.Equal(t, float64(i), v)
+		}
+		_, ok := d.Lookup("7")
+		require.False(t, ok, "the int key 7 is not the string \"7\"")
+		_, ok = d.Lookup("missing")
+		require.False(t, ok)
+		key := fmt.Sprintf("k%d", 1) // not a constant, which the compiler boxes for free
+		require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = d.Lookup(key) }))
+	}
+	var nilDict *Dict
+	_, ok := nilDict.Lookup("a")
+	require.False(t, ok)
 }
 
 func TestUnsupportedStorage(t *testing.T) {

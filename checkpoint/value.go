@@ -762,6 +762,20 @@ func (d *Dict) Get(key any) (any, bool) {
 	return d.vals[i], true
 }
 
+// Lookup is Get for a string key. Unlike Get(key) with a string variable, which boxes
+// the key into an interface, it never allocates: an optimizer reads its group options by
+// name every step.
+func (d *Dict) Lookup(key string) (any, bool) {
+	if d == nil {
+		return nil, false
+	}
+	i := d.find(dictKey{kind: 's', s: key})
+	if i < 0 {
+		return nil, false
+	}
+	return d.vals[i], true
+}
+
 // Delete removes key from d, if present.
 func (d *Dict) Delete(key any) {
 	if d == nil {

@@ -2,6 +2,7 @@ package torch
 
 import (
 	"math"
+	"sync"
 
 	"github.com/gotrain/gotrain/cgotorch"
 )
@@ -22,6 +23,34 @@ func handles(ts []*Tensor) []cgotorch.Tensor {
 	}
 	return hs
 }
+
+// handleBufs holds handle slices for the calls a training step makes every step with all
+// the parameters (zero_grad, the optimizer step): borrowing one instead of making one
+// keeps the step from allocating them. C only reads and fills them during the call.
+var handleBufs = sync.Pool{New: func() any { return new([]cgotorch.Tensor) }}
+
+// borrowHandles returns a pooled slice of n zero handles; give it back with
+// returnHandles once the call that uses it has returned.
+func borrowHandles(n int) *[]cgotorch.Tensor {
+	b := handleBufs.Get().(*[]cgotorch.Tensor)
+	if cap(*b) < n {
+		*b = make([]cgotorch.Tensor, n)
+	}
+	*b = (*b)[:n]
+	clear(*b)
+	return b
+}
+
+// borrowHandlesOf is borrowHandles filled with the tensors' handles.
+func borrowHandlesOf(ts []*Tensor) *[]cgotorch.Tensor {
+	b := borrowHandles(len(ts))
+	for i, t := range ts {
+		(*b)[i] = t.handle()
+	}
+	return b
+}
+
+func returnHandles(b *[]cgotorch.Tensor) { handleBufs.Put(b) }
 
 // Clamp limits values to [lo, hi]; pass math.Inf to leave a side open.
 func (t *Tensor) Clamp(lo, hi float64) *Tensor {

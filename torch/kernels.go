@@ -44,7 +44,8 @@ func OptimizerStep[H OptimizerHyper](hyper []H, groupSizes []int64, params []*Te
 	if len(state) != len(params) {
 		panic(&Error{Op: "optimizer step", Msg: fmt.Sprintf("%d state rows for %d parameters", len(state), len(params))})
 	}
-	st := make([]cgotorch.Tensor, len(params)*OptimizerStateSlots)
+	stBuf := borrowHandles(len(params) * OptimizerStateSlots)
+	st := *stBuf
 	for i := range state {
 		for k, t := range state[i] {
 			if t != nil {
@@ -52,7 +53,8 @@ func OptimizerStep[H OptimizerHyper](hyper []H, groupSizes []int64, params []*Te
 			}
 		}
 	}
-	ps := handles(params)
+	psBuf := borrowHandlesOf(params)
+	ps := *psBuf
 	var err error
 	switch h := any(hyper).(type) {
 	case []SGDHyper:
@@ -71,13 +73,18 @@ func OptimizerStep[H OptimizerHyper](hyper []H, groupSizes []int64, params []*Te
 			}
 		}
 	}
+	returnHandles(stBuf)
+	returnHandles(psBuf)
 	return wrapErr("optimizer step", err)
 }
 
 // ZeroGrads zeroes the params' gradients in one call, or drops them when setToNone is true
 // (optimizer.zero_grad).
 func ZeroGrads(params []*Tensor, setToNone bool) {
-	check("zero_grad", cgotorch.ZeroGrad(handles(params), setToNone))
+	b := borrowHandlesOf(params)
+	err := cgotorch.ZeroGrad(*b, setToNone)
+	returnHandles(b)
+	check("zero_grad", err)
 }
 
 // ClipGradNorm is torch.nn.utils.clip_grad_norm_: it scales the params' gradients so that

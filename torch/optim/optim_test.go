@@ -335,3 +335,33 @@ func TestStepsDoNotLeakHandles(t *testing.T) {
 		require.Equal(t, before, torch.LiveTensors(), c.Name)
 	}
 }
+
+// TestStepAllocations checks that an optimizer's zero_grad and step make no Go
+// allocation of their own per step beyond the C hyperparameter structs' one: the
+// hyperparameters are read by name without boxing and the handle lists are pooled.
+func TestStepAllocations(t *testing.T) {
+	f := newFixture()
+	for _, c := range optCases {
+		ps := f.params()
+		o, err := c.make(c.groups(ps))
+		require.NoError(t, err)
+		runGo(o, f, 0, 1) // creates the state
+		grads := make([]*torch.Tensor, len(ps))
+		for i, p := range ps {
+			grads[i] = torch.Ones(p.Shape(), p.DType(), torch.CPU).MulScalar(0.5).Escape()
+		}
+		var stepErr error
+		allocs := testing.AllocsPerRun(20, func() {
+			o.ZeroGrad(true)
+			for i, p := range ps {
+				p.SetGrad(grads[i])
+			}
+			stepErr = o.Step()
+		})
+		require.NoError(t, stepErr, c.Name)
+		require.LessOrEqual(t, allocs, 1.0, c.Name)
+		for _, g := range grads {
+			g.Free()
+		}
+	}
+}

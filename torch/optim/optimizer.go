@@ -50,7 +50,7 @@ type ParamGroup struct {
 // Float returns the numeric group option key (ints and bools convert), or def when the
 // group has no such key.
 func (g *ParamGroup) Float(key string, def float64) float64 {
-	v, ok := g.Options.Get(key)
+	v, ok := g.Options.Lookup(key)
 	if !ok {
 		return def
 	}
@@ -99,7 +99,7 @@ func (g *ParamGroup) Bool(key string) bool { return g.Float(key, 0) != 0 }
 
 // pair reads a two-number tuple option such as "betas".
 func pair(g *ParamGroup, key string, def [2]float64) [2]float64 {
-	v, ok := g.Options.Get(key)
+	v, ok := g.Options.Lookup(key)
 	if !ok {
 		return def
 	}
@@ -128,7 +128,9 @@ type kind struct {
 	name  string
 	slots []string // state names, in torch.OptimizerStep's slot order and PyTorch's key order
 	// step runs torch.OptimizerStep with the groups' hyperparameters.
-	step func(groups []*ParamGroup, sizes []int64, params []*torch.Tensor, state [][torch.OptimizerStateSlots]*torch.Tensor) error
+	// step runs one step; hyper is the optimizer's buffer for its kind's hyperparameter
+	// slice (see stepWith).
+	step func(hyper *any, groups []*ParamGroup, sizes []int64, params []*torch.Tensor, state [][torch.OptimizerStateSlots]*torch.Tensor) error
 	// check validates a group's options as PyTorch's constructor does.
 	check func(g *ParamGroup) error
 	// eager creates state before the first step (Adagrad), for params that have none.
@@ -146,6 +148,7 @@ type base struct {
 	stepCtx string
 	ps      []*torch.Tensor
 	sizes   []int64
+	hyper   any // a *[]H of the kind's hyperparameter type H
 }
 
 func newBase(k *kind, groups []Group, lr float64, defaults *checkpoint.Dict) (*base, error) {
@@ -232,13 +235,20 @@ func (o *base) params() []*torch.Tensor {
 }
 
 // stepWith makes a kind's step from its hyperparameter conversion.
-func stepWith[H torch.OptimizerHyper](hyper func(g *ParamGroup) H) func([]*ParamGroup, []int64, []*torch.Tensor, [][torch.OptimizerStateSlots]*torch.Tensor) error {
-	return func(gs []*ParamGroup, sizes []int64, ps []*torch.Tensor, st [][torch.OptimizerStateSlots]*torch.Tensor) error {
-		hs := make([]H, len(gs))
-		for i, g := range gs {
-			hs[i] = hyper(g)
+// The hyperparameters are read from the groups every step (a scheduler may have changed
+// them) into a slice kept in buf across steps, so that a step does not allocate it.
+func stepWith[H torch.OptimizerHyper](hyper func(g *ParamGroup) H) func(*any, []*ParamGroup, []int64, []*torch.Tensor, [][torch.OptimizerStateSlots]*torch.Tensor) error {
+	return func(buf *any, gs []*ParamGroup, sizes []int64, ps []*torch.Tensor, st [][torch.OptimizerStateSlots]*torch.Tensor) error {
+		hs, _ := (*buf).(*[]H)
+		if hs == nil {
+			hs = new([]H)
+			*buf = hs
 		}
-		return torch.OptimizerStep(hs, sizes, ps, st)
+		*hs = (*hs)[:0]
+		for _, g := range gs {
+			*hs = append(*hs, hyper(g))
+		}
+		return torch.OptimizerStep(*hs, sizes, ps, st)
 	}
 }
 
@@ -256,7 +266,7 @@ func (o *base) Step() (err error) {
 		return nil
 	}
 	// The state tensors the step creates belong to the optimizer, not to any scope.
-	return o.k.step(o.groups, o.sizes, ps, o.state)
+	return o.k.step(&o.hyper, o.groups, o.sizes, ps, o.state)
 }
 
 // ZeroGrad zeroes every parameter's gradient in one call, or drops the gradients when
