@@ -356,4 +356,3 @@ func TestStepsDoNotLeakHandles(t *testing.T) {
 		}
 	}
 }
-
