@@ -17,7 +17,7 @@ func markdown(r *Results) string {
 	p("The fastest run is scored because this machine's interference only adds time, and a process keeps its speed for its life (up to 30%% slower than the next), so the fastest run is the closest to the code's own cost; every implementation gets the same runs. ")
 	p("Columns are grouped by the Adam kernel they run, each group with a C++ twin that calls the same ATen functions: **fused** = `_fused_adam_` (PyTorch's `fused=True`, gotrain's default); ")
 	p("**foreach** = the multi-tensor `_foreach_*` ops (PyTorch's `foreach=True`, gotrain's `Fused: false`); **single** = per-tensor ops, `_single_tensor_adam`, PyTorch's default on the CPU (multi-tensor is its default on CUDA only), which the seed's loop runs. ")
-	p("gotrain = the Trainer over a Loader; raw loop = the same steps against package torch over pre-sliced batches; Python = the seed's loop over a DataLoader; Python (batches) = over pre-sliced batches; C++ = libtorch's C++ API over pre-sliced batches. ")
+	p("gotrain = the Trainer over a Loader; raw loop = the same steps against package torch, each narrowing its batch out of the in-memory tensors (a view) as the Loader does for resident data; Python = the seed's loop over a DataLoader; Python (batches) = over pre-sliced batches; C++ = libtorch's C++ API narrowing its batches as the raw loop does. ")
 	p("Load = the highest 1-minute load average around the runs (%d cores; above that, timings are inflated by other jobs).\n\n", r.Cores)
 	p("| workload | threads |")
 	for _, im := range impls {

@@ -52,7 +52,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the timed epochs")
 	device := flag.String("device", "cpu", "device for the Trainer run: cpu, cuda, cuda:N (scripts/gpu/run.sh)")
 	fused := flag.Bool("fused", true, "fused Adam (optim.AdamOptions.Fused, cmd/train's default); false: the multi-tensor (_foreach_*) arithmetic of Python's Adam(foreach=True)")
-	raw := flag.Bool("raw", false, "the loop written directly against package torch over pre-sliced batches, without Trainer and Loader")
+	raw := flag.Bool("raw", false, "the loop written directly against package torch, narrowing each batch out of the in-memory tensors, without Trainer and Loader")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("goloop: ")
