@@ -755,11 +755,7 @@ func (d *Dict) Get(key any) (any, bool) {
 	if err != nil {
 		return nil, false
 	}
-	i := d.find(dk)
-	if i < 0 {
-		return nil, false
-	}
-	return d.vals[i], true
+	return d.value(dk)
 }
 
 // Lookup is Get for a string key. Unlike Get(key) with a string variable, which boxes
@@ -769,7 +765,12 @@ func (d *Dict) Lookup(key string) (any, bool) {
 	if d == nil {
 		return nil, false
 	}
-	i := d.find(dictKey{kind: 's', s: key})
+	return d.value(dictKey{kind: 's', s: key})
+}
+
+// value returns the value of the key with identity dk, and whether there is one.
+func (d *Dict) value(dk dictKey) (any, bool) {
+	i := d.find(dk)
 	if i < 0 {
 		return nil, false
 	}
