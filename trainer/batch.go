@@ -17,6 +17,15 @@ func batchTarget(b data.Batch) *torch.Tensor {
 	return b.Get(data.Target)
 }
 
+// batchOn moves a batch from l to dev, unless l says that its batches are there already
+// (the common case, one that then costs no call into libtorch).
+func batchOn(l *data.Loader, b data.Batch, dev torch.Device) data.Batch {
+	if d, ok := l.BatchDevice(); ok && d == dev {
+		return b
+	}
+	return toDevice(b, dev)
+}
+
 // toDevice moves a batch's fields to dev unless the loader put them there already
 // (data.LoaderOptions.Device, which copies through pinned memory on CUDA).
 func toDevice(b data.Batch, dev torch.Device) data.Batch {

@@ -149,7 +149,7 @@ func stepError(errp *error, where func() string, batchSize int) {
 
 func (t *Trainer) microStep(b data.Batch, k int) (err error) {
 	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d batch %d", t.Epoch+1, t.BatchInEpoch+1) }, b.Size)
-	t.Batch = toDevice(b, t.Device)
+	t.Batch = batchOn(t.Train, b, t.Device)
 	loss, ms := t.runStep(t.trainStep, t.Batch)
 	t.StepLoss = loss
 	t.epochStats.Batches++
@@ -425,7 +425,7 @@ func (t *Trainer) validate() (err error) {
 
 func (t *Trainer) validationStep(b data.Batch, batch int, sums *deviceSums) (err error) {
 	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d validation batch %d", t.Epoch+1, batch) }, b.Size)
-	t.Batch = toDevice(b, t.Device)
+	t.Batch = batchOn(t.Val, b, t.Device)
 	loss, ms := t.runStep(t.evalStep, t.Batch)
 	t.StepLoss = loss
 	sums.add(loss, ms, float64(b.Size), 0)

@@ -88,6 +88,19 @@ func (l *Loader) Len() int {
 	return ceilDiv(n, l.opts.BatchSize)
 }
 
+// BatchDevice returns the device that every batch's tensors are on when Next returns
+// it (LoaderOptions.Device), and false when an OnDevice hook may have put them
+// elsewhere. The trainer uses it to skip asking each field for its device every batch.
+func (l *Loader) BatchDevice() (torch.Device, bool) {
+	if l.opts.OnDevice != nil {
+		return torch.Device{}, false
+	}
+	if d := l.opts.Device; d.Type != torch.DeviceCPU {
+		return d, true
+	}
+	return torch.CPU, true
+}
+
 // Sampler returns the sampler that orders the loader's epochs.
 func (l *Loader) Sampler() Sampler { return l.sampler }
 
