@@ -18,6 +18,14 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 if ! cmp -s "$REQ" "$stamp"; then
+  # The pinned torch wheel unpacks to about 6 GB, and pip needs room for the downloads
+  # besides: fail before pip does, with the numbers, rather than halfway with ENOSPC.
+  need_gb=${GOTRAIN_SETUP_NEED_GB:-10}
+  free_gb=$(df -Pk "$VENV" | awk 'NR == 2 { printf "%d", $4 / 1048576 }')
+  if [ "${free_gb:-0}" -lt "$need_gb" ]; then
+    echo "setup: only ${free_gb} GB free on the file system of $VENV; installing $REQ needs about ${need_gb} GB (free some space, or set GOTRAIN_SETUP_NEED_GB to try with less)" >&2
+    exit 1
+  fi
   echo "setup: installing $(grep -v '^#' "$REQ" | tr '\n' ' ')into $VENV (several GB on first run; pip caches downloads)"
   "$VENV/bin/pip" install --disable-pip-version-check -q -r "$REQ"
   cp "$REQ" "$stamp"
