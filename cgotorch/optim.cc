@@ -15,16 +15,16 @@ namespace {
 
 using List = std::vector<at::Tensor>;
 
-// Buckets are the indices of tensors that share a device and dtype, in first-seen order,
-// as torch.optim.Optimizer._group_tensors_by_device_and_dtype groups them.
 // uniform reports whether every tensor of ts has the first one's device and dtype: the
-// usual case, one bucket, found without building the map below every step.
+// usual case, one bucket, found without building buckets' map every step.
 bool uniform(const List &ts) {
   for (size_t i = 1; i < ts.size(); i++)
     if (ts[i].device() != ts[0].device() || ts[i].scalar_type() != ts[0].scalar_type()) return false;
   return true;
 }
 
+// Buckets are the indices of tensors that share a device and dtype, in first-seen order,
+// as torch.optim.Optimizer._group_tensors_by_device_and_dtype groups them.
 std::vector<std::vector<size_t>> buckets(const List &ts) {
   if (!ts.empty() && uniform(ts)) {
     std::vector<size_t> all(ts.size());
@@ -258,11 +258,6 @@ cg_status run_groups(int ngroups, const int64_t *group_sizes, const H *hyper, cg
       pid.push_back(base + j);
     }
     base += group_sizes[g];
-    if (ps.empty()) continue;
-    if (uniform(ps)) {
-      step(hyper[g], ps, gs, pid, s);
-      continue;
-    }
     for (auto &b : buckets(ps)) {
       std::vector<size_t> bid;
       for (auto i : b) bid.push_back(pid[i]);
