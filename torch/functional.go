@@ -64,23 +64,32 @@ type Conv2dOptions struct {
 	Groups                    int64
 }
 
-func or1(v [2]int64) []int64 {
-	out := []int64{v[0], v[1]}
-	for i := range out {
-		if out[i] == 0 {
-			out[i] = 1
+// ones is v with its zeros replaced by 1: PyTorch's default stride and dilation.
+func ones(v [2]int64) [2]int64 {
+	for i := range v {
+		if v[i] == 0 {
+			v[i] = 1
 		}
 	}
-	return out
+	return v
+}
+
+func or1(v [2]int64) []int64 {
+	o := ones(v)
+	return o[:]
 }
 
 // Conv2d is F.conv2d (b may be nil).
 func Conv2d(x, w, b *Tensor, o Conv2dOptions) *Tensor {
-	g := o.Groups
-	if g == 0 {
-		g = 1
+	return conv2d(x, w, b, or1(o.Stride), o.Padding[:], or1(o.Dilation), o.groups())
+}
+
+// groups is Groups with 0 meaning 1.
+func (o Conv2dOptions) groups() int64 {
+	if o.Groups == 0 {
+		return 1
 	}
-	return conv2d(x, w, b, or1(o.Stride), o.Padding[:], or1(o.Dilation), g)
+	return o.Groups
 }
 
 // Pool2dOptions are the pooling geometry; a zero Stride means the kernel size, a zero
@@ -93,11 +102,16 @@ type Pool2dOptions struct {
 	ExcludePad bool
 }
 
-func (o Pool2dOptions) stride() []int64 {
+func (o Pool2dOptions) strideOrKernel() [2]int64 {
 	if o.Stride == [2]int64{} {
-		return o.Kernel[:]
+		return o.Kernel
 	}
-	return o.Stride[:]
+	return o.Stride
+}
+
+func (o Pool2dOptions) stride() []int64 {
+	s := o.strideOrKernel()
+	return s[:]
 }
 
 // MaxPool2d is F.max_pool2d.
