@@ -19,10 +19,12 @@
 //            seed's loop runs
 //
 //   loop --workload mlp|mlp256|cnn|cnn-bf16 --dir DIR --threads N --warmup W --reps R --seed S
-//        [--adam fused|foreach|single]
+//        [--adam fused|foreach|single] [--pair 1]
 //
 // DIR holds data.bin/init.bin and their manifests, written by `goloop -prep DIR`. One JSON
-// object goes to stdout (see bench/README.md for its fields).
+// object goes to stdout (see bench/README.md for its fields). With --pair 1 each epoch
+// waits for a line on stdin and reports "epoch N" on stdout when done, so that the driver
+// can run it in turns with another loop (paired epochs, bench/README.md).
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
@@ -43,6 +45,7 @@ struct Args {
   std::string workload = "mlp", dir, adam = "single";
   int threads = 1, warmup = 1, reps = 5, check = 50;
   int64_t seed = 1;
+  bool pair = false;
 };
 
 // rss_mb returns VmRSS or VmHWM (peak) from /proc/self/status, in MiB.
@@ -192,6 +195,7 @@ int main(int argc, char** argv) {
     else if (k == "--check") a.check = std::stoi(v);
     else if (k == "--seed") a.seed = std::stoll(v);
     else if (k == "--adam") a.adam = v;
+    else if (k == "--pair") a.pair = v == "1";
     else { std::cerr << "loop: unknown flag " << k << "\n"; return 2; }
   }
   // RSS with the libraries loaded and nothing allocated yet: the baseline the driver
@@ -224,6 +228,8 @@ int main(int argc, char** argv) {
   int epochs = a.warmup + a.reps;
   model->train();
   for (int ep = 0; ep < epochs; ep++) {
+    std::string turn;
+    if (a.pair && !std::getline(std::cin, turn)) throw std::runtime_error("--pair: stdin closed before epoch " + std::to_string(ep + 1));
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t s = 0; s < steps; s++) {
       auto x = X.narrow(0, s * B, B).to(device), y = Y.narrow(0, s * B, B).to(device);
@@ -248,6 +254,7 @@ int main(int argc, char** argv) {
     }
     epoch_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     rss.push_back(rss_mb("VmRSS:"));
+    if (a.pair) std::cout << "epoch " << ep + 1 << std::endl;
   }
 
   auto arr = [](const std::vector<double>& v) {

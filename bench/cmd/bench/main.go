@@ -109,6 +109,7 @@ type config struct {
 	steps       map[string]int
 	impls       []string
 	rounds      int
+	pairReps    int
 }
 
 // Measurement is one implementation on one workload and thread count.
@@ -152,6 +153,8 @@ type Case struct {
 	LossCheckOK     bool     `json:"loss_check_ok"`
 	LossProblems    []string `json:"loss_problems,omitempty"`
 	GoLoaderUS      float64  `json:"go_loader_us_per_step"`
+	// Paired are the like-for-like pairs measured in turns (pair.go), by gotrain loop.
+	Paired map[string]*Paired `json:"paired,omitempty"`
 }
 
 // OpResult is one language's run of the per-op microbenchmark.
@@ -216,12 +219,13 @@ func main() {
 	outDir := flag.String("out", "bench/results", "results directory")
 	skipExtra := flag.Bool("loops-only", false, "skip the per-op, checkpoint and data benchmarks")
 	rounds := flag.Int("rounds", 4, "runs of each implementation per case, and of each per-op benchmark, in rotated order")
+	pairReps := flag.Int("pair-reps", 15, "timed epochs of each loop of a pair measured in turns (0: none)")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
 
 	cfg := config{bin: *bin, python: *python, warmup: 1, reps: *reps, seed: 1,
-		steps: map[string]int{"mlp": 400, "mlp256": 150, "cnn": 12, "cnn-bf16": 12}, rounds: *rounds}
+		steps: map[string]int{"mlp": 400, "mlp256": 150, "cnn": 12, "cnn-bf16": 12}, rounds: *rounds, pairReps: *pairReps}
 	for _, im := range impls {
 		if im.quick || !*quick {
 			cfg.impls = append(cfg.impls, im.name)
@@ -232,6 +236,7 @@ func main() {
 		cfg.reps = min(cfg.reps, 2)
 		cfg.steps = map[string]int{"mlp": 50, "mlp256": 25, "cnn": 2, "cnn-bf16": 2}
 		cfg.rounds = 1
+		cfg.pairReps = min(cfg.pairReps, 3)
 		opsN, opsReps, ckptMB, dataSteps = "20000", "5", "100", "0"
 	}
 	host, _ := os.Hostname()
@@ -316,6 +321,9 @@ func main() {
 	}
 }
 
+// pairedRuns are the like-for-like pairs also measured in turns: {C++ twin, gotrain loop}.
+var pairedRuns = [][2]string{{"cpp-fused", "go"}, {"cpp-fused", "go-raw"}, {"cpp-foreach", "go-unfused"}}
+
 func runCase(cfg config, w loopio.Workload, dir string, threads int) (*Case, error) {
 	c := &Case{Workload: w.Name, Desc: w.Desc, Threads: threads, BF16: w.BF16, Impl: map[string]*Measurement{},
 		CrossKernelTol: crossKernelTol(w.BF16)}
@@ -343,6 +351,19 @@ func runCase(cfg config, w loopio.Workload, dir string, threads int) (*Case, err
 		m.SamplesPerS = steps * float64(m.Batch) / median(m.Timed)
 	}
 	checkLosses(c)
+	for _, pr := range pairedRuns {
+		if !slices.Contains(cfg.impls, pr[0]) || !slices.Contains(cfg.impls, pr[1]) || cfg.pairReps == 0 {
+			continue
+		}
+		p, err := runPaired(cfg, c, w, dir, threads, pr[0], pr[1], cfg.pairReps)
+		if err != nil {
+			return nil, err
+		}
+		if c.Paired == nil {
+			c.Paired = map[string]*Paired{}
+		}
+		c.Paired[pr[1]] = p
+	}
 	for name, m := range c.Impl {
 		m.OverTwinUS = m.StepUS - c.Impl[twin(name)].StepUS
 	}
@@ -416,32 +437,46 @@ func implArgs(cfg config, impl string, common []string) []string {
 	return append(slices.Clone(args), common...)
 }
 
+// loopCommand is the environment and command line of one run of impl.
+func loopCommand(cfg config, w loopio.Workload, dir string, threads int, impl string, reps int) (env, args []string) {
+	env = append([]string{fmt.Sprintf("OMP_NUM_THREADS=%d", threads), fmt.Sprintf("MKL_NUM_THREADS=%d", threads)}, mallocEnv...)
+	common := []string{"--workload", w.Name, "--dir", dir, "--threads", fmt.Sprint(threads),
+		"--warmup", fmt.Sprint(cfg.warmup), "--reps", fmt.Sprint(reps), "--seed", fmt.Sprint(cfg.seed)}
+	return env, implArgs(cfg, impl, common)
+}
+
+// loopResult parses and checks the result line of a run of impl.
+func loopResult(out, impl string, w loopio.Workload, threads int) (*loopio.Result, error) {
+	var res loopio.Result
+	if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
+		return nil, fmt.Errorf("%s %s: output %q: %w", impl, w.Name, out, err)
+	}
+	if res.Threads != threads {
+		return nil, fmt.Errorf("%s ran with %d threads, not %d", impl, res.Threads, threads)
+	}
+	if want := lookupImpl(impl).adam; res.Adam != want {
+		return nil, fmt.Errorf("%s ran Adam %q, not %q", impl, res.Adam, want)
+	}
+	return &res, nil
+}
+
 // runImpl runs one implementation once. The first run of an implementation gives its
 // losses and RSS series; the timed epochs of every run are pooled.
 func runImpl(cfg config, c *Case, w loopio.Workload, dir string, threads int, impl string, reps int) error {
-	env := append([]string{fmt.Sprintf("OMP_NUM_THREADS=%d", threads), fmt.Sprintf("MKL_NUM_THREADS=%d", threads)}, mallocEnv...)
-	common := []string{"--workload", w.Name, "--dir", dir, "--threads", fmt.Sprint(threads),
-		"--warmup", fmt.Sprint(cfg.warmup), "--reps", fmt.Sprint(reps), "--seed", fmt.Sprint(cfg.seed)}
-	args := implArgs(cfg, impl, common)
+	env, args := loopCommand(cfg, w, dir, threads, impl, reps)
 	before := load1()
 	out, err := output(env, args[0], args[1:]...)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", impl, w.Name, err)
 	}
-	var res loopio.Result
-	if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
-		return fmt.Errorf("%s %s: output %q: %w", impl, w.Name, out, err)
-	}
-	if res.Threads != threads {
-		return fmt.Errorf("%s ran with %d threads, not %d", impl, res.Threads, threads)
-	}
-	if want := lookupImpl(impl).adam; res.Adam != want {
-		return fmt.Errorf("%s ran Adam %q, not %q", impl, res.Adam, want)
+	res, err := loopResult(out, impl, w, threads)
+	if err != nil {
+		return err
 	}
 	after := load1()
 	m := c.Impl[impl]
 	if m == nil {
-		m = &Measurement{Result: res, Name: impl, Load: [2]float64{before, after}}
+		m = &Measurement{Result: *res, Name: impl, Load: [2]float64{before, after}}
 		if len(m.RSSMB) > 2 {
 			first, last := m.RSSMB[1], m.RSSMB[len(m.RSSMB)-1]
 			m.RSSGrowthPct = (last - first) / first * 100

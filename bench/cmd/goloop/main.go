@@ -13,6 +13,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -53,7 +54,11 @@ func main() {
 	device := flag.String("device", "cpu", "device for the Trainer run: cpu, cuda, cuda:N (scripts/gpu/run.sh)")
 	fused := flag.Bool("fused", true, "fused Adam (optim.AdamOptions.Fused, cmd/train's default); false: the multi-tensor (_foreach_*) arithmetic of Python's Adam(foreach=True)")
 	raw := flag.Bool("raw", false, "the loop written directly against package torch, narrowing each batch out of the in-memory tensors, without Trainer and Loader")
+	pair := flag.Int("pair", 0, "1: take turns with another loop, waiting for a line on stdin before each epoch and printing \"epoch N\" after it (paired epochs, bench/README.md)")
 	flag.Parse()
+	if *pair == 1 {
+		pairTurns = bufio.NewReader(os.Stdin)
+	}
 	log.SetFlags(0)
 	log.SetPrefix("goloop: ")
 	// One OS thread for all libtorch calls, as Trainer.Run does for its duration: glibc
@@ -146,6 +151,9 @@ func writeTensors(base string, names []string, ts []*torch.Tensor) error {
 	return bin.Close()
 }
 
+// pairTurns is stdin with -pair: each epoch waits for a line on it.
+var pairTurns *bufio.Reader
+
 func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed int64, cpuprofile string, raw, fused bool, device string) (*loopio.Result, error) {
 	dev, err := torch.ParseDevice(device)
 	if err != nil {
@@ -226,12 +234,20 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 			defer f.Close()
 			defer pprof.StopCPUProfile()
 		}
+		if pairTurns != nil {
+			if _, err := pairTurns.ReadString('\n'); err != nil {
+				return nil, fmt.Errorf("-pair: stdin closed before epoch %d", e)
+			}
+		}
 		t0 := time.Now()
 		if err := epoch(e); err != nil {
 			return nil, err
 		}
 		res.EpochS = append(res.EpochS, time.Since(t0).Seconds())
 		res.RSSMB = append(res.RSSMB, loopio.RSSMB("VmRSS:"))
+		if pairTurns != nil {
+			fmt.Printf("epoch %d\n", e)
+		}
 	}
 	res.LoaderS = loaderEpoch(loader)
 	res.PeakRSSMB = loopio.RSSMB("VmHWM:")
