@@ -45,7 +45,9 @@
 // the guarded C++ bodies, the cgo wrappers and this package's ops_gen.go from it. The
 // kernels that are more than one ATen call (optimizer steps, GradScaler's unscale and
 // update, clipping, collectives, TorchScript) are hand-written and exposed here as typed
-// functions for packages optim, amp, distributed and nn.
+// functions for packages optim, amp, distributed and nn. Chain is one of them: a list of
+// layer stages (LinearStage, Conv2dStage, ...) run in one call, with only the last output
+// crossing back, which is how nn.Sequential runs its built-in layers.
 //
 // # Threads
 //

@@ -55,3 +55,21 @@ func Example_errorRule() {
 	// Output:
 	// true add true
 }
+
+// A chain runs layers' ops in one libtorch call; only its result becomes a Tensor, and it
+// is what the functions give one by one.
+func ExampleChain() {
+	torch.WithScope(func() {
+		x := torch.FromSlice([]float32{-1, 2, -3, 4}, 2, 2)
+		w := torch.FromSlice([]float32{1, 0, 0, 1, 1, 1}, 3, 2)
+		b := torch.FromSlice([]float32{0, 0, -1}, 3)
+		stages := []torch.Stage{torch.LinearStage(w, b), torch.ReLUStage()}
+		before := torch.LiveTensors()
+		y := torch.Chain(x, stages)
+		fmt.Println(y.Shape(), y.Float32s(), "new tensors:", torch.LiveTensors()-before)
+		fmt.Println(torch.Linear(x, w, b).ReLU().Float32s())
+	})
+	// Output:
+	// [2 3] [0 2 0 0 4 0] new tensors: 1
+	// [0 2 0 0 4 0]
+}
