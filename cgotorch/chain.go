@@ -28,7 +28,6 @@ const (
 	StageSiLU              StageKind = C.CG_STAGE_SILU
 	StageTanh              StageKind = C.CG_STAGE_TANH
 	StageSigmoid           StageKind = C.CG_STAGE_SIGMOID
-	StageKinds             int       = C.CG_STAGE_KINDS
 )
 
 // Stage is cg_stage: one stage of a chain; a kind reads only its own fields (cgotorch.h).
