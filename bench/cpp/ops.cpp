@@ -2,12 +2,14 @@
 // bench/python/ops.py the Python side): the same two tiny ops on the same libtorch, so
 // that the difference is each language's cost of calling an op.
 //
-//   ops [--n 100000] [--reps 7] [--block 100] [--threads 1] [--ops add,linear]
+//   ops [--n 100000] [--reps 7] [--block 100] [--threads 1] [--ops add,linear] [--pair 1]
 //
 // "add" is at::add of two 16-element float32 tensors; "linear" is torch::nn::Linear(16,
 // 16)'s forward on a [1, 16] input with autograd recording. Results are kept in a vector
 // of --block and released together, as gotrain's scope frees a block's results. The first
-// rep is a warm-up. One JSON object goes to stdout (fields as opbench's).
+// rep is a warm-up. One JSON object goes to stdout (fields as opbench's). With --pair 1 each
+// rep waits for a line on stdin and reports "rep N" when done (N counts the reps of every op
+// from 1), so that the driver can run it in turns with opbench (bench/README.md).
 #include <torch/torch.h>
 
 #include <chrono>
@@ -19,7 +21,7 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-  int64_t n = 100000, reps = 7, block = 100, threads = 1;
+  int64_t n = 100000, reps = 7, block = 100, threads = 1, pair = 0;
   std::string only = "add,linear";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
     else if (k == "--reps") reps = v;
     else if (k == "--block") block = v;
     else if (k == "--threads") threads = v;
+    else if (k == "--pair") pair = v;
     else { std::cerr << "ops: unknown flag " << k << "\n"; return 2; }
   }
   at::set_num_threads(threads);
@@ -53,11 +56,17 @@ int main(int argc, char** argv) {
   std::vector<torch::Tensor> kept;
   kept.reserve(block);
   std::ostringstream js;
+  int64_t turn = 0;
   js << "{\"impl\":\"cpp\",\"torch\":\"" << TORCH_VERSION << "\",\"threads\":" << at::get_num_threads()
      << ",\"block\":" << block << ",\"n\":" << n << ",\"ns_per_op\":{";
   for (size_t o = 0; o < ops.size(); o++) {
     js << (o ? "," : "") << "\"" << ops[o].first << "\":[";
     for (int64_t r = 0; r <= reps; r++) {
+      std::string line;
+      if (pair && !std::getline(std::cin, line)) {
+        std::cerr << "ops: --pair: stdin closed before rep " << turn + 1 << "\n";
+        return 2;
+      }
       auto t0 = std::chrono::steady_clock::now();
       for (int64_t done = 0; done < n; done += block) {
         for (int64_t k = 0; k < block; k++) kept.push_back(ops[o].second());
@@ -65,6 +74,7 @@ int main(int argc, char** argv) {
       }
       double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / n;
       if (r > 0) js << (r > 1 ? "," : "") << ns;
+      if (pair) std::cout << "rep " << ++turn << std::endl;
     }
     js << "]";
   }

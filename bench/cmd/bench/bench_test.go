@@ -116,3 +116,45 @@ func TestPerOpRunsPool(t *testing.T) {
 	js := `{"impl":"go","threads":2,"ns_per_op":{"add":[1]}}`
 	assert.Error(t, runOp(nil, []string{"sh", "-c", "echo '" + js + "'"}, "go", out))
 }
+
+// The per-op target is scored in turns when that figure exists: a fastest rep that
+// happens to favour one side does not decide it.
+func TestPerOpTargetScoredInTurns(t *testing.T) {
+	ops := map[string]*OpResult{
+		"go":  {NsPerOp: map[string][]float64{"add": {600, 700}}},
+		"cpp": {NsPerOp: map[string][]float64{"add": {550, 650}}},
+	}
+	alone := strings.Join(targets(&Results{Ops: ops}), "\n")
+	assert.Contains(t, alone, "met: tiny op (add of two 16-element tensors): gotrain 600 ns vs C++ 550 ns, 1.09×")
+	// C++ over gotrain per pair: gotrain is 1.25× C++ in the median pair.
+	paired := &Paired{Ref: "cpp", Impl: "go", Ratios: []float64{0.9, 0.8, 0.7}, Median: 0.8}
+	got := strings.Join(targets(&Results{Ops: ops, OpsPaired: map[string]*Paired{"add": paired}}), "\n")
+	assert.Contains(t, got, "**missed**: tiny op (add of two 16-element tensors): gotrain 1.25× C++ in turns; fastest reps 600 ns vs 550 ns, 1.09×")
+	assert.Equal(t, "1.25× (1.11–1.43)", opPairedCell(paired))
+}
+
+// Two processes take their turns a, b, b, a, ... and each must report the turn it took.
+func TestInTurns(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "order")
+	proc := func(name string) *pairProc {
+		script := `n=0; while read l; do n=$((n+1)); echo ` + name + ` >> ` + log + `; echo "rep $n"; done; echo '{}'`
+		p, err := startTurns(name, "rep", nil, []string{"sh", "-c", script})
+		require.NoError(t, err)
+		return p
+	}
+	a, b := proc("a"), proc("b")
+	require.NoError(t, inTurns(a, b, 4))
+	for _, p := range []*pairProc{a, b} {
+		out, err := p.finish()
+		require.NoError(t, err)
+		assert.Equal(t, "{}\n", out)
+	}
+	order, err := os.ReadFile(log)
+	require.NoError(t, err)
+	assert.Equal(t, "a\nb\nb\na\na\nb\nb\na\n", string(order))
+
+	bad, err := startTurns("bad", "rep", nil, []string{"sh", "-c", `read l; echo "epoch 1"`})
+	require.NoError(t, err)
+	defer stop([]*pairProc{bad})
+	assert.ErrorContains(t, bad.turn(1), `read "epoch 1\n"`)
+}

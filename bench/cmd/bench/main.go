@@ -188,24 +188,26 @@ func (o *OpResult) Best(op string) float64 {
 
 // Results is the JSON file.
 type Results struct {
-	Date       string               `json:"date"`
-	Host       string               `json:"host"`
-	CPU        string               `json:"cpu"`
-	Cores      int                  `json:"cores"`
-	Torch      string               `json:"torch"`
-	Command    string               `json:"command"`
-	Quick      bool                 `json:"quick"`
-	Rounds     int                  `json:"rounds"`
-	MallocEnv  []string             `json:"malloc_env"`
-	LoadStart  string               `json:"loadavg_start"`
-	LoadEnd    string               `json:"loadavg_end"`
-	Cases      []*Case              `json:"cases"`
-	Ops        map[string]*OpResult `json:"ops"`
-	Checkpoint string               `json:"checkpoint_table"`
-	CkptGo     []float64            `json:"checkpoint_go_s"`     // medians: save (no fsync), save+fsync, load
-	CkptPy     []float64            `json:"checkpoint_python_s"` // the same for torch.save / torch.load
-	DataTable  string               `json:"data_table"`
-	Targets    []string             `json:"targets"`
+	Date      string               `json:"date"`
+	Host      string               `json:"host"`
+	CPU       string               `json:"cpu"`
+	Cores     int                  `json:"cores"`
+	Torch     string               `json:"torch"`
+	Command   string               `json:"command"`
+	Quick     bool                 `json:"quick"`
+	Rounds    int                  `json:"rounds"`
+	MallocEnv []string             `json:"malloc_env"`
+	LoadStart string               `json:"loadavg_start"`
+	LoadEnd   string               `json:"loadavg_end"`
+	Cases     []*Case              `json:"cases"`
+	Ops       map[string]*OpResult `json:"ops"`
+	// OpsPaired are gotrain's per-op benchmark against C++'s in turns, by op (pair.go).
+	OpsPaired  map[string]*Paired `json:"ops_paired,omitempty"`
+	Checkpoint string             `json:"checkpoint_table"`
+	CkptGo     []float64          `json:"checkpoint_go_s"`     // medians: save (no fsync), save+fsync, load
+	CkptPy     []float64          `json:"checkpoint_python_s"` // the same for torch.save / torch.load
+	DataTable  string             `json:"data_table"`
+	Targets    []string           `json:"targets"`
 }
 
 func main() {
@@ -275,6 +277,11 @@ func main() {
 		var err error
 		if res.Ops, err = runOps(cfg, opsN, opsReps); err != nil {
 			log.Fatal(err)
+		}
+		if cfg.pairReps > 0 {
+			if res.OpsPaired, err = runOpsPaired(cfg, opsN, cfg.pairReps); err != nil {
+				log.Fatal(err)
+			}
 		}
 		out, err := output(mallocEnv, filepath.Join(cfg.bin, "checkpointbench"), "-mb", ckptMB, "-reps", ckptReps, "-python", cfg.python)
 		if err != nil {
@@ -495,10 +502,13 @@ func runImpl(cfg config, c *Case, w loopio.Workload, dir string, threads int, im
 	return nil
 }
 
+// opsEnv is the per-op processes' environment: one thread, the loops' allocator setting.
+var opsEnv = append([]string{"OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1"}, mallocEnv...)
+
 // runOps runs the per-op microbenchmark in Go, C++ and Python, at one thread, with the
 // loops' allocator setting: cfg.rounds runs of each, in rotated order, their reps pooled.
 func runOps(cfg config, n, reps string) (map[string]*OpResult, error) {
-	env := append([]string{"OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1"}, mallocEnv...)
+	env := opsEnv
 	flags := []string{"--n", n, "--reps", reps, "--threads", "1"}
 	cmds := map[string][]string{
 		"go":     append([]string{filepath.Join(cfg.bin, "opbench")}, flags...),

@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -29,18 +31,21 @@ type Paired struct {
 	Median float64   `json:"median"`
 }
 
-// pairProc is one loop of a pair.
+// pairProc is one process of a pair. It takes a turn when it reads a line on stdin and
+// ends it by printing "<word> N" (N counting its turns from 1): "epoch" for the loops,
+// "rep" for the per-op benchmarks.
 type pairProc struct {
 	name string
+	word string
 	cmd  *exec.Cmd
 	in   io.WriteCloser
 	out  *bufio.Reader
 	err  bytes.Buffer
 }
 
-func startPairProc(cfg config, w loopio.Workload, dir string, threads int, impl string, reps int) (*pairProc, error) {
-	env, args := loopCommand(cfg, w, dir, threads, impl, reps)
-	p := &pairProc{name: impl, cmd: exec.Command(args[0], append(args[1:], "--pair", "1")...)}
+// startTurns starts args (with env added to this process's environment) as name.
+func startTurns(name, word string, env, args []string) (*pairProc, error) {
+	p := &pairProc{name: name, word: word, cmd: exec.Command(args[0], args[1:]...)}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stderr = &p.err
 	var err error
@@ -53,19 +58,40 @@ func startPairProc(cfg config, w loopio.Workload, dir string, threads int, impl 
 	}
 	p.out = bufio.NewReader(stdout)
 	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: %w", impl, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return p, nil
 }
 
-// epoch lets p run its next epoch and waits for it to end.
-func (p *pairProc) epoch(e int) error {
+func startPairProc(cfg config, w loopio.Workload, dir string, threads int, impl string, reps int) (*pairProc, error) {
+	env, args := loopCommand(cfg, w, dir, threads, impl, reps)
+	return startTurns(impl, "epoch", env, append(args, "--pair", "1"))
+}
+
+// turn lets p take its k-th turn and waits for it to end.
+func (p *pairProc) turn(k int) error {
 	if _, err := io.WriteString(p.in, "go\n"); err != nil {
-		return fmt.Errorf("%s: epoch %d: %w (%s)", p.name, e, err, strings.TrimSpace(p.err.String()))
+		return fmt.Errorf("%s: %s %d: %w (%s)", p.name, p.word, k, err, strings.TrimSpace(p.err.String()))
 	}
 	line, err := p.out.ReadString('\n')
-	if want := fmt.Sprintf("epoch %d\n", e); err != nil || line != want {
-		return fmt.Errorf("%s: epoch %d: read %q, %v (%s)", p.name, e, line, err, strings.TrimSpace(p.err.String()))
+	if want := fmt.Sprintf("%s %d\n", p.word, k); err != nil || line != want {
+		return fmt.Errorf("%s: %s %d: read %q, %v (%s)", p.name, p.word, k, line, err, strings.TrimSpace(p.err.String()))
+	}
+	return nil
+}
+
+// inTurns lets the two processes take n turns each, in the order a, b, b, a, a, b, ...
+func inTurns(a, b *pairProc, n int) error {
+	for k := 1; k <= n; k++ {
+		order := []*pairProc{a, b}
+		if k%2 == 0 {
+			order = []*pairProc{b, a}
+		}
+		for _, p := range order {
+			if err := p.turn(k); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -83,18 +109,21 @@ func (p *pairProc) finish() (string, error) {
 	return string(rest), nil
 }
 
+// stop kills the processes that have not finished.
+func stop(procs []*pairProc) {
+	for _, p := range procs {
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+		}
+	}
+}
+
 // runPaired measures impl against ref in turns over reps timed epochs each (after
 // cfg.warmup), and checks that both computed the losses they compute alone.
 func runPaired(cfg config, c *Case, w loopio.Workload, dir string, threads int, ref, impl string, reps int) (*Paired, error) {
 	var procs []*pairProc
-	defer func() {
-		for _, p := range procs {
-			if p.cmd.ProcessState == nil {
-				p.cmd.Process.Kill()
-				p.cmd.Wait()
-			}
-		}
-	}()
+	defer func() { stop(procs) }()
 	for _, name := range []string{ref, impl} {
 		p, err := startPairProc(cfg, w, dir, threads, name, reps)
 		if err != nil {
@@ -102,16 +131,8 @@ func runPaired(cfg config, c *Case, w loopio.Workload, dir string, threads int, 
 		}
 		procs = append(procs, p)
 	}
-	for e := 1; e <= cfg.warmup+reps; e++ {
-		order := procs
-		if e%2 == 0 {
-			order = []*pairProc{procs[1], procs[0]}
-		}
-		for _, p := range order {
-			if err := p.epoch(e); err != nil {
-				return nil, err
-			}
-		}
+	if err := inTurns(procs[0], procs[1], cfg.warmup+reps); err != nil {
+		return nil, err
 	}
 	var res []*loopio.Result
 	for _, p := range procs {
@@ -135,4 +156,55 @@ func runPaired(cfg config, c *Case, w loopio.Workload, dir string, threads int, 
 	pr.Median = median(pr.Ratios)
 	fmt.Fprintf(os.Stderr, "%-9s %d thr  %-15s in turns with %s: median %.3f× over %d pairs\n", w.Name, threads, impl, ref, pr.Median, reps)
 	return pr, nil
+}
+
+// runOpsPaired measures the per-op benchmark's Go side against its C++ side in turns: for
+// each op, both run as live processes and take turns one rep (n ops) at a time, so that a
+// rep and the other language's rep beside it see the same machine. The first rep of each
+// is the warm-up. Ratios are C++'s ns per op over gotrain's (as Paired's: ref over impl).
+func runOpsPaired(cfg config, n string, reps int) (map[string]*Paired, error) {
+	out := map[string]*Paired{}
+	for _, op := range []string{"add", "linear"} {
+		flags := []string{"--n", n, "--reps", fmt.Sprint(reps), "--threads", "1", "--ops", op, "--pair", "1"}
+		var procs []*pairProc
+		for _, side := range []struct{ name, bin string }{{"cpp", "ops"}, {"go", "opbench"}} {
+			p, err := startTurns(side.name, "rep", opsEnv, append([]string{filepath.Join(cfg.bin, side.bin)}, flags...))
+			if err != nil {
+				stop(procs)
+				return nil, err
+			}
+			procs = append(procs, p)
+		}
+		err := inTurns(procs[0], procs[1], reps+1)
+		var res []OpResult
+		for _, p := range procs {
+			if err != nil {
+				break
+			}
+			var text string
+			if text, err = p.finish(); err != nil {
+				break
+			}
+			var r OpResult
+			if err = json.Unmarshal([]byte(lastLine(text)), &r); err == nil && len(r.NsPerOp[op]) != reps {
+				err = fmt.Errorf("%d timed reps of %s, not %d", len(r.NsPerOp[op]), op, reps)
+			}
+			if err != nil {
+				err = fmt.Errorf("per-op %s in turns: %w", p.name, err)
+			}
+			res = append(res, r)
+		}
+		stop(procs)
+		if err != nil {
+			return nil, err
+		}
+		pr := &Paired{Ref: "cpp", Impl: "go"}
+		for k := range reps {
+			pr.Ratios = append(pr.Ratios, res[0].NsPerOp[op][k]/res[1].NsPerOp[op][k])
+		}
+		pr.Median = median(pr.Ratios)
+		fmt.Fprintf(os.Stderr, "per-op    %-7s in turns with C++: gotrain / C++ %.3f× (median of %d pairs)\n", op, 1/pr.Median, reps)
+		out[op] = pr
+	}
+	return out, nil
 }

@@ -3,19 +3,23 @@
 // is the crossing (cgo call, handle, scope bookkeeping, free). bench/cpp/ops.cpp and
 // bench/python/ops.py run the same ops on the same libtorch.
 //
-//	opbench [-n 100000] [-reps 7] [-block 100] [-threads 1] [-ops add,linear] [-cpuprofile FILE]
+//	opbench [-n 100000] [-reps 7] [-block 100] [-threads 1] [-ops add,linear] [-pair 1] [-cpuprofile FILE]
 //
 // The ops: "add", a.Add(b) of two 16-element float32 tensors; "linear", the forward of
 // nn.Linear(16, 16) on a [1, 16] input with autograd recording (its parameters require
 // grad, as in training). Ops run in blocks of -block inside one scope, as the Trainer runs
 // a step's ops inside the step's scope, and the time includes closing the scope (freeing
 // the block's results). One rep is -n ops; the first rep is a warm-up. It prints one JSON
-// object: impl, torch, threads, block, n, and ns_per_op[op] for every timed rep.
+// object: impl, torch, threads, block, n, and ns_per_op[op] for every timed rep. With -pair 1
+// each rep waits for a line on stdin and prints "rep N" when done (N counts the reps of every
+// op from 1), so that the driver can run it in turns with bench/cpp/ops.cpp.
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"log"
 	"os"
 	"runtime"
@@ -34,6 +38,7 @@ func main() {
 	threads := flag.Int("threads", 1, "libtorch intra-op threads")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of all reps (go tool pprof)")
 	only := flag.String("ops", "add,linear", "the ops to run, comma-separated")
+	pair := flag.Int("pair", 0, "1: take turns with another process, waiting for a line on stdin before each rep and printing \"rep N\" after it")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("opbench: ")
@@ -65,12 +70,22 @@ func main() {
 	}
 	live := torch.LiveTensors()
 	out := map[string][]float64{}
+	var turns *bufio.Reader
+	if *pair == 1 {
+		turns = bufio.NewReader(os.Stdin)
+	}
+	turn := 0
 	for _, name := range strings.Split(*only, ",") {
 		op, ok := ops[name]
 		if !ok {
 			log.Fatalf("-ops: no op %q (add, linear)", name)
 		}
 		for r := range *reps + 1 {
+			if turns != nil {
+				if _, err := turns.ReadString('\n'); err != nil {
+					log.Fatalf("-pair: stdin closed before rep %d", turn+1)
+				}
+			}
 			t0 := time.Now()
 			for done := 0; done < *n; done += *block {
 				s := torch.NewScope()
@@ -81,6 +96,10 @@ func main() {
 			}
 			if r > 0 {
 				out[name] = append(out[name], float64(time.Since(t0).Nanoseconds())/float64(*n))
+			}
+			if turns != nil {
+				turn++
+				fmt.Printf("rep %d\n", turn)
 			}
 		}
 	}
