@@ -7,7 +7,7 @@ package cgotorch
 */
 import "C"
 
-import "unsafe"
+import "sync"
 
 // StageKind is cg_stage_kind: the layer a chain stage runs.
 type StageKind int32
@@ -30,11 +30,10 @@ const (
 	StageSigmoid           StageKind = C.CG_STAGE_SIGMOID
 )
 
-// Stage is cg_stage: one stage of a chain; a kind reads only its own fields (cgotorch.h).
+// Stage is cg_stage without its tensors: one stage of a chain; a kind reads only its own
+// fields (cgotorch.h). Chain.Add resolves the tensors.
 type Stage struct {
 	Kind                                      StageKind
-	Weight, Bias                              Tensor
-	RunningMean, RunningVar, BatchesTracked   Tensor
 	Kernel, Stride, Padding, Dilation         [2]int64
 	Groups, StartDim, EndDim, InputDims       int64
 	P, Momentum, Eps, Slope                   float64
@@ -42,8 +41,7 @@ type Stage struct {
 }
 
 func (s *Stage) c() C.cg_stage {
-	return C.cg_stage{kind: C.int32_t(s.Kind), weight: h(s.Weight), bias: h(s.Bias),
-		running_mean: h(s.RunningMean), running_var: h(s.RunningVar), num_batches_tracked: h(s.BatchesTracked),
+	return C.cg_stage{kind: C.int32_t(s.Kind),
 		kernel: i64x2(s.Kernel), stride: i64x2(s.Stride), padding: i64x2(s.Padding), dilation: i64x2(s.Dilation),
 		groups: C.int64_t(s.Groups), start_dim: C.int64_t(s.StartDim), end_dim: C.int64_t(s.EndDim),
 		input_dims: C.int64_t(s.InputDims), p: C.double(s.P), momentum: C.double(s.Momentum), eps: C.double(s.Eps),
@@ -53,26 +51,36 @@ func (s *Stage) c() C.cg_stage {
 
 func i64x2(v [2]int64) [2]C.int64_t { return [2]C.int64_t{C.int64_t(v[0]), C.int64_t(v[1])} }
 
-// chainStages is the size of the C array ChainForward fills on the stack; longer chains
-// allocate theirs.
-const chainStages = 16
+// Chain is a chain being assembled in C's layout, for ChainForward. Chains are pooled:
+// a forward pass takes one with NewChain and Forward puts it back, so a step neither
+// allocates nor clears a stage array.
+type Chain struct{ cs []C.cg_stage }
 
-// ChainForward is cg_chain_forward: the stages over x in one call. On failure, failed is
-// the index of the stage that threw.
-func ChainForward(stages []Stage, x Tensor) (r Result, failed int) {
-	var buf [chainStages]C.cg_stage
-	cs := buf[:0]
-	if len(stages) > chainStages {
-		cs = make([]C.cg_stage, 0, len(stages))
-	}
-	for i := range stages {
-		cs = append(cs, stages[i].c())
-	}
+var chains = sync.Pool{New: func() any { return &Chain{cs: make([]C.cg_stage, 0, 16)} }}
+
+// NewChain returns an empty chain from the pool.
+func NewChain() *Chain {
+	c := chains.Get().(*Chain)
+	c.cs = c.cs[:0]
+	return c
+}
+
+// Add appends s with its tensors (0: none) resolved.
+func (c *Chain) Add(s *Stage, w, b, mean, vr, nb Tensor) {
+	c.cs = append(c.cs, s.c())
+	last := &c.cs[len(c.cs)-1]
+	last.weight, last.bias, last.running_mean, last.running_var, last.num_batches_tracked = h(w), h(b), h(mean), h(vr), h(nb)
+}
+
+// Forward is cg_chain_forward: the stages over x in one call; the chain goes back to the
+// pool. On failure, failed is the index of the stage that threw.
+func (c *Chain) Forward(x Tensor) (r Result, failed int) {
 	var p *C.cg_stage
-	if len(cs) > 0 {
-		p = (*C.cg_stage)(unsafe.Pointer(&cs[0]))
+	if len(c.cs) > 0 {
+		p = &c.cs[0]
 	}
-	cr := C.cg_chain_forward(p, C.int(len(cs)), h(x))
+	cr := C.cg_chain_forward(p, C.int(len(c.cs)), h(x))
+	chains.Put(c)
 	if cr.code != 0 {
 		return Result{Err: statusErr(cr.code, cr.msg)}, int(cr.stage)
 	}

@@ -147,9 +147,13 @@ void step(const cg_adam_hyper &h, const List &params, const List &grads_in, cons
     // in one pass (ATen's CPU and CUDA kernels). Steps stay 0-dim float32 CPU tensors, as
     // in the other path's state dict; the kernel reads them from the parameters' device.
     at::_foreach_add_(steps, 1);
-    List dsteps = steps;
-    for (size_t i = 0; i < steps.size(); i++)
-      if (steps[i].device() != params[i].device()) dsteps[i] = steps[i].to(params[i].device(), /*non_blocking=*/true);
+    List moved;  // the steps on the parameters' devices, when some are elsewhere
+    for (size_t i = 0; i < steps.size(); i++) {
+      if (steps[i].device() == params[i].device()) continue;
+      if (moved.empty()) moved = steps;
+      moved[i] = steps[i].to(params[i].device(), /*non_blocking=*/true);
+    }
+    const List &dsteps = moved.empty() ? steps : moved;
     if (decoupled)
       at::_fused_adamw_(params, grads_in, exp_avgs, exp_avg_sqs, max_sqs, dsteps, lr, beta1, beta2, wd, eps, amsgrad,
                         maximize);
@@ -245,9 +249,12 @@ void step(const cg_adagrad_hyper &h, const List &params, const List &grads_in, c
 template <class H>
 cg_status run_groups(int ngroups, const int64_t *group_sizes, const H *hyper, cg_tensor *params, const Slots &s) {
   size_t base = 0;
+  List ps, gs;
+  std::vector<size_t> pid;
   for (int g = 0; g < ngroups; g++) {
-    List ps, gs;
-    std::vector<size_t> pid;
+    ps.clear();
+    gs.clear();
+    pid.clear();
     for (int64_t j = 0; j < group_sizes[g]; j++) {
       at::Tensor &p = T(params[base + j]);
       const at::Tensor &gr = p.grad();
@@ -258,6 +265,11 @@ cg_status run_groups(int ngroups, const int64_t *group_sizes, const H *hyper, cg
       pid.push_back(base + j);
     }
     base += group_sizes[g];
+    if (ps.empty()) continue;
+    if (uniform(ps)) {  // one bucket, the usual case: no index lists, no copies
+      step(hyper[g], ps, gs, pid, s);
+      continue;
+    }
     for (auto &b : buckets(ps)) {
       std::vector<size_t> bid;
       for (auto i : b) bid.push_back(pid[i]);

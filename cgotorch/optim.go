@@ -1,6 +1,8 @@
 package cgotorch
 
 /*
+#cgo noescape cg_optim_step
+#cgo nocallback cg_optim_step
 #include "cgotorch.h"
 */
 import "C"
@@ -27,9 +29,13 @@ func optimStep[H, CH any](kind C.enum_cg_optimizer, hyper []H, conv func(H) CH, 
 	if len(params) == 0 || len(hyper) == 0 {
 		return nil
 	}
-	ch := make([]CH, len(hyper))
-	for i, h := range hyper {
-		ch[i] = conv(h)
+	var buf [4]CH // most optimizers have one group: no allocation
+	ch := buf[:0]
+	if len(hyper) > len(buf) {
+		ch = make([]CH, 0, len(hyper))
+	}
+	for _, h := range hyper {
+		ch = append(ch, conv(h))
 	}
 	return st(C.cg_optim_step(kind, C.int(len(groupSizes)), i64p(groupSizes), unsafe.Pointer(&ch[0]), handles(params), handles(state)))
 }

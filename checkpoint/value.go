@@ -547,10 +547,22 @@ type Dict struct {
 	// state), such as state_dict()'s "_metadata". Nil when there are none.
 	Attrs *Dict
 
-	keys  []any
-	vals  []any
-	nks   []dictKey
-	index map[dictKey]int // built once a dict outgrows a linear search
+	keys    []any
+	vals    []any
+	nks     []dictKey
+	index   map[dictKey]int // built once a dict outgrows a linear search
+	version uint64          // counts Set and Delete calls (Version)
+}
+
+// Version counts the changes made to d through Set and Delete (also those that store an
+// equal value): while it stays the same, so do d's keys and values, so a reader may keep
+// what it derived from them. A value changed in place (an element of a Tuple) is not a
+// change d sees.
+func (d *Dict) Version() uint64 {
+	if d == nil {
+		return 0
+	}
+	return d.version
 }
 
 // smallDict is the size up to which a Dict finds keys by a linear search: most dicts
@@ -729,6 +741,7 @@ func (d *Dict) find(dk dictKey) int {
 }
 
 func (d *Dict) setNorm(nk any, dk dictKey, v any) {
+	d.version++
 	if i := d.find(dk); i >= 0 {
 		d.vals[i] = v
 		return
@@ -790,6 +803,7 @@ func (d *Dict) Delete(key any) {
 	if i < 0 {
 		return
 	}
+	d.version++
 	d.keys = append(d.keys[:i], d.keys[i+1:]...)
 	d.vals = append(d.vals[:i], d.vals[i+1:]...)
 	d.nks = append(d.nks[:i], d.nks[i+1:]...)

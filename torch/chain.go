@@ -27,19 +27,18 @@ func Chain(x *Tensor, stages []Stage) *Tensor {
 	if len(stages) == 0 {
 		return x
 	}
-	var buf [16]cgotorch.Stage
-	cs := buf[:0]
 	for i := range stages {
-		s := &stages[i]
-		if s.op == "" {
+		if stages[i].op == "" {
 			panic(&Error{Op: "chain", Msg: "stage is the zero Stage; make stages with the *Stage functions"})
 		}
-		c := s.c
-		c.Weight, c.Bias = opt(s.w), opt(s.b)
-		c.RunningMean, c.RunningVar, c.BatchesTracked = opt(s.mean), opt(s.vr), opt(s.nb)
-		cs = append(cs, c)
 	}
-	r, failed := cgotorch.ChainForward(cs, x.handle())
+	xh := x.handle()
+	c := cgotorch.NewChain()
+	for i := range stages {
+		s := &stages[i]
+		c.Add(&s.c, opt(s.w), opt(s.b), opt(s.mean), opt(s.vr), opt(s.nb))
+	}
+	r, failed := c.Forward(xh)
 	if r.Err != nil {
 		op := "chain"
 		if failed >= 0 && failed < len(stages) {

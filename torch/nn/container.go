@@ -2,6 +2,7 @@ package nn
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/gotrain/gotrain/torch"
 )
@@ -39,19 +40,27 @@ func (s *Sequential) At(i int) Module { return s.mods[i] }
 // the result its layers' Forwards give one by one; any other module's Forward is called
 // as it is.
 func (s *Sequential) Forward(x *torch.Tensor) *torch.Tensor {
-	var buf [16]torch.Stage
-	run := buf[:0]
+	buf := stageBufs.Get().(*[]torch.Stage)
+	defer stageBufs.Put(buf)
+	run, used := (*buf)[:0], 0
 	for _, m := range s.mods {
 		var ok bool
 		if run, ok = appendStages(run, m); ok {
 			continue
 		}
 		x = torch.Chain(x, run)
-		run = run[:0]
+		used, run = max(used, len(run)), run[:0]
 		x = m.Forward(x)
 	}
-	return torch.Chain(x, run)
+	x = torch.Chain(x, run)
+	clear(run[:max(used, len(run))]) // the pool does not keep the layers' tensors alive
+	*buf = run[:0]
+	return x
 }
+
+// stageBufs are Forward's stage buffers: pooled so that a forward pass neither
+// allocates one nor clears a large array on its stack.
+var stageBufs = sync.Pool{New: func() any { b := make([]torch.Stage, 0, 16); return &b }}
 
 // appendStages appends m's forward as chain stages to dst, or returns dst unchanged and
 // false when m's Forward is not one (a user's module, or a layer in a state its stage

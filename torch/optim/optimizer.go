@@ -42,8 +42,10 @@ type ParamGroup struct {
 	HasInitialLR bool
 	// Options holds the group's other keys in PyTorch's order and types ("momentum",
 	// "betas" as a checkpoint.Tuple, "eps", "weight_decay", "foreach": nil, ..., plus
-	// keys schedulers add such as "max_lr"). Step reads it, so setting a key here (for
-	// example "momentum") takes effect at the next Step.
+	// keys schedulers add such as "max_lr"). Setting a key here with Set (for example
+	// "momentum") takes effect at the next Step; Step converts the options again only
+	// after a Set or Delete (checkpoint.Dict.Version), so replace a Tuple rather than
+	// change its elements.
 	Options *checkpoint.Dict
 }
 
@@ -234,22 +236,48 @@ func (o *base) params() []*torch.Tensor {
 	return o.ps
 }
 
-// stepWith makes a kind's step from its hyperparameter conversion.
-// The hyperparameters are read from the groups every step (a scheduler may have changed
-// them) into a slice kept in buf across steps, so that a step does not allocate it.
+// stepWith makes a kind's step from its hyperparameter conversion. A group's
+// hyperparameters are converted again when its LR or its Options (Dict.Version) changed
+// since the last step, and kept in buf across steps otherwise: a step neither reads the
+// options by name nor allocates.
 func stepWith[H torch.OptimizerHyper](hyper func(g *ParamGroup) H) func(*any, []*ParamGroup, []int64, []*torch.Tensor, [][torch.OptimizerStateSlots]*torch.Tensor) error {
 	return func(buf *any, gs []*ParamGroup, sizes []int64, ps []*torch.Tensor, st [][torch.OptimizerStateSlots]*torch.Tensor) error {
-		hs, _ := (*buf).(*[]H)
-		if hs == nil {
-			hs = new([]H)
-			*buf = hs
+		c, _ := (*buf).(*hyperCache[H])
+		if c == nil {
+			c = &hyperCache[H]{}
+			*buf = c
 		}
-		*hs = (*hs)[:0]
-		for _, g := range gs {
-			*hs = append(*hs, hyper(g))
-		}
-		return torch.OptimizerStep(*hs, sizes, ps, st)
+		return torch.OptimizerStep(c.of(gs, hyper), sizes, ps, st)
 	}
+}
+
+// hyperCache holds each group's converted hyperparameters and what they were read from.
+type hyperCache[H any] struct {
+	hs   []H
+	from []hyperSource
+}
+
+type hyperSource struct {
+	opts    *checkpoint.Dict
+	version uint64
+	lr      float64
+}
+
+// of returns the groups' hyperparameters, converting those of the groups that changed.
+func (c *hyperCache[H]) of(gs []*ParamGroup, hyper func(g *ParamGroup) H) []H {
+	if len(c.hs) != len(gs) {
+		c.hs, c.from = make([]H, len(gs)), make([]hyperSource, len(gs))
+		for i := range c.from {
+			c.from[i].version = ^uint64(0) // never a Dict's: the first step converts
+		}
+	}
+	for i, g := range gs {
+		src := hyperSource{opts: g.Options, version: g.Options.Version(), lr: g.LR}
+		if c.from[i] != src {
+			c.hs[i], c.from[i] = hyper(g), src
+		}
+	}
+	return c.hs
 }
 
 // Step updates every parameter that has a gradient, in one call into libtorch, with

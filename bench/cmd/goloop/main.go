@@ -210,6 +210,7 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 		res.Impl = "go-raw"
 		epoch = rawLoop(tr, ds, w.Batch, res, check)
 	}
+	var cgo0 int64
 	for e := 1; e <= warmup+reps; e++ {
 		if e == warmup+1 && os.Getenv("GOLOOP_MEMPROFILE") != "" {
 			// Every allocation of the timed epochs, for `go tool pprof -sample_index=alloc_objects`.
@@ -234,6 +235,9 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 			defer f.Close()
 			defer pprof.StopCPUProfile()
 		}
+		if e == warmup+1 {
+			cgo0 = runtime.NumCgoCall()
+		}
 		if pairTurns != nil {
 			if _, err := pairTurns.ReadString('\n'); err != nil {
 				return nil, fmt.Errorf("-pair: stdin closed before epoch %d", e)
@@ -248,6 +252,9 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 		if pairTurns != nil {
 			fmt.Printf("epoch %d\n", e)
 		}
+	}
+	if reps > 0 {
+		res.CgoCallsPerStep = float64(runtime.NumCgoCall()-cgo0) / float64(reps*res.Steps)
 	}
 	res.LoaderS = loaderEpoch(loader)
 	res.PeakRSSMB = loopio.RSSMB("VmHWM:")

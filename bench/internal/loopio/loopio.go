@@ -67,6 +67,9 @@ type Result struct {
 	GOMAXPROCS  int     `json:"gomaxprocs,omitempty"`
 	LiveTensors int64   `json:"live_tensors,omitempty"`
 	Loader      string  `json:"loader,omitempty"`
+	// CgoCallsPerStep is the cgo calls of the timed epochs divided by their steps
+	// (runtime.NumCgoCall): the crossings a step makes into C.
+	CgoCallsPerStep float64 `json:"cgo_calls_per_step,omitempty"`
 }
 
 // Tensor is one named array of a raw tensor file: F32 or I64 is set.
