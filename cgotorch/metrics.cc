@@ -15,17 +15,19 @@ namespace {
 // host_value reads a one-element CPU tensor of any real dtype as a double, without a
 // dispatch.
 double host_value(const at::Tensor &v) {
+  // The usual dtypes of a loss first, without the dispatch switch.
+  if (v.scalar_type() == at::kFloat) return *v.const_data_ptr<float>();
+  if (v.scalar_type() == at::kDouble) return *v.const_data_ptr<double>();
   double out = 0;
   AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, v.scalar_type(), "cg_accumulate",
                              [&] { out = static_cast<double>(*v.const_data_ptr<scalar_t>()); });
   return out;
 }
 
-void accumulate_host(double *a, const std::vector<at::Tensor> &vs, double weight, int64_t step, int flags) {
-  int n = static_cast<int>(vs.size());
+void accumulate_host(double *a, const cg_tensor *vs, int n, double weight, int64_t step, int flags) {
   double first = 0;
   for (int i = 0; i < n; i++) {
-    double v = host_value(vs[i]);
+    double v = host_value(cg::T(vs[i]));
     if (i == 0) first = v;
     if ((flags & CG_ACC_SKIP_NONFINITE) && !std::isfinite(v)) continue;
     a[i] += weight * v;
@@ -64,17 +66,17 @@ cg_status cg_accumulate(cg_tensor acc, cg_tensor *values, int n, double weight, 
   TORCH_CHECK(a.dim() == 1 && a.scalar_type() == at::kDouble && a.is_contiguous() && a.numel() >= need,
               "accumulate: the accumulator must be a contiguous float64 vector of at least ", need,
               " elements, got ", a.scalar_type(), a.sizes());
-  std::vector<at::Tensor> vs = cg::tensors(values, n);
-  for (auto &v : vs) {
+  for (int i = 0; i < n; i++) {
+    const at::Tensor &v = cg::T(values[i]);
     TORCH_CHECK(v.numel() == 1, "accumulate: a value has ", v.numel(), " elements, not 1 (shape ", v.sizes(), ")");
     TORCH_CHECK(!v.is_complex(), "accumulate: a value is complex");
     // A value on another device would be copied, and so synchronise, every batch.
     TORCH_CHECK(v.device() == a.device(), "accumulate: a value is on ", v.device(), ", the accumulator on ", a.device());
   }
   if (a.is_cpu() && !(flags & CG_ACC_ATEN)) {
-    accumulate_host(a.data_ptr<double>(), vs, weight, step, flags);
+    accumulate_host(a.data_ptr<double>(), values, n, weight, step, flags);
   } else {
-    accumulate_aten(a, vs, weight, step, flags);
+    accumulate_aten(a, cg::tensors(values, n), weight, step, flags);
   }
   return cg::ok();
   CG_CATCH_STATUS

@@ -1,6 +1,10 @@
 package cgotorch
 
-// #include "cgotorch.h"
+/*
+#cgo noescape cg_accumulate
+#cgo nocallback cg_accumulate
+#include "cgotorch.h"
+*/
 import "C"
 
 // Flags of Accumulate (cg_accumulate_flag).

@@ -23,9 +23,15 @@ type Loader struct {
 	free      chan *hostBatch
 	waitNanos atomic.Int64
 	// resident holds the dataset's fields as tensors on the device (Resident), loaded by
-	// the first Iter, outside every scope.
-	resident    map[string]*torch.Tensor
+	// the first Iter, outside every scope, in the sample's field order.
+	resident    []residentField
 	residentErr error
+}
+
+// residentField is one field of a Resident dataset.
+type residentField struct {
+	name string
+	t    *torch.Tensor
 }
 
 // Dataset returns the data set the loader reads (DataLoader.dataset).
@@ -185,11 +191,11 @@ func (l *Loader) loadResident() (err error) {
 		return fmt.Errorf("data: reading the dataset into memory (Resident): %w", err)
 	}
 	defer torch.Recover(&err, "data: copying the dataset to "+l.opts.Device.String()+" (Resident)")
-	res := map[string]*torch.Tensor{}
+	var res []residentField
 	torch.WithScope(func() {
 		for k := range s.fields {
 			f := &s.fields[k]
-			res[f.Name] = fieldTensor(f, l.opts.Device).Escape()
+			res = append(res, residentField{f.Name, fieldTensor(f, l.opts.Device).Escape()})
 		}
 	})
 	l.resident = res
@@ -199,8 +205,8 @@ func (l *Loader) loadResident() (err error) {
 // Free releases what the loader holds in libtorch memory (a Resident dataset); a later
 // epoch reads it again.
 func (l *Loader) Free() {
-	for _, t := range l.resident {
-		t.Free()
+	for _, f := range l.resident {
+		f.t.Free()
 	}
 	l.resident, l.residentErr = nil, nil
 }
@@ -224,11 +230,11 @@ func (it *Iter) residentBatch() (Batch, bool) {
 		}
 		sel = toDevice(ids, it.l.opts.Device, nil)
 	}
-	for name, t := range it.l.resident {
+	for _, f := range it.l.resident {
 		if sel == nil {
-			b.Fields[name] = t.Narrow(0, int64(idx[0]), int64(len(idx)))
+			b.Fields[f.name] = f.t.Narrow(0, int64(idx[0]), int64(len(idx)))
 		} else {
-			b.Fields[name] = t.IndexSelect(0, sel)
+			b.Fields[f.name] = f.t.IndexSelect(0, sel)
 		}
 	}
 	it.next++
