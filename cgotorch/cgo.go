@@ -158,6 +158,10 @@ func ScopeOpen(slot int32) error { return st(C.cg_scope_open(C.int32_t(slot))) }
 // its handles.
 func ScopeClose(slot int32) error { return st(C.cg_scope_close(C.int32_t(slot))) }
 
+// ScopeReset deletes the handles of the calling thread's innermost frame, which must be
+// slot, and keeps the frame open.
+func ScopeReset(slot int32) error { return st(C.cg_scope_reset(C.int32_t(slot))) }
+
 // ScopeFree deletes t, which frame slot of this thread owns (slot 0: nobody).
 func ScopeFree(t Tensor, slot int32) error { return st(C.cg_scope_free(h(t), C.int32_t(slot))) }
 

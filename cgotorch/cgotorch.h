@@ -77,6 +77,9 @@ cg_status cg_scope_open(int32_t slot);
 // cg_scope_close pops the calling thread's innermost frame, which must be slot, and
 // deletes its handles.
 cg_status cg_scope_close(int32_t slot);
+// cg_scope_reset deletes the handles of the calling thread's innermost frame, which must
+// be slot, and keeps the frame open: a loop's close and reopen between steps, in one call.
+cg_status cg_scope_reset(int32_t slot);
 // cg_scope_free deletes t, owned by frame slot of this thread (slot 0: by nobody).
 cg_status cg_scope_free(cg_tensor t, int32_t slot);
 // cg_scope_move moves t from frame slot to the frame under it (*now is its slot), or out

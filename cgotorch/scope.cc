@@ -112,6 +112,16 @@ cg_status cg_scope_close(int32_t slot) {
   return cg::ok();
 }
 
+cg_status cg_scope_reset(int32_t slot) {
+  auto &me = cg::self();
+  if (me.frames.empty() || me.frames.back().slot != slot) return not_here("scope reset", slot);
+  // Unboxing runs no Go and opens no scope, so the frame stays the innermost throughout.
+  auto &owned = me.frames.back().owned;
+  for (size_t i = owned.size(); i-- > 0;) me.unbox(owned[i]);
+  owned.clear();
+  return cg::ok();
+}
+
 cg_status cg_scope_free(cg_tensor t, int32_t slot) {
   if (slot != 0) {
     cg::Frame *f = find_frame(slot, nullptr);

@@ -129,6 +129,24 @@ func (s *Scope) Close() {
 	runtime.UnlockOSThread()
 }
 
+// Renew closes s and opens a new scope in its place, in one call: what a loop that
+// frees each step's tensors does between steps, without closing and reopening. The
+// tensors s owned are freed (using one panics, as after Close); the returned scope is
+// the goroutine's innermost, as s was, and is closed like any other. Renew, like Close,
+// must be called on the goroutine that opened s, with no scope opened since still open.
+func (s *Scope) Renew() *Scope {
+	if s.closed {
+		panic(&Error{Op: "scope", Msg: "Scope.Renew: the scope is closed"})
+	}
+	if err := cgotorch.ScopeReset(s.slot); err != nil {
+		panic(&Error{Op: "scope", Msg: "Scope.Renew: scopes must be renewed innermost, on the goroutine that opened them"})
+	}
+	n := &Scope{slot: s.slot}
+	s.closed = true
+	scopes[s.slot] = n // read only by this goroutine, as NewScope's write
+	return n
+}
+
 // Keep moves tensors out of s: into the enclosing scope, or, when s is outermost, to the
 // caller, who frees them with Free (a runtime cleanup stands behind as a safety net).
 // It returns its first argument, for `return s.Keep(y)`.

@@ -98,6 +98,27 @@ func TestScopesFreeWhatTheyOwn(t *testing.T) {
 	assert.Panics(t, func() { x.Sum() }, "use after Free panics instead of crashing")
 }
 
+// TestScopeRenew: Renew frees what the scope owned and leaves a new scope, innermost as
+// the old one was, owning what comes after; the old scope's tensors panic on use.
+func TestScopeRenew(t *testing.T) {
+	start := torch.LiveTensors()
+	s := torch.NewScope()
+	old := torch.Ones([]int64{4}, torch.Float32, torch.CPU).MulScalar(3)
+	require.Equal(t, start+2, torch.LiveTensors())
+	s = s.Renew()
+	assert.Equal(t, start, torch.LiveTensors(), "renew frees the old scope's tensors")
+	assert.Panics(t, func() { old.Sum() }, "an old scope's tensor panics after Renew")
+	x := torch.Full([]int64{2}, 7, torch.Float32, torch.CPU)
+	assert.Equal(t, []float32{7, 7}, x.Float32s())
+	inner := torch.NewScope()
+	assert.Panics(t, func() { s.Renew() }, "only the innermost scope renews")
+	inner.Close()
+	assert.Equal(t, start+1, torch.LiveTensors(), "the renewed scope owns the new tensor")
+	s.Close()
+	assert.Equal(t, start, torch.LiveTensors())
+	assert.Panics(t, func() { s.Renew() }, "a closed scope does not renew")
+}
+
 // TestHandlesFreedAnywhere: handles are counted and recycled per OS thread, so a tensor
 // made on one thread and freed on another (as the runtime's cleanups do), even after the
 // first thread has exited, still brings LiveTensors back, and a scope's many results (more than one block of Tensor cells, and

@@ -55,12 +55,17 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 		t.epochStats.Elapsed += time.Since(began).Seconds()
 		t.epochStats.Wait += it.WaitTime().Seconds()
 	}
+	// Each step's tensors are freed when it ends: the steps share one scope, renewed
+	// after each (one call instead of a close and an open).
+	scope := torch.NewScope()
+	defer func() { scope.Close() }()
 	for {
 		cause, err := t.strategy.Interrupted(ctx)
 		if err != nil {
 			return fmt.Errorf("epoch %d batch %d: %w", t.Epoch+1, t.BatchInEpoch, err)
 		}
 		if cause != nil {
+			scope.Close()
 			times()
 			return t.interrupted(cause)
 		}
@@ -68,6 +73,7 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 		// epoch may be shorter (it still steps, as Lightning and Accelerate do).
 		windowEnd := min(windowStart+k, nBatches)
 		stepped, err := t.step(it, windowEnd-t.BatchInEpoch, k)
+		scope = scope.Renew()
 		if err != nil {
 			return err
 		}
@@ -79,6 +85,7 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 			break
 		}
 	}
+	scope.Close()
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("epoch %d: data: %w", epoch+1, err)
 	}
@@ -87,11 +94,10 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 	return t.finishEpoch()
 }
 
-// step runs one optimizer step over up to n micro-batches of the current window.
+// step runs one optimizer step over up to n micro-batches of the current window, inside
+// runEpoch's scope (renewed after it).
 // It returns false when the epoch's data ran out before any batch.
 func (t *Trainer) step(it *data.Iter, n, k int) (stepped bool, err error) {
-	scope := torch.NewScope()
-	defer scope.Close()
 	if t.BatchInEpoch%k == 0 {
 		t.Optimizer.ZeroGrad(true)
 	}
