@@ -48,6 +48,13 @@ Thread::~Thread() {
 
 namespace {
 
+// unbox_all frees a frame's handles, newest first (as the Go side used to free them),
+// and empties the list.
+void unbox_all(cg::Thread &me, std::vector<at::Tensor *> &owned) {
+  for (size_t i = owned.size(); i-- > 0;) me.unbox(owned[i]);
+  owned.clear();
+}
+
 cg::Frame *find_frame(int32_t slot, size_t *depth) {
   auto &frames = cg::self().frames;
   for (size_t i = frames.size(); i-- > 0;) {
@@ -104,10 +111,8 @@ cg_status cg_scope_close(int32_t slot) {
   if (me.frames.empty() || me.frames.back().slot != slot) return not_here("scope close", slot);
   std::vector<at::Tensor *> owned = std::move(me.frames.back().owned);
   me.frames.pop_back();
-  // Newest first, as the Go side used to free them.
-  for (size_t i = owned.size(); i-- > 0;) me.unbox(owned[i]);
+  unbox_all(me, owned);
   // The next scope reuses the list, as a loop opens and closes one scope per step.
-  owned.clear();
   if (owned.capacity() > me.spare.capacity()) me.spare.swap(owned);
   return cg::ok();
 }
@@ -116,9 +121,7 @@ cg_status cg_scope_reset(int32_t slot) {
   auto &me = cg::self();
   if (me.frames.empty() || me.frames.back().slot != slot) return not_here("scope reset", slot);
   // Unboxing runs no Go and opens no scope, so the frame stays the innermost throughout.
-  auto &owned = me.frames.back().owned;
-  for (size_t i = owned.size(); i-- > 0;) me.unbox(owned[i]);
-  owned.clear();
+  unbox_all(me, me.frames.back().owned);
   return cg::ok();
 }
 

@@ -27,18 +27,15 @@ func Chain(x *Tensor, stages []Stage) *Tensor {
 	if len(stages) == 0 {
 		return x
 	}
-	for i := range stages {
-		if stages[i].op == "" {
-			panic(&Error{Op: "chain", Msg: "stage is the zero Stage; make stages with the *Stage functions"})
-		}
-	}
-	xh := x.handle()
-	c := cgotorch.NewChain()
+	c := cgotorch.NewChain() // a panic below leaves it to the garbage collector
 	for i := range stages {
 		s := &stages[i]
+		if s.op == "" {
+			panic(&Error{Op: "chain", Msg: "stage is the zero Stage; make stages with the *Stage functions"})
+		}
 		c.Add(&s.c, opt(s.w), opt(s.b), opt(s.mean), opt(s.vr), opt(s.nb))
 	}
-	r, failed := c.Forward(xh)
+	r, failed := c.Forward(x.handle())
 	if r.Err != nil {
 		op := "chain"
 		if failed >= 0 && failed < len(stages) {

@@ -168,13 +168,8 @@ const (
 // each value has one element. On the CPU the sums are computed directly, with no ATen
 // dispatch; on a GPU they are ATen ops queued on its stream. It panics on misuse.
 func Accumulate(acc *Tensor, values []*Tensor, weight float64, step int64, flags AccumulateFlags) {
-	var buf [8]cgotorch.Tensor // a step's loss and metrics: no allocation
-	hs := buf[:0]
-	if len(values) > len(buf) {
-		hs = make([]cgotorch.Tensor, 0, len(values))
-	}
-	for _, v := range values {
-		hs = append(hs, v.handle())
-	}
-	check("accumulate", cgotorch.Accumulate(acc.handle(), hs, weight, step, int(flags)))
+	hs := borrowHandlesOf(values) // a step's loss and metrics: no allocation
+	err := cgotorch.Accumulate(acc.handle(), *hs, weight, step, int(flags))
+	returnHandles(hs)
+	check("accumulate", err)
 }

@@ -129,9 +129,9 @@ func (s *Scope) Close() {
 	runtime.UnlockOSThread()
 }
 
-// Renew closes s and opens a new scope in its place, in one call: what a loop that
-// frees each step's tensors does between steps, without closing and reopening. The
-// tensors s owned are freed (using one panics, as after Close); the returned scope is
+// Renew closes s and returns a new scope in its place, with one call into libtorch
+// where Close and NewScope take two: what a loop that frees each step's tensors does
+// between steps. The tensors s owned are freed (using one panics, as after Close); the returned scope is
 // the goroutine's innermost, as s was, and is closed like any other. Renew, like Close,
 // must be called on the goroutine that opened s, with no scope opened since still open.
 func (s *Scope) Renew() *Scope {

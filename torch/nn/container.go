@@ -42,18 +42,19 @@ func (s *Sequential) At(i int) Module { return s.mods[i] }
 func (s *Sequential) Forward(x *torch.Tensor) *torch.Tensor {
 	buf := stageBufs.Get().(*[]torch.Stage)
 	defer stageBufs.Put(buf)
-	run, used := (*buf)[:0], 0
+	run := (*buf)[:0]
 	for _, m := range s.mods {
 		var ok bool
 		if run, ok = appendStages(run, m); ok {
 			continue
 		}
 		x = torch.Chain(x, run)
-		used, run = max(used, len(run)), run[:0]
+		clear(run) // the pool does not keep the layers' tensors alive
+		run = run[:0]
 		x = m.Forward(x)
 	}
 	x = torch.Chain(x, run)
-	clear(run[:max(used, len(run))]) // the pool does not keep the layers' tensors alive
+	clear(run)
 	*buf = run[:0]
 	return x
 }
