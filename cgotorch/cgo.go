@@ -26,6 +26,7 @@ package cgotorch
 #cgo LDFLAGS: -ltorch -ltorch_cpu -lc10 -lstdc++
 #include <stdlib.h>
 #include "cgotorch.h"
+static inline const char *cg_msg_text(cg_msg m) { return (const char *)m; }
 */
 import "C"
 
@@ -84,11 +85,11 @@ type Results struct {
 	Err   *Error
 }
 
-func statusErr(code C.int32_t, msg *C.char) *Error {
+func statusErr(code C.int32_t, msg C.cg_msg) *Error {
 	if code == 0 {
 		return nil
 	}
-	e := &Error{Code: Code(code), Msg: C.GoString(msg)}
+	e := &Error{Code: Code(code), Msg: C.GoString(C.cg_msg_text(msg))}
 	C.cg_free_msg(msg)
 	return e
 }

@@ -19,6 +19,10 @@ extern "C" {
 #endif
 
 typedef uintptr_t cg_tensor;
+// cg_msg is a failure's message: a malloc'd C string carried as an integer, so that the
+// status and result structs hold no pointer and cgo passes a pointer to one (the
+// generated ops' out-parameter) without checking it on every call.
+typedef uintptr_t cg_msg;
 typedef void *cg_module;
 
 // The failure classes of a status.
@@ -35,7 +39,7 @@ enum cg_device_type { CG_DEVICE_CPU = 0, CG_DEVICE_CUDA = 1 };
 
 typedef struct {
   int32_t code;
-  char *msg;
+  cg_msg msg;
 } cg_status;
 
 // A result carries new tensor handles. Handles a result returns are adopted by the
@@ -44,14 +48,14 @@ typedef struct {
 typedef struct {
   int32_t code;
   int32_t scope;
-  char *msg;
+  cg_msg msg;
   cg_tensor t;
 } cg_result;
 
 typedef struct {
   int32_t code;
   int32_t scope;
-  char *msg;
+  cg_msg msg;
   cg_tensor t0, t1;
 } cg_result2;
 
@@ -59,12 +63,12 @@ typedef struct {
 typedef struct {
   int32_t code;
   int32_t scope;
-  char *msg;
+  cg_msg msg;
   int64_t n;
   cg_tensor *ts;
 } cg_results;
 
-void cg_free_msg(char *msg);
+void cg_free_msg(cg_msg msg);
 void cg_free_handles(cg_tensor *ts);
 // cg_live_handles is the number of tensor handles made and not yet freed, on all threads.
 int64_t cg_live_handles(void);
@@ -348,7 +352,7 @@ typedef struct {
 typedef struct {
   int32_t code;
   int32_t scope;
-  char *msg;
+  cg_msg msg;
   cg_tensor t;
   int32_t stage;
 } cg_chain_result;

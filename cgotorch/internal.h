@@ -21,8 +21,9 @@ inline char *dup(const std::string &s) {
   return p;
 }
 
-inline cg_status fail(int code, const std::string &msg) { return cg_status{code, dup(msg)}; }
-inline cg_status ok() { return cg_status{CG_OK, nullptr}; }
+inline cg_status fail(int code, const std::string &msg) { return cg_status{code, reinterpret_cast<cg_msg>(dup(msg))}; }
+inline cg_status ok() { return cg_status{CG_OK, 0}; }
+inline cg_status status(const cg_status &s) { return s; }
 
 // classify turns the exception in flight into a status. CPU allocation failures are
 // plain c10::Errors in some versions, so their message decides.
@@ -76,7 +77,7 @@ struct Thread {
   Thread();
   ~Thread();
 
-  at::Tensor *box(at::Tensor t) {
+  [[gnu::always_inline]] at::Tensor *box(at::Tensor t) {
     void *c = free_cells;
     if (C10_LIKELY(c != nullptr)) {
       free_cells = *static_cast<void **>(c);
@@ -105,7 +106,7 @@ struct Thread {
 // constant-initialised, so that reaching it costs no thread-local init check per call.
 extern constinit thread_local Thread *self_;
 Thread *make_thread();
-inline Thread &self() {
+[[gnu::always_inline]] inline Thread &self() {
   Thread *t = self_;
   return C10_LIKELY(t != nullptr) ? *t : *make_thread();
 }
@@ -120,7 +121,7 @@ inline cg_tensor handle(at::Tensor *p) { return reinterpret_cast<cg_tensor>(p); 
 inline cg_tensor owned(at::Tensor t) { return handle(box(std::move(t))); }
 
 // adopt makes a new handle for t, owned by the thread's innermost scope if one is open.
-inline cg_tensor adopt(Thread &me, at::Tensor t) {
+[[gnu::always_inline]] inline cg_tensor adopt(Thread &me, at::Tensor t) {
   at::Tensor *p = me.box(std::move(t));
   if (!me.frames.empty()) me.frames.back().owned.push_back(p);
   return handle(p);
@@ -128,23 +129,23 @@ inline cg_tensor adopt(Thread &me, at::Tensor t) {
 inline cg_tensor adopt(at::Tensor t) { return adopt(self(), std::move(t)); }
 
 inline cg_result res(const cg_status &s) { return cg_result{s.code, 0, s.msg, 0}; }
-inline cg_result res(at::Tensor t) {
+[[gnu::always_inline]] inline cg_result res(at::Tensor t) {
   Thread &me = self();
   cg_tensor h = adopt(me, std::move(t));
-  return cg_result{CG_OK, me.top_slot(), nullptr, h};
+  return cg_result{CG_OK, me.top_slot(), 0, h};
 }
 inline cg_result2 res2(const cg_status &s) { return cg_result2{s.code, 0, s.msg, 0, 0}; }
 inline cg_result2 res2(at::Tensor a, at::Tensor b) {
   Thread &me = self();
   cg_tensor ha = adopt(me, std::move(a)), hb = adopt(me, std::move(b));
-  return cg_result2{CG_OK, me.top_slot(), nullptr, ha, hb};
+  return cg_result2{CG_OK, me.top_slot(), 0, ha, hb};
 }
 inline cg_results resn(const cg_status &s) { return cg_results{s.code, 0, s.msg, 0, nullptr}; }
 inline cg_results resn(const std::vector<at::Tensor> &ts) {
   auto *hs = static_cast<cg_tensor *>(std::malloc(sizeof(cg_tensor) * (ts.empty() ? 1 : ts.size())));
   if (!hs) throw std::bad_alloc();
   for (size_t i = 0; i < ts.size(); i++) hs[i] = adopt(ts[i]);
-  return cg_results{CG_OK, top_slot(), nullptr, static_cast<int64_t>(ts.size()), hs};
+  return cg_results{CG_OK, top_slot(), 0, static_cast<int64_t>(ts.size()), hs};
 }
 
 inline at::Tensor &T(cg_tensor t) { return *ptr(t); }
@@ -181,7 +182,7 @@ inline at::Scalar scalar(double v) {
 // through CG_TRY re-applies the count on a thread that has not seen the latest one.
 extern std::atomic<uint64_t> threads_epoch;
 extern constinit thread_local uint64_t threads_seen;
-inline void sync_num_threads() {
+[[gnu::always_inline]] inline void sync_num_threads() {
   uint64_t e = threads_epoch.load(std::memory_order_acquire);
   if (C10_UNLIKELY(e != threads_seen)) {
     threads_seen = e;
@@ -201,6 +202,10 @@ inline void sync_num_threads() {
 #define CG_CATCH_RESULT2 \
   }                      \
   catch (...) { return cg::res2(cg::classify()); }
+// CG_CATCH_INTO ends a generated op, whose result goes through its last parameter, ret_.
+#define CG_CATCH_INTO(wrap) \
+  }                         \
+  catch (...) { *ret_ = cg::wrap(cg::classify()); }
 #define CG_CATCH_RESULTS \
   }                      \
   catch (...) { return cg::resn(cg::classify()); }

@@ -5,1132 +5,1132 @@
 
 extern "C" {
 
-cg_result cg_op_Empty(const int64_t *shape_, int shape_n, int dtype_, int dev_type, int dev_index) {
+void cg_op_Empty(const int64_t *shape_, int shape_n, int dtype_, int dev_type, int dev_index, cg_result *ret_) {
   CG_TRY
   at::IntArrayRef shape(shape_, shape_n);
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
-  return cg::res(at::empty(shape, cg::options(dtype, dev)));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::empty(shape, cg::options(dtype, dev)));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Zeros(const int64_t *shape_, int shape_n, int dtype_, int dev_type, int dev_index) {
+void cg_op_Zeros(const int64_t *shape_, int shape_n, int dtype_, int dev_type, int dev_index, cg_result *ret_) {
   CG_TRY
   at::IntArrayRef shape(shape_, shape_n);
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
-  return cg::res(at::zeros(shape, cg::options(dtype, dev)));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::zeros(shape, cg::options(dtype, dev)));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Ones(const int64_t *shape_, int shape_n, int dtype_, int dev_type, int dev_index) {
+void cg_op_Ones(const int64_t *shape_, int shape_n, int dtype_, int dev_type, int dev_index, cg_result *ret_) {
   CG_TRY
   at::IntArrayRef shape(shape_, shape_n);
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
-  return cg::res(at::ones(shape, cg::options(dtype, dev)));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::ones(shape, cg::options(dtype, dev)));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Rand(const int64_t *shape_, int shape_n, int dtype_, int dev_type, int dev_index) {
+void cg_op_Rand(const int64_t *shape_, int shape_n, int dtype_, int dev_type, int dev_index, cg_result *ret_) {
   CG_TRY
   at::IntArrayRef shape(shape_, shape_n);
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
-  return cg::res(at::rand(shape, cg::options(dtype, dev)));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::rand(shape, cg::options(dtype, dev)));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Randn(const int64_t *shape_, int shape_n, int dtype_, int dev_type, int dev_index) {
+void cg_op_Randn(const int64_t *shape_, int shape_n, int dtype_, int dev_type, int dev_index, cg_result *ret_) {
   CG_TRY
   at::IntArrayRef shape(shape_, shape_n);
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
-  return cg::res(at::randn(shape, cg::options(dtype, dev)));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::randn(shape, cg::options(dtype, dev)));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Full(const int64_t *shape_, int shape_n, double v_, int dtype_, int dev_type, int dev_index) {
+void cg_op_Full(const int64_t *shape_, int shape_n, double v_, int dtype_, int dev_type, int dev_index, cg_result *ret_) {
   CG_TRY
   at::IntArrayRef shape(shape_, shape_n);
   at::Scalar v = cg::scalar(v_);
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
-  return cg::res(at::full(shape, v, cg::options(dtype, dev)));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::full(shape, v, cg::options(dtype, dev)));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Arange(double start_, double end_, double step_, int dtype_, int dev_type, int dev_index) {
+void cg_op_Arange(double start_, double end_, double step_, int dtype_, int dev_type, int dev_index, cg_result *ret_) {
   CG_TRY
   at::Scalar start = cg::scalar(start_);
   at::Scalar end = cg::scalar(end_);
   at::Scalar step = cg::scalar(step_);
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
-  return cg::res(at::arange(start, end, step, cg::options(dtype, dev)));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::arange(start, end, step, cg::options(dtype, dev)));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Randint(int64_t low, int64_t high, const int64_t *shape_, int shape_n, int dtype_, int dev_type, int dev_index) {
+void cg_op_Randint(int64_t low, int64_t high, const int64_t *shape_, int shape_n, int dtype_, int dev_type, int dev_index, cg_result *ret_) {
   CG_TRY
   at::IntArrayRef shape(shape_, shape_n);
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
-  return cg::res(at::randint(low, high, shape, cg::options(dtype, dev)));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::randint(low, high, shape, cg::options(dtype, dev)));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_ZerosLike(cg_tensor self_) {
+void cg_op_ZerosLike(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::zeros_like(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::zeros_like(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_OnesLike(cg_tensor self_) {
+void cg_op_OnesLike(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::ones_like(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::ones_like(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_FullLike(cg_tensor self_, double v_) {
+void cg_op_FullLike(cg_tensor self_, double v_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar v = cg::scalar(v_);
-  return cg::res(at::full_like(self, v));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::full_like(self, v));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Eye(int64_t n, int dtype_, int dev_type, int dev_index) {
+void cg_op_Eye(int64_t n, int dtype_, int dev_type, int dev_index, cg_result *ret_) {
   CG_TRY
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
-  return cg::res(at::eye(n, cg::options(dtype, dev)));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::eye(n, cg::options(dtype, dev)));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_To(cg_tensor self_, int dev_type, int dev_index, int nonBlocking_) {
+void cg_op_To(cg_tensor self_, int dev_type, int dev_index, int nonBlocking_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Device dev = cg::device(dev_type, dev_index);
   bool nonBlocking = nonBlocking_ != 0;
-  return cg::res(self.to(dev, self.scalar_type(), nonBlocking, false));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.to(dev, self.scalar_type(), nonBlocking, false));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_ToDType(cg_tensor self_, int dtype_) {
+void cg_op_ToDType(cg_tensor self_, int dtype_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
-  return cg::res(self.to(dtype));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.to(dtype));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Contiguous(cg_tensor self_) {
+void cg_op_Contiguous(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(self.contiguous());
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.contiguous());
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Detach(cg_tensor self_) {
+void cg_op_Detach(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(self.detach());
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.detach());
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Clone(cg_tensor self_) {
+void cg_op_Clone(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(self.clone());
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.clone());
+  CG_CATCH_INTO(res)
 }
 
-cg_status cg_op_CopyFrom(cg_tensor self_, cg_tensor src_, int nonBlocking_) {
+void cg_op_CopyFrom(cg_tensor self_, cg_tensor src_, int nonBlocking_, cg_status *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &src = cg::T(src_);
   bool nonBlocking = nonBlocking_ != 0;
   at::NoGradGuard g; self.copy_(src, nonBlocking);
-  return cg::ok();
-  CG_CATCH_STATUS
+  *ret_ = cg::ok();
+  CG_CATCH_INTO(status)
 }
 
-cg_result cg_op_Neg(cg_tensor self_) {
+void cg_op_Neg(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::neg(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::neg(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Exp(cg_tensor self_) {
+void cg_op_Exp(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::exp(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::exp(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Log(cg_tensor self_) {
+void cg_op_Log(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::log(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::log(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Log1p(cg_tensor self_) {
+void cg_op_Log1p(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::log1p(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::log1p(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Sqrt(cg_tensor self_) {
+void cg_op_Sqrt(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::sqrt(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::sqrt(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Rsqrt(cg_tensor self_) {
+void cg_op_Rsqrt(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::rsqrt(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::rsqrt(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Square(cg_tensor self_) {
+void cg_op_Square(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::square(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::square(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Abs(cg_tensor self_) {
+void cg_op_Abs(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::abs(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::abs(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Sign(cg_tensor self_) {
+void cg_op_Sign(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::sign(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::sign(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Floor(cg_tensor self_) {
+void cg_op_Floor(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::floor(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::floor(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Ceil(cg_tensor self_) {
+void cg_op_Ceil(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::ceil(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::ceil(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Round(cg_tensor self_) {
+void cg_op_Round(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::round(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::round(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Sin(cg_tensor self_) {
+void cg_op_Sin(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::sin(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::sin(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Cos(cg_tensor self_) {
+void cg_op_Cos(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::cos(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::cos(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Reciprocal(cg_tensor self_) {
+void cg_op_Reciprocal(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::reciprocal(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::reciprocal(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_ReLU(cg_tensor self_) {
+void cg_op_ReLU(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::relu(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::relu(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Sigmoid(cg_tensor self_) {
+void cg_op_Sigmoid(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::sigmoid(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::sigmoid(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Tanh(cg_tensor self_) {
+void cg_op_Tanh(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::tanh(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::tanh(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_SiLU(cg_tensor self_) {
+void cg_op_SiLU(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::silu(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::silu(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_GELU(cg_tensor self_, int tanhApprox_) {
+void cg_op_GELU(cg_tensor self_, int tanhApprox_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   bool tanhApprox = tanhApprox_ != 0;
-  return cg::res(at::gelu(self, tanhApprox ? "tanh" : "none"));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::gelu(self, tanhApprox ? "tanh" : "none"));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_LeakyReLU(cg_tensor self_, double slope_) {
+void cg_op_LeakyReLU(cg_tensor self_, double slope_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar slope = cg::scalar(slope_);
-  return cg::res(at::leaky_relu(self, slope));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::leaky_relu(self, slope));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_IsNaN(cg_tensor self_) {
+void cg_op_IsNaN(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::isnan(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::isnan(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_IsInf(cg_tensor self_) {
+void cg_op_IsInf(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::isinf(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::isinf(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_IsFinite(cg_tensor self_) {
+void cg_op_IsFinite(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::isfinite(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::isfinite(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_LogicalNot(cg_tensor self_) {
+void cg_op_LogicalNot(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::logical_not(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::logical_not(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_clamp(cg_tensor self_, double lo, double hi, int hasLo_, int hasHi_) {
+void cg_op_clamp(cg_tensor self_, double lo, double hi, int hasLo_, int hasHi_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   bool hasLo = hasLo_ != 0;
   bool hasHi = hasHi_ != 0;
-  return cg::res(at::clamp(self, hasLo ? std::optional<at::Scalar>(cg::scalar(lo)) : std::nullopt, hasHi ? std::optional<at::Scalar>(cg::scalar(hi)) : std::nullopt));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::clamp(self, hasLo ? std::optional<at::Scalar>(cg::scalar(lo)) : std::nullopt, hasHi ? std::optional<at::Scalar>(cg::scalar(hi)) : std::nullopt));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Add(cg_tensor self_, cg_tensor o_) {
+void cg_op_Add(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::add(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::add(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Sub(cg_tensor self_, cg_tensor o_) {
+void cg_op_Sub(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::sub(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::sub(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Mul(cg_tensor self_, cg_tensor o_) {
+void cg_op_Mul(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::mul(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::mul(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Div(cg_tensor self_, cg_tensor o_) {
+void cg_op_Div(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::div(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::div(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Pow(cg_tensor self_, cg_tensor o_) {
+void cg_op_Pow(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::pow(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::pow(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Remainder(cg_tensor self_, cg_tensor o_) {
+void cg_op_Remainder(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::remainder(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::remainder(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Maximum(cg_tensor self_, cg_tensor o_) {
+void cg_op_Maximum(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::maximum(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::maximum(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Minimum(cg_tensor self_, cg_tensor o_) {
+void cg_op_Minimum(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::minimum(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::minimum(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Eq(cg_tensor self_, cg_tensor o_) {
+void cg_op_Eq(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::eq(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::eq(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Ne(cg_tensor self_, cg_tensor o_) {
+void cg_op_Ne(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::ne(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::ne(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Lt(cg_tensor self_, cg_tensor o_) {
+void cg_op_Lt(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::lt(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::lt(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Le(cg_tensor self_, cg_tensor o_) {
+void cg_op_Le(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::le(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::le(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Gt(cg_tensor self_, cg_tensor o_) {
+void cg_op_Gt(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::gt(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::gt(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Ge(cg_tensor self_, cg_tensor o_) {
+void cg_op_Ge(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::ge(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::ge(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_LogicalAnd(cg_tensor self_, cg_tensor o_) {
+void cg_op_LogicalAnd(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::logical_and(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::logical_and(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_LogicalOr(cg_tensor self_, cg_tensor o_) {
+void cg_op_LogicalOr(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::logical_or(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::logical_or(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Matmul(cg_tensor self_, cg_tensor o_) {
+void cg_op_Matmul(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::matmul(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::matmul(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_MM(cg_tensor self_, cg_tensor o_) {
+void cg_op_MM(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::mm(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::mm(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_BMM(cg_tensor self_, cg_tensor o_) {
+void cg_op_BMM(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
-  return cg::res(at::bmm(self, o));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::bmm(self, o));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Addmm(cg_tensor self_, cg_tensor m1_, cg_tensor m2_, double beta_, double alpha_) {
+void cg_op_Addmm(cg_tensor self_, cg_tensor m1_, cg_tensor m2_, double beta_, double alpha_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &m1 = cg::T(m1_);
   at::Tensor &m2 = cg::T(m2_);
   at::Scalar beta = cg::scalar(beta_);
   at::Scalar alpha = cg::scalar(alpha_);
-  return cg::res(at::addmm(self, m1, m2, beta, alpha));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::addmm(self, m1, m2, beta, alpha));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Baddbmm(cg_tensor self_, cg_tensor b1_, cg_tensor b2_, double beta_, double alpha_) {
+void cg_op_Baddbmm(cg_tensor self_, cg_tensor b1_, cg_tensor b2_, double beta_, double alpha_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &b1 = cg::T(b1_);
   at::Tensor &b2 = cg::T(b2_);
   at::Scalar beta = cg::scalar(beta_);
   at::Scalar alpha = cg::scalar(alpha_);
-  return cg::res(at::baddbmm(self, b1, b2, beta, alpha));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::baddbmm(self, b1, b2, beta, alpha));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Where(cg_tensor cond_, cg_tensor a_, cg_tensor b_) {
+void cg_op_Where(cg_tensor cond_, cg_tensor a_, cg_tensor b_, cg_result *ret_) {
   CG_TRY
   at::Tensor &cond = cg::T(cond_);
   at::Tensor &a = cg::T(a_);
   at::Tensor &b = cg::T(b_);
-  return cg::res(at::where(cond, a, b));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::where(cond, a, b));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_AddScalar(cg_tensor self_, double s_) {
+void cg_op_AddScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
-  return cg::res(at::add(self, s));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::add(self, s));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_SubScalar(cg_tensor self_, double s_) {
+void cg_op_SubScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
-  return cg::res(at::sub(self, s));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::sub(self, s));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_RSubScalar(cg_tensor self_, double s_) {
+void cg_op_RSubScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
-  return cg::res(at::rsub(self, s));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::rsub(self, s));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_MulScalar(cg_tensor self_, double s_) {
+void cg_op_MulScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
-  return cg::res(at::mul(self, s));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::mul(self, s));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_DivScalar(cg_tensor self_, double s_) {
+void cg_op_DivScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
-  return cg::res(at::div(self, s));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::div(self, s));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_PowScalar(cg_tensor self_, double s_) {
+void cg_op_PowScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
-  return cg::res(at::pow(self, s));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::pow(self, s));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_RemainderScalar(cg_tensor self_, double s_) {
+void cg_op_RemainderScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
-  return cg::res(at::remainder(self, s));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::remainder(self, s));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_EqScalar(cg_tensor self_, double s_) {
+void cg_op_EqScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
-  return cg::res(at::eq(self, s));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::eq(self, s));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_NeScalar(cg_tensor self_, double s_) {
+void cg_op_NeScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
-  return cg::res(at::ne(self, s));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::ne(self, s));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_LtScalar(cg_tensor self_, double s_) {
+void cg_op_LtScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
-  return cg::res(at::lt(self, s));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::lt(self, s));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_LeScalar(cg_tensor self_, double s_) {
+void cg_op_LeScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
-  return cg::res(at::le(self, s));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::le(self, s));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_GtScalar(cg_tensor self_, double s_) {
+void cg_op_GtScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
-  return cg::res(at::gt(self, s));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::gt(self, s));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_GeScalar(cg_tensor self_, double s_) {
+void cg_op_GeScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
-  return cg::res(at::ge(self, s));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::ge(self, s));
+  CG_CATCH_INTO(res)
 }
 
-cg_status cg_op_AddInPlace(cg_tensor self_, cg_tensor o_, double alpha_) {
+void cg_op_AddInPlace(cg_tensor self_, cg_tensor o_, double alpha_, cg_status *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   at::Scalar alpha = cg::scalar(alpha_);
   self.add_(o, alpha);
-  return cg::ok();
-  CG_CATCH_STATUS
+  *ret_ = cg::ok();
+  CG_CATCH_INTO(status)
 }
 
-cg_status cg_op_SubInPlace(cg_tensor self_, cg_tensor o_, double alpha_) {
+void cg_op_SubInPlace(cg_tensor self_, cg_tensor o_, double alpha_, cg_status *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   at::Scalar alpha = cg::scalar(alpha_);
   self.sub_(o, alpha);
-  return cg::ok();
-  CG_CATCH_STATUS
+  *ret_ = cg::ok();
+  CG_CATCH_INTO(status)
 }
 
-cg_status cg_op_MulInPlace(cg_tensor self_, cg_tensor o_) {
+void cg_op_MulInPlace(cg_tensor self_, cg_tensor o_, cg_status *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   self.mul_(o);
-  return cg::ok();
-  CG_CATCH_STATUS
+  *ret_ = cg::ok();
+  CG_CATCH_INTO(status)
 }
 
-cg_status cg_op_AddScalarInPlace(cg_tensor self_, double s_) {
+void cg_op_AddScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   self.add_(s);
-  return cg::ok();
-  CG_CATCH_STATUS
+  *ret_ = cg::ok();
+  CG_CATCH_INTO(status)
 }
 
-cg_status cg_op_SubScalarInPlace(cg_tensor self_, double s_) {
+void cg_op_SubScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   self.sub_(s);
-  return cg::ok();
-  CG_CATCH_STATUS
+  *ret_ = cg::ok();
+  CG_CATCH_INTO(status)
 }
 
-cg_status cg_op_MulScalarInPlace(cg_tensor self_, double s_) {
+void cg_op_MulScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   self.mul_(s);
-  return cg::ok();
-  CG_CATCH_STATUS
+  *ret_ = cg::ok();
+  CG_CATCH_INTO(status)
 }
 
-cg_status cg_op_DivScalarInPlace(cg_tensor self_, double s_) {
+void cg_op_DivScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   self.div_(s);
-  return cg::ok();
-  CG_CATCH_STATUS
+  *ret_ = cg::ok();
+  CG_CATCH_INTO(status)
 }
 
-cg_status cg_op_Fill(cg_tensor self_, double v_) {
+void cg_op_Fill(cg_tensor self_, double v_, cg_status *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar v = cg::scalar(v_);
   self.fill_(v);
-  return cg::ok();
-  CG_CATCH_STATUS
+  *ret_ = cg::ok();
+  CG_CATCH_INTO(status)
 }
 
-cg_status cg_op_Zero(cg_tensor self_) {
+void cg_op_Zero(cg_tensor self_, cg_status *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   self.zero_();
-  return cg::ok();
-  CG_CATCH_STATUS
+  *ret_ = cg::ok();
+  CG_CATCH_INTO(status)
 }
 
-cg_result cg_op_Sum(cg_tensor self_) {
+void cg_op_Sum(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::sum(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::sum(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_SumDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_) {
-  CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::IntArrayRef dims(dims_, dims_n);
-  bool keepdim = keepdim_ != 0;
-  return cg::res(at::sum(self, dims, keepdim));
-  CG_CATCH_RESULT
-}
-
-cg_result cg_op_Mean(cg_tensor self_) {
-  CG_TRY
-  at::Tensor &self = cg::T(self_);
-  return cg::res(at::mean(self));
-  CG_CATCH_RESULT
-}
-
-cg_result cg_op_MeanDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_) {
+void cg_op_SumDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
-  return cg::res(at::mean(self, dims, keepdim));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::sum(self, dims, keepdim));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Max(cg_tensor self_) {
+void cg_op_Mean(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::max(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::mean(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Min(cg_tensor self_) {
-  CG_TRY
-  at::Tensor &self = cg::T(self_);
-  return cg::res(at::min(self));
-  CG_CATCH_RESULT
-}
-
-cg_result cg_op_AmaxDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_) {
+void cg_op_MeanDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
-  return cg::res(at::amax(self, dims, keepdim));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::mean(self, dims, keepdim));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_AminDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_) {
+void cg_op_Max(cg_tensor self_, cg_result *ret_) {
+  CG_TRY
+  at::Tensor &self = cg::T(self_);
+  *ret_ = cg::res(at::max(self));
+  CG_CATCH_INTO(res)
+}
+
+void cg_op_Min(cg_tensor self_, cg_result *ret_) {
+  CG_TRY
+  at::Tensor &self = cg::T(self_);
+  *ret_ = cg::res(at::min(self));
+  CG_CATCH_INTO(res)
+}
+
+void cg_op_AmaxDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
-  return cg::res(at::amin(self, dims, keepdim));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::amax(self, dims, keepdim));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Prod(cg_tensor self_) {
-  CG_TRY
-  at::Tensor &self = cg::T(self_);
-  return cg::res(at::prod(self));
-  CG_CATCH_RESULT
-}
-
-cg_result cg_op_Std(cg_tensor self_) {
-  CG_TRY
-  at::Tensor &self = cg::T(self_);
-  return cg::res(at::std(self));
-  CG_CATCH_RESULT
-}
-
-cg_result cg_op_Var(cg_tensor self_) {
-  CG_TRY
-  at::Tensor &self = cg::T(self_);
-  return cg::res(at::var(self));
-  CG_CATCH_RESULT
-}
-
-cg_result cg_op_LogSumExp(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_) {
+void cg_op_AminDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
-  return cg::res(at::logsumexp(self, dims, keepdim));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::amin(self, dims, keepdim));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_All(cg_tensor self_) {
+void cg_op_Prod(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::all(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::prod(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Any(cg_tensor self_) {
+void cg_op_Std(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::any(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::std(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Norm(cg_tensor self_, double p_) {
+void cg_op_Var(cg_tensor self_, cg_result *ret_) {
+  CG_TRY
+  at::Tensor &self = cg::T(self_);
+  *ret_ = cg::res(at::var(self));
+  CG_CATCH_INTO(res)
+}
+
+void cg_op_LogSumExp(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_, cg_result *ret_) {
+  CG_TRY
+  at::Tensor &self = cg::T(self_);
+  at::IntArrayRef dims(dims_, dims_n);
+  bool keepdim = keepdim_ != 0;
+  *ret_ = cg::res(at::logsumexp(self, dims, keepdim));
+  CG_CATCH_INTO(res)
+}
+
+void cg_op_All(cg_tensor self_, cg_result *ret_) {
+  CG_TRY
+  at::Tensor &self = cg::T(self_);
+  *ret_ = cg::res(at::all(self));
+  CG_CATCH_INTO(res)
+}
+
+void cg_op_Any(cg_tensor self_, cg_result *ret_) {
+  CG_TRY
+  at::Tensor &self = cg::T(self_);
+  *ret_ = cg::res(at::any(self));
+  CG_CATCH_INTO(res)
+}
+
+void cg_op_Norm(cg_tensor self_, double p_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Scalar p = cg::scalar(p_);
-  return cg::res(at::norm(self, p));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::norm(self, p));
+  CG_CATCH_INTO(res)
 }
 
-cg_result2 cg_op_MaxDim(cg_tensor self_, int64_t dim, int keepdim_) {
+void cg_op_MaxDim(cg_tensor self_, int64_t dim, int keepdim_, cg_result2 *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   bool keepdim = keepdim_ != 0;
   auto r = at::max(self, dim, keepdim);
-  return cg::res2(std::get<0>(r), std::get<1>(r));
-  CG_CATCH_RESULT2
+  *ret_ = cg::res2(std::get<0>(r), std::get<1>(r));
+  CG_CATCH_INTO(res2)
 }
 
-cg_result2 cg_op_MinDim(cg_tensor self_, int64_t dim, int keepdim_) {
+void cg_op_MinDim(cg_tensor self_, int64_t dim, int keepdim_, cg_result2 *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   bool keepdim = keepdim_ != 0;
   auto r = at::min(self, dim, keepdim);
-  return cg::res2(std::get<0>(r), std::get<1>(r));
-  CG_CATCH_RESULT2
+  *ret_ = cg::res2(std::get<0>(r), std::get<1>(r));
+  CG_CATCH_INTO(res2)
 }
 
-cg_result2 cg_op_TopK(cg_tensor self_, int64_t k, int64_t dim, int largest_, int sorted_) {
+void cg_op_TopK(cg_tensor self_, int64_t k, int64_t dim, int largest_, int sorted_, cg_result2 *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   bool largest = largest_ != 0;
   bool sorted = sorted_ != 0;
   auto r = at::topk(self, k, dim, largest, sorted);
-  return cg::res2(std::get<0>(r), std::get<1>(r));
-  CG_CATCH_RESULT2
+  *ret_ = cg::res2(std::get<0>(r), std::get<1>(r));
+  CG_CATCH_INTO(res2)
 }
 
-cg_result2 cg_op_Sort(cg_tensor self_, int64_t dim, int descending_, int stable_) {
+void cg_op_Sort(cg_tensor self_, int64_t dim, int descending_, int stable_, cg_result2 *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   bool descending = descending_ != 0;
   bool stable = stable_ != 0;
   auto r = at::sort(self, std::optional<bool>(stable), dim, descending);
-  return cg::res2(std::get<0>(r), std::get<1>(r));
-  CG_CATCH_RESULT2
+  *ret_ = cg::res2(std::get<0>(r), std::get<1>(r));
+  CG_CATCH_INTO(res2)
 }
 
-cg_result cg_op_Argmax(cg_tensor self_, int64_t dim, int keepdim_) {
+void cg_op_Argmax(cg_tensor self_, int64_t dim, int keepdim_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   bool keepdim = keepdim_ != 0;
-  return cg::res(at::argmax(self, dim, keepdim));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::argmax(self, dim, keepdim));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_ArgmaxAll(cg_tensor self_) {
+void cg_op_ArgmaxAll(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::argmax(self));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::argmax(self));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Argmin(cg_tensor self_, int64_t dim, int keepdim_) {
+void cg_op_Argmin(cg_tensor self_, int64_t dim, int keepdim_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   bool keepdim = keepdim_ != 0;
-  return cg::res(at::argmin(self, dim, keepdim));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::argmin(self, dim, keepdim));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Softmax(cg_tensor self_, int64_t dim) {
+void cg_op_Softmax(cg_tensor self_, int64_t dim, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::softmax(self, dim));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::softmax(self, dim));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_LogSoftmax(cg_tensor self_, int64_t dim) {
+void cg_op_LogSoftmax(cg_tensor self_, int64_t dim, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::log_softmax(self, dim));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::log_softmax(self, dim));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Cumsum(cg_tensor self_, int64_t dim) {
+void cg_op_Cumsum(cg_tensor self_, int64_t dim, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::cumsum(self, dim));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::cumsum(self, dim));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_View(cg_tensor self_, const int64_t *shape_, int shape_n) {
-  CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::IntArrayRef shape(shape_, shape_n);
-  return cg::res(self.view(shape));
-  CG_CATCH_RESULT
-}
-
-cg_result cg_op_Reshape(cg_tensor self_, const int64_t *shape_, int shape_n) {
+void cg_op_View(cg_tensor self_, const int64_t *shape_, int shape_n, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef shape(shape_, shape_n);
-  return cg::res(self.reshape(shape));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.view(shape));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Permute(cg_tensor self_, const int64_t *dims_, int dims_n) {
+void cg_op_Reshape(cg_tensor self_, const int64_t *shape_, int shape_n, cg_result *ret_) {
+  CG_TRY
+  at::Tensor &self = cg::T(self_);
+  at::IntArrayRef shape(shape_, shape_n);
+  *ret_ = cg::res(self.reshape(shape));
+  CG_CATCH_INTO(res)
+}
+
+void cg_op_Permute(cg_tensor self_, const int64_t *dims_, int dims_n, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef dims(dims_, dims_n);
-  return cg::res(self.permute(dims));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.permute(dims));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Expand(cg_tensor self_, const int64_t *shape_, int shape_n) {
+void cg_op_Expand(cg_tensor self_, const int64_t *shape_, int shape_n, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef shape(shape_, shape_n);
-  return cg::res(self.expand(shape));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.expand(shape));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Repeat(cg_tensor self_, const int64_t *times_, int times_n) {
+void cg_op_Repeat(cg_tensor self_, const int64_t *times_, int times_n, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef times(times_, times_n);
-  return cg::res(self.repeat(times));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.repeat(times));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Flip(cg_tensor self_, const int64_t *dims_, int dims_n) {
+void cg_op_Flip(cg_tensor self_, const int64_t *dims_, int dims_n, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef dims(dims_, dims_n);
-  return cg::res(self.flip(dims));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.flip(dims));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Transpose(cg_tensor self_, int64_t d0, int64_t d1) {
+void cg_op_Transpose(cg_tensor self_, int64_t d0, int64_t d1, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(self.transpose(d0, d1));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.transpose(d0, d1));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_T(cg_tensor self_) {
+void cg_op_T(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(self.t());
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.t());
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Flatten(cg_tensor self_, int64_t start, int64_t end) {
+void cg_op_Flatten(cg_tensor self_, int64_t start, int64_t end, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(self.flatten(start, end));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.flatten(start, end));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Squeeze(cg_tensor self_) {
+void cg_op_Squeeze(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(self.squeeze());
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.squeeze());
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_SqueezeDim(cg_tensor self_, int64_t dim) {
+void cg_op_SqueezeDim(cg_tensor self_, int64_t dim, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(self.squeeze(dim));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.squeeze(dim));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Unsqueeze(cg_tensor self_, int64_t dim) {
+void cg_op_Unsqueeze(cg_tensor self_, int64_t dim, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(self.unsqueeze(dim));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.unsqueeze(dim));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Narrow(cg_tensor self_, int64_t dim, int64_t start, int64_t length) {
+void cg_op_Narrow(cg_tensor self_, int64_t dim, int64_t start, int64_t length, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(self.narrow(dim, start, length));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.narrow(dim, start, length));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Slice(cg_tensor self_, int64_t dim, int64_t start, int64_t end, int64_t step) {
+void cg_op_Slice(cg_tensor self_, int64_t dim, int64_t start, int64_t end, int64_t step, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(self.slice(dim, start, end, step));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.slice(dim, start, end, step));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Select(cg_tensor self_, int64_t dim, int64_t index) {
+void cg_op_Select(cg_tensor self_, int64_t dim, int64_t index, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(self.select(dim, index));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(self.select(dim, index));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_IndexSelect(cg_tensor self_, int64_t dim, cg_tensor index_) {
-  CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &index = cg::T(index_);
-  return cg::res(at::index_select(self, dim, index));
-  CG_CATCH_RESULT
-}
-
-cg_result cg_op_Gather(cg_tensor self_, int64_t dim, cg_tensor index_) {
+void cg_op_IndexSelect(cg_tensor self_, int64_t dim, cg_tensor index_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &index = cg::T(index_);
-  return cg::res(at::gather(self, dim, index));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::index_select(self, dim, index));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Scatter(cg_tensor self_, int64_t dim, cg_tensor index_, cg_tensor src_) {
+void cg_op_Gather(cg_tensor self_, int64_t dim, cg_tensor index_, cg_result *ret_) {
+  CG_TRY
+  at::Tensor &self = cg::T(self_);
+  at::Tensor &index = cg::T(index_);
+  *ret_ = cg::res(at::gather(self, dim, index));
+  CG_CATCH_INTO(res)
+}
+
+void cg_op_Scatter(cg_tensor self_, int64_t dim, cg_tensor index_, cg_tensor src_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &index = cg::T(index_);
   at::Tensor &src = cg::T(src_);
-  return cg::res(at::scatter(self, dim, index, src));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::scatter(self, dim, index, src));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_MaskedFill(cg_tensor self_, cg_tensor mask_, double v_) {
+void cg_op_MaskedFill(cg_tensor self_, cg_tensor mask_, double v_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &mask = cg::T(mask_);
   at::Scalar v = cg::scalar(v_);
-  return cg::res(at::masked_fill(self, mask, v));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::masked_fill(self, mask, v));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_MaskedSelect(cg_tensor self_, cg_tensor mask_) {
+void cg_op_MaskedSelect(cg_tensor self_, cg_tensor mask_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   at::Tensor &mask = cg::T(mask_);
-  return cg::res(at::masked_select(self, mask));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::masked_select(self, mask));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Triu(cg_tensor self_, int64_t diagonal) {
+void cg_op_Triu(cg_tensor self_, int64_t diagonal, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::triu(self, diagonal));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::triu(self, diagonal));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Tril(cg_tensor self_, int64_t diagonal) {
+void cg_op_Tril(cg_tensor self_, int64_t diagonal, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::tril(self, diagonal));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::tril(self, diagonal));
+  CG_CATCH_INTO(res)
 }
 
-cg_results cg_op_Split(cg_tensor self_, int64_t size, int64_t dim) {
+void cg_op_Split(cg_tensor self_, int64_t size, int64_t dim, cg_results *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::resn(self.split(size, dim));
-  CG_CATCH_RESULTS
+  *ret_ = cg::resn(self.split(size, dim));
+  CG_CATCH_INTO(resn)
 }
 
-cg_results cg_op_Chunk(cg_tensor self_, int64_t chunks, int64_t dim) {
+void cg_op_Chunk(cg_tensor self_, int64_t chunks, int64_t dim, cg_results *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::resn(self.chunk(chunks, dim));
-  CG_CATCH_RESULTS
+  *ret_ = cg::resn(self.chunk(chunks, dim));
+  CG_CATCH_INTO(resn)
 }
 
-cg_result cg_op_OneHot(cg_tensor self_, int64_t numClasses) {
+void cg_op_OneHot(cg_tensor self_, int64_t numClasses, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
-  return cg::res(at::one_hot(self, numClasses));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::one_hot(self, numClasses));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Multinomial(cg_tensor self_, int64_t numSamples, int replacement_) {
+void cg_op_Multinomial(cg_tensor self_, int64_t numSamples, int replacement_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   bool replacement = replacement_ != 0;
-  return cg::res(at::multinomial(self, numSamples, replacement));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::multinomial(self, numSamples, replacement));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Cat(const cg_tensor *ts_, int ts_n, int64_t dim) {
+void cg_op_Cat(const cg_tensor *ts_, int ts_n, int64_t dim, cg_result *ret_) {
   CG_TRY
   std::vector<at::Tensor> ts = cg::tensors(ts_, ts_n);
-  return cg::res(at::cat(ts, dim));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::cat(ts, dim));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Stack(const cg_tensor *ts_, int ts_n, int64_t dim) {
+void cg_op_Stack(const cg_tensor *ts_, int ts_n, int64_t dim, cg_result *ret_) {
   CG_TRY
   std::vector<at::Tensor> ts = cg::tensors(ts_, ts_n);
-  return cg::res(at::stack(ts, dim));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::stack(ts, dim));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Linear(cg_tensor x_, cg_tensor w_, cg_tensor b_) {
+void cg_op_Linear(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   at::Tensor &w = cg::T(w_);
   std::optional<at::Tensor> b = cg::opt(b_);
-  return cg::res(at::linear(x, w, b));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::linear(x, w, b));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_conv2d(cg_tensor x_, cg_tensor w_, cg_tensor b_, const int64_t *stride_, int stride_n, const int64_t *padding_, int padding_n, const int64_t *dilation_, int dilation_n, int64_t groups) {
+void cg_op_conv2d(cg_tensor x_, cg_tensor w_, cg_tensor b_, const int64_t *stride_, int stride_n, const int64_t *padding_, int padding_n, const int64_t *dilation_, int dilation_n, int64_t groups, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   at::Tensor &w = cg::T(w_);
@@ -1138,11 +1138,11 @@ cg_result cg_op_conv2d(cg_tensor x_, cg_tensor w_, cg_tensor b_, const int64_t *
   at::IntArrayRef stride(stride_, stride_n);
   at::IntArrayRef padding(padding_, padding_n);
   at::IntArrayRef dilation(dilation_, dilation_n);
-  return cg::res(at::conv2d(x, w, b, stride, padding, dilation, groups));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::conv2d(x, w, b, stride, padding, dilation, groups));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_maxPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const int64_t *stride_, int stride_n, const int64_t *padding_, int padding_n, const int64_t *dilation_, int dilation_n, int ceil_) {
+void cg_op_maxPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const int64_t *stride_, int stride_n, const int64_t *padding_, int padding_n, const int64_t *dilation_, int dilation_n, int ceil_, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   at::IntArrayRef kernel(kernel_, kernel_n);
@@ -1150,11 +1150,11 @@ cg_result cg_op_maxPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, co
   at::IntArrayRef padding(padding_, padding_n);
   at::IntArrayRef dilation(dilation_, dilation_n);
   bool ceil = ceil_ != 0;
-  return cg::res(at::max_pool2d(x, kernel, stride, padding, dilation, ceil));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::max_pool2d(x, kernel, stride, padding, dilation, ceil));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_avgPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const int64_t *stride_, int stride_n, const int64_t *padding_, int padding_n, int ceil_, int countIncludePad_) {
+void cg_op_avgPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const int64_t *stride_, int stride_n, const int64_t *padding_, int padding_n, int ceil_, int countIncludePad_, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   at::IntArrayRef kernel(kernel_, kernel_n);
@@ -1162,19 +1162,19 @@ cg_result cg_op_avgPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, co
   at::IntArrayRef padding(padding_, padding_n);
   bool ceil = ceil_ != 0;
   bool countIncludePad = countIncludePad_ != 0;
-  return cg::res(at::avg_pool2d(x, kernel, stride, padding, ceil, countIncludePad));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::avg_pool2d(x, kernel, stride, padding, ceil, countIncludePad));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_adaptiveAvgPool2d(cg_tensor x_, const int64_t *out_, int out_n) {
+void cg_op_adaptiveAvgPool2d(cg_tensor x_, const int64_t *out_, int out_n, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   at::IntArrayRef out(out_, out_n);
-  return cg::res(at::adaptive_avg_pool2d(x, out));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::adaptive_avg_pool2d(x, out));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_batchNorm(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor runningMean_, cg_tensor runningVar_, int training_, double momentum, double eps) {
+void cg_op_batchNorm(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor runningMean_, cg_tensor runningVar_, int training_, double momentum, double eps, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   std::optional<at::Tensor> w = cg::opt(w_);
@@ -1182,46 +1182,46 @@ cg_result cg_op_batchNorm(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor ru
   std::optional<at::Tensor> runningMean = cg::opt(runningMean_);
   std::optional<at::Tensor> runningVar = cg::opt(runningVar_);
   bool training = training_ != 0;
-  return cg::res(at::batch_norm(x, w, b, runningMean, runningVar, training, momentum, eps, true));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::batch_norm(x, w, b, runningMean, runningVar, training, momentum, eps, true));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_LayerNorm(cg_tensor x_, const int64_t *normalizedShape_, int normalizedShape_n, cg_tensor w_, cg_tensor b_, double eps) {
+void cg_op_LayerNorm(cg_tensor x_, const int64_t *normalizedShape_, int normalizedShape_n, cg_tensor w_, cg_tensor b_, double eps, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   at::IntArrayRef normalizedShape(normalizedShape_, normalizedShape_n);
   std::optional<at::Tensor> w = cg::opt(w_);
   std::optional<at::Tensor> b = cg::opt(b_);
-  return cg::res(at::layer_norm(x, normalizedShape, w, b, eps));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::layer_norm(x, normalizedShape, w, b, eps));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_GroupNorm(cg_tensor x_, int64_t groups, cg_tensor w_, cg_tensor b_, double eps) {
+void cg_op_GroupNorm(cg_tensor x_, int64_t groups, cg_tensor w_, cg_tensor b_, double eps, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   std::optional<at::Tensor> w = cg::opt(w_);
   std::optional<at::Tensor> b = cg::opt(b_);
-  return cg::res(at::group_norm(x, groups, w, b, eps));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::group_norm(x, groups, w, b, eps));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Dropout(cg_tensor x_, double p, int training_) {
+void cg_op_Dropout(cg_tensor x_, double p, int training_, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   bool training = training_ != 0;
-  return cg::res(at::dropout(x, p, training));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::dropout(x, p, training));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_Embedding(cg_tensor weight_, cg_tensor indices_, int64_t paddingIdx) {
+void cg_op_Embedding(cg_tensor weight_, cg_tensor indices_, int64_t paddingIdx, cg_result *ret_) {
   CG_TRY
   at::Tensor &weight = cg::T(weight_);
   at::Tensor &indices = cg::T(indices_);
-  return cg::res(at::embedding(weight, indices, paddingIdx));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::embedding(weight, indices, paddingIdx));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_scaledDotProductAttention(cg_tensor q_, cg_tensor k_, cg_tensor v_, cg_tensor mask_, double dropout, int causal_, double scale, int hasScale_) {
+void cg_op_scaledDotProductAttention(cg_tensor q_, cg_tensor k_, cg_tensor v_, cg_tensor mask_, double dropout, int causal_, double scale, int hasScale_, cg_result *ret_) {
   CG_TRY
   at::Tensor &q = cg::T(q_);
   at::Tensor &k = cg::T(k_);
@@ -1229,11 +1229,11 @@ cg_result cg_op_scaledDotProductAttention(cg_tensor q_, cg_tensor k_, cg_tensor 
   std::optional<at::Tensor> mask = cg::opt(mask_);
   bool causal = causal_ != 0;
   bool hasScale = hasScale_ != 0;
-  return cg::res(at::scaled_dot_product_attention(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::scaled_dot_product_attention(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt));
+  CG_CATCH_INTO(res)
 }
 
-cg_status cg_op_sdpBackend(cg_tensor q_, cg_tensor k_, cg_tensor v_, cg_tensor mask_, double dropout, int causal_, double scale, int hasScale_, int64_t *out) {
+void cg_op_sdpBackend(cg_tensor q_, cg_tensor k_, cg_tensor v_, cg_tensor mask_, double dropout, int causal_, double scale, int hasScale_, int64_t *out, cg_status *ret_) {
   CG_TRY
   at::Tensor &q = cg::T(q_);
   at::Tensor &k = cg::T(k_);
@@ -1242,60 +1242,60 @@ cg_status cg_op_sdpBackend(cg_tensor q_, cg_tensor k_, cg_tensor v_, cg_tensor m
   bool causal = causal_ != 0;
   bool hasScale = hasScale_ != 0;
   *out = at::_fused_sdp_choice(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt);
-  return cg::ok();
-  CG_CATCH_STATUS
+  *ret_ = cg::ok();
+  CG_CATCH_INTO(status)
 }
 
-cg_result cg_op_crossEntropy(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduction, int64_t ignoreIndex, double labelSmoothing) {
+void cg_op_crossEntropy(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduction, int64_t ignoreIndex, double labelSmoothing, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   at::Tensor &y = cg::T(y_);
   std::optional<at::Tensor> weight = cg::opt(weight_);
-  return cg::res(at::cross_entropy_loss(x, y, weight, reduction, ignoreIndex, labelSmoothing));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::cross_entropy_loss(x, y, weight, reduction, ignoreIndex, labelSmoothing));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_nllLoss(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduction, int64_t ignoreIndex) {
+void cg_op_nllLoss(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduction, int64_t ignoreIndex, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   at::Tensor &y = cg::T(y_);
   std::optional<at::Tensor> weight = cg::opt(weight_);
-  return cg::res(at::nll_loss_nd(x, y, weight, reduction, ignoreIndex));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::nll_loss_nd(x, y, weight, reduction, ignoreIndex));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_mseLoss(cg_tensor x_, cg_tensor y_, int64_t reduction) {
+void cg_op_mseLoss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   at::Tensor &y = cg::T(y_);
-  return cg::res(at::mse_loss(x, y, reduction));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::mse_loss(x, y, reduction));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_l1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction) {
+void cg_op_l1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   at::Tensor &y = cg::T(y_);
-  return cg::res(at::l1_loss(x, y, reduction));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::l1_loss(x, y, reduction));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_smoothL1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, double beta) {
+void cg_op_smoothL1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, double beta, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   at::Tensor &y = cg::T(y_);
-  return cg::res(at::smooth_l1_loss(x, y, reduction, beta));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::smooth_l1_loss(x, y, reduction, beta));
+  CG_CATCH_INTO(res)
 }
 
-cg_result cg_op_bceWithLogits(cg_tensor x_, cg_tensor y_, cg_tensor weight_, cg_tensor posWeight_, int64_t reduction) {
+void cg_op_bceWithLogits(cg_tensor x_, cg_tensor y_, cg_tensor weight_, cg_tensor posWeight_, int64_t reduction, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
   at::Tensor &y = cg::T(y_);
   std::optional<at::Tensor> weight = cg::opt(weight_);
   std::optional<at::Tensor> posWeight = cg::opt(posWeight_);
-  return cg::res(at::binary_cross_entropy_with_logits(x, y, weight, posWeight, reduction));
-  CG_CATCH_RESULT
+  *ret_ = cg::res(at::binary_cross_entropy_with_logits(x, y, weight, posWeight, reduction));
+  CG_CATCH_INTO(res)
 }
 
 }  // extern "C"

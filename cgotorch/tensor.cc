@@ -35,7 +35,7 @@ static const bool malloc_tuned = [] {
 
 extern "C" {
 
-void cg_free_msg(char *msg) { std::free(msg); }
+void cg_free_msg(cg_msg msg) { std::free(reinterpret_cast<void *>(msg)); }
 
 #define CG_STR2(x) #x
 #define CG_STR(x) CG_STR2(x)
@@ -202,7 +202,7 @@ cg_status cg_backward(cg_tensor t, cg_tensor grad, int retain_graph) {
 
 cg_result cg_grad(cg_tensor t) {
   CG_TRY const at::Tensor &g = T(t).grad();
-  if (!g.defined()) return cg_result{CG_OK, 0, nullptr, 0};
+  if (!g.defined()) return cg_result{CG_OK, 0, 0, 0};
   return res(g);
   CG_CATCH_RESULT
 }

@@ -13,10 +13,13 @@ import (
 // Tensor is a libtorch tensor. The zero value is not usable; tensors come from the
 // constructors and operations in this package.
 type Tensor struct {
-	h       cgotorch.Tensor
-	scope   *Scope // the scope that owns the handle, nil when the Tensor owns it
-	cleanup runtime.Cleanup
-	guarded bool // a runtime cleanup is registered
+	h     cgotorch.Tensor
+	scope *Scope // the scope that owns the handle, nil when the Tensor owns it
+	// guard is the runtime cleanup that frees an owned handle the program dropped; nil
+	// while a scope owns the handle. It is a pointer so that the Tensors of a scope, made
+	// by the hundred in every step, stay three words: every byte of them is new memory
+	// the step writes (the collector, not the step, recycles it).
+	guard *runtime.Cleanup
 }
 
 // LiveTensors returns the number of tensor handles created and not yet freed.
@@ -41,6 +44,8 @@ type Scope struct {
 	// makes hundreds of tensors, and one Go allocation per block instead of per tensor
 	// took 4% of a tiny op's instructions. A Tensor kept past Close keeps its block.
 	cells []Tensor
+	done  int // Tensors in the blocks before cells
+	hint  int // Tensors the scope this one renewed made: the size of the first block
 }
 
 // cellBlock bounds the Tensors allocated at once for a scope; blocks double from 4.
@@ -49,12 +54,18 @@ const cellBlock = 64
 // cell returns a new Tensor of s for h.
 func (s *Scope) cell(h cgotorch.Tensor) *Tensor {
 	if len(s.cells) == cap(s.cells) {
-		s.cells = make([]Tensor, 0, min(max(2*cap(s.cells), 4), cellBlock))
+		s.grow()
 	}
 	s.cells = s.cells[:len(s.cells)+1]
 	t := &s.cells[len(s.cells)-1]
 	t.h, t.scope = h, s
 	return t
+}
+
+// grow starts the scope's next block of Tensors (the last one stays with the Tensors in it).
+func (s *Scope) grow() {
+	s.done += len(s.cells)
+	s.cells = make([]Tensor, 0, min(max(2*cap(s.cells), 4, s.hint), cellBlock))
 }
 
 // maxScopes bounds the scopes open at once in the process (all goroutines, all depths).
@@ -141,7 +152,7 @@ func (s *Scope) Renew() *Scope {
 	if err := cgotorch.ScopeReset(s.slot); err != nil {
 		panic(&Error{Op: "scope", Msg: "Scope.Renew: scopes must be renewed innermost, on the goroutine that opened them"})
 	}
-	n := &Scope{slot: s.slot}
+	n := &Scope{slot: s.slot, hint: s.done + len(s.cells)}
 	s.closed = true
 	scopes[s.slot] = n // read only by this goroutine, as NewScope's write
 	return n
@@ -159,7 +170,7 @@ func (s *Scope) Keep(ts ...*Tensor) *Tensor {
 		check("keep", err)
 		if now == 0 {
 			t.scope = nil
-			t.guard()
+			t.guardHandle()
 		} else {
 			t.scope = scopes[now]
 		}
@@ -176,7 +187,7 @@ func (t *Tensor) Escape() *Tensor {
 	if t.scope != nil && t.h != 0 {
 		check("escape", cgotorch.ScopeDisown(t.h, t.scope.slot))
 		t.scope = nil
-		t.guard()
+		t.guardHandle()
 	}
 	return t
 }
@@ -185,16 +196,24 @@ func freeHandle(h cgotorch.Tensor) {
 	cgotorch.TensorFree(h)
 }
 
-func (t *Tensor) guard() {
-	if !t.guarded {
-		t.cleanup = runtime.AddCleanup(t, freeHandle, t.h)
-		t.guarded = true
+func (t *Tensor) guardHandle() {
+	if t.guard == nil {
+		c := runtime.AddCleanup(t, freeHandle, t.h)
+		t.guard = &c
 	}
 }
 
 // adopt wraps an op's result: its handle belongs to the scope the C side named, or to the
 // new Tensor when none was open. A failure panics with a *Error for op.
 func adopt(op string, r cgotorch.Result) *Tensor {
+	if r.Err != nil || r.Scope == 0 || r.T == 0 {
+		return adoptOwned(op, r)
+	}
+	return scopes[r.Scope].cell(r.T) // the common case, inlined into every op
+}
+
+// adoptOwned is adopt's failure and no-scope path.
+func adoptOwned(op string, r cgotorch.Result) *Tensor {
 	if r.Err != nil {
 		panic(opErr(op, r.Err))
 	}
@@ -228,7 +247,7 @@ func wrapIn(h cgotorch.Tensor, slot int32) *Tensor {
 		return scopes[slot].cell(h)
 	}
 	t := &Tensor{h: h}
-	t.guard()
+	t.guardHandle()
 	return t
 }
 
@@ -239,9 +258,9 @@ func (t *Tensor) release() {
 	if t.h == 0 {
 		return
 	}
-	if t.guarded {
-		t.cleanup.Stop()
-		t.guarded = false
+	if t.guard != nil {
+		t.guard.Stop()
+		t.guard = nil
 	}
 	freeHandle(t.h)
 	t.h = 0

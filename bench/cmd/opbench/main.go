@@ -7,9 +7,9 @@
 //
 // The ops: "add", a.Add(b) of two 16-element float32 tensors; "linear", the forward of
 // nn.Linear(16, 16) on a [1, 16] input with autograd recording (its parameters require
-// grad, as in training). Ops run in blocks of -block inside one scope, as the Trainer runs
-// a step's ops inside the step's scope, and the time includes closing the scope (freeing
-// the block's results). One rep is -n ops; the first rep is a warm-up. It prints one JSON
+// grad, as in training). Ops run in blocks of -block inside one scope, renewed after each
+// block as the Trainer renews its step scope after each step, and the time includes the
+// renewal (freeing the block's results). One rep is -n ops; the first rep is a warm-up. It prints one JSON
 // object: impl, torch, threads, block, n, and ns_per_op[op] for every timed rep. With -pair 1
 // each rep waits for a line on stdin and prints "rep N" when done (N counts the reps of every
 // op from 1), so that the driver can run it in turns with bench/cpp/ops.cpp.
@@ -87,13 +87,14 @@ func main() {
 				}
 			}
 			t0 := time.Now()
+			s := torch.NewScope()
 			for done := 0; done < *n; done += *block {
-				s := torch.NewScope()
 				for range *block {
 					op()
 				}
-				s.Close()
+				s = s.Renew()
 			}
+			s.Close()
 			if r > 0 {
 				out[name] = append(out[name], float64(time.Since(t0).Nanoseconds())/float64(*n))
 			}
