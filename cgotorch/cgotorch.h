@@ -5,8 +5,9 @@
 // does not pointer-check it on every call, nor does Go's collector scan it.
 // The table-driven ops are declared in ops_gen.h, generated from ops.tab.
 // Every entry point catches every C++ exception and reports it in-band: the returned
-// status (or the status inside a result struct) carries a code and a malloc'd message
-// without the C++ backtrace, which the caller frees with cg_free_msg. There is no
+// status (or the status inside a result struct; the generated ops write theirs through
+// their last parameter) carries a code and a malloc'd message without the C++
+// backtrace, which the caller frees with cg_free_msg. There is no
 // thread-local "last error".
 #ifndef GOTRAIN_CGOTORCH_H
 #define GOTRAIN_CGOTORCH_H
