@@ -199,13 +199,7 @@ extern constinit thread_local uint64_t threads_seen;
 #define CG_CATCH_RESULT \
   }                     \
   catch (...) { return cg::res(cg::classify()); }
-#define CG_CATCH_RESULT2 \
-  }                      \
-  catch (...) { return cg::res2(cg::classify()); }
 // CG_CATCH_INTO ends a generated op, whose result goes through its last parameter, ret_.
 #define CG_CATCH_INTO(wrap) \
   }                         \
   catch (...) { *ret_ = cg::wrap(cg::classify()); }
-#define CG_CATCH_RESULTS \
-  }                      \
-  catch (...) { return cg::resn(cg::classify()); }
