@@ -365,3 +365,68 @@ cg_chain_result cg_chain_forward(const cg_stage *stages, int n, cg_tensor x);
 }
 #endif
 #endif
+
+// ==== training steps (step.cc) ====
+// cg_step_run is a whole training step in one call: the optimizer's gradients set to
+// None, the chain over x, a built-in loss of its output against y, the loss added to a
+// running sum (cg_accumulate), the backward pass and the optimizer step (cg_optim_step).
+// Each part makes the ATen calls its own entry point makes, in the same order, so a step
+// run this way and one run call by call give the same bits, autograd graph and random
+// draws. For a small model the crossings and the caller's code between them are a
+// visible share of a step; this is one crossing.
+#ifndef GOTRAIN_CGOTORCH_STEP_H
+#define GOTRAIN_CGOTORCH_STEP_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+enum cg_loss_kind { CG_LOSS_CROSS_ENTROPY = 0, CG_LOSS_NLL = 1, CG_LOSS_MSE = 2, CG_LOSS_KINDS = 3 };
+// cg_loss is a loss of ops.tab's: cross_entropy, nll_loss or mse_loss with its arguments.
+typedef struct {
+  int32_t kind;            // enum cg_loss_kind
+  int64_t reduction;       // at::Reduction: 0 none, 1 mean, 2 sum
+  int64_t ignore_index;    // cross_entropy, nll
+  double label_smoothing;  // cross_entropy
+  cg_tensor weight;        // cross_entropy, nll: class weights (NULL: none)
+} cg_loss;
+// cg_step holds a step's scalar arguments; its arrays are cg_step_run's parameters.
+typedef struct {
+  int32_t nstages;
+  cg_loss loss;
+  cg_tensor sums;  // cg_accumulate's acc (NULL: no sum)
+  double sum_weight;
+  int64_t sum_step;
+  int32_t sum_flags;
+  int32_t optimizer;  // enum cg_optimizer, or -1: no zero_grad and no optimizer step
+  int32_t ngroups;
+  int32_t nparams;
+} cg_step;
+// The parts of a step, to say which one failed.
+enum cg_step_phase {
+  CG_PHASE_NONE = -1,
+  CG_PHASE_ZERO_GRAD = 0,
+  CG_PHASE_FORWARD = 1,
+  CG_PHASE_LOSS = 2,
+  CG_PHASE_SUMS = 3,
+  CG_PHASE_BACKWARD = 4,
+  CG_PHASE_OPTIMIZER = 5
+};
+// cg_step_result is cg_result for the loss, with the phase that failed and, in the
+// forward, the stage.
+typedef struct {
+  int32_t code;
+  int32_t scope;
+  cg_msg msg;
+  cg_tensor loss;
+  int32_t phase;
+  int32_t stage;
+} cg_step_result;
+// cg_step_run runs step s over input x and target y: the stages are s.nstages cg_stages;
+// group_sizes, hyper, params and state are cg_optim_step's (params are also the ones
+// whose gradients are set to None first). The loss is adopted by the thread's scope, as a
+// cg_result's tensor, also when a later part fails.
+void cg_step_run(const cg_step *s, const cg_stage *stages, const int64_t *group_sizes, const void *hyper,
+                 cg_tensor *params, cg_tensor *state, cg_tensor x, cg_tensor y, cg_step_result *r);
+#ifdef __cplusplus
+}
+#endif
+#endif

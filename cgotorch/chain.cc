@@ -21,7 +21,9 @@ void rank_check(const cg_stage &s, const at::Tensor &x) {
   TORCH_CHECK(false, "expected [", want, "]-d input, got ", d, "-d");
 }
 
-at::Tensor stage(const cg_stage &s, const at::Tensor &x) {
+}  // namespace
+
+at::Tensor cg::chain_stage(const cg_stage &s, const at::Tensor &x) {
   switch (static_cast<cg_stage_kind>(s.kind)) {
     case CG_STAGE_LINEAR:
       return at::linear(x, cg::T(s.weight), cg::opt(s.bias));
@@ -64,8 +66,6 @@ at::Tensor stage(const cg_stage &s, const at::Tensor &x) {
   TORCH_CHECK(false, "unknown stage kind ", s.kind);
 }
 
-}  // namespace
-
 extern "C" {
 
 cg_chain_result cg_chain_forward(const cg_stage *stages, int n, cg_tensor x_) {
@@ -73,7 +73,7 @@ cg_chain_result cg_chain_forward(const cg_stage *stages, int n, cg_tensor x_) {
   try {
     cg::sync_num_threads();
     at::Tensor x = cg::T(x_);
-    for (i = 0; i < n; i++) x = stage(stages[i], x);
+    for (i = 0; i < n; i++) x = cg::chain_stage(stages[i], x);
     cg_result r = cg::res(std::move(x));
     return cg_chain_result{r.code, r.scope, r.msg, r.t, -1};
   } catch (...) {

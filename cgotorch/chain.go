@@ -67,9 +67,14 @@ func NewChain() *Chain {
 
 // Add appends s with its tensors (0: none) resolved.
 func (c *Chain) Add(s *Stage, w, b, mean, vr, nb Tensor) {
-	c.cs = append(c.cs, s.c())
-	last := &c.cs[len(c.cs)-1]
+	c.cs = appendStage(c.cs, s, w, b, mean, vr, nb)
+}
+
+func appendStage(cs []C.cg_stage, s *Stage, w, b, mean, vr, nb Tensor) []C.cg_stage {
+	cs = append(cs, s.c())
+	last := &cs[len(cs)-1]
 	last.weight, last.bias, last.running_mean, last.running_var, last.num_batches_tracked = h(w), h(b), h(mean), h(vr), h(nb)
+	return cs
 }
 
 // Forward is cg_chain_forward: the stages over x in one call; the chain goes back to the

@@ -190,6 +190,11 @@ extern constinit thread_local uint64_t threads_seen;
   }
 }
 
+// chain_stage is one stage of a chain over x (chain.cc).
+at::Tensor chain_stage(const cg_stage &s, const at::Tensor &x);
+// accumulate is cg_accumulate without the exception guard (metrics.cc).
+void accumulate(cg_tensor acc, cg_tensor *values, int n, double weight, int64_t step, int flags);
+
 }  // namespace cg
 
 #define CG_TRY try { cg::sync_num_threads();

@@ -56,10 +56,8 @@ void accumulate_aten(at::Tensor &acc, const std::vector<at::Tensor> &vs, double 
 
 }  // namespace
 
-extern "C" {
-
-cg_status cg_accumulate(cg_tensor acc, cg_tensor *values, int n, double weight, int64_t step, int flags) {
-  CG_TRY at::NoGradGuard no_grad;
+void cg::accumulate(cg_tensor acc, cg_tensor *values, int n, double weight, int64_t step, int flags) {
+  at::NoGradGuard no_grad;
   at::Tensor &a = cg::T(acc);
   int64_t need = n + ((flags & CG_ACC_TRACK) ? 2 : 0);
   TORCH_CHECK(n > 0, "accumulate: no values");
@@ -78,6 +76,12 @@ cg_status cg_accumulate(cg_tensor acc, cg_tensor *values, int n, double weight, 
   } else {
     accumulate_aten(a, cg::tensors(values, n), weight, step, flags);
   }
+}
+
+extern "C" {
+
+cg_status cg_accumulate(cg_tensor acc, cg_tensor *values, int n, double weight, int64_t step, int flags) {
+  CG_TRY cg::accumulate(acc, values, n, weight, step, flags);
   return cg::ok();
   CG_CATCH_STATUS
 }

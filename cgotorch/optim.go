@@ -44,37 +44,47 @@ func optimStep[H, CH any](kind C.enum_cg_optimizer, hyper []H, conv func(H) CH, 
 // with hyper[g]. state has OptNState slots per parameter; nil slots the step needs are
 // filled with new handles the caller owns.
 func SGDStep(hs []hyper.SGD, groupSizes []int64, params, state []Tensor) error {
-	return optimStep(C.CG_OPT_SGD, hs, func(h hyper.SGD) C.cg_sgd_hyper {
-		return C.cg_sgd_hyper{lr: C.double(h.LR), momentum: C.double(h.Momentum), dampening: C.double(h.Dampening),
-			weight_decay: C.double(h.WeightDecay), nesterov: ci32(h.Nesterov), maximize: ci32(h.Maximize)}
-	}, groupSizes, params, state)
+	return optimStep(C.CG_OPT_SGD, hs, sgdC, groupSizes, params, state)
 }
 
 // AdamStep is SGDStep for Adam and AdamW.
 func AdamStep(hs []hyper.Adam, groupSizes []int64, params, state []Tensor) error {
-	return optimStep(C.CG_OPT_ADAM, hs, func(h hyper.Adam) C.cg_adam_hyper {
-		return C.cg_adam_hyper{lr: C.double(h.LR), beta1: C.double(h.Beta1), beta2: C.double(h.Beta2), eps: C.double(h.Eps),
-			weight_decay: C.double(h.WeightDecay), amsgrad: ci32(h.AMSGrad), maximize: ci32(h.Maximize),
-			decoupled_weight_decay: ci32(h.DecoupledWeightDecay), fused: ci32(h.Fused)}
-	}, groupSizes, params, state)
+	return optimStep(C.CG_OPT_ADAM, hs, adamC, groupSizes, params, state)
 }
 
 // RMSpropStep is SGDStep for RMSprop.
 func RMSpropStep(hs []hyper.RMSprop, groupSizes []int64, params, state []Tensor) error {
-	return optimStep(C.CG_OPT_RMSPROP, hs, func(h hyper.RMSprop) C.cg_rmsprop_hyper {
-		return C.cg_rmsprop_hyper{lr: C.double(h.LR), alpha: C.double(h.Alpha), eps: C.double(h.Eps),
-			weight_decay: C.double(h.WeightDecay), momentum: C.double(h.Momentum), centered: ci32(h.Centered),
-			maximize: ci32(h.Maximize)}
-	}, groupSizes, params, state)
+	return optimStep(C.CG_OPT_RMSPROP, hs, rmspropC, groupSizes, params, state)
 }
 
 // AdagradStep is SGDStep for Adagrad.
 func AdagradStep(hs []hyper.Adagrad, groupSizes []int64, params, state []Tensor) error {
-	return optimStep(C.CG_OPT_ADAGRAD, hs, func(h hyper.Adagrad) C.cg_adagrad_hyper {
-		return C.cg_adagrad_hyper{lr: C.double(h.LR), lr_decay: C.double(h.LRDecay), eps: C.double(h.Eps),
-			weight_decay: C.double(h.WeightDecay), initial_accumulator_value: C.double(h.InitialAccumulatorValue),
-			maximize: ci32(h.Maximize)}
-	}, groupSizes, params, state)
+	return optimStep(C.CG_OPT_ADAGRAD, hs, adagradC, groupSizes, params, state)
+}
+
+// The C structs of the algorithms' hyperparameters.
+
+func sgdC(h hyper.SGD) C.cg_sgd_hyper {
+	return C.cg_sgd_hyper{lr: C.double(h.LR), momentum: C.double(h.Momentum), dampening: C.double(h.Dampening),
+		weight_decay: C.double(h.WeightDecay), nesterov: ci32(h.Nesterov), maximize: ci32(h.Maximize)}
+}
+
+func adamC(h hyper.Adam) C.cg_adam_hyper {
+	return C.cg_adam_hyper{lr: C.double(h.LR), beta1: C.double(h.Beta1), beta2: C.double(h.Beta2), eps: C.double(h.Eps),
+		weight_decay: C.double(h.WeightDecay), amsgrad: ci32(h.AMSGrad), maximize: ci32(h.Maximize),
+		decoupled_weight_decay: ci32(h.DecoupledWeightDecay), fused: ci32(h.Fused)}
+}
+
+func rmspropC(h hyper.RMSprop) C.cg_rmsprop_hyper {
+	return C.cg_rmsprop_hyper{lr: C.double(h.LR), alpha: C.double(h.Alpha), eps: C.double(h.Eps),
+		weight_decay: C.double(h.WeightDecay), momentum: C.double(h.Momentum), centered: ci32(h.Centered),
+		maximize: ci32(h.Maximize)}
+}
+
+func adagradC(h hyper.Adagrad) C.cg_adagrad_hyper {
+	return C.cg_adagrad_hyper{lr: C.double(h.LR), lr_decay: C.double(h.LRDecay), eps: C.double(h.Eps),
+		weight_decay: C.double(h.WeightDecay), initial_accumulator_value: C.double(h.InitialAccumulatorValue),
+		maximize: ci32(h.Maximize)}
 }
 
 // ZeroGrad zeroes the params' gradients, or drops them when setToNone is true.

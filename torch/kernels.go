@@ -41,41 +41,85 @@ const OptimizerStateSlots = cgotorch.OptNState
 // nil slots the step needs are filled with new tensors the caller owns (no scope does),
 // also when the step fails part way.
 func OptimizerStep[H OptimizerHyper](hyper []H, groupSizes []int64, params []*Tensor, state [][OptimizerStateSlots]*Tensor) error {
+	a := NewOptimizerArgs(hyper, groupSizes, params, state)
+	return a.Step()
+}
+
+// OptimizerArgs are the arguments of one OptimizerStep, held for later: Step runs them,
+// and a TrainStep runs them inside its own call into libtorch. The slices are the
+// caller's (an optimizer's own state rows), not copies.
+type OptimizerArgs struct {
+	sgd        []SGDHyper
+	adam       []AdamHyper
+	rmsprop    []RMSpropHyper
+	adagrad    []AdagradHyper
+	groupSizes []int64
+	params     []*Tensor
+	state      [][OptimizerStateSlots]*Tensor
+}
+
+// NewOptimizerArgs holds OptimizerStep(hyper, groupSizes, params, state)'s arguments.
+func NewOptimizerArgs[H OptimizerHyper](hyper []H, groupSizes []int64, params []*Tensor, state [][OptimizerStateSlots]*Tensor) OptimizerArgs {
 	if len(state) != len(params) {
 		panic(&Error{Op: "optimizer step", Msg: fmt.Sprintf("%d state rows for %d parameters", len(state), len(params))})
 	}
-	stBuf := borrowHandles(len(params) * OptimizerStateSlots)
-	st := *stBuf
-	for i := range state {
-		for k, t := range state[i] {
-			if t != nil {
-				st[i*OptimizerStateSlots+k] = t.handle()
-			}
-		}
-	}
-	psBuf := borrowHandlesOf(params)
-	ps := *psBuf
-	var err error
+	a := OptimizerArgs{groupSizes: groupSizes, params: params, state: state}
 	switch h := any(hyper).(type) {
 	case []SGDHyper:
-		err = cgotorch.SGDStep(h, groupSizes, ps, st)
+		a.sgd = h
 	case []AdamHyper:
-		err = cgotorch.AdamStep(h, groupSizes, ps, st)
+		a.adam = h
 	case []RMSpropHyper:
-		err = cgotorch.RMSpropStep(h, groupSizes, ps, st)
+		a.rmsprop = h
 	case []AdagradHyper:
-		err = cgotorch.AdagradStep(h, groupSizes, ps, st)
+		a.adagrad = h
 	}
-	for i := range state {
-		for k := range state[i] {
-			if h := st[i*OptimizerStateSlots+k]; h != 0 && state[i][k] == nil {
-				state[i][k] = owned(h)
+	return a
+}
+
+// Step runs the optimizer step (OptimizerStep).
+func (a *OptimizerArgs) Step() error {
+	st, ps := a.borrow()
+	var err error
+	switch {
+	case a.sgd != nil:
+		err = cgotorch.SGDStep(a.sgd, a.groupSizes, *ps, *st)
+	case a.adam != nil:
+		err = cgotorch.AdamStep(a.adam, a.groupSizes, *ps, *st)
+	case a.rmsprop != nil:
+		err = cgotorch.RMSpropStep(a.rmsprop, a.groupSizes, *ps, *st)
+	case a.adagrad != nil:
+		err = cgotorch.AdagradStep(a.adagrad, a.groupSizes, *ps, *st)
+	}
+	a.adopt(st, ps)
+	return wrapErr("optimizer step", err)
+}
+
+// borrow returns the state and parameter handles in C's layout, in borrowed buffers.
+func (a *OptimizerArgs) borrow() (st, ps *[]cgotorch.Tensor) {
+	st = borrowHandles(len(a.params) * OptimizerStateSlots)
+	for i := range a.state {
+		for k, t := range a.state[i] {
+			if t != nil {
+				(*st)[i*OptimizerStateSlots+k] = t.handle()
 			}
 		}
 	}
-	returnHandles(stBuf)
-	returnHandles(psBuf)
-	return wrapErr("optimizer step", err)
+	return st, borrowHandlesOf(a.params)
+}
+
+// adopt gives the state rows the tensors the step created (the caller owns them) and
+// returns the buffers.
+func (a *OptimizerArgs) adopt(st, ps *[]cgotorch.Tensor) {
+	for i := range a.state {
+		for k := range a.state[i] {
+			if h := (*st)[i*OptimizerStateSlots+k]; h != 0 && a.state[i][k] == nil {
+				a.state[i][k] = owned(h)
+			}
+		}
+	}
+	returnHandles(st)
+	returnHandles(ps)
 }
 
 // ZeroGrads zeroes the params' gradients in one call, or drops them when setToNone is true

@@ -43,6 +43,51 @@ type CallbackFunc func(e Event, t *Trainer) error
 // OnEvent calls f.
 func (f CallbackFunc) OnEvent(e Event, t *Trainer) error { return f(e, t) }
 
+// EventSet is a set of Events.
+type EventSet uint32
+
+// Events returns the set of es.
+func Events(es ...Event) EventSet {
+	var s EventSet
+	for _, e := range es {
+		s |= 1 << uint(e)
+	}
+	return s
+}
+
+// Has reports whether e is in s.
+func (s EventSet) Has(e Event) bool { return s&(1<<uint(e)) != 0 }
+
+// allEvents is the set of every event.
+const allEvents = EventSet(1<<(TrainEnd+1) - 1)
+
+// Subscriber is implemented by callbacks that act at some events only: the Trainer calls
+// them at those alone. A callback without it is called at every event; a Trainer must
+// then stop at each, which keeps it from running its default step in one call into
+// libtorch (WithFusedStep). All of this package's callbacks are Subscribers.
+type Subscriber interface {
+	Events() EventSet
+}
+
+// On returns a callback that calls f at the given events only.
+func On(f CallbackFunc, events ...Event) Callback { return &onEvents{f: f, set: Events(events...)} }
+
+type onEvents struct {
+	f   CallbackFunc
+	set EventSet
+}
+
+func (o *onEvents) OnEvent(e Event, t *Trainer) error { return o.f(e, t) }
+func (o *onEvents) Events() EventSet                  { return o.set }
+
+// eventsOf is the events cb is called at.
+func eventsOf(cb Callback) EventSet {
+	if s, ok := cb.(Subscriber); ok {
+		return s.Events()
+	}
+	return allEvents
+}
+
 // Stateful is implemented by callbacks whose state must survive a resume (early
 // stopping's counters, the checkpoint manager's top-k table). The trainer saves the state
 // in its checkpoints under StateKey.

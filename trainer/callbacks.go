@@ -51,6 +51,9 @@ func NewEarlyStopping(monitor string, mode Direction, patience int, minDelta flo
 	return &EarlyStopping{Monitor: monitor, Mode: d, Patience: patience, MinDelta: math.Abs(minDelta), CheckFinite: true, Best: d.worst()}
 }
 
+// Events is EpochEnd.
+func (e *EarlyStopping) Events() EventSet { return Events(EpochEnd) }
+
 // OnEvent checks the metric at EpochEnd.
 func (e *EarlyStopping) OnEvent(ev Event, t *Trainer) error {
 	if ev != EpochEnd {
@@ -150,6 +153,9 @@ func NewModelCheckpoint(dir, monitor string, mode Direction, topK int) *ModelChe
 }
 
 func (m *ModelCheckpoint) better(a, b float64) bool { return m.Mode.better(a, b) }
+
+// Events is EpochEnd.
+func (m *ModelCheckpoint) Events() EventSet { return Events(EpochEnd) }
 
 // OnEvent saves at EpochEnd.
 func (m *ModelCheckpoint) OnEvent(ev Event, t *Trainer) error {
@@ -258,6 +264,9 @@ func (m *ModelCheckpoint) LoadStateDict(d *checkpoint.Dict) error {
 // Path ends in .csv.
 type HistoryWriter struct{ Path string }
 
+// Events is EpochEnd.
+func (h *HistoryWriter) Events() EventSet { return Events(EpochEnd) }
+
 // OnEvent writes at EpochEnd.
 func (h *HistoryWriter) OnEvent(ev Event, t *Trainer) error {
 	if ev != EpochEnd {
@@ -322,6 +331,9 @@ type TensorBoard struct {
 // callbacks can add their own scalars to the same file.
 func (tb *TensorBoard) Writer() *tensorboard.Writer { return tb.w }
 
+// Events are the ones OnEvent logs at.
+func (tb *TensorBoard) Events() EventSet { return Events(TrainBegin, BatchEnd, EpochEnd, TrainEnd) }
+
 // OnEvent logs.
 func (tb *TensorBoard) OnEvent(ev Event, t *Trainer) error {
 	switch ev {
@@ -376,6 +388,9 @@ func (tb *TensorBoard) OnEvent(ev Event, t *Trainer) error {
 // Curves draws loss and accuracy per epoch to a PNG after every epoch.
 type Curves struct{ Path string }
 
+// Events is EpochEnd.
+func (c *Curves) Events() EventSet { return Events(EpochEnd) }
+
 // OnEvent draws at EpochEnd.
 func (c *Curves) OnEvent(ev Event, t *Trainer) error {
 	if ev != EpochEnd || len(t.History) == 0 {
@@ -400,6 +415,9 @@ type LRMonitor struct {
 	Steps []int64
 	LRs   [][]float64
 }
+
+// Events is BatchEnd.
+func (m *LRMonitor) Events() EventSet { return Events(BatchEnd) }
 
 // OnEvent records at BatchEnd.
 func (m *LRMonitor) OnEvent(ev Event, t *Trainer) error {

@@ -100,7 +100,7 @@ func ddpRun(pg *distributed.ProcessGroup, runDir, resume string) (*trainer.Train
 		return nil
 	})
 	opts = append(opts, trainer.WithCallbacks(record))
-	tt, err := trainer.New(m, tr, va, (&nn.CrossEntropyLoss{}).Forward, opt, opts...)
+	tt, err := trainer.New(m, tr, va, &nn.CrossEntropyLoss{}, opt, opts...)
 	if err != nil {
 		return nil, res, err
 	}

@@ -46,7 +46,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	t, err := trainer.New(model, train, val, (&nn.CrossEntropyLoss{}).Forward, opt,
+	t, err := trainer.New(model, train, val, &nn.CrossEntropyLoss{}, opt,
 		trainer.WithEpochs(2), trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard))
 	if err != nil {
 		log.Fatal(err)

@@ -43,6 +43,7 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 	}
 	began := time.Now()
 	nn.SetTraining(t.Model, true)
+	t.fused = t.planFused()
 	// The iterator gets its own context: a cancel is seen between optimizer steps (below),
 	// so a step and its accumulation window always complete before the state is saved.
 	it := t.Train.Iter(context.Background(), epoch, start)
@@ -98,6 +99,9 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 // runEpoch's scope (renewed after it).
 // It returns false when the epoch's data ran out before any batch.
 func (t *Trainer) step(it *data.Iter, n, k int) (stepped bool, err error) {
+	if t.fused != nil {
+		return t.stepFused(it)
+	}
 	if t.BatchInEpoch%k == 0 {
 		t.Optimizer.ZeroGrad(true)
 	}
@@ -231,6 +235,12 @@ func (t *Trainer) optimizerStep() error {
 	if err := t.Scaler.Update(); err != nil {
 		return err
 	}
+	return t.stepped(stepped)
+}
+
+// stepped counts an optimizer step, or a skipped one, and runs what follows it: the
+// per-step scheduler, GlobalStep, AfterOptimizerStep.
+func (t *Trainer) stepped(stepped bool) error {
 	if !stepped {
 		t.epochStats.Skipped++
 	}

@@ -7,8 +7,14 @@ import (
 	"github.com/gotrain/gotrain/torch/nn"
 )
 
-// LossFunc computes the loss of a batch from the model's output and the target.
+// LossFunc adapts a function to an nn.Loss, as http.HandlerFunc does: New and the
+// default steps take the loss as an nn.Loss, so that nn's loss modules go in as they are
+// (&nn.CrossEntropyLoss{}) and the Trainer can tell a built-in loss it may run in one
+// call into libtorch (WithFusedStep).
 type LossFunc func(output, target *torch.Tensor) *torch.Tensor
+
+// Forward calls f.
+func (f LossFunc) Forward(output, target *torch.Tensor) *torch.Tensor { return f(output, target) }
 
 // Metrics are named scalar tensors that a step computes for one batch, each a mean over
 // the batch (accuracy, a term of the loss). The Trainer adds them up on the device,
@@ -35,11 +41,11 @@ type Step func(model nn.Module, b data.Batch) (loss *torch.Tensor, metrics Metri
 // when the target holds int64 class labels, the accuracy "acc" of the output's argmax
 // (recorded as val_acc). As a training step (WithTrainStep) it also records train_acc,
 // at four more ops a batch.
-func ClassificationStep(loss LossFunc) Step {
+func ClassificationStep(loss nn.Loss) Step {
 	return func(model nn.Module, b data.Batch) (*torch.Tensor, Metrics) {
 		y := batchTarget(b)
 		out := model.Forward(batchInput(b))
-		l := loss(out, y)
+		l := loss.Forward(out, y)
 		if y.DType() != torch.Int64 || out.Dim() != 2 {
 			return l, nil
 		}
@@ -50,9 +56,9 @@ func ClassificationStep(loss LossFunc) Step {
 
 // LossStep is the default training step: loss(model(input), target) and no other
 // metric, as the seed's training epoch computes only the loss.
-func LossStep(loss LossFunc) Step {
+func LossStep(loss nn.Loss) Step {
 	return func(model nn.Module, b data.Batch) (*torch.Tensor, Metrics) {
-		return loss(model.Forward(batchInput(b)), batchTarget(b)), nil
+		return loss.Forward(model.Forward(batchInput(b)), batchTarget(b)), nil
 	}
 }
 

@@ -31,7 +31,7 @@ func mlpTrainer(t *testing.T, val bool, opts ...trainer.Option) *trainer.Trainer
 	opt, err := optim.NewSGD(nn.Parameters(m), optim.SGDOptions{LR: 0.05})
 	require.NoError(t, err)
 	all := append([]trainer.Option{trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard), trainer.WithEpochs(1), trainer.WithSeed(seed)}, opts...)
-	tt, err := trainer.New(m, tr, va, (&nn.CrossEntropyLoss{}).Forward, opt, all...)
+	tt, err := trainer.New(m, tr, va, &nn.CrossEntropyLoss{}, opt, all...)
 	require.NoError(t, err)
 	return tt
 }
@@ -95,7 +95,7 @@ func TestUserPanicKeepsItsStack(t *testing.T) {
 	defer p.Free()
 	opt, err := optim.NewSGD([]*torch.Tensor{p}, optim.SGDOptions{LR: 0.1})
 	require.NoError(t, err)
-	tt, err := trainer.New(m, tr, nil, (&nn.CrossEntropyLoss{}).Forward, opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard))
+	tt, err := trainer.New(m, tr, nil, &nn.CrossEntropyLoss{}, opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard))
 	require.NoError(t, err)
 	var got any
 	var stack string
@@ -121,7 +121,7 @@ func TestShapeMismatchIsAnError(t *testing.T) {
 	m := models.MLP(100, 8, 10) // the data has 784 features
 	opt, err := optim.NewSGD(nn.Parameters(m), optim.SGDOptions{LR: 0.1})
 	require.NoError(t, err)
-	tt, err := trainer.New(m, tr, nil, (&nn.CrossEntropyLoss{}).Forward, opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard))
+	tt, err := trainer.New(m, tr, nil, &nn.CrossEntropyLoss{}, opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard))
 	require.NoError(t, err)
 	err = tt.Run(context.Background())
 	require.Error(t, err)
@@ -186,7 +186,7 @@ func TestEarlyStoppingWithoutRunDir(t *testing.T) {
 	opt, err := optim.NewSGD(nn.Parameters(m), optim.SGDOptions{LR: 0.05})
 	require.NoError(t, err)
 	// The loss falls, so watched as a maximised metric it never improves on epoch 1.
-	tt, err := trainer.New(m, tr, va, (&nn.CrossEntropyLoss{}).Forward, opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard),
+	tt, err := trainer.New(m, tr, va, &nn.CrossEntropyLoss{}, opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard),
 		trainer.WithEpochs(5), trainer.WithEarlyStopping(1), trainer.WithMonitor("train_loss", trainer.Max))
 	require.NoError(t, err)
 	require.NoError(t, tt.Run(context.Background()))
@@ -222,7 +222,7 @@ func TestNewStartsFromDefaultConfig(t *testing.T) {
 	m := models.MLP(784, 8, 10)
 	opt, err := optim.NewSGD(nn.Parameters(m), optim.SGDOptions{LR: 0.1})
 	require.NoError(t, err)
-	tt, err := trainer.New(m, tr, va, (&nn.CrossEntropyLoss{}).Forward, opt, trainer.WithOutput(io.Discard))
+	tt, err := trainer.New(m, tr, va, &nn.CrossEntropyLoss{}, opt, trainer.WithOutput(io.Discard))
 	require.NoError(t, err)
 	assert.Equal(t, trainer.DefaultConfig(), tt.Config)
 	assert.Equal(t, trainer.SingleProcess{}, tt.Strategy())

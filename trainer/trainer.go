@@ -112,13 +112,17 @@ type Trainer struct {
 	normSums     *deviceSums // the clipped gradients' norms, when clipping
 	modelConfig  string
 	announced    bool
+	loss         nn.Loss    // New's loss when the training step is the default one
+	fuse         bool       // WithFusedStep
+	fused        *fusedStep // the epoch's training steps run in one call each (nil: not)
 }
 
 // New makes a trainer. The model is moved to the chosen device; build the optimizer
 // over the model's parameters before calling New (moving keeps parameter identity).
-// loss is the default step's loss function; it may be nil when WithTrainStep is given.
-// The configuration starts as DefaultConfig, the one source of defaults.
-func New(model nn.Module, train, val *data.Loader, loss LossFunc, opt optim.Optimizer, options ...Option) (*Trainer, error) {
+// loss is the default steps' loss (an nn loss module, or a LossFunc); it may be nil when
+// WithTrainStep is given. The configuration starts as DefaultConfig, the one source of
+// defaults.
+func New(model nn.Module, train, val *data.Loader, loss nn.Loss, opt optim.Optimizer, options ...Option) (*Trainer, error) {
 	t := &Trainer{
 		Model: model, Train: train, Val: val, Optimizer: opt,
 		Config:       DefaultConfig(),
@@ -126,6 +130,7 @@ func New(model nn.Module, train, val *data.Loader, loss LossFunc, opt optim.Opti
 		strategy:     SingleProcess{},
 		terminateNaN: true,
 		Metrics:      map[string]float64{},
+		fuse:         true,
 	}
 	for _, o := range options {
 		if err := o(t); err != nil {
@@ -140,6 +145,7 @@ func New(model nn.Module, train, val *data.Loader, loss LossFunc, opt optim.Opti
 	}
 	if t.trainStep == nil {
 		t.trainStep = LossStep(loss)
+		t.loss = loss // the default step: it may run fused
 	}
 	if t.evalStep == nil {
 		t.evalStep = ClassificationStep(loss)
@@ -324,6 +330,9 @@ func (t *Trainer) announce() {
 
 func (t *Trainer) fire(e Event) error {
 	for _, cb := range t.callbacks {
+		if !eventsOf(cb).Has(e) {
+			continue
+		}
 		if err := cb.OnEvent(e, t); err != nil {
 			return fmt.Errorf("callback at %s: %w", e, err)
 		}

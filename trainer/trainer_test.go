@@ -55,7 +55,7 @@ func newCNN(t *testing.T, runDir string, opts ...trainer.Option) *trainer.Traine
 	all := append([]trainer.Option{trainer.WithEpochs(3), trainer.WithSeed(seed), trainer.WithDeterministic(true),
 		trainer.WithDevice("cpu"), trainer.WithRunDir(runDir), trainer.WithOutput(io.Discard),
 		trainer.WithScheduler(sched, trainer.PerEpoch)}, opts...)
-	tt, err := trainer.New(m, tr, va, (&nn.CrossEntropyLoss{}).Forward, opt, all...)
+	tt, err := trainer.New(m, tr, va, &nn.CrossEntropyLoss{}, opt, all...)
 	require.NoError(t, err)
 	return tt
 }
@@ -100,9 +100,15 @@ func snap(t *testing.T, tt *trainer.Trainer) snapshot {
 	return s
 }
 
+// TestExactResume stops a run at an epoch boundary and in the middle of an epoch, resumes
+// it from last.pt, and compares the result with an uninterrupted run bit for bit. The
+// uninterrupted run takes the fused step (no callback stops it at every event); the
+// interrupted runs take it or not, as their stopper asks: so this also shows that the
+// fused step and the step made call by call train the same bits, across resumes.
 func TestExactResume(t *testing.T) {
 	ref := newCNN(t, t.TempDir())
 	require.NoError(t, ref.Run(context.Background()))
+	require.True(t, ref.FusedStep(), "the CNN's default step runs fused")
 	want := snap(t, ref)
 	require.Len(t, ref.History, 3)
 
@@ -117,37 +123,46 @@ func TestExactResume(t *testing.T) {
 		}, 3},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			stopper := trainer.CallbackFunc(func(e trainer.Event, tt *trainer.Trainer) error {
-				if c.stop(e, tt) {
-					cancel()
+		for _, fused := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fused=%v", c.name, fused), func(t *testing.T) {
+				dir := t.TempDir()
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				stop := func(e trainer.Event, tt *trainer.Trainer) error {
+					if c.stop(e, tt) {
+						cancel()
+					}
+					return nil
 				}
-				return nil
-			})
-			first := newCNN(t, dir, trainer.WithCallbacks(stopper))
-			err := first.Run(ctx)
-			var ie *trainer.InterruptedError
-			require.True(t, errors.As(err, &ie), "got %v", err)
-			require.True(t, errors.Is(err, context.Canceled))
-			assert.Contains(t, err.Error(), "--resume")
+				// A CallbackFunc is called at every event, so the Trainer steps call by call;
+				// one made with On names its events and lets it fuse.
+				var stopper trainer.Callback = trainer.CallbackFunc(stop)
+				if fused {
+					stopper = trainer.On(stop, trainer.BatchEnd, trainer.EpochEnd)
+				}
+				first := newCNN(t, dir, trainer.WithCallbacks(stopper))
+				err := first.Run(ctx)
+				assert.Equal(t, fused, first.FusedStep())
+				var ie *trainer.InterruptedError
+				require.True(t, errors.As(err, &ie), "got %v", err)
+				require.True(t, errors.Is(err, context.Canceled))
+				assert.Contains(t, err.Error(), "--resume")
 
-			resumed := newCNN(t, dir)
-			require.NoError(t, resumed.LoadCheckpoint(ie.Checkpoint))
-			assert.Equal(t, 1, resumed.Epoch)
-			assert.Equal(t, c.at, resumed.BatchInEpoch)
-			require.NoError(t, resumed.Run(context.Background()))
-			got := snap(t, resumed)
-			assert.Equal(t, want.model, got.model, "model state")
-			assert.Equal(t, want.optimizer, got.optimizer, "optimizer state")
-			assert.Equal(t, want.scheduler, got.scheduler, "scheduler state")
-			assert.Equal(t, ref.GlobalStep, resumed.GlobalStep)
-			require.Len(t, resumed.History, 3)
-			assert.Equal(t, ref.History[2].TrainLoss, resumed.History[2].TrainLoss)
-			assert.Equal(t, ref.History[1].TrainLoss, resumed.History[1].TrainLoss, "the resumed epoch reports the same average")
-		})
+				resumed := newCNN(t, dir)
+				require.NoError(t, resumed.LoadCheckpoint(ie.Checkpoint))
+				assert.Equal(t, 1, resumed.Epoch)
+				assert.Equal(t, c.at, resumed.BatchInEpoch)
+				require.NoError(t, resumed.Run(context.Background()))
+				got := snap(t, resumed)
+				assert.Equal(t, want.model, got.model, "model state")
+				assert.Equal(t, want.optimizer, got.optimizer, "optimizer state")
+				assert.Equal(t, want.scheduler, got.scheduler, "scheduler state")
+				assert.Equal(t, ref.GlobalStep, resumed.GlobalStep)
+				require.Len(t, resumed.History, 3)
+				assert.Equal(t, ref.History[2].TrainLoss, resumed.History[2].TrainLoss)
+				assert.Equal(t, ref.History[1].TrainLoss, resumed.History[1].TrainLoss, "the resumed epoch reports the same average")
+			})
+		}
 	}
 }
 
@@ -302,7 +317,7 @@ func newMLP(t *testing.T, runDir string) *trainer.Trainer {
 	m := models.MLP(784, 32, 10)
 	opt, err := optim.NewAdam(nn.Parameters(m), optim.AdamOptions{LR: 1e-3})
 	require.NoError(t, err)
-	tt, err := trainer.New(m, tr, va, (&nn.CrossEntropyLoss{}).Forward, opt,
+	tt, err := trainer.New(m, tr, va, &nn.CrossEntropyLoss{}, opt,
 		trainer.WithEpochs(3), trainer.WithDevice("cpu"), trainer.WithRunDir(runDir), trainer.WithOutput(io.Discard),
 		trainer.WithScheduler(optim.NewStepLR(opt, 1, 0.5), trainer.PerEpoch))
 	require.NoError(t, err)
@@ -354,7 +369,7 @@ func TestNaNLossStopsWithTheStep(t *testing.T) {
 		l := (&nn.CrossEntropyLoss{}).Forward(out, target)
 		return l.MulScalar(math.NaN())
 	}
-	tt, err := trainer.New(m, tr, va, bad, opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard))
+	tt, err := trainer.New(m, tr, va, trainer.LossFunc(bad), opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard))
 	require.NoError(t, err)
 	err = tt.Run(context.Background())
 	require.Error(t, err)
@@ -368,7 +383,7 @@ func TestAccumulationAndClipping(t *testing.T) {
 	m := models.MLP(784, 16, 10)
 	opt, err := optim.NewSGD(nn.Parameters(m), optim.SGDOptions{LR: 0.05})
 	require.NoError(t, err)
-	tt, err := trainer.New(m, tr, va, (&nn.CrossEntropyLoss{}).Forward, opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard),
+	tt, err := trainer.New(m, tr, va, &nn.CrossEntropyLoss{}, opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard),
 		trainer.WithEpochs(1), trainer.WithAccumulation(3), trainer.WithGradClip(0.5))
 	require.NoError(t, err)
 	require.NoError(t, tt.Run(context.Background()))
@@ -391,7 +406,7 @@ func TestModelCheckpointTopKAcrossResume(t *testing.T) {
 		m := models.MLP(784, 16, 10)
 		opt, err := optim.NewSGD(nn.Parameters(m), optim.SGDOptions{LR: 0.3})
 		require.NoError(t, err)
-		tt, err := trainer.New(m, tr, va, (&nn.CrossEntropyLoss{}).Forward, opt, cfg(), trainer.WithRunDir(dir), trainer.WithOutput(io.Discard))
+		tt, err := trainer.New(m, tr, va, &nn.CrossEntropyLoss{}, opt, cfg(), trainer.WithRunDir(dir), trainer.WithOutput(io.Discard))
 		require.NoError(t, err)
 		return tt
 	}
@@ -464,7 +479,7 @@ func TestAccumulationEqualsLargerBatch(t *testing.T) {
 		m := models.MLP(784, 16, 10)
 		opt, err := optim.NewSGD(nn.Parameters(m), optim.SGDOptions{LR: 0.1, Momentum: 0.9})
 		require.NoError(t, err)
-		tt, err := trainer.New(m, tr, nil, (&nn.CrossEntropyLoss{}).Forward, opt, trainer.WithDevice("cpu"),
+		tt, err := trainer.New(m, tr, nil, &nn.CrossEntropyLoss{}, opt, trainer.WithDevice("cpu"),
 			trainer.WithOutput(io.Discard), trainer.WithEpochs(2), trainer.WithAccumulation(k), trainer.WithSeed(seed))
 		require.NoError(t, err)
 		require.NoError(t, tt.Run(context.Background()))

@@ -108,7 +108,7 @@ func runHostSync(o options) (any, bool, error) {
 	ce := &nn.CrossEntropyLoss{}
 	opts = append(opts, trainer.WithOutput(io.Discard), trainer.WithDevice(o.device.String()), trainer.WithAMP(mode),
 		trainer.WithEpochs(1), trainer.WithLogEvery(logEvery), trainer.WithCallbacks(countReads(res)))
-	tr, err := trainer.New(model, loader, nil, ce.Forward, opt, opts...)
+	tr, err := trainer.New(model, loader, nil, ce, opt, opts...)
 	if err != nil {
 		return nil, false, err
 	}

@@ -172,5 +172,5 @@ func build(c trainer.Config, runDir string, pg *distributed.ProcessGroup) (*trai
 		opts = append(opts, trainer.WithTrainStep(lmStep),
 			trainer.WithCallbacks(&lmCallback{model: gpt, prompt: "\n", tokens: 64, out: out}))
 	}
-	return trainer.New(m, trainLoader, valLoader, loss.Forward, opt, opts...)
+	return trainer.New(m, trainLoader, valLoader, loss, opt, opts...)
 }

@@ -40,7 +40,7 @@ func run(synthetic bool, limit, epochs int, mode amp.Mode, device, runDir string
 	if err != nil {
 		return err
 	}
-	t, err := trainer.New(model, train, test, (&nn.CrossEntropyLoss{}).Forward, opt,
+	t, err := trainer.New(model, train, test, &nn.CrossEntropyLoss{}, opt,
 		trainer.WithEpochs(epochs), trainer.WithRunDir(runDir), trainer.WithAMP(mode), trainer.WithDevice(device))
 	if err != nil {
 		return err

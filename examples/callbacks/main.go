@@ -46,7 +46,7 @@ func run(synthetic bool, limit, epochs int, runDir string) error {
 		}
 		return nil
 	})
-	t, err := trainer.New(model, train, test, (&nn.CrossEntropyLoss{}).Forward, opt,
+	t, err := trainer.New(model, train, test, &nn.CrossEntropyLoss{}, opt,
 		trainer.WithEpochs(epochs), trainer.WithRunDir(runDir), trainer.WithMonitor("val_loss", trainer.Min),
 		trainer.WithCallbacks(early, tb, announce, &trainer.LRMonitor{TensorBoard: tb}))
 	if err != nil {

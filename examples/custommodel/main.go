@@ -61,7 +61,7 @@ func run(synthetic bool, limit, epochs int, runDir string) error {
 	if err != nil {
 		return err
 	}
-	t, err := trainer.New(model, train, test, (&nn.CrossEntropyLoss{}).Forward, opt,
+	t, err := trainer.New(model, train, test, &nn.CrossEntropyLoss{}, opt,
 		trainer.WithEpochs(epochs), trainer.WithRunDir(runDir), trainer.WithGradClip(1.0))
 	if err != nil {
 		return err

@@ -75,7 +75,7 @@ func run(ctx context.Context, synthetic bool, epochs int, timeout time.Duration,
 	if pg != nil {
 		opts = append(opts, trainer.WithDistributed(pg))
 	}
-	t, err := trainer.New(model, trainLoader, testLoader, (&nn.CrossEntropyLoss{}).Forward, opt, opts...)
+	t, err := trainer.New(model, trainLoader, testLoader, &nn.CrossEntropyLoss{}, opt, opts...)
 	if err != nil {
 		return err
 	}

@@ -106,7 +106,7 @@ func run(o options) (*trainer.Trainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := trainer.New(model, train, val, (&nn.CrossEntropyLoss{}).Forward, opt, trainer.WithEpochs(o.Epochs),
+	t, err := trainer.New(model, train, val, &nn.CrossEntropyLoss{}, opt, trainer.WithEpochs(o.Epochs),
 		trainer.WithRunDir(o.RunDir), trainer.WithClassNames(classes), trainer.WithModelConfig("resnet18"))
 	if err != nil {
 		return nil, err

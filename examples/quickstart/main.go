@@ -38,7 +38,7 @@ func run(ctx context.Context, synthetic bool, epochs, limit int, runDir string) 
 	if err != nil {
 		return err
 	}
-	t, err := trainer.New(model, trainLoader, testLoader, (&nn.CrossEntropyLoss{}).Forward, opt,
+	t, err := trainer.New(model, trainLoader, testLoader, &nn.CrossEntropyLoss{}, opt,
 		trainer.WithEpochs(epochs), trainer.WithRunDir(runDir))
 	if err != nil {
 		return err

@@ -42,7 +42,7 @@ func newTrainer(synthetic bool, limit int, runDir string, extra ...trainer.Optio
 		return nil, err
 	}
 	opts := append([]trainer.Option{trainer.WithEpochs(3), trainer.WithRunDir(runDir), trainer.WithSeed(7)}, extra...)
-	return trainer.New(model, train, test, (&nn.CrossEntropyLoss{}).Forward, opt, opts...)
+	return trainer.New(model, train, test, &nn.CrossEntropyLoss{}, opt, opts...)
 }
 
 func run(synthetic bool, limit int, runDir string) error {

@@ -69,7 +69,7 @@ func run(synthetic bool, limit int, ckpt string, goroutines int) (*result, error
 		if err != nil {
 			return nil, err
 		}
-		t, err := trainer.New(model, train, test, (&nn.CrossEntropyLoss{}).Forward, opt, trainer.WithEpochs(1))
+		t, err := trainer.New(model, train, test, &nn.CrossEntropyLoss{}, opt, trainer.WithEpochs(1))
 		if err != nil {
 			return nil, err
 		}

@@ -87,7 +87,7 @@ func run(path, label string, epochs int, runDir string) (*trainer.Trainer, error
 	if err != nil {
 		return nil, err
 	}
-	t, err := trainer.New(model, train, val, (&nn.CrossEntropyLoss{}).Forward, opt, trainer.WithEpochs(epochs),
+	t, err := trainer.New(model, train, val, &nn.CrossEntropyLoss{}, opt, trainer.WithEpochs(epochs),
 		trainer.WithRunDir(runDir), trainer.WithClassNames(classes), trainer.WithSeed(1))
 	if err != nil {
 		return nil, err

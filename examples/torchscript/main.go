@@ -41,7 +41,7 @@ func run(path string, synthetic bool, limit, epochs int, runDir string) error {
 	if err != nil {
 		return err
 	}
-	t, err := trainer.New(model, train, test, (&nn.CrossEntropyLoss{}).Forward, opt,
+	t, err := trainer.New(model, train, test, &nn.CrossEntropyLoss{}, opt,
 		trainer.WithEpochs(epochs), trainer.WithRunDir(runDir), trainer.WithDevice("cpu"))
 	if err != nil {
 		return err

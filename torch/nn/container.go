@@ -63,6 +63,18 @@ func (s *Sequential) Forward(x *torch.Tensor) *torch.Tensor {
 // allocates one nor clears a large array on its stack.
 var stageBufs = sync.Pool{New: func() any { b := make([]torch.Stage, 0, 16); return &b }}
 
+// Stages returns m's forward as chain stages, as Sequential's Forward runs them, and
+// true; or false when some part of m is not a built-in layer a stage covers (then m's
+// Forward is the only way to run it). The stages read m's tensors when they run, but
+// hold its layers' settings (training mode, Dropout's p) as they are now.
+func Stages(m Module) ([]torch.Stage, bool) {
+	st, ok := appendStages(nil, m)
+	if !ok {
+		return nil, false
+	}
+	return st, true
+}
+
 // appendStages appends m's forward as chain stages to dst, or returns dst unchanged and
 // false when m's Forward is not one (a user's module, or a layer in a state its stage
 // does not cover). It switches on concrete types, so a type that embeds a layer and

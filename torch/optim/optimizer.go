@@ -129,10 +129,10 @@ func pair(g *ParamGroup, key string, def [2]float64) [2]float64 {
 type kind struct {
 	name  string
 	slots []string // state names, in torch.OptimizerStep's slot order and PyTorch's key order
-	// step runs torch.OptimizerStep with the groups' hyperparameters.
-	// step runs one step; hyper is the optimizer's buffer for its kind's hyperparameter
-	// slice (see stepWith).
-	step func(hyper *any, groups []*ParamGroup, sizes []int64, params []*torch.Tensor, state [][torch.OptimizerStateSlots]*torch.Tensor) error
+	// args holds one step's torch.OptimizerStep arguments with the groups'
+	// hyperparameters; hyper is the optimizer's buffer for its kind's hyperparameter
+	// slice (see argsWith).
+	args func(hyper *any, groups []*ParamGroup, sizes []int64, params []*torch.Tensor, state [][torch.OptimizerStateSlots]*torch.Tensor) torch.OptimizerArgs
 	// check validates a group's options as PyTorch's constructor does.
 	check func(g *ParamGroup) error
 	// eager creates state before the first step (Adagrad), for params that have none.
@@ -236,18 +236,18 @@ func (o *base) params() []*torch.Tensor {
 	return o.ps
 }
 
-// stepWith makes a kind's step from its hyperparameter conversion. A group's
+// argsWith makes a kind's step arguments from its hyperparameter conversion. A group's
 // hyperparameters are converted again when its LR or its Options (Dict.Version) changed
 // since the last step, and kept in buf across steps otherwise: a step neither reads the
 // options by name nor allocates.
-func stepWith[H torch.OptimizerHyper](hyper func(g *ParamGroup) H) func(*any, []*ParamGroup, []int64, []*torch.Tensor, [][torch.OptimizerStateSlots]*torch.Tensor) error {
-	return func(buf *any, gs []*ParamGroup, sizes []int64, ps []*torch.Tensor, st [][torch.OptimizerStateSlots]*torch.Tensor) error {
+func argsWith[H torch.OptimizerHyper](hyper func(g *ParamGroup) H) func(*any, []*ParamGroup, []int64, []*torch.Tensor, [][torch.OptimizerStateSlots]*torch.Tensor) torch.OptimizerArgs {
+	return func(buf *any, gs []*ParamGroup, sizes []int64, ps []*torch.Tensor, st [][torch.OptimizerStateSlots]*torch.Tensor) torch.OptimizerArgs {
 		c, _ := (*buf).(*hyperCache[H])
 		if c == nil {
 			c = &hyperCache[H]{}
 			*buf = c
 		}
-		return torch.OptimizerStep(c.of(gs, hyper), sizes, ps, st)
+		return torch.NewOptimizerArgs(c.of(gs, hyper), sizes, ps, st)
 	}
 }
 
@@ -284,17 +284,35 @@ func (c *hyperCache[H]) of(gs []*ParamGroup, hyper func(g *ParamGroup) H) []H {
 // the arithmetic of PyTorch's implementation.
 func (o *base) Step() (err error) {
 	defer torch.Recover(&err, o.stepCtx)
+	if len(o.params()) == 0 {
+		return nil
+	}
+	// The state tensors the step creates belong to the optimizer, not to any scope.
+	a := o.StepArgs()
+	return a.Step()
+}
+
+// StepArgs returns the arguments of the optimizer's next step without running it, for
+// a torch.TrainStep that runs the step inside its own call into libtorch; a.Step() is
+// Step. They hold the optimizer's own parameter list and state rows (the tensors a step
+// creates become the optimizer's) and are valid until the optimizer's groups or state
+// change: take them again for every step. It panics with a *torch.Error on misuse, as
+// ops do.
+func (o *base) StepArgs() torch.OptimizerArgs {
 	o.syncState()
 	ps := o.params()
 	o.sizes = o.sizes[:0]
 	for _, g := range o.groups {
 		o.sizes = append(o.sizes, int64(len(g.Params)))
 	}
-	if len(ps) == 0 {
-		return nil
-	}
-	// The state tensors the step creates belong to the optimizer, not to any scope.
-	return o.k.step(&o.hyper, o.groups, o.sizes, ps, o.state)
+	return o.k.args(&o.hyper, o.groups, o.sizes, ps, o.state)
+}
+
+// Stepper is implemented by optimizers whose step a torch.TrainStep can run (all of this
+// package's): see StepArgs.
+type Stepper interface {
+	Optimizer
+	StepArgs() torch.OptimizerArgs
 }
 
 // ZeroGrad zeroes every parameter's gradient in one call, or drops the gradients when

@@ -41,7 +41,7 @@ type SGD struct{ *base }
 var sgdKind = &kind{
 	name:  "SGD",
 	slots: []string{"momentum_buffer"},
-	step: stepWith(func(g *ParamGroup) torch.SGDHyper {
+	args: argsWith(func(g *ParamGroup) torch.SGDHyper {
 		return torch.SGDHyper{LR: g.LR, Momentum: g.Float("momentum", 0), Dampening: g.Float("dampening", 0),
 			WeightDecay: g.Float("weight_decay", 0), Nesterov: g.Bool("nesterov"), Maximize: g.Bool("maximize")}
 	}),
@@ -119,7 +119,7 @@ func adamKind(name string, decoupled bool) *kind {
 	return &kind{
 		name:  name,
 		slots: []string{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
-		step: stepWith(func(g *ParamGroup) torch.AdamHyper {
+		args: argsWith(func(g *ParamGroup) torch.AdamHyper {
 			betas := pair(g, "betas", [2]float64{0.9, 0.999})
 			return torch.AdamHyper{LR: g.LR, Beta1: betas[0], Beta2: betas[1], Eps: g.Float("eps", 1e-8),
 				WeightDecay: g.Float("weight_decay", 0), AMSGrad: g.Bool("amsgrad"), Maximize: g.Bool("maximize"),
@@ -215,7 +215,7 @@ type RMSprop struct{ *base }
 var rmspropKind = &kind{
 	name:  "RMSprop",
 	slots: []string{"step", "square_avg", "momentum_buffer", "grad_avg"},
-	step: stepWith(func(g *ParamGroup) torch.RMSpropHyper {
+	args: argsWith(func(g *ParamGroup) torch.RMSpropHyper {
 		return torch.RMSpropHyper{LR: g.LR, Alpha: g.Float("alpha", 0.99), Eps: g.Float("eps", 1e-8),
 			WeightDecay: g.Float("weight_decay", 0), Momentum: g.Float("momentum", 0), Centered: g.Bool("centered"),
 			Maximize: g.Bool("maximize")}
@@ -263,7 +263,7 @@ type Adagrad struct{ *base }
 var adagradKind = &kind{
 	name:  "Adagrad",
 	slots: []string{"step", "sum"},
-	step: stepWith(func(g *ParamGroup) torch.AdagradHyper {
+	args: argsWith(func(g *ParamGroup) torch.AdagradHyper {
 		return torch.AdagradHyper{LR: g.LR, LRDecay: g.Float("lr_decay", 0), Eps: g.Float("eps", 1e-10),
 			WeightDecay: g.Float("weight_decay", 0), InitialAccumulatorValue: g.Float("initial_accumulator_value", 0),
 			Maximize: g.Bool("maximize")}

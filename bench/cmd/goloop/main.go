@@ -54,6 +54,7 @@ func main() {
 	device := flag.String("device", "cpu", "device for the Trainer run: cpu, cuda, cuda:N (scripts/gpu/run.sh)")
 	fused := flag.Bool("fused", true, "fused Adam (optim.AdamOptions.Fused, cmd/train's default); false: the multi-tensor (_foreach_*) arithmetic of Python's Adam(foreach=True)")
 	raw := flag.Bool("raw", false, "the loop written directly against package torch, narrowing each batch out of the in-memory tensors, without Trainer and Loader")
+	flag.BoolVar(&fuseStep, "fusedstep", true, "let the Trainer run its step as one call into libtorch (trainer.WithFusedStep); false: call by call")
 	pair := flag.Int("pair", 0, "1: take turns with another loop, waiting for a line on stdin before each epoch and printing \"epoch N\" after it (paired epochs, bench/README.md)")
 	flag.Parse()
 	if *pair == 1 {
@@ -154,6 +155,9 @@ func writeTensors(base string, names []string, ts []*torch.Tensor) error {
 // pairTurns is stdin with -pair: each epoch waits for a line on it.
 var pairTurns *bufio.Reader
 
+// fuseStep is -fusedstep.
+var fuseStep = true
+
 func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed int64, cpuprofile string, raw, fused bool, device string) (*loopio.Result, error) {
 	dev, err := torch.ParseDevice(device)
 	if err != nil {
@@ -186,19 +190,19 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 	ce := &nn.CrossEntropyLoss{}
 	adam := map[bool]string{true: "fused", false: "foreach"}[fused]
 	res := &loopio.Result{Impl: "go", Adam: adam, Torch: torch.Version(), Workload: w.Name, Steps: loader.Len(), Batch: w.Batch, Warmup: warmup, GOMAXPROCS: runtime.GOMAXPROCS(0)}
-	record := trainer.CallbackFunc(func(e trainer.Event, t *trainer.Trainer) error {
-		if e == trainer.BatchEnd && t.Epoch == 0 && len(res.Losses) < check {
+	record := trainer.On(func(e trainer.Event, t *trainer.Trainer) error {
+		if t.Epoch == 0 && len(res.Losses) < check {
 			res.Losses = append(res.Losses, t.StepLoss.Item())
 		}
 		return nil
-	})
+	}, trainer.BatchEnd)
 	precision := amp.Off
 	if w.BF16 {
 		precision = amp.BF16
 	}
-	tr, err := trainer.New(m, loader, nil, ce.Forward, opt,
+	tr, err := trainer.New(m, loader, nil, ce, opt,
 		trainer.WithOutput(io.Discard), trainer.WithDevice(device), trainer.WithSeed(seed),
-		trainer.WithAMP(precision), trainer.WithCallbacks(record),
+		trainer.WithAMP(precision), trainer.WithCallbacks(record), trainer.WithFusedStep(fuseStep),
 		func(t *trainer.Trainer) error { t.Config.Threads = threads; return nil })
 	if err != nil {
 		return nil, err
@@ -211,6 +215,7 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 		epoch = rawLoop(tr, ds, w.Batch, res, check)
 	}
 	var cgo0 int64
+	var ms0 runtime.MemStats
 	for e := 1; e <= warmup+reps; e++ {
 		if e == warmup+1 && os.Getenv("GOLOOP_MEMPROFILE") != "" {
 			// Every allocation of the timed epochs, for `go tool pprof -sample_index=alloc_objects`.
@@ -237,6 +242,7 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 		}
 		if e == warmup+1 {
 			cgo0 = runtime.NumCgoCall()
+			runtime.ReadMemStats(&ms0)
 		}
 		if pairTurns != nil {
 			if _, err := pairTurns.ReadString('\n'); err != nil {
@@ -255,7 +261,12 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 	}
 	if reps > 0 {
 		res.CgoCallsPerStep = float64(runtime.NumCgoCall()-cgo0) / float64(reps*res.Steps)
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		res.GoAllocBytesPerStep = float64(ms.TotalAlloc-ms0.TotalAlloc) / float64(reps*res.Steps)
+		res.GoAllocsPerStep = float64(ms.Mallocs-ms0.Mallocs) / float64(reps*res.Steps)
 	}
+	res.FusedStep = !raw && tr.FusedStep()
 	res.LoaderS = loaderEpoch(loader)
 	res.PeakRSSMB = loopio.RSSMB("VmHWM:")
 	res.LiveTensors = torch.LiveTensors()

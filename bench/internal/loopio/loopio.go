@@ -70,6 +70,13 @@ type Result struct {
 	// CgoCallsPerStep is the cgo calls of the timed epochs divided by their steps
 	// (runtime.NumCgoCall): the crossings a step makes into C.
 	CgoCallsPerStep float64 `json:"cgo_calls_per_step,omitempty"`
+	// GoAllocBytesPerStep and GoAllocsPerStep are the Go heap's allocations (bytes,
+	// objects) of the timed epochs divided by their steps (Go loops only).
+	GoAllocBytesPerStep float64 `json:"go_alloc_bytes_per_step,omitempty"`
+	GoAllocsPerStep     float64 `json:"go_allocs_per_step,omitempty"`
+	// FusedStep is true when the Trainer ran its steps as one call each
+	// (trainer.WithFusedStep).
+	FusedStep bool `json:"fused_step,omitempty"`
 }
 
 // Tensor is one named array of a raw tensor file: F32 or I64 is set.

@@ -1,0 +1,72 @@
+// step.cc: a training step in one crossing (cgotorch.h, "training steps"). It strings
+// together what the separate entry points do — cg_zero_grad, cg_chain_forward, the loss
+// ops of ops.tab, cg_accumulate, cg_backward, cg_optim_step — with the same ATen calls
+// and arguments, so that the two ways of running a step agree to the bit.
+#include "internal.h"
+
+namespace {
+
+// loss is the ATen call of ops.tab's row for the kind (crossEntropy, nllLoss, mseLoss).
+at::Tensor loss(const cg_loss &l, const at::Tensor &out, const at::Tensor &y) {
+  switch (static_cast<cg_loss_kind>(l.kind)) {
+    case CG_LOSS_CROSS_ENTROPY:
+      return at::cross_entropy_loss(out, y, cg::opt(l.weight), l.reduction, l.ignore_index, l.label_smoothing);
+    case CG_LOSS_NLL:
+      return at::nll_loss_nd(out, y, cg::opt(l.weight), l.reduction, l.ignore_index);
+    case CG_LOSS_MSE:
+      return at::mse_loss(out, y, l.reduction);
+    case CG_LOSS_KINDS:
+      break;
+  }
+  TORCH_CHECK(false, "unknown loss kind ", l.kind);
+}
+
+// failed reports a status from another entry point as the step's failure in phase p.
+void failed(cg_step_result *r, const cg_status &st, int32_t p) {
+  r->code = st.code;
+  r->msg = st.msg;
+  r->phase = p;
+}
+
+}  // namespace
+
+extern "C" {
+
+void cg_step_run(const cg_step *s, const cg_stage *stages, const int64_t *group_sizes, const void *hyper,
+                 cg_tensor *params, cg_tensor *state, cg_tensor x_, cg_tensor y_, cg_step_result *r) {
+  *r = cg_step_result{CG_OK, 0, 0, 0, CG_PHASE_NONE, -1};
+  int32_t phase = CG_PHASE_ZERO_GRAD, i = -1;
+  try {
+    cg::sync_num_threads();
+    bool optimize = s->optimizer >= 0;
+    if (optimize) {
+      cg_status st = cg_zero_grad(params, s->nparams, 1);
+      if (st.code != CG_OK) return failed(r, st, CG_PHASE_ZERO_GRAD);
+    }
+    phase = CG_PHASE_FORWARD;
+    at::Tensor x = cg::T(x_);
+    for (i = 0; i < s->nstages; i++) x = cg::chain_stage(stages[i], x);
+    i = -1;
+    phase = CG_PHASE_LOSS;
+    cg::Thread &me = cg::self();
+    cg_tensor l = cg::adopt(me, loss(s->loss, x, cg::T(y_)));
+    r->scope = me.top_slot();
+    r->loss = l;
+    if (s->sums) {
+      phase = CG_PHASE_SUMS;
+      cg::accumulate(s->sums, &l, 1, s->sum_weight, s->sum_step, s->sum_flags);
+    }
+    phase = CG_PHASE_BACKWARD;
+    cg::T(l).backward(at::Tensor(), std::nullopt);
+    if (optimize) {
+      cg_status st =
+          cg_optim_step(static_cast<cg_optimizer>(s->optimizer), s->ngroups, group_sizes, hyper, params, state);
+      if (st.code != CG_OK) return failed(r, st, CG_PHASE_OPTIMIZER);
+    }
+  } catch (...) {
+    failed(r, cg::classify(), phase);
+    r->stage = i;
+  }
+}
+
+}  // extern "C"

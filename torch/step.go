@@ -1,0 +1,129 @@
+package torch
+
+import "github.com/gotrain/gotrain/cgotorch"
+
+// LossStage is a built-in loss waiting for its input and target: the loss a TrainStep
+// computes after its stages. Make one with CrossEntropyStage, NLLLossStage or
+// MSELossStage; the zero LossStage is not valid.
+type LossStage struct {
+	c      cgotorch.Loss
+	op     string
+	weight *Tensor
+}
+
+// CrossEntropyStage is the loss stage of CrossEntropy(out, target, o).
+func CrossEntropyStage(o CrossEntropyOptions) LossStage {
+	return LossStage{op: "cross_entropy", weight: o.Weight, c: cgotorch.Loss{Kind: cgotorch.LossCrossEntropy,
+		Reduction: o.Reduction.at(), IgnoreIndex: o.ignore(), LabelSmoothing: o.LabelSmoothing}}
+}
+
+// NLLLossStage is the loss stage of NLLLoss(out, target, o).
+func NLLLossStage(o CrossEntropyOptions) LossStage {
+	return LossStage{op: "nll_loss", weight: o.Weight, c: cgotorch.Loss{Kind: cgotorch.LossNLL,
+		Reduction: o.Reduction.at(), IgnoreIndex: o.ignore()}}
+}
+
+// MSELossStage is the loss stage of MSELoss(out, target, r).
+func MSELossStage(r Reduction) LossStage {
+	return LossStage{op: "mse_loss", c: cgotorch.Loss{Kind: cgotorch.LossMSE, Reduction: r.at()}}
+}
+
+// TrainStep is a whole training step in one call into libtorch:
+//
+//	ZeroGrads(params, true)                      // when Optimizer is set
+//	out := Chain(x, Stages)
+//	loss := <Loss>(out, y)                       // CrossEntropy, NLLLoss or MSELoss
+//	Accumulate(Sums, {loss}, SumWeight, SumStep, SumFlags)   // when Sums is set
+//	loss.Backward()
+//	Optimizer.Step()                             // when Optimizer is set
+//
+// Each line is the same ATen calls, with the same arguments and in the same order, as
+// the function it names, so the loss, the gradients, the parameters, the optimizer's
+// state and any random draws (Dropout) are the ones the calls made one by one give, to
+// the bit. What it saves is the crossings and the Go code between them, a visible share
+// of a small model's step; the Trainer runs its default step this way when it can.
+//
+// A TrainStep keeps buffers from one Run to the next: reuse it, on one goroutine.
+type TrainStep struct {
+	Stages    []Stage
+	Loss      LossStage
+	Sums      *Tensor // nil: no running sum
+	SumWeight float64
+	SumStep   int64
+	SumFlags  AccumulateFlags
+	// Optimizer is the step's optimizer step (an optimizer's StepArgs); nil: the step
+	// ends with the backward pass and does not zero the gradients first.
+	Optimizer *OptimizerArgs
+
+	c cgotorch.Step
+}
+
+// Run runs the step over input x and target y and returns the loss, a new tensor in the
+// current scope. A part that fails panics with a *Error naming its op ("linear",
+// "cross_entropy", "backward", "optimizer step", ...), as the function would; the
+// optimizer's new state tensors are kept also then.
+func (s *TrainStep) Run(x, y *Tensor) *Tensor {
+	if s.Loss.op == "" {
+		panic(&Error{Op: "train step", Msg: "the loss is the zero LossStage; make it with CrossEntropyStage, NLLLossStage or MSELossStage"})
+	}
+	c := &s.c
+	c.Reset()
+	for i := range s.Stages {
+		st := &s.Stages[i]
+		if st.op == "" {
+			panic(&Error{Op: "train step", Msg: "stage is the zero Stage; make stages with the *Stage functions"})
+		}
+		c.AddStage(&st.c, opt(st.w), opt(st.b), opt(st.mean), opt(st.vr), opt(st.nb))
+	}
+	l := s.Loss.c
+	l.Weight = opt(s.Loss.weight)
+	c.SetLoss(l)
+	if s.Sums != nil {
+		c.SetSums(s.Sums.handle(), s.SumWeight, s.SumStep, int(s.SumFlags))
+	}
+	var st, ps *[]cgotorch.Tensor
+	if a := s.Optimizer; a != nil {
+		st, ps = a.borrow()
+		switch {
+		case a.sgd != nil:
+			c.SetSGD(a.sgd, a.groupSizes, *ps, *st)
+		case a.adam != nil:
+			c.SetAdam(a.adam, a.groupSizes, *ps, *st)
+		case a.rmsprop != nil:
+			c.SetRMSprop(a.rmsprop, a.groupSizes, *ps, *st)
+		case a.adagrad != nil:
+			c.SetAdagrad(a.adagrad, a.groupSizes, *ps, *st)
+		}
+	}
+	r, phase, stage := c.Run(x.handle(), y.handle())
+	if st != nil {
+		s.Optimizer.adopt(st, ps)
+	}
+	loss := wrapIn(r.T, r.Scope)
+	if r.Err != nil {
+		panic(opErr(s.failedOp(phase, stage), r.Err))
+	}
+	return loss
+}
+
+// failedOp names the op of the part that failed.
+func (s *TrainStep) failedOp(phase cgotorch.StepPhase, stage int) string {
+	switch phase {
+	case cgotorch.PhaseZeroGrad:
+		return "zero_grad"
+	case cgotorch.PhaseForward:
+		if stage >= 0 && stage < len(s.Stages) {
+			return s.Stages[stage].op
+		}
+		return "chain"
+	case cgotorch.PhaseLoss:
+		return s.Loss.op
+	case cgotorch.PhaseSums:
+		return "accumulate"
+	case cgotorch.PhaseBackward:
+		return "backward"
+	case cgotorch.PhaseOptimizer:
+		return "optimizer step"
+	}
+	return "train step"
+}
