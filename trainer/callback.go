@@ -10,7 +10,7 @@ const (
 	TrainBegin          Event = iota // Run starts (after a resume is restored)
 	EpochBegin                       // an epoch starts (also when resuming into its middle)
 	BeforeBackward                   // a micro-batch's loss is computed (Trainer.StepLoss, Trainer.Batch)
-	BatchEnd                         // a training micro-batch finished its backward pass
+	BatchEnd                         // a training micro-batch finished its backward pass (a fused step: its optimizer step too)
 	BeforeOptimizerStep              // gradients are complete (averaged, unscaled, clipped)
 	AfterOptimizerStep               // the optimizer stepped (or skipped), GlobalStep counts it
 	ValidationBatchEnd               // a validation batch finished (Trainer.StepLoss, Trainer.Batch)

@@ -16,6 +16,9 @@
 // across processes; unscale; clip; scaler step (skipped on inf/NaN gradients); scaler
 // update; per-step scheduler (only when the optimizer stepped); global_step++.
 //
+// The default step over a built-in model, loss and optimizer runs as one call into
+// libtorch per step (WithFusedStep says when), with the same ATen calls and results.
+//
 // Metrics are summed on the device and read back to Go at logging points (every
 // Config.LogEvery batches) and at the end of an epoch, so the default step makes no
 // host synchronisation per optimizer step; the NaN check runs at those reads and names
@@ -83,8 +86,9 @@ type Trainer struct {
 	// BestMetric is the best value of Config.Monitor so far (the seed's best_metric).
 	BestMetric float64
 	// Batch is the batch being trained or validated, on the training device, and
-	// StepLoss its loss tensor (valid during BeforeBackward, BatchEnd and
-	// ValidationBatchEnd; reading its value is a host synchronisation).
+	// StepLoss its loss tensor (valid during BeforeBackward, BatchEnd,
+	// AfterOptimizerStep and ValidationBatchEnd; reading its value is a host
+	// synchronisation).
 	Batch    data.Batch
 	StepLoss *torch.Tensor
 	// LogPoint is true during a BatchEnd at a logging point, when LastLoss and
