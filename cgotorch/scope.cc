@@ -48,10 +48,9 @@ Thread::~Thread() {
 
 namespace {
 
-// unbox_all frees a frame's handles, newest first (as the Go side used to free them),
-// and empties the list.
+// unbox_all frees a frame's handles, oldest first, and empties the list.
 void unbox_all(cg::Thread &me, std::vector<at::Tensor *> &owned) {
-  for (size_t i = owned.size(); i-- > 0;) me.unbox(owned[i]);
+  for (at::Tensor *p : owned) me.unbox(p);
   owned.clear();
 }
 

@@ -158,3 +158,14 @@ func TestInTurns(t *testing.T) {
 	defer stop([]*pairProc{bad})
 	assert.ErrorContains(t, bad.turn(1), `read "epoch 1\n"`)
 }
+
+func TestOverrideSteps(t *testing.T) {
+	steps := map[string]int{"mlp": 400, "cnn": 12}
+	require.NoError(t, overrideSteps(steps, ""))
+	require.NoError(t, overrideSteps(steps, "mlp=2000,cnn=24"))
+	assert.Equal(t, map[string]int{"mlp": 2000, "cnn": 24}, steps)
+	for _, bad := range []string{"mlp", "mlp=0", "mlp=x", "gpt=10", "mlp=10,"} {
+		assert.Error(t, overrideSteps(steps, bad), bad)
+	}
+	assert.Equal(t, map[string]int{"mlp": 2000, "cnn": 24}, steps, "a spec with a bad pair sets nothing")
+}

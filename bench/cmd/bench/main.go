@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -222,6 +223,7 @@ func main() {
 	skipExtra := flag.Bool("loops-only", false, "skip the per-op, checkpoint and data benchmarks")
 	rounds := flag.Int("rounds", 4, "runs of each implementation per case, and of each per-op benchmark, in rotated order")
 	pairReps := flag.Int("pair-reps", 15, "timed epochs of each loop of a pair measured in turns (0: none)")
+	stepsFlag := flag.String("steps", "", "steps per epoch by workload, overriding the defaults: mlp=2000,cnn=24")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
@@ -241,10 +243,13 @@ func main() {
 		cfg.pairReps = min(cfg.pairReps, 3)
 		opsN, opsReps, ckptMB, dataSteps = "20000", "5", "100", "0"
 	}
+	if err := overrideSteps(cfg.steps, *stepsFlag); err != nil {
+		log.Fatal(err)
+	}
 	host, _ := os.Hostname()
 	res := &Results{
 		Date: time.Now().Format("2006-01-02"), Host: host, CPU: cpuModel(), Cores: runtime.NumCPU(),
-		Command: "make bench" + map[bool]string{true: " BENCH_QUICK=1"}[*quick], Quick: *quick,
+		Command: commandLine(*quick), Quick: *quick,
 		MallocEnv: mallocEnv, LoadStart: loadavg(),
 	}
 	res.Rounds = cfg.rounds
@@ -416,6 +421,46 @@ func checkLosses(c *Case) {
 	for _, pair := range [][2]string{{"cpp-foreach", "cpp-fused"}, {"cpp-single", "cpp-fused"}, {"cpp-single", "cpp-foreach"}} {
 		c.CrossKernelDiff = max(c.CrossKernelDiff, compare(pair[0], pair[1], c.CrossKernelTol))
 	}
+}
+
+// overrideSteps sets steps[w] for each "w=n" of the comma-separated spec, all of them or,
+// when one is not valid, none.
+func overrideSteps(steps map[string]int, spec string) error {
+	if spec == "" {
+		return nil
+	}
+	set := map[string]int{}
+	for _, kv := range strings.Split(spec, ",") {
+		w, v, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if _, known := steps[w]; !ok || err != nil || n < 1 || !known {
+			return fmt.Errorf("-steps: %q is not workload=steps with a known workload and steps >= 1", kv)
+		}
+		set[w] = n
+	}
+	maps.Copy(steps, set)
+	return nil
+}
+
+// commandLine is how the results say they were made: make bench, with the flags that
+// differ from its defaults as BENCH_ARGS (the -quick and -readme that make passes aside).
+func commandLine(quick bool) string {
+	cmd := "make bench"
+	if quick {
+		cmd += " BENCH_QUICK=1"
+	}
+	var args []string
+	flag.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "quick", "readme", "python", "bin", "out":
+			return
+		}
+		args = append(args, "-"+f.Name+" "+f.Value.String())
+	})
+	if len(args) > 0 {
+		cmd += " BENCH_ARGS='" + strings.Join(args, " ") + "'"
+	}
+	return cmd
 }
 
 // implArgs is the command line of one implementation.
