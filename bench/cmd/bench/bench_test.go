@@ -169,3 +169,10 @@ func TestOverrideSteps(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{"mlp": 2000, "cnn": 24}, steps, "a spec with a bad pair sets nothing")
 }
+
+func TestSplitTurnsAmongProcesses(t *testing.T) {
+	assert.Equal(t, []int{5, 5, 5}, split(15, 3))
+	assert.Equal(t, []int{6, 5, 5}, split(16, 3))
+	assert.Equal(t, []int{1, 1}, split(2, 3), "no pair of processes without a turn")
+	assert.Equal(t, []int{4}, split(4, 0))
+}

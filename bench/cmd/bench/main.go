@@ -111,6 +111,7 @@ type config struct {
 	impls       []string
 	rounds      int
 	pairReps    int
+	pairProcs   int
 }
 
 // Measurement is one implementation on one workload and thread count.
@@ -223,13 +224,14 @@ func main() {
 	skipExtra := flag.Bool("loops-only", false, "skip the per-op, checkpoint and data benchmarks")
 	rounds := flag.Int("rounds", 4, "runs of each implementation per case, and of each per-op benchmark, in rotated order")
 	pairReps := flag.Int("pair-reps", 15, "timed epochs of each loop of a pair measured in turns (0: none)")
+	pairProcs := flag.Int("pair-procs", 3, "pairs of processes the turns of a pair are spread over (each process keeps its speed for its life)")
 	stepsFlag := flag.String("steps", "", "steps per epoch by workload, overriding the defaults: mlp=2000,cnn=24")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
 
 	cfg := config{bin: *bin, python: *python, warmup: 1, reps: *reps, seed: 1,
-		steps: map[string]int{"mlp": 400, "mlp256": 150, "cnn": 12, "cnn-bf16": 12}, rounds: *rounds, pairReps: *pairReps}
+		steps: map[string]int{"mlp": 400, "mlp256": 150, "cnn": 12, "cnn-bf16": 12}, rounds: *rounds, pairReps: *pairReps, pairProcs: *pairProcs}
 	for _, im := range impls {
 		if im.quick || !*quick {
 			cfg.impls = append(cfg.impls, im.name)
@@ -241,6 +243,7 @@ func main() {
 		cfg.steps = map[string]int{"mlp": 50, "mlp256": 25, "cnn": 2, "cnn-bf16": 2}
 		cfg.rounds = 1
 		cfg.pairReps = min(cfg.pairReps, 3)
+		cfg.pairProcs = 1
 		opsN, opsReps, ckptMB, dataSteps = "20000", "5", "100", "0"
 	}
 	if err := overrideSteps(cfg.steps, *stepsFlag); err != nil {

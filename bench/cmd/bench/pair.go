@@ -29,6 +29,23 @@ type Paired struct {
 	// is faster); Median is the scored figure.
 	Ratios []float64 `json:"ratios"`
 	Median float64   `json:"median"`
+	// Procs is the number of pairs of processes the ratios were pooled from: a process
+	// keeps its speed for its life, so one pair alone is one draw of that luck.
+	Procs int `json:"procs,omitempty"`
+}
+
+// split divides reps timed turns among n pairs of processes, the first ones taking one
+// more where they do not divide evenly; a pair gets at least one.
+func split(reps, n int) []int {
+	n = max(1, min(n, reps))
+	out := make([]int, n)
+	for i := range out {
+		out[i] = reps / n
+		if i < reps%n {
+			out[i]++
+		}
+	}
+	return out
 }
 
 // pairProc is one process of a pair. It takes a turn when it reads a line on stdin and
@@ -120,18 +137,40 @@ func stop(procs []*pairProc) {
 }
 
 // runPaired measures impl against ref in turns over reps timed epochs each (after
-// cfg.warmup), and checks that both computed the losses they compute alone.
+// cfg.warmup), spread over cfg.pairProcs pairs of processes, and checks that both
+// computed the losses they compute alone.
 func runPaired(cfg config, c *Case, w loopio.Workload, dir string, threads int, ref, impl string, reps int) (*Paired, error) {
+	pr := &Paired{Ref: ref, Impl: impl}
+	for i, n := range split(reps, cfg.pairProcs) {
+		ratios, err := pairOnce(cfg, c, w, dir, threads, ref, impl, n, i%2 == 1)
+		if err != nil {
+			return nil, err
+		}
+		pr.Ratios = append(pr.Ratios, ratios...)
+		pr.Procs++
+	}
+	pr.Median = median(pr.Ratios)
+	fmt.Fprintf(os.Stderr, "%-9s %d thr  %-15s in turns with %s: median %.3f× over %d pairs of %d pairs of processes\n", w.Name, threads, impl, ref, pr.Median, len(pr.Ratios), pr.Procs)
+	return pr, nil
+}
+
+// pairOnce runs one pair of processes in turns for n timed epochs (impl first when
+// implFirst) and returns ref's epoch time over impl's for each.
+func pairOnce(cfg config, c *Case, w loopio.Workload, dir string, threads int, ref, impl string, n int, implFirst bool) ([]float64, error) {
 	var procs []*pairProc
 	defer func() { stop(procs) }()
 	for _, name := range []string{ref, impl} {
-		p, err := startPairProc(cfg, w, dir, threads, name, reps)
+		p, err := startPairProc(cfg, w, dir, threads, name, n)
 		if err != nil {
 			return nil, err
 		}
 		procs = append(procs, p)
 	}
-	if err := inTurns(procs[0], procs[1], cfg.warmup+reps); err != nil {
+	first, second := procs[0], procs[1]
+	if implFirst {
+		first, second = second, first
+	}
+	if err := inTurns(first, second, cfg.warmup+n); err != nil {
 		return nil, err
 	}
 	var res []*loopio.Result
@@ -149,13 +188,11 @@ func runPaired(cfg config, c *Case, w loopio.Workload, dir string, threads int, 
 		}
 		res = append(res, r)
 	}
-	pr := &Paired{Ref: ref, Impl: impl}
-	for k := cfg.warmup; k < cfg.warmup+reps; k++ {
-		pr.Ratios = append(pr.Ratios, res[0].EpochS[k]/res[1].EpochS[k])
+	var ratios []float64
+	for k := cfg.warmup; k < cfg.warmup+n; k++ {
+		ratios = append(ratios, res[0].EpochS[k]/res[1].EpochS[k])
 	}
-	pr.Median = median(pr.Ratios)
-	fmt.Fprintf(os.Stderr, "%-9s %d thr  %-15s in turns with %s: median %.3f× over %d pairs\n", w.Name, threads, impl, ref, pr.Median, reps)
-	return pr, nil
+	return ratios, nil
 }
 
 // runOpsPaired measures the per-op benchmark's Go side against its C++ side in turns: for
@@ -165,46 +202,60 @@ func runPaired(cfg config, c *Case, w loopio.Workload, dir string, threads int, 
 func runOpsPaired(cfg config, n string, reps int) (map[string]*Paired, error) {
 	out := map[string]*Paired{}
 	for _, op := range []string{"add", "linear"} {
-		flags := []string{"--n", n, "--reps", fmt.Sprint(reps), "--threads", "1", "--ops", op, "--pair", "1"}
-		var procs []*pairProc
-		for _, side := range []struct{ name, bin string }{{"cpp", "ops"}, {"go", "opbench"}} {
-			p, err := startTurns(side.name, "rep", opsEnv, append([]string{filepath.Join(cfg.bin, side.bin)}, flags...))
+		pr := &Paired{Ref: "cpp", Impl: "go"}
+		for i, k := range split(reps, cfg.pairProcs) {
+			ratios, err := opsPairOnce(cfg, n, op, k, i%2 == 1)
 			if err != nil {
-				stop(procs)
 				return nil, err
 			}
-			procs = append(procs, p)
-		}
-		err := inTurns(procs[0], procs[1], reps+1)
-		var res []OpResult
-		for _, p := range procs {
-			if err != nil {
-				break
-			}
-			var text string
-			if text, err = p.finish(); err != nil {
-				break
-			}
-			var r OpResult
-			if err = json.Unmarshal([]byte(lastLine(text)), &r); err == nil && len(r.NsPerOp[op]) != reps {
-				err = fmt.Errorf("%d timed reps of %s, not %d", len(r.NsPerOp[op]), op, reps)
-			}
-			if err != nil {
-				err = fmt.Errorf("per-op %s in turns: %w", p.name, err)
-			}
-			res = append(res, r)
-		}
-		stop(procs)
-		if err != nil {
-			return nil, err
-		}
-		pr := &Paired{Ref: "cpp", Impl: "go"}
-		for k := range reps {
-			pr.Ratios = append(pr.Ratios, res[0].NsPerOp[op][k]/res[1].NsPerOp[op][k])
+			pr.Ratios = append(pr.Ratios, ratios...)
+			pr.Procs++
 		}
 		pr.Median = median(pr.Ratios)
-		fmt.Fprintf(os.Stderr, "per-op    %-7s in turns with C++: gotrain / C++ %.3f× (median of %d pairs)\n", op, 1/pr.Median, reps)
+		fmt.Fprintf(os.Stderr, "per-op    %-7s in turns with C++: gotrain / C++ %.3f× (median of %d pairs of %d pairs of processes)\n", op, 1/pr.Median, len(pr.Ratios), pr.Procs)
 		out[op] = pr
 	}
 	return out, nil
+}
+
+// opsPairOnce runs the per-op benchmark's two sides for op as one pair of processes in
+// turns, reps timed reps each after the warm-up (Go first when goFirst), and returns
+// C++'s ns per op over gotrain's for each pair of reps.
+func opsPairOnce(cfg config, n, op string, reps int, goFirst bool) ([]float64, error) {
+	flags := []string{"--n", n, "--reps", fmt.Sprint(reps), "--threads", "1", "--ops", op, "--pair", "1"}
+	var procs []*pairProc
+	defer func() { stop(procs) }()
+	for _, side := range []struct{ name, bin string }{{"cpp", "ops"}, {"go", "opbench"}} {
+		p, err := startTurns(side.name, "rep", opsEnv, append([]string{filepath.Join(cfg.bin, side.bin)}, flags...))
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+	}
+	first, second := procs[0], procs[1]
+	if goFirst {
+		first, second = second, first
+	}
+	if err := inTurns(first, second, reps+1); err != nil {
+		return nil, err
+	}
+	var res []OpResult
+	for _, p := range procs {
+		text, err := p.finish()
+		var r OpResult
+		if err == nil {
+			if err = json.Unmarshal([]byte(lastLine(text)), &r); err == nil && len(r.NsPerOp[op]) != reps {
+				err = fmt.Errorf("%d timed reps of %s, not %d", len(r.NsPerOp[op]), op, reps)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("per-op %s in turns: %w", p.name, err)
+		}
+		res = append(res, r)
+	}
+	var ratios []float64
+	for k := range reps {
+		ratios = append(ratios, res[0].NsPerOp[op][k]/res[1].NsPerOp[op][k])
+	}
+	return ratios, nil
 }
