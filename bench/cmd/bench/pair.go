@@ -136,6 +136,24 @@ func stop(procs []*pairProc) {
 	}
 }
 
+// startedInTurns starts the two processes of a pair (start(0), the reference, and
+// start(1)) and lets them take n turns each, the second going first when swap. It returns
+// the processes it started, for the caller to finish or stop, also on failure.
+func startedInTurns(n int, swap bool, start func(i int) (*pairProc, error)) ([]*pairProc, error) {
+	var procs []*pairProc
+	for i := range 2 {
+		p, err := start(i)
+		if err != nil {
+			return procs, err
+		}
+		procs = append(procs, p)
+	}
+	if swap {
+		return procs, inTurns(procs[1], procs[0], n)
+	}
+	return procs, inTurns(procs[0], procs[1], n)
+}
+
 // runPaired measures impl against ref in turns over reps timed epochs each (after
 // cfg.warmup), spread over cfg.pairProcs pairs of processes, and checks that both
 // computed the losses they compute alone.
@@ -157,20 +175,11 @@ func runPaired(cfg config, c *Case, w loopio.Workload, dir string, threads int, 
 // pairOnce runs one pair of processes in turns for n timed epochs (impl first when
 // implFirst) and returns ref's epoch time over impl's for each.
 func pairOnce(cfg config, c *Case, w loopio.Workload, dir string, threads int, ref, impl string, n int, implFirst bool) ([]float64, error) {
-	var procs []*pairProc
-	defer func() { stop(procs) }()
-	for _, name := range []string{ref, impl} {
-		p, err := startPairProc(cfg, w, dir, threads, name, n)
-		if err != nil {
-			return nil, err
-		}
-		procs = append(procs, p)
-	}
-	first, second := procs[0], procs[1]
-	if implFirst {
-		first, second = second, first
-	}
-	if err := inTurns(first, second, cfg.warmup+n); err != nil {
+	procs, err := startedInTurns(cfg.warmup+n, implFirst, func(i int) (*pairProc, error) {
+		return startPairProc(cfg, w, dir, threads, []string{ref, impl}[i], n)
+	})
+	defer stop(procs)
+	if err != nil {
 		return nil, err
 	}
 	var res []*loopio.Result
@@ -223,20 +232,12 @@ func runOpsPaired(cfg config, n string, reps int) (map[string]*Paired, error) {
 // C++'s ns per op over gotrain's for each pair of reps.
 func opsPairOnce(cfg config, n, op string, reps int, goFirst bool) ([]float64, error) {
 	flags := []string{"--n", n, "--reps", fmt.Sprint(reps), "--threads", "1", "--ops", op, "--pair", "1"}
-	var procs []*pairProc
-	defer func() { stop(procs) }()
-	for _, side := range []struct{ name, bin string }{{"cpp", "ops"}, {"go", "opbench"}} {
-		p, err := startTurns(side.name, "rep", opsEnv, append([]string{filepath.Join(cfg.bin, side.bin)}, flags...))
-		if err != nil {
-			return nil, err
-		}
-		procs = append(procs, p)
-	}
-	first, second := procs[0], procs[1]
-	if goFirst {
-		first, second = second, first
-	}
-	if err := inTurns(first, second, reps+1); err != nil {
+	sides := []struct{ name, bin string }{{"cpp", "ops"}, {"go", "opbench"}}
+	procs, err := startedInTurns(reps+1, goFirst, func(i int) (*pairProc, error) {
+		return startTurns(sides[i].name, "rep", opsEnv, append([]string{filepath.Join(cfg.bin, sides[i].bin)}, flags...))
+	})
+	defer stop(procs)
+	if err != nil {
 		return nil, err
 	}
 	var res []OpResult
