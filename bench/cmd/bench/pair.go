@@ -136,6 +136,23 @@ func stop(procs []*pairProc) {
 	}
 }
 
+// pooled measures ref against impl over reps timed turns spread over procs pairs of
+// processes (split), once(n, swap) running one pair for n turns with impl going first
+// when swap (every other pair), and pools the pairs' ratios.
+func pooled(ref, impl string, reps, procs int, once func(n int, swap bool) ([]float64, error)) (*Paired, error) {
+	pr := &Paired{Ref: ref, Impl: impl}
+	for i, n := range split(reps, procs) {
+		ratios, err := once(n, i%2 == 1)
+		if err != nil {
+			return nil, err
+		}
+		pr.Ratios = append(pr.Ratios, ratios...)
+		pr.Procs++
+	}
+	pr.Median = median(pr.Ratios)
+	return pr, nil
+}
+
 // startedInTurns starts the two processes of a pair (start(0), the reference, and
 // start(1)) and lets them take n turns each, the second going first when swap. It returns
 // the processes it started, for the caller to finish or stop, also on failure.
@@ -158,16 +175,12 @@ func startedInTurns(n int, swap bool, start func(i int) (*pairProc, error)) ([]*
 // cfg.warmup), spread over cfg.pairProcs pairs of processes, and checks that both
 // computed the losses they compute alone.
 func runPaired(cfg config, c *Case, w loopio.Workload, dir string, threads int, ref, impl string, reps int) (*Paired, error) {
-	pr := &Paired{Ref: ref, Impl: impl}
-	for i, n := range split(reps, cfg.pairProcs) {
-		ratios, err := pairOnce(cfg, c, w, dir, threads, ref, impl, n, i%2 == 1)
-		if err != nil {
-			return nil, err
-		}
-		pr.Ratios = append(pr.Ratios, ratios...)
-		pr.Procs++
+	pr, err := pooled(ref, impl, reps, cfg.pairProcs, func(n int, swap bool) ([]float64, error) {
+		return pairOnce(cfg, c, w, dir, threads, ref, impl, n, swap)
+	})
+	if err != nil {
+		return nil, err
 	}
-	pr.Median = median(pr.Ratios)
 	fmt.Fprintf(os.Stderr, "%-9s %d thr  %-15s in turns with %s: median %.3f× over %d pairs of %d pairs of processes\n", w.Name, threads, impl, ref, pr.Median, len(pr.Ratios), pr.Procs)
 	return pr, nil
 }
@@ -211,16 +224,12 @@ func pairOnce(cfg config, c *Case, w loopio.Workload, dir string, threads int, r
 func runOpsPaired(cfg config, n string, reps int) (map[string]*Paired, error) {
 	out := map[string]*Paired{}
 	for _, op := range []string{"add", "linear"} {
-		pr := &Paired{Ref: "cpp", Impl: "go"}
-		for i, k := range split(reps, cfg.pairProcs) {
-			ratios, err := opsPairOnce(cfg, n, op, k, i%2 == 1)
-			if err != nil {
-				return nil, err
-			}
-			pr.Ratios = append(pr.Ratios, ratios...)
-			pr.Procs++
+		pr, err := pooled("cpp", "go", reps, cfg.pairProcs, func(k int, swap bool) ([]float64, error) {
+			return opsPairOnce(cfg, n, op, k, swap)
+		})
+		if err != nil {
+			return nil, err
 		}
-		pr.Median = median(pr.Ratios)
 		fmt.Fprintf(os.Stderr, "per-op    %-7s in turns with C++: gotrain / C++ %.3f× (median of %d pairs of %d pairs of processes)\n", op, 1/pr.Median, len(pr.Ratios), pr.Procs)
 		out[op] = pr
 	}

@@ -37,7 +37,8 @@ func markdown(r *Results) string {
 	p("Losses: every implementation's first-epoch losses against its C++ twin's (tolerance %g), and the three twins against each other (tolerance %g in float32, %g under bf16 autocast). ",
 		sameKernelTol, crossKernelTol(false), crossKernelTol(true))
 	p("Loader alone = one epoch of gotrain's Loader with nothing else, per step. The last column is the comparison a user of the seed makes (its default single-tensor Adam against gotrain's fused default): different kernels, so it is not scored.\n\n")
-	p("In turns: the same C++ twin and gotrain loop run as two live processes that take one epoch each in turn (pair.go), %d pairs of epochs from %s; the cell is the median over the pairs of the C++ epoch's time over its gotrain neighbour's, with the middle half of the pairs in brackets. Two epochs side by side see the same machine, so this ratio is free of the drift between minutes that the separate runs are exposed to, and pooling several pairs of processes evens out the speed each process keeps for its life; it is the scored figure where it exists.\n\n", pairCount(r), procsText(pairProcs(r)))
+	fp := firstPaired(r)
+	p("In turns: the same C++ twin and gotrain loop run as two live processes that take one epoch each in turn (pair.go), %d pairs of epochs from %s; the cell is the median over the pairs of the C++ epoch's time over its gotrain neighbour's, with the middle half of the pairs in brackets. Two epochs side by side see the same machine, so this ratio is free of the drift between minutes that the separate runs are exposed to, and pooling several pairs of processes evens out the speed each process keeps for its life; it is the scored figure where it exists.\n\n", fp.pairs(), fp.procsText())
 	p("| workload | threads | gotrain vs C++ (fused), in turns | raw loop vs C++ (fused), in turns | unfused vs C++ (foreach), in turns | gotrain vs C++ (fused) | gotrain vs Python (fused) | unfused vs C++ (foreach) | unfused vs Python (foreach) | gotrain − C++ (fused) | raw loop − C++ (fused) | unfused − C++ (foreach) | loader alone | gotrain samples/s | losses: same kernel | losses: across kernels | gotrain vs the seed's Python (unscored) |\n")
 	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|:-:|--:|\n")
 	for _, c := range r.Cases {
@@ -68,8 +69,8 @@ func markdown(r *Results) string {
 	if len(r.Ops) > 0 {
 		g, c, py := r.Ops["go"], r.Ops["cpp"], r.Ops["python"]
 		p("\nPer-op cost (`bench/cmd/opbench`, `bench/cpp/ops.cpp`, `bench/python/ops.py`), ns per op at 1 thread: the fastest of %d reps of %d ops (%d runs of each, in rotated order), as `timeit` advises, in brackets the median rep; scored where there is no in-turns figure. ", len(g.NsPerOp["add"]), g.N, g.Runs)
-		if n := opPairCount(r); n > 0 {
-			p("**gotrain / C++ in turns** is the like-for-like figure, scored where it exists: the Go and C++ processes run together and take turns one rep of %d ops at a time (a, b, b, a, ...), and each rep is compared with the other's rep beside it; the median of %d pairs from %s, with the middle half of the pairs in brackets. ", g.N, n, procsText(opPairProcs(r)))
+		if op := firstOpPaired(r); op.pairs() > 0 {
+			p("**gotrain / C++ in turns** is the like-for-like figure, scored where it exists: the Go and C++ processes run together and take turns one rep of %d ops at a time (a, b, b, a, ...), and each rep is compared with the other's rep beside it; the median of %d pairs from %s, with the middle half of the pairs in brackets. ", g.N, op.pairs(), op.procsText())
 		}
 		p("add = `add` of two 16-element float32 tensors; linear = the forward of `Linear(16, 16)` on a [1, 16] input with autograd recording. Each runs in blocks of %d ops whose results are freed together (gotrain: one scope per block, as the Trainer's step scope; C++ and Python: a vector / list of results cleared), the free included.\n\n", g.Block)
 		p("| op | gotrain | C++ | Python | gotrain / C++ in turns | gotrain / C++ | gotrain − C++ | Python / gotrain | gotrain / C++ (medians) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
@@ -138,14 +139,40 @@ func pairedCell(c *Case, impl string) string {
 	return fmt.Sprintf("%.2f× (%.2f–%.2f)", p.Median, q[len(q)/4], q[(3*len(q))/4])
 }
 
-// pairCount is the number of pairs of epochs of the in-turns measurements.
-func pairCount(r *Results) int {
+// firstPaired is one of the loops' in-turns measurements (they share their counts), or
+// nil when there is none.
+func firstPaired(r *Results) *Paired {
 	for _, c := range r.Cases {
 		for _, p := range c.Paired {
-			return len(p.Ratios)
+			return p
 		}
 	}
-	return 0
+	return nil
+}
+
+// firstOpPaired is one of the per-op in-turns measurements, or nil when there is none.
+func firstOpPaired(r *Results) *Paired {
+	for _, p := range r.OpsPaired {
+		return p
+	}
+	return nil
+}
+
+// pairs is the number of pairs of turns of p (0 for nil).
+func (p *Paired) pairs() int {
+	if p == nil {
+		return 0
+	}
+	return len(p.Ratios)
+}
+
+// procsText says how many pairs of processes p's turns were spread over (Procs is 0 in
+// results written before it was recorded: one pair).
+func (p *Paired) procsText() string {
+	if p == nil || p.Procs <= 1 {
+		return "one pair of processes"
+	}
+	return fmt.Sprintf("%d pairs of processes (each started afresh, the one to go first alternating)", p.Procs)
 }
 
 // opPairedCell is gotrain's per-op cost over C++'s in turns (the reciprocal of the
@@ -160,39 +187,6 @@ func opPairedCell(p *Paired) string {
 	}
 	slices.Sort(q)
 	return fmt.Sprintf("%.2f× (%.2f–%.2f)", 1/p.Median, q[len(q)/4], q[(3*len(q))/4])
-}
-
-// opPairCount is the number of pairs of reps of the per-op measurement in turns.
-// pairProcs and opPairProcs are the pairs of processes the turns were spread over (0 in
-// results written before they were recorded: one pair).
-func pairProcs(r *Results) int {
-	for _, c := range r.Cases {
-		for _, p := range c.Paired {
-			return p.Procs
-		}
-	}
-	return 0
-}
-
-func opPairProcs(r *Results) int {
-	for _, p := range r.OpsPaired {
-		return p.Procs
-	}
-	return 0
-}
-
-func procsText(n int) string {
-	if n <= 1 {
-		return "one pair of processes"
-	}
-	return fmt.Sprintf("%d pairs of processes (each started afresh, the one to go first alternating)", n)
-}
-
-func opPairCount(r *Results) int {
-	for _, p := range r.OpsPaired {
-		return len(p.Ratios)
-	}
-	return 0
 }
 
 func overCell(c *Case, impl string) string {
