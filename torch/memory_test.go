@@ -39,7 +39,7 @@ func TestNoLeakOverManySteps(t *testing.T) {
 			t.Free()
 		}
 	}()
-	start := torch.LiveTensors()
+	start := settledLive()
 	var rss1000 int64
 	for step := 1; step <= 10000; step++ {
 		torch.WithScope(func() {

@@ -77,7 +77,7 @@ print(" ".join(str(v) for v in torch.randperm(10, generator=g).tolist()))
 }
 
 func TestScopesFreeWhatTheyOwn(t *testing.T) {
-	start := torch.LiveTensors()
+	start := settledLive()
 	var kept *torch.Tensor
 	torch.WithScope(func() {
 		s := torch.NewScope()
@@ -101,7 +101,7 @@ func TestScopesFreeWhatTheyOwn(t *testing.T) {
 // TestScopeRenew: Renew frees what the scope owned and leaves a new scope, innermost as
 // the old one was, owning what comes after; the old scope's tensors panic on use.
 func TestScopeRenew(t *testing.T) {
-	start := torch.LiveTensors()
+	start := settledLive()
 	s := torch.NewScope()
 	old := torch.Ones([]int64{4}, torch.Float32, torch.CPU).MulScalar(3)
 	require.Equal(t, start+2, torch.LiveTensors())
@@ -124,7 +124,7 @@ func TestScopeRenew(t *testing.T) {
 // first thread has exited, still brings LiveTensors back, and a scope's many results (more than one block of Tensor cells, and
 // more than a thread's cache of freed handles) each keep their own value.
 func TestHandlesFreedAnywhere(t *testing.T) {
-	start := torch.LiveTensors()
+	start := settledLive()
 	made := make(chan []*torch.Tensor)
 	go func() {
 		// Made on this thread, freed on another after this one is gone: a goroutine that
@@ -170,7 +170,7 @@ func TestHandlesFreedAnywhere(t *testing.T) {
 // scope never takes another goroutine's tensors, and a tensor made on a goroutine with no
 // scope open survives other goroutines' scopes closing.
 func TestScopesArePerGoroutine(t *testing.T) {
-	start := torch.LiveTensors()
+	start := settledLive()
 	var free *torch.Tensor
 	opened, made := make(chan struct{}), make(chan struct{})
 	go func() { // no scope: its tensor is its own to Free
