@@ -408,7 +408,8 @@ enum cg_step_phase {
   CG_PHASE_LOSS = 2,
   CG_PHASE_SUMS = 3,
   CG_PHASE_BACKWARD = 4,
-  CG_PHASE_OPTIMIZER = 5
+  CG_PHASE_OPTIMIZER = 5,
+  CG_PHASE_BATCH = 6  // cg_steps_run slicing a batch
 };
 // cg_step_result is cg_result for the loss, with the phase that failed and, in the
 // forward, the stage.
@@ -419,6 +420,7 @@ typedef struct {
   cg_tensor loss;
   int32_t phase;
   int32_t stage;
+  int32_t done;  // steps that completed (cg_steps_run; the one that failed is the next)
 } cg_step_result;
 // cg_step_run runs step s over input x and target y: the stages are s.nstages cg_stages;
 // group_sizes, hyper, params and state are cg_optim_step's (params are also the ones
@@ -426,6 +428,25 @@ typedef struct {
 // cg_result's tensor, also when a later part fails.
 void cg_step_run(const cg_step *s, const cg_stage *stages, const int64_t *group_sizes, const void *hyper,
                  cg_tensor *params, cg_tensor *state, cg_tensor x, cg_tensor y, cg_step_result *r);
+// cg_batches is a run of batches that cg_steps_run slices itself from a resident
+// dataset's inputs x and targets y (rows along dim 0). Batch i (of n) is rows starts[i] to
+// starts[i]+sizes[i] of them (narrow, a view) or, when order is not NULL, the rows that
+// positions starts[i] to starts[i]+sizes[i] of the int64 vector order name
+// (index_select): what a resident Loader's batch is. starts and sizes are
+// cg_steps_run's parameters.
+typedef struct {
+  cg_tensor x, y;
+  cg_tensor order;
+  int32_t n;
+} cg_batches;
+// cg_steps_run runs step s over each batch of b in turn, as b.n calls of cg_step_run
+// would: each batch's loss is added to s.sums with the batch's rows as its weight, at
+// step s.sum_step + i (s.sum_weight is not used). Only the last step's loss is adopted,
+// as r's tensor; r.done counts the steps that completed, and a failure stops the run
+// (r.phase and r.stage say where, in step r.done).
+void cg_steps_run(const cg_step *s, const cg_stage *stages, const int64_t *group_sizes, const void *hyper,
+                  cg_tensor *params, cg_tensor *state, const cg_batches *b, const int64_t *starts,
+                  const int64_t *sizes, cg_step_result *r);
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,8 @@ package cgotorch
 /*
 #cgo noescape cg_step_run
 #cgo nocallback cg_step_run
+#cgo noescape cg_steps_run
+#cgo nocallback cg_steps_run
 #include "cgotorch.h"
 */
 import "C"
@@ -44,6 +46,7 @@ const (
 	PhaseSums      StepPhase = C.CG_PHASE_SUMS
 	PhaseBackward  StepPhase = C.CG_PHASE_BACKWARD
 	PhaseOptimizer StepPhase = C.CG_PHASE_OPTIMIZER
+	PhaseBatch     StepPhase = C.CG_PHASE_BATCH
 )
 
 // Step is a training step being assembled in C's layout for Run (cg_step_run). It keeps
@@ -117,6 +120,31 @@ func (s *Step) SetRMSprop(hs []hyper.RMSprop, sizes []int64, params, state []Ten
 // SetAdagrad ends the step with AdagradStep(hs, sizes, params, state).
 func (s *Step) SetAdagrad(hs []hyper.Adagrad, sizes []int64, params, state []Tensor) {
 	setOptimizer(s, C.CG_OPT_ADAGRAD, hs, adagradC, &s.ada, sizes, params, state)
+}
+
+// Batches is cg_batches: a run of batches of the resident inputs X and targets Y, batch
+// i being rows Starts[i] to Starts[i]+Sizes[i] of them or, with Order set, the rows
+// those positions of Order name.
+type Batches struct {
+	X, Y, Order   Tensor
+	Starts, Sizes []int64
+}
+
+// RunBatches is cg_steps_run: the step over each batch of b in turn. The last step's
+// loss comes back in r; done counts the steps that completed, and on a failure (r.Err
+// set) phase and stage say where, in step done.
+func (s *Step) RunBatches(b *Batches) (r Result, done int, phase StepPhase, stage int) {
+	s.c.nstages = C.int32_t(len(s.stages))
+	var stages *C.cg_stage
+	if len(s.stages) > 0 {
+		stages = &s.stages[0]
+	}
+	cb := C.cg_batches{x: h(b.X), y: h(b.Y), order: h(b.Order), n: C.int32_t(min(len(b.Starts), len(b.Sizes)))}
+	var out C.cg_step_result
+	C.cg_steps_run(&s.c, stages, i64p(s.sizes), s.hyper, handles(s.params), handles(s.state), &cb,
+		i64p(b.Starts), i64p(b.Sizes), &out)
+	r = Result{T: Tensor(out.loss), Scope: int32(out.scope), Err: statusErr(out.code, out.msg)}
+	return r, int(out.done), StepPhase(out.phase), int(out.stage)
 }
 
 // Run is cg_step_run over input x and target y. The loss comes back in r also when a

@@ -1,6 +1,10 @@
 package torch
 
-import "github.com/gotrain/gotrain/cgotorch"
+import (
+	"fmt"
+
+	"github.com/gotrain/gotrain/cgotorch"
+)
 
 // LossStage is a built-in loss waiting for its input and target: the loss a TrainStep
 // computes after its stages. Make one with CrossEntropyStage, NLLLossStage or
@@ -63,6 +67,45 @@ type TrainStep struct {
 // "cross_entropy", "backward", "optimizer step", ...), as the function would; the
 // optimizer's new state tensors are kept also then.
 func (s *TrainStep) Run(x, y *Tensor) *Tensor {
+	st, ps := s.prepare()
+	r, phase, stage := s.c.Run(x.handle(), y.handle())
+	return s.finish(r, phase, stage, st, ps)
+}
+
+// Batches is a run of batches for TrainStep.RunBatches, sliced from the whole inputs X
+// and targets Y (rows along dimension 0): batch i is X.Narrow(0, Starts[i], Sizes[i])
+// and the same rows of Y or, when Order is set (an int64 vector of row indices), the
+// rows Order.Narrow(0, Starts[i], Sizes[i]) names (IndexSelect). It is how a resident
+// data.Loader makes its batches.
+type Batches struct {
+	X, Y, Order   *Tensor
+	Starts, Sizes []int64
+	// Done is set by RunBatches to the number of steps that completed, also when one
+	// fails (the failed one is batch Done).
+	Done int
+}
+
+// RunBatches runs the step over each batch of b in turn, in one call into libtorch: the
+// same ATen calls, in the same order, as slicing each batch and calling Run, so the
+// losses, parameters, optimizer state and random draws are the same to the bit. The
+// running sum (Sums) adds each batch's loss with the batch's rows as its weight, at step
+// SumStep + i (SumWeight is not used). It returns the last step's loss, a new tensor in
+// the current scope; the other losses are freed as their steps end. A failure panics as
+// Run's does, after setting b.Done.
+func (s *TrainStep) RunBatches(b *Batches) *Tensor {
+	if len(b.Starts) != len(b.Sizes) || len(b.Starts) == 0 {
+		panic(&Error{Op: "train step", Msg: fmt.Sprintf("batches: %d starts and %d sizes; want the same number, at least one", len(b.Starts), len(b.Sizes))})
+	}
+	st, ps := s.prepare()
+	cb := cgotorch.Batches{X: b.X.handle(), Y: b.Y.handle(), Order: opt(b.Order), Starts: b.Starts, Sizes: b.Sizes}
+	r, done, phase, stage := s.c.RunBatches(&cb)
+	b.Done = done
+	return s.finish(r, phase, stage, st, ps)
+}
+
+// prepare lays the step out in C's layout for a run; the optimizer's buffers, when it has
+// one, go back with finish.
+func (s *TrainStep) prepare() (st, ps *[]cgotorch.Tensor) {
 	if s.Loss.op == "" {
 		panic(&Error{Op: "train step", Msg: "the loss is the zero LossStage; make it with CrossEntropyStage, NLLLossStage or MSELossStage"})
 	}
@@ -81,7 +124,6 @@ func (s *TrainStep) Run(x, y *Tensor) *Tensor {
 	if s.Sums != nil {
 		c.SetSums(s.Sums.handle(), s.SumWeight, s.SumStep, int(s.SumFlags))
 	}
-	var st, ps *[]cgotorch.Tensor
 	if a := s.Optimizer; a != nil {
 		st, ps = a.borrow()
 		switch {
@@ -95,7 +137,11 @@ func (s *TrainStep) Run(x, y *Tensor) *Tensor {
 			c.SetAdagrad(a.adagrad, a.groupSizes, *ps, *st)
 		}
 	}
-	r, phase, stage := c.Run(x.handle(), y.handle())
+	return st, ps
+}
+
+// finish keeps the optimizer's new state, wraps the loss and panics with the failure.
+func (s *TrainStep) finish(r cgotorch.Result, phase cgotorch.StepPhase, stage int, st, ps *[]cgotorch.Tensor) *Tensor {
 	if st != nil {
 		s.Optimizer.adopt(st, ps)
 	}
@@ -124,6 +170,8 @@ func (s *TrainStep) failedOp(phase cgotorch.StepPhase, stage int) string {
 		return "backward"
 	case cgotorch.PhaseOptimizer:
 		return "optimizer step"
+	case cgotorch.PhaseBatch:
+		return "batch"
 	}
 	return "train step"
 }

@@ -230,3 +230,92 @@ func panicErr(f func()) (err error) {
 	f()
 	return nil
 }
+
+// TestTrainStepRunBatches: a run of batches in one call (RunBatches) gives the losses,
+// sums, parameters and optimizer state of slicing each batch and calling Run, to the
+// bit, for consecutive rows (Narrow) and for a shuffled order (IndexSelect), with
+// Dropout drawing the same masks.
+func TestTrainStepRunBatches(t *testing.T) {
+	starts, sizes := []int64{0, 6, 12, 18}, []int64{6, 6, 6, 2}
+	for oname, mk := range stepOptimizers {
+		for _, shuffled := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/shuffled=%v", oname, shuffled), func(t *testing.T) {
+				run, calls := newStepNet(11, 4), newStepNet(11, 4)
+				defer freeAll(run, calls)
+				torch.ManualSeed(5)
+				x := torch.Randn([]int64{20, 8}, torch.Float32, torch.CPU).Escape()
+				y := torch.Randint(0, 4, []int64{20}, torch.Int64, torch.CPU).Escape()
+				var order *torch.Tensor
+				if shuffled {
+					order = torch.FromSlice([]int64{3, 17, 0, 9, 12, 5, 19, 1, 8, 14, 2, 11, 16, 4, 7, 13, 6, 18, 10, 15}).Escape()
+					defer order.Free()
+				}
+				defer x.Free()
+				defer y.Free()
+				sumR := torch.FromSlice([]float64{0, 0, 0}).Escape()
+				sumC := torch.FromSlice([]float64{0, 0, 0}).Escape()
+				defer sumR.Free()
+				defer sumC.Free()
+
+				var lastR, lastC []float32
+				torch.WithScope(func() {
+					torch.ManualSeed(300)
+					args := mk(run)
+					step := &torch.TrainStep{Stages: run.stages(), Loss: torch.CrossEntropyStage(torch.CrossEntropyOptions{}),
+						Sums: sumR, SumStep: 1, SumFlags: torch.AccumulateTrack, Optimizer: &args}
+					b := &torch.Batches{X: x, Y: y, Order: order, Starts: starts, Sizes: sizes}
+					lastR = step.RunBatches(b).Float32s()
+					assert.Equal(t, 4, b.Done)
+				})
+				torch.WithScope(func() {
+					torch.ManualSeed(300)
+					step := &torch.TrainStep{Stages: calls.stages(), Loss: torch.CrossEntropyStage(torch.CrossEntropyOptions{}),
+						Sums: sumC, SumFlags: torch.AccumulateTrack}
+					for i := range starts {
+						xb, yb := x.Narrow(0, starts[i], sizes[i]), y.Narrow(0, starts[i], sizes[i])
+						if order != nil {
+							idx := order.Narrow(0, starts[i], sizes[i])
+							xb, yb = x.IndexSelect(0, idx), y.IndexSelect(0, idx)
+						}
+						args := mk(calls)
+						step.Optimizer = &args
+						step.SumWeight, step.SumStep = float64(sizes[i]), int64(i+1)
+						lastC = step.Run(xb, yb).Float32s()
+					}
+				})
+				assert.Equal(t, lastC, lastR, "last loss")
+				assert.Equal(t, calls.values(), run.values(), "parameters and optimizer state")
+				assert.Equal(t, sumC.Float64s(), sumR.Float64s(), "running sums")
+			})
+		}
+	}
+}
+
+// TestTrainStepRunBatchesErrors: a batch that cannot be sliced, or a step that fails,
+// stops the run with a *torch.Error naming it, and Done counts the steps before it.
+func TestTrainStepRunBatchesErrors(t *testing.T) {
+	n := newStepNet(5, 4)
+	defer freeAll(n)
+	torch.WithScope(func() {
+		x := torch.Randn([]int64{10, 8}, torch.Float32, torch.CPU)
+		y := torch.Randint(0, 4, []int64{10}, torch.Int64, torch.CPU)
+		args := stepOptimizers["sgd"](n)
+		step := &torch.TrainStep{Stages: n.stages(), Loss: torch.CrossEntropyStage(torch.CrossEntropyOptions{}), Optimizer: &args}
+		b := &torch.Batches{X: x, Y: y, Starts: []int64{0, 4, 8}, Sizes: []int64{4, 4, 4}}
+		err := panicErr(func() { step.RunBatches(b) })
+		var te *torch.Error
+		require.True(t, errors.As(err, &te), "a *torch.Error, got %v", err)
+		assert.Equal(t, "batch", te.Op, "%v", err)
+		assert.Equal(t, 2, b.Done)
+
+		bad := torch.Zeros([]int64{10}, torch.Float32, torch.CPU) // a float target for cross_entropy
+		b = &torch.Batches{X: x, Y: bad, Starts: []int64{0}, Sizes: []int64{5}}
+		err = panicErr(func() { step.RunBatches(b) })
+		require.True(t, errors.As(err, &te), "a *torch.Error, got %v", err)
+		assert.Equal(t, "cross_entropy", te.Op, "%v", err)
+		assert.Equal(t, 0, b.Done)
+
+		err = panicErr(func() { step.RunBatches(&torch.Batches{X: x, Y: y, Starts: []int64{0}}) })
+		assert.ErrorContains(t, err, "1 starts and 0 sizes")
+	})
+}

@@ -28,6 +28,39 @@ import (
 // or for a callback that needs the parameters as they were before the step at BatchEnd.
 func WithFusedStep(on bool) Option { return func(t *Trainer) error { t.fuse = on; return nil } }
 
+// DefaultStepsPerCall is WithStepsPerCall's default.
+const DefaultStepsPerCall = 16
+
+// WithStepsPerCall sets the most fused training steps (WithFusedStep) the Trainer runs in
+// one call into libtorch, over batches that libtorch slices itself from a Resident
+// loader's tensors (torch.TrainStep.RunBatches): between them no Go code runs, which
+// brings a small model's step to the speed of the same loop in C++. The Trainer does it
+// only where nothing could tell the steps apart from steps run one by one:
+//   - the steps are fused (WithFusedStep says when);
+//   - the training loader is Resident, without OnDevice;
+//   - no callback acts at BatchEnd or AfterOptimizerStep, and no scheduler steps per
+//     optimizer step (SchedulerInterval PerStep): nothing runs between the steps;
+//
+// and a run of steps ends at every logging point (Config.LogEvery), so the progress
+// lines, TrainMetrics, LastLoss and the NaN check are read at the same batches as
+// before. The losses, parameters, optimizer state, checkpoints and resumes are the same
+// to the bit. A cancel (or a signal) is seen between runs instead of between steps: at
+// most n steps later. n < 2 runs each step in its own call; the default is
+// DefaultStepsPerCall.
+func WithStepsPerCall(n int) Option {
+	return func(t *Trainer) error { t.stepsPerCall = max(n, 1); return nil }
+}
+
+// StepsPerCall reports the most training steps the current epoch (or, between epochs,
+// the last one) runs per call into libtorch: 1 unless its steps run in runs
+// (WithStepsPerCall).
+func (t *Trainer) StepsPerCall() int {
+	if t.fused == nil || t.fused.runs < 2 {
+		return 1
+	}
+	return t.fused.runs
+}
+
 // FusedStep reports whether the current epoch's training steps (or, between epochs, the
 // last epoch's) run as one call into libtorch each (WithFusedStep).
 func (t *Trainer) FusedStep() bool { return t.fused != nil }
@@ -38,6 +71,12 @@ type fusedStep struct {
 	step torch.TrainStep
 	opt  optim.Stepper
 	args torch.OptimizerArgs
+	// runs is the most steps per call (WithStepsPerCall), 0 when the epoch's steps run
+	// one per call; target is the field the loss compares with, and batches the runs'
+	// buffer.
+	runs    int
+	target  string
+	batches torch.Batches
 }
 
 // planFused returns the epoch's fused step, or nil when the default step must run call
@@ -75,12 +114,87 @@ func (t *Trainer) planFused() *fusedStep {
 	}
 	f := &fusedStep{opt: opt}
 	f.step = torch.TrainStep{Stages: stages, Loss: loss, SumFlags: torch.AccumulateTrack}
+	if t.stepsPerCall > 1 && !(t.Scheduler != nil && t.Config.SchedulerInterval == PerStep) {
+		f.runs = t.stepsPerCall
+		for _, cb := range t.callbacks {
+			if ev := eventsOf(cb); ev.Has(BatchEnd) || ev.Has(AfterOptimizerStep) {
+				f.runs = 0
+			}
+		}
+	}
 	return f
+}
+
+// planRuns keeps the epoch's runs of steps (planFused) when its iterator can hand them
+// out (data.Iter.Runs).
+func (t *Trainer) planRuns(it *data.Iter) {
+	f := t.fused
+	if f == nil || f.runs == 0 {
+		return
+	}
+	f.target = data.Label
+	if !it.Runs(data.Input, f.target) {
+		f.target = data.Target
+	}
+	if !it.Runs(data.Input, f.target) {
+		f.runs = 0
+	}
+}
+
+// stepRun trains a run of up to t.fused.runs batches, ending at the next logging point,
+// in one call (torch.TrainStep.RunBatches), with the bookkeeping of as many fused steps
+// and none of their events (planFused made sure that nobody listens to them).
+func (t *Trainer) stepRun(it *data.Iter) (stepped bool, err error) {
+	f := t.fused
+	n := min(f.runs, t.progress.nextDue(t.BatchInEpoch)-t.BatchInEpoch)
+	first, ok := it.NextRun(n, data.Input, f.target, &f.batches)
+	if !ok {
+		return false, nil
+	}
+	err = t.runBatches(first)
+	done := f.batches.Done
+	for _, size := range f.batches.Sizes[:done] {
+		t.epochStats.Samples += size
+	}
+	t.epochStats.Batches += done
+	t.epochStats.Steps += done
+	t.GlobalStep += int64(done)
+	t.BatchInEpoch += done
+	if err != nil {
+		return false, err
+	}
+	if done > 0 {
+		t.Batch = data.Batch{Index: first + done - 1, Size: int(f.batches.Sizes[done-1])}
+	}
+	if t.progress.due(t.BatchInEpoch) {
+		if err := t.logPoint(); err != nil {
+			return false, err
+		}
+		t.LogPoint = false
+	}
+	return true, nil
+}
+
+func (t *Trainer) runBatches(first int) (err error) {
+	f := t.fused
+	b := &f.batches
+	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d batch %d", t.Epoch+1, first+b.Done+1) },
+		int(b.Sizes[min(b.Done, len(b.Sizes)-1)]))
+	f.args = f.opt.StepArgs()
+	s := &f.step
+	s.Optimizer = &f.args
+	s.Sums = t.trainSums.lossOnly()
+	s.SumStep = t.GlobalStep + 1
+	t.StepLoss = s.RunBatches(b)
+	return nil
 }
 
 // stepFused trains one batch with the fused step: the Trainer's step for a window of one
 // micro-batch, with the same bookkeeping and events (less the two nobody listens to).
 func (t *Trainer) stepFused(it *data.Iter) (stepped bool, err error) {
+	if t.fused.runs > 1 {
+		return t.stepRun(it)
+	}
 	b, ok := it.Next()
 	if !ok {
 		return false, nil

@@ -48,6 +48,7 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 	// so a step and its accumulation window always complete before the state is saved.
 	it := t.Train.Iter(context.Background(), epoch, start)
 	defer it.Close()
+	t.planRuns(it)
 	nBatches := t.Train.Len()
 	t.progress = newProgress(t.Out, epoch+1, target, nBatches, t.Config.LogEvery)
 	k := t.Config.Accumulation

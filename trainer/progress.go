@@ -44,6 +44,12 @@ func newProgress(w io.Writer, epoch, target, total, every int) *progress {
 // due reports whether batch (1-based) is a logging point.
 func (p *progress) due(batch int) bool { return batch%p.every == 0 || batch == p.total }
 
+// nextDue is the first logging point after batch (1-based): the batch at which a run of
+// batches must stop so that the point is read as usual.
+func (p *progress) nextDue(batch int) int {
+	return min((batch/p.every+1)*p.every, max(p.total, batch+1))
+}
+
 // update shows the epoch's running mean loss at a logging point.
 
 func (p *progress) update(batch int, loss float64) {

@@ -118,6 +118,7 @@ type Trainer struct {
 	announced    bool
 	loss         nn.Loss    // New's loss when the training step is the default one
 	fuse         bool       // WithFusedStep
+	stepsPerCall int        // WithStepsPerCall
 	fused        *fusedStep // the epoch's training steps run in one call each (nil: not)
 }
 
@@ -135,6 +136,7 @@ func New(model nn.Module, train, val *data.Loader, loss nn.Loss, opt optim.Optim
 		terminateNaN: true,
 		Metrics:      map[string]float64{},
 		fuse:         true,
+		stepsPerCall: DefaultStepsPerCall,
 	}
 	for _, o := range options {
 		if err := o(t); err != nil {

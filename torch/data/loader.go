@@ -244,6 +244,83 @@ func (it *Iter) residentBatch() (Batch, bool) {
 	return b, true
 }
 
+// Runs reports whether NextRun can hand out this iterator's batches: the loader is
+// Resident with no OnDevice function, and its dataset has the named fields.
+func (it *Iter) Runs(fields ...string) bool {
+	if !it.l.opts.Resident || it.l.opts.OnDevice != nil || it.l.resident == nil {
+		return false
+	}
+	for _, name := range fields {
+		if it.l.residentField(name) == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// NextRun hands out up to n of the epoch's next batches (fewer at its end) as a run that
+// torch.TrainStep.RunBatches slices itself, instead of as Batches of tensors made one
+// by one: b gets the resident fields named x and y, each batch's first row and size and,
+// when a batch is not consecutive rows (a shuffled epoch), the epoch's order as an int64
+// tensor, which the iterator owns until it closes. Its batches hold the same rows as
+// Next's would. It returns the index of the run's first batch and the sizes of its
+// batches, or false at the end of the epoch, after an error or a cancel (see Err), or
+// when Runs(x, y) is false. The run counts as handed out: a run that a step does not
+// finish is not handed out again.
+func (it *Iter) NextRun(n int, x, y string, b *torch.Batches) (first int, ok bool) {
+	if n < 1 || !it.Runs(x, y) || !it.more() {
+		return 0, false
+	}
+	if err := it.ctx.Err(); err != nil {
+		it.finish(err)
+		return 0, false
+	}
+	first = it.next
+	last := min(first+n, it.end)
+	b.X, b.Y, b.Order = it.l.residentField(x), it.l.residentField(y), nil
+	b.Starts, b.Sizes = b.Starts[:0], b.Sizes[:0]
+	bs := it.l.opts.BatchSize
+	for k := first; k < last; k++ {
+		idx := it.batchIndices(k)
+		if b.Order == nil && consecutive(idx) {
+			b.Starts = append(b.Starts, int64(idx[0]))
+		} else {
+			b.Order = it.orderTensor()
+			b.Starts = append(b.Starts, int64(k*bs))
+		}
+		b.Sizes = append(b.Sizes, int64(len(idx)))
+	}
+	if b.Order != nil { // a batch in the run is not consecutive: every batch by position
+		for i := range b.Starts {
+			b.Starts[i] = int64((first + i) * bs)
+		}
+	}
+	it.next = last
+	return first, true
+}
+
+// orderTensor is the epoch's order on the loader's device, made once per iterator.
+func (it *Iter) orderTensor() *torch.Tensor {
+	if it.orderT == nil {
+		ids := make([]int64, len(it.order))
+		for i, v := range it.order {
+			ids[i] = int64(v)
+		}
+		torch.WithScope(func() { it.orderT = toDevice(ids, it.l.opts.Device, nil).Escape() })
+	}
+	return it.orderT
+}
+
+// residentField is the resident tensor of the named field, or nil.
+func (l *Loader) residentField(name string) *torch.Tensor {
+	for _, f := range l.resident {
+		if f.name == name {
+			return f.t
+		}
+	}
+	return nil
+}
+
 // Iter is one pass over an epoch, from some batch to the end. Its methods are called
 // from one goroutine, the one that uses the batches.
 type Iter struct {
@@ -260,7 +337,8 @@ type Iter struct {
 	err              error
 	wait             time.Duration
 	done             bool
-	inline           *worker // set when batches are filled by Next itself
+	inline           *worker       // set when batches are filled by Next itself
+	orderT           *torch.Tensor // the order as a tensor, for NextRun
 }
 
 // Err returns the error that ended the iteration: a dataset or transform error, the
@@ -280,6 +358,10 @@ func (it *Iter) finish(err error) {
 	}
 	it.done = true
 	it.err = err
+	if it.orderT != nil {
+		it.orderT.Free()
+		it.orderT = nil
+	}
 	it.cancel()
 	it.wg.Wait()
 	for _, s := range it.slots {

@@ -55,6 +55,7 @@ func main() {
 	fused := flag.Bool("fused", true, "fused Adam (optim.AdamOptions.Fused, cmd/train's default); false: the multi-tensor (_foreach_*) arithmetic of Python's Adam(foreach=True)")
 	raw := flag.Bool("raw", false, "the loop written directly against package torch, narrowing each batch out of the in-memory tensors, without Trainer and Loader")
 	flag.BoolVar(&fuseStep, "fusedstep", true, "let the Trainer run its step as one call into libtorch (trainer.WithFusedStep); false: call by call")
+	flag.IntVar(&stepsPerCall, "steps-per-call", trainer.DefaultStepsPerCall, "the most fused steps the Trainer runs per call into libtorch (trainer.WithStepsPerCall); 1: one step per call")
 	pair := flag.Int("pair", 0, "1: take turns with another loop, waiting for a line on stdin before each epoch and printing \"epoch N\" after it (paired epochs, bench/README.md)")
 	flag.Parse()
 	if *pair == 1 {
@@ -155,8 +156,11 @@ func writeTensors(base string, names []string, ts []*torch.Tensor) error {
 // pairTurns is stdin with -pair: each epoch waits for a line on it.
 var pairTurns *bufio.Reader
 
-// fuseStep is -fusedstep.
-var fuseStep = true
+// fuseStep is -fusedstep, stepsPerCall -steps-per-call.
+var (
+	fuseStep     = true
+	stepsPerCall = trainer.DefaultStepsPerCall
+)
 
 func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed int64, cpuprofile string, raw, fused bool, device string) (*loopio.Result, error) {
 	dev, err := torch.ParseDevice(device)
@@ -190,19 +194,14 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 	ce := &nn.CrossEntropyLoss{}
 	adam := map[bool]string{true: "fused", false: "foreach"}[fused]
 	res := &loopio.Result{Impl: "go", Adam: adam, Torch: torch.Version(), Workload: w.Name, Steps: loader.Len(), Batch: w.Batch, Warmup: warmup, GOMAXPROCS: runtime.GOMAXPROCS(0)}
-	record := trainer.On(func(e trainer.Event, t *trainer.Trainer) error {
-		if t.Epoch == 0 && len(res.Losses) < check {
-			res.Losses = append(res.Losses, t.StepLoss.Item())
-		}
-		return nil
-	}, trainer.BatchEnd)
+	record := &lossRecorder{res: res, check: check}
 	precision := amp.Off
 	if w.BF16 {
 		precision = amp.BF16
 	}
 	tr, err := trainer.New(m, loader, nil, ce, opt,
 		trainer.WithOutput(io.Discard), trainer.WithDevice(device), trainer.WithSeed(seed),
-		trainer.WithAMP(precision), trainer.WithCallbacks(record), trainer.WithFusedStep(fuseStep),
+		trainer.WithAMP(precision), trainer.WithCallbacks(record), trainer.WithFusedStep(fuseStep), trainer.WithStepsPerCall(stepsPerCall),
 		func(t *trainer.Trainer) error { t.Config.Threads = threads; return nil })
 	if err != nil {
 		return nil, err
@@ -267,10 +266,41 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 		res.GoAllocsPerStep = float64(ms.Mallocs-ms0.Mallocs) / float64(reps*res.Steps)
 	}
 	res.FusedStep = !raw && tr.FusedStep()
+	if !raw {
+		res.StepsPerCall = tr.StepsPerCall()
+	}
 	res.LoaderS = loaderEpoch(loader)
 	res.PeakRSSMB = loopio.RSSMB("VmHWM:")
 	res.LiveTensors = torch.LiveTensors()
 	return res, nil
+}
+
+// lossRecorder keeps the first epoch's first check losses, which the driver compares
+// with the C++ loop's. It listens at BatchEnd during that epoch alone (a
+// trainer.Subscriber's events are asked at every event and epoch), so that epoch runs
+// one step per call and the later, timed ones in runs of steps (trainer.WithStepsPerCall);
+// the trainer's tests show that both give the same bits.
+type lossRecorder struct {
+	res   *loopio.Result
+	check int
+	done  bool
+}
+
+func (r *lossRecorder) Events() trainer.EventSet {
+	if r.done {
+		return 0
+	}
+	return trainer.Events(trainer.BatchEnd, trainer.EpochEnd)
+}
+
+func (r *lossRecorder) OnEvent(e trainer.Event, t *trainer.Trainer) error {
+	switch {
+	case e == trainer.EpochEnd:
+		r.done = true
+	case t.Epoch == 0 && len(r.res.Losses) < r.check:
+		r.res.Losses = append(r.res.Losses, t.StepLoss.Item())
+	}
+	return nil
 }
 
 // loaderEpoch times one epoch of the loader alone, each batch's tensors freed as the

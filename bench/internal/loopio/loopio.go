@@ -77,6 +77,9 @@ type Result struct {
 	// FusedStep is true when the Trainer ran its steps as one call each
 	// (trainer.WithFusedStep).
 	FusedStep bool `json:"fused_step,omitempty"`
+	// StepsPerCall is the most steps the Trainer ran per call in the timed epochs
+	// (trainer.WithStepsPerCall).
+	StepsPerCall int `json:"steps_per_call,omitempty"`
 }
 
 // Tensor is one named array of a raw tensor file: F32 or I64 is set.

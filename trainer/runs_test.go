@@ -1,0 +1,114 @@
+package trainer_test
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/data"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
+	"github.com/gotrain/gotrain/torch/optim"
+	"github.com/gotrain/gotrain/trainer"
+)
+
+// residentTrainer trains the CNN (batch norm, dropout) with fused Adam over 200 samples
+// held Resident, in batches of 16 (the last one 8), logging every 5 batches.
+func residentTrainer(t *testing.T, shuffle bool, opts ...trainer.Option) *trainer.Trainer {
+	r := rand.New(rand.NewPCG(1, 2))
+	xs := make([]float32, 200*28*28)
+	for i := range xs {
+		xs[i] = float32(r.NormFloat64())
+	}
+	ys := make([]int64, 200)
+	for i := range ys {
+		ys[i] = int64(r.IntN(10))
+	}
+	ds, err := data.NewTensorDataset(xs, []int64{1, 28, 28}, ys, nil, nil)
+	require.NoError(t, err)
+	l, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: 16, Resident: true, Shuffle: shuffle, Seed: seed})
+	require.NoError(t, err)
+	torch.ManualSeed(seed)
+	m := models.SmallCNN(10)
+	opt, err := optim.NewAdam(nn.Parameters(m), optim.AdamOptions{LR: 1e-3, Fused: true})
+	require.NoError(t, err)
+	all := append([]trainer.Option{trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard), trainer.WithEpochs(2),
+		trainer.WithSeed(seed), trainer.WithLogEvery(5)}, opts...)
+	tt, err := trainer.New(m, l, nil, &nn.CrossEntropyLoss{}, opt, all...)
+	require.NoError(t, err)
+	return tt
+}
+
+// paramValues are the model's parameters and buffers, for comparing two runs to the bit.
+func paramValues(m nn.Module) [][]float32 {
+	var out [][]float32
+	torch.WithScope(func() {
+		for _, p := range nn.Parameters(m) {
+			out = append(out, p.Float32s())
+		}
+	})
+	return out
+}
+
+// TestStepsPerCall: runs of steps in one call (WithStepsPerCall) give the epochs' losses,
+// the parameters and the step counts of steps run one per call, to the bit, shuffled or
+// not, whether a run ends at a logging point, at the epoch's end or at its own length.
+func TestStepsPerCall(t *testing.T) {
+	for _, shuffle := range []bool{false, true} {
+		var refLoss []float64
+		var refParams [][]float32
+		for _, n := range []int{1, 3, 16} {
+			tt := residentTrainer(t, shuffle, trainer.WithStepsPerCall(n))
+			require.NoError(t, tt.Run(context.Background()))
+			require.True(t, tt.FusedStep())
+			assert.Equal(t, n, tt.StepsPerCall(), "shuffle=%v", shuffle)
+			assert.Equal(t, int64(26), tt.GlobalStep)
+			losses := []float64{tt.History[0].TrainLoss, tt.History[1].TrainLoss}
+			if n == 1 {
+				refLoss, refParams = losses, paramValues(tt.Model)
+				continue
+			}
+			assert.Equal(t, refLoss, losses, "shuffle=%v n=%d: losses", shuffle, n)
+			assert.Equal(t, refParams, paramValues(tt.Model), "shuffle=%v n=%d: parameters", shuffle, n)
+		}
+	}
+}
+
+// TestStepsPerCallWhen: the Trainer runs steps in runs only where nothing between them
+// could see the difference.
+func TestStepsPerCallWhen(t *testing.T) {
+	noop := func(trainer.Event, *trainer.Trainer) error { return nil }
+	cases := []struct {
+		name string
+		opts []trainer.Option
+		want int
+	}{
+		{"default", nil, trainer.DefaultStepsPerCall},
+		{"callbacks at epochs", []trainer.Option{trainer.WithCallbacks(trainer.On(noop, trainer.TrainBegin, trainer.EpochBegin, trainer.EpochEnd, trainer.TrainEnd))}, trainer.DefaultStepsPerCall},
+		{"a callback at BatchEnd", []trainer.Option{trainer.WithCallbacks(&trainer.LRMonitor{})}, 1},
+		{"a callback at AfterOptimizerStep", []trainer.Option{trainer.WithCallbacks(trainer.On(noop, trainer.AfterOptimizerStep))}, 1},
+		{"a per-step scheduler", []trainer.Option{func(tt *trainer.Trainer) error {
+			tt.Scheduler, tt.Config.SchedulerInterval = optim.NewStepLR(tt.Optimizer, 2, 0.5), trainer.PerStep
+			return nil
+		}}, 1},
+		{"steps not fused", []trainer.Option{trainer.WithFusedStep(false)}, 1},
+		{"one step per call", []trainer.Option{trainer.WithStepsPerCall(1)}, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tt := residentTrainer(t, false, append(c.opts, trainer.WithEpochs(1))...)
+			require.NoError(t, tt.Run(context.Background()))
+			assert.Equal(t, c.want, tt.StepsPerCall())
+		})
+	}
+	// A loader that is not Resident hands out batches one by one.
+	tt := mlpTrainer(t, false, trainer.WithStepsPerCall(8))
+	require.NoError(t, tt.Run(context.Background()))
+	assert.True(t, tt.FusedStep())
+	assert.Equal(t, 1, tt.StepsPerCall())
+}
