@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/data"
@@ -29,7 +30,13 @@ import (
 func WithFusedStep(on bool) Option { return func(t *Trainer) error { t.fuse = on; return nil } }
 
 // DefaultStepsPerCall is WithStepsPerCall's default.
-const DefaultStepsPerCall = 16
+const DefaultStepsPerCall = 64
+
+// runTime is the time a run of steps aims at: long enough that the call and the Go code
+// between runs are a negligible share of it, short enough that a cancel is seen soon
+// (a run is not interrupted). Each run's length follows from the last one's time per
+// step, within [1, WithStepsPerCall's n].
+const runTime = 20 * time.Millisecond
 
 // WithStepsPerCall sets the most fused training steps (WithFusedStep) the Trainer runs in
 // one call into libtorch, over batches that libtorch slices itself from a Resident
@@ -44,9 +51,10 @@ const DefaultStepsPerCall = 16
 // and a run of steps ends at every logging point (Config.LogEvery), so the progress
 // lines, TrainMetrics, LastLoss and the NaN check are read at the same batches as
 // before. The losses, parameters, optimizer state, checkpoints and resumes are the same
-// to the bit. A cancel (or a signal) is seen between runs instead of between steps: at
-// most n steps later. n < 2 runs each step in its own call; the default is
-// DefaultStepsPerCall.
+// to the bit, wherever the runs end. A cancel (or a signal) is seen between runs instead
+// of between steps: a run is as many steps as take about 20 ms (from the last run's time
+// per step), at most n, so a slow step runs alone and a cancel is seen as soon as before.
+// n < 2 runs each step in its own call; the default is DefaultStepsPerCall.
 func WithStepsPerCall(n int) Option {
 	return func(t *Trainer) error { t.stepsPerCall = max(n, 1); return nil }
 }
@@ -77,6 +85,7 @@ type fusedStep struct {
 	runs    int
 	target  string
 	batches torch.Batches
+	next    int // the next run's length (runTime)
 }
 
 // planFused returns the epoch's fused step, or nil when the default step must run call
@@ -146,13 +155,17 @@ func (t *Trainer) planRuns(it *data.Iter) {
 // and none of their events (planFused made sure that nobody listens to them).
 func (t *Trainer) stepRun(it *data.Iter) (stepped bool, err error) {
 	f := t.fused
-	n := min(f.runs, t.progress.nextDue(t.BatchInEpoch)-t.BatchInEpoch)
+	n := min(max(f.next, 1), f.runs, t.progress.nextDue(t.BatchInEpoch)-t.BatchInEpoch)
 	first, ok := it.NextRun(n, data.Input, f.target, &f.batches)
 	if !ok {
 		return false, nil
 	}
+	began := time.Now()
 	err = t.runBatches(first)
 	done := f.batches.Done
+	if took := time.Since(began); done > 0 {
+		f.next = int(min(int64(f.runs), int64(runTime)*int64(done)/max(int64(took), 1)))
+	}
 	for _, size := range f.batches.Sizes[:done] {
 		t.epochStats.Samples += size
 	}
