@@ -11,6 +11,7 @@ const (
 	EpochBegin                       // an epoch starts (also when resuming into its middle)
 	BeforeBackward                   // a micro-batch's loss is computed (Trainer.StepLoss, Trainer.Batch)
 	BatchEnd                         // a training micro-batch finished its backward pass (a fused step: its optimizer step too)
+	Logged                           // a logging point's sums were read, after its batch's BatchEnd (Trainer.LastLoss, TrainMetrics; every Config.LogEvery batches and the epoch's last)
 	BeforeOptimizerStep              // gradients are complete (averaged, unscaled, clipped)
 	AfterOptimizerStep               // the optimizer stepped (or skipped), GlobalStep counts it
 	ValidationBatchEnd               // a validation batch finished (Trainer.StepLoss, Trainer.Batch)
@@ -19,7 +20,7 @@ const (
 	TrainEnd                         // Run returns (also on error or interruption)
 )
 
-var eventNames = [...]string{"train_begin", "epoch_begin", "before_backward", "batch_end", "before_optimizer_step",
+var eventNames = [...]string{"train_begin", "epoch_begin", "before_backward", "batch_end", "logged", "before_optimizer_step",
 	"after_optimizer_step", "validation_batch_end", "validation_end", "epoch_end", "train_end"}
 
 // String returns the event's name.
@@ -64,7 +65,11 @@ const allEvents = EventSet(1<<(TrainEnd+1) - 1)
 // Subscriber is implemented by callbacks that act at some events only: the Trainer calls
 // them at those alone. A callback without it is called at every event; a Trainer must
 // then stop at each, which keeps it from running its default step in one call into
-// libtorch (WithFusedStep). All of this package's callbacks are Subscribers.
+// libtorch (WithFusedStep), or a run of steps in one (WithStepsPerCall). All of this
+// package's callbacks are Subscribers. The Trainer asks Events at every event and at the
+// start of every epoch, so a callback may stop listening once it has what it needs (a
+// recorder of the first epoch's losses), and the later epochs run as if it were not
+// there.
 type Subscriber interface {
 	Events() EventSet
 }

@@ -332,7 +332,7 @@ type TensorBoard struct {
 func (tb *TensorBoard) Writer() *tensorboard.Writer { return tb.w }
 
 // Events are the ones OnEvent logs at.
-func (tb *TensorBoard) Events() EventSet { return Events(TrainBegin, BatchEnd, EpochEnd, TrainEnd) }
+func (tb *TensorBoard) Events() EventSet { return Events(TrainBegin, Logged, EpochEnd, TrainEnd) }
 
 // OnEvent logs.
 func (tb *TensorBoard) OnEvent(ev Event, t *Trainer) error {
@@ -351,8 +351,8 @@ func (tb *TensorBoard) OnEvent(ev Event, t *Trainer) error {
 			return err
 		}
 		return w.AddText("config", "```\n"+string(cfg)+"\n```", t.GlobalStep)
-	case BatchEnd:
-		if tb.w != nil && t.LogPoint {
+	case Logged:
+		if tb.w != nil {
 			return tb.w.AddScalar("train/loss_step", t.LastLoss, t.GlobalStep)
 		}
 	case EpochEnd:

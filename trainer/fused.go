@@ -46,7 +46,8 @@ const runTime = 20 * time.Millisecond
 //   - the steps are fused (WithFusedStep says when);
 //   - the training loader is Resident, without OnDevice;
 //   - no callback acts at BatchEnd or AfterOptimizerStep, and no scheduler steps per
-//     optimizer step (SchedulerInterval PerStep): nothing runs between the steps;
+//     optimizer step (SchedulerInterval PerStep): nothing runs between the steps (a
+//     callback at Logged is fine: a run ends at each logging point);
 //
 // and a run of steps ends at every logging point (Config.LogEvery), so the progress
 // lines, TrainMetrics, LastLoss and the NaN check are read at the same batches as
@@ -180,10 +181,18 @@ func (t *Trainer) stepRun(it *data.Iter) (stepped bool, err error) {
 		t.Batch = data.Batch{Index: first + done - 1, Size: int(f.batches.Sizes[done-1])}
 	}
 	if t.progress.due(t.BatchInEpoch) {
-		if err := t.logPoint(); err != nil {
+		// The run ends here: the state is the logging point's batch's, as Logged expects,
+		// and GlobalStep is its step's own, as at a fused step's BatchEnd.
+		t.GlobalStep--
+		err := t.logPoint()
+		if err == nil {
+			err = t.fire(Logged)
+		}
+		t.GlobalStep++
+		t.LogPoint = false
+		if err != nil {
 			return false, err
 		}
-		t.LogPoint = false
 	}
 	return true, nil
 }
@@ -221,9 +230,7 @@ func (t *Trainer) stepFused(it *data.Iter) (stepped bool, err error) {
 			return false, err
 		}
 	}
-	err = t.fire(BatchEnd)
-	t.LogPoint = false
-	if err != nil {
+	if err := t.fireBatchEnd(); err != nil {
 		return false, err
 	}
 	return true, t.stepped(true)

@@ -122,8 +122,7 @@ func (t *Trainer) step(it *data.Iter, n, k int) (stepped bool, err error) {
 				return false, err
 			}
 		}
-		err := t.fire(BatchEnd)
-		t.LogPoint = false
+		err := t.fireBatchEnd()
 		if err != nil {
 			return false, err
 		}
@@ -174,6 +173,15 @@ func (t *Trainer) microStep(b data.Batch, k int) (err error) {
 	}
 	t.Scaler.ScaleLoss(loss).Backward()
 	return nil
+}
+
+// fireBatchEnd fires BatchEnd and, at a logging point, Logged.
+func (t *Trainer) fireBatchEnd() error {
+	defer func() { t.LogPoint = false }()
+	if err := t.fire(BatchEnd); err != nil || !t.LogPoint {
+		return err
+	}
+	return t.fire(Logged)
 }
 
 // logPoint reads the training sums from the device: the progress line, LastLoss,

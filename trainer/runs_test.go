@@ -2,6 +2,7 @@ package trainer_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"testing"
@@ -62,17 +63,27 @@ func TestStepsPerCall(t *testing.T) {
 	for _, shuffle := range []bool{false, true} {
 		var refLoss []float64
 		var refParams [][]float32
+		var refLogged []string
 		for _, n := range []int{1, 3, 16} {
-			tt := residentTrainer(t, shuffle, trainer.WithStepsPerCall(n))
+			// Logged comes at the same batches with the same readings.
+			var logged []string
+			rec := trainer.On(func(e trainer.Event, tt *trainer.Trainer) error {
+				logged = append(logged, fmt.Sprintf("%d/%d step %d loss %v last %v", tt.Epoch, tt.BatchInEpoch, tt.GlobalStep,
+					tt.TrainMetrics["train_loss"], tt.LastLoss))
+				return nil
+			}, trainer.Logged)
+			tt := residentTrainer(t, shuffle, trainer.WithStepsPerCall(n), trainer.WithCallbacks(rec))
 			require.NoError(t, tt.Run(context.Background()))
 			require.True(t, tt.FusedStep())
 			assert.Equal(t, n, tt.StepsPerCall(), "shuffle=%v", shuffle)
 			assert.Equal(t, int64(26), tt.GlobalStep)
 			losses := []float64{tt.History[0].TrainLoss, tt.History[1].TrainLoss}
 			if n == 1 {
-				refLoss, refParams = losses, paramValues(tt.Model)
+				refLoss, refParams, refLogged = losses, paramValues(tt.Model), logged
+				require.Len(t, logged, 6, "logging points at batches 5, 10 and 13 of each epoch")
 				continue
 			}
+			assert.Equal(t, refLogged, logged, "shuffle=%v n=%d: Logged", shuffle, n)
 			assert.Equal(t, refLoss, losses, "shuffle=%v n=%d: losses", shuffle, n)
 			assert.Equal(t, refParams, paramValues(tt.Model), "shuffle=%v n=%d: parameters", shuffle, n)
 		}
@@ -90,6 +101,8 @@ func TestStepsPerCallWhen(t *testing.T) {
 	}{
 		{"default", nil, trainer.DefaultStepsPerCall},
 		{"callbacks at epochs", []trainer.Option{trainer.WithCallbacks(trainer.On(noop, trainer.TrainBegin, trainer.EpochBegin, trainer.EpochEnd, trainer.TrainEnd))}, trainer.DefaultStepsPerCall},
+		{"a callback at Logged", []trainer.Option{trainer.WithCallbacks(trainer.On(noop, trainer.Logged))}, trainer.DefaultStepsPerCall},
+		{"a run directory", []trainer.Option{trainer.WithRunDir(t.TempDir())}, trainer.DefaultStepsPerCall},
 		{"a callback at BatchEnd", []trainer.Option{trainer.WithCallbacks(&trainer.LRMonitor{})}, 1},
 		{"a callback at AfterOptimizerStep", []trainer.Option{trainer.WithCallbacks(trainer.On(noop, trainer.AfterOptimizerStep))}, 1},
 		{"a per-step scheduler", []trainer.Option{func(tt *trainer.Trainer) error {

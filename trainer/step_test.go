@@ -165,15 +165,16 @@ func isNaN(f float64) bool { return f != f }
 func TestEventsOfAStep(t *testing.T) {
 	var got []trainer.Event
 	rec := trainer.CallbackFunc(func(e trainer.Event, tt *trainer.Trainer) error {
-		if len(got) < 15 {
+		if len(got) < 19 {
 			got = append(got, e)
 		}
 		return nil
 	})
 	tt := mlpTrainer(t, true, trainer.WithAccumulation(2), trainer.WithCallbacks(rec))
 	require.NoError(t, tt.Run(context.Background()))
-	window := []trainer.Event{trainer.BeforeBackward, trainer.BatchEnd, trainer.BeforeBackward, trainer.BatchEnd,
-		trainer.BeforeOptimizerStep, trainer.AfterOptimizerStep}
+	// Every batch of these 4 is a logging point (Config.LogEvery 0: a tenth of the epoch).
+	window := []trainer.Event{trainer.BeforeBackward, trainer.BatchEnd, trainer.Logged, trainer.BeforeBackward,
+		trainer.BatchEnd, trainer.Logged, trainer.BeforeOptimizerStep, trainer.AfterOptimizerStep}
 	want := append(append([]trainer.Event{trainer.TrainBegin, trainer.EpochBegin}, window...), window...)
 	want = append(want, trainer.ValidationBatchEnd)
 	assert.Equal(t, want, got)

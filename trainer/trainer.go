@@ -17,7 +17,9 @@
 // update; per-step scheduler (only when the optimizer stepped); global_step++.
 //
 // The default step over a built-in model, loss and optimizer runs as one call into
-// libtorch per step (WithFusedStep says when), with the same ATen calls and results.
+// libtorch per step (WithFusedStep says when), with the same ATen calls and results;
+// over a Resident loader, with nothing listening between steps, a run of such steps is
+// one call (WithStepsPerCall).
 //
 // Metrics are summed on the device and read back to Go at logging points (every
 // Config.LogEvery batches) and at the end of an epoch, so the default step makes no
@@ -86,13 +88,14 @@ type Trainer struct {
 	// BestMetric is the best value of Config.Monitor so far (the seed's best_metric).
 	BestMetric float64
 	// Batch is the batch being trained or validated, on the training device, and
-	// StepLoss its loss tensor (valid during BeforeBackward, BatchEnd,
+	// StepLoss its loss tensor (valid during BeforeBackward, BatchEnd, Logged,
 	// AfterOptimizerStep and ValidationBatchEnd; reading its value is a host
-	// synchronisation).
+	// synchronisation). After a run of steps in one call (WithStepsPerCall), Batch
+	// has the last batch's Index and Size but no Fields.
 	Batch    data.Batch
 	StepLoss *torch.Tensor
-	// LogPoint is true during a BatchEnd at a logging point, when LastLoss and
-	// TrainMetrics have just been read from the device.
+	// LogPoint is true during a BatchEnd at a logging point and during Logged, when
+	// LastLoss and TrainMetrics have just been read from the device.
 	LogPoint bool
 	// LastLoss is the loss of the latest batch as of the latest logging point.
 	LastLoss float64
