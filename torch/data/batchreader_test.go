@@ -108,3 +108,71 @@ func TestResidentEqualsHost(t *testing.T) {
 	_, err = NewLoader(ds, LoaderOptions{Resident: true, Transform: augment})
 	assert.ErrorContains(t, err, "Transform")
 }
+
+// TestNextRunEqualsNext: the runs NextRun hands out name the rows Next's batches hold
+// (by row for an unshuffled epoch, through the epoch's order for a shuffled one), from
+// any start batch, in runs of any length; a loader that is not Resident, or has OnDevice,
+// hands out none.
+func TestNextRunEqualsNext(t *testing.T) {
+	ds, err := NewTensorDataset(make([]float32, 23*3), []int64{3}, make([]int64, 23), nil, nil)
+	require.NoError(t, err)
+	for i := range ds.Inputs {
+		ds.Inputs[i] = float32(i)
+	}
+	for i := range ds.Labels {
+		ds.Labels[i] = int64(i * 7 % 10)
+	}
+	for _, o := range []LoaderOptions{{BatchSize: 5}, {BatchSize: 5, Shuffle: true, Seed: 9}, {BatchSize: 4, Shuffle: true, DropLast: true}} {
+		o.Resident = true
+		l := mustLoader(t, ds, o)
+		for _, n := range []int{1, 2, 10} {
+			for _, start := range []int{0, 2} {
+				var want, got []plainBatch
+				torch.WithScope(func() {
+					it := l.Iter(context.Background(), 1, start)
+					defer it.Close()
+					for b, ok := it.Next(); ok; b, ok = it.Next() {
+						want = append(want, plainBatch{b.Index, nil, b.Get(Input).Float32s(), b.Get(Label).Int64s()})
+					}
+					it = l.Iter(context.Background(), 1, start)
+					defer it.Close()
+					require.True(t, it.Runs(Input, Label))
+					var b torch.Batches
+					for first, ok := it.NextRun(n, Input, Label, &b); ok; first, ok = it.NextRun(n, Input, Label, &b) {
+						require.LessOrEqual(t, len(b.Starts), n)
+						for i := range b.Starts {
+							x, y := b.X.Narrow(0, b.Starts[i], b.Sizes[i]), b.Y.Narrow(0, b.Starts[i], b.Sizes[i])
+							if b.Order != nil {
+								idx := b.Order.Narrow(0, b.Starts[i], b.Sizes[i])
+								x, y = b.X.IndexSelect(0, idx), b.Y.IndexSelect(0, idx)
+							}
+							got = append(got, plainBatch{first + i, nil, x.Float32s(), y.Int64s()})
+						}
+					}
+					require.NoError(t, it.Err())
+				})
+				assert.Equal(t, want, got, "%+v n=%d start=%d", o, n, start)
+			}
+		}
+		l.Free()
+	}
+	torch.WithScope(func() {
+		host := mustLoader(t, ds, LoaderOptions{BatchSize: 5, Inline: true})
+		it := host.Iter(context.Background(), 0, 0)
+		defer it.Close()
+		var b torch.Batches
+		assert.False(t, it.Runs(Input, Label))
+		_, ok := it.NextRun(2, Input, Label, &b)
+		assert.False(t, ok)
+		hooked := mustLoader(t, ds, LoaderOptions{BatchSize: 5, Resident: true, OnDevice: func(*Batch) {}})
+		it = hooked.Iter(context.Background(), 0, 0)
+		defer it.Close()
+		defer hooked.Free()
+		assert.False(t, it.Runs(Input, Label))
+		res := mustLoader(t, ds, LoaderOptions{BatchSize: 5, Resident: true})
+		it = res.Iter(context.Background(), 0, 0)
+		defer it.Close()
+		assert.False(t, it.Runs(Input, "no such field"))
+		defer res.Free()
+	})
+}
