@@ -68,10 +68,8 @@ func TestReadBatchTargetsAndErrors(t *testing.T) {
 	assert.ErrorContains(t, ds.ReadBatch([]int{0, 2}, &s), "index 2 out of range [0, 2)")
 }
 
-// TestResidentEqualsHost: a Resident loader's batches (views of the stored dataset, or
-// gathers for a shuffled epoch) hold what the host path's batches hold, in the same
-// order, for every epoch and from a mid-epoch start; Free lets a later epoch load again.
-func TestResidentEqualsHost(t *testing.T) {
+// countingDataset is 23 samples of 3 inputs counting from 0, with labels i*7%10.
+func countingDataset(t *testing.T) *TensorDataset {
 	ds, err := NewTensorDataset(make([]float32, 23*3), []int64{3}, make([]int64, 23), nil, nil)
 	require.NoError(t, err)
 	for i := range ds.Inputs {
@@ -80,6 +78,14 @@ func TestResidentEqualsHost(t *testing.T) {
 	for i := range ds.Labels {
 		ds.Labels[i] = int64(i * 7 % 10)
 	}
+	return ds
+}
+
+// TestResidentEqualsHost: a Resident loader's batches (views of the stored dataset, or
+// gathers for a shuffled epoch) hold what the host path's batches hold, in the same
+// order, for every epoch and from a mid-epoch start; Free lets a later epoch load again.
+func TestResidentEqualsHost(t *testing.T) {
+	ds := countingDataset(t)
 	read := func(l *Loader, epoch, start int) (out []plainBatch) {
 		torch.WithScope(func() {
 			it := l.Iter(context.Background(), epoch, start)
@@ -103,7 +109,7 @@ func TestResidentEqualsHost(t *testing.T) {
 		assert.Equal(t, read(host, 1, 0), read(res, 1, 0), "after Free")
 		res.Free()
 	}
-	_, err = NewLoader(samplesOnly{ds}, LoaderOptions{Resident: true})
+	_, err := NewLoader(samplesOnly{ds}, LoaderOptions{Resident: true})
 	assert.ErrorContains(t, err, "BatchReader")
 	_, err = NewLoader(ds, LoaderOptions{Resident: true, Transform: augment})
 	assert.ErrorContains(t, err, "Transform")
@@ -114,14 +120,7 @@ func TestResidentEqualsHost(t *testing.T) {
 // any start batch, in runs of any length; a loader that is not Resident, or has OnDevice,
 // hands out none.
 func TestNextRunEqualsNext(t *testing.T) {
-	ds, err := NewTensorDataset(make([]float32, 23*3), []int64{3}, make([]int64, 23), nil, nil)
-	require.NoError(t, err)
-	for i := range ds.Inputs {
-		ds.Inputs[i] = float32(i)
-	}
-	for i := range ds.Labels {
-		ds.Labels[i] = int64(i * 7 % 10)
-	}
+	ds := countingDataset(t)
 	for _, o := range []LoaderOptions{{BatchSize: 5}, {BatchSize: 5, Shuffle: true, Seed: 9}, {BatchSize: 4, Shuffle: true, DropLast: true}} {
 		o.Resident = true
 		l := mustLoader(t, ds, o)
