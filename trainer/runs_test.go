@@ -2,6 +2,7 @@ package trainer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -124,4 +125,38 @@ func TestStepsPerCallWhen(t *testing.T) {
 	require.NoError(t, tt.Run(context.Background()))
 	assert.True(t, tt.FusedStep())
 	assert.Equal(t, 1, tt.StepsPerCall())
+}
+
+// TestStepsPerCallResume: a run interrupted at a logging point of its second epoch, in
+// runs of steps, resumes from its checkpoint to the same parameters and losses as a run
+// that was never interrupted: resumes stay exact.
+func TestStepsPerCallResume(t *testing.T) {
+	ref := residentTrainer(t, true, trainer.WithRunDir(t.TempDir()))
+	require.NoError(t, ref.Run(context.Background()))
+	require.Equal(t, trainer.DefaultStepsPerCall, ref.StepsPerCall())
+
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := trainer.On(func(e trainer.Event, tt *trainer.Trainer) error {
+		if tt.Epoch == 1 && tt.BatchInEpoch == 5 {
+			cancel()
+		}
+		return nil
+	}, trainer.Logged)
+	first := residentTrainer(t, true, trainer.WithRunDir(dir), trainer.WithCallbacks(stop))
+	err := first.Run(ctx)
+	var ie *trainer.InterruptedError
+	require.True(t, errors.As(err, &ie), "got %v", err)
+	assert.Equal(t, trainer.DefaultStepsPerCall, first.StepsPerCall())
+
+	resumed := residentTrainer(t, true, trainer.WithRunDir(dir))
+	require.NoError(t, resumed.LoadCheckpoint(ie.Checkpoint))
+	assert.Equal(t, 1, resumed.Epoch)
+	assert.Equal(t, 5, resumed.BatchInEpoch)
+	require.NoError(t, resumed.Run(context.Background()))
+	assert.Equal(t, paramValues(ref.Model), paramValues(resumed.Model), "parameters")
+	assert.Equal(t, ref.GlobalStep, resumed.GlobalStep)
+	require.Len(t, resumed.History, 2)
+	assert.Equal(t, ref.History[1].TrainLoss, resumed.History[1].TrainLoss, "the resumed epoch reports the same average")
 }
