@@ -94,3 +94,50 @@ func ExampleWithTrainStep() {
 	// Output:
 	// optimizer steps: 4 val_top1 recorded: true
 }
+
+// A Resident loader keeps the dataset in libtorch memory, and the Trainer then runs its
+// fused steps in runs, several in one call into libtorch, as long as nothing listens
+// between steps: a callback at Logged (each logging point) is fine, one at BatchEnd
+// brings back one step per call. The results are the same to the bit either way.
+func ExampleWithStepsPerCall() {
+	inputs := make([]float32, 256*28*28)
+	labels := make([]int64, 256)
+	for i := range labels {
+		labels[i] = int64(i % 10)
+		inputs[i*28*28+i%10] = 1 // a pixel that gives the class away
+	}
+	ds, err := data.NewTensorDataset(inputs, []int64{1, 28, 28}, labels, nil, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	train, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: 16, Shuffle: true, Seed: 1, Resident: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer train.Free()
+	run := func(cb trainer.Callback) (*trainer.Trainer, float64) {
+		torch.ManualSeed(1)
+		model := models.MLP(28*28, 32, 10)
+		opt, err := optim.NewAdam(nn.Parameters(model), optim.AdamOptions{LR: 1e-2, Fused: true})
+		if err != nil {
+			log.Fatal(err)
+		}
+		t, err := trainer.New(model, train, nil, &nn.CrossEntropyLoss{}, opt, trainer.WithCallbacks(cb),
+			trainer.WithLogEvery(8), trainer.WithEpochs(2), trainer.WithSeed(1), trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard))
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := t.Run(context.Background()); err != nil {
+			log.Fatal(err)
+		}
+		return t, t.History[1].TrainLoss
+	}
+	logs := 0
+	runs, loss := run(trainer.On(func(trainer.Event, *trainer.Trainer) error { logs++; return nil }, trainer.Logged))
+	steps, same := run(trainer.On(func(trainer.Event, *trainer.Trainer) error { return nil }, trainer.BatchEnd))
+	fmt.Println("at most", runs.StepsPerCall(), "steps a call;", runs.GlobalStep, "steps,", logs, "logging points")
+	fmt.Println("with a callback at BatchEnd:", steps.StepsPerCall(), "step a call; same loss:", loss == same)
+	// Output:
+	// at most 64 steps a call; 32 steps, 4 logging points
+	// with a callback at BatchEnd: 1 step a call; same loss: true
+}
