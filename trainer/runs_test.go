@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gotrain/gotrain/tensorboard"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/data"
 	"github.com/gotrain/gotrain/torch/nn"
@@ -159,4 +162,35 @@ func TestStepsPerCallResume(t *testing.T) {
 	assert.Equal(t, ref.GlobalStep, resumed.GlobalStep)
 	require.Len(t, resumed.History, 2)
 	assert.Equal(t, ref.History[1].TrainLoss, resumed.History[1].TrainLoss, "the resumed epoch reports the same average")
+}
+
+// TestStepsPerCallTensorBoard: a run directory's TensorBoard writer logs the step loss at
+// each logging point (Logged), so with runs of steps it writes what one step per call
+// writes: the same steps and values.
+func TestStepsPerCallTensorBoard(t *testing.T) {
+	lossSteps := func(n int) []string {
+		dir := t.TempDir()
+		tt := residentTrainer(t, true, trainer.WithRunDir(dir), trainer.WithStepsPerCall(n))
+		require.NoError(t, tt.Run(context.Background()))
+		assert.Equal(t, n, tt.StepsPerCall())
+		files, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*"))
+		require.Len(t, files, 1)
+		f, err := os.Open(files[0])
+		require.NoError(t, err)
+		defer f.Close()
+		events, err := tensorboard.ReadEvents(f)
+		require.NoError(t, err)
+		var out []string
+		for _, e := range events {
+			for _, v := range e.Values {
+				if v.Tag == "train/loss_step" {
+					out = append(out, fmt.Sprintf("%d %v", e.Step, v.Scalar))
+				}
+			}
+		}
+		return out
+	}
+	one := lossSteps(1)
+	assert.Len(t, one, 6, "3 logging points an epoch")
+	assert.Equal(t, one, lossSteps(trainer.DefaultStepsPerCall))
 }
