@@ -93,6 +93,9 @@ type Batches struct {
 // the current scope; the other losses are freed as their steps end. A failure panics as
 // Run's does, after setting b.Done.
 func (s *TrainStep) RunBatches(b *Batches) *Tensor {
+	if b.X == nil || b.Y == nil {
+		panic(&Error{Op: "train step", Msg: "batches: X and Y must both be set"})
+	}
 	if len(b.Starts) != len(b.Sizes) || len(b.Starts) == 0 {
 		panic(&Error{Op: "train step", Msg: fmt.Sprintf("batches: %d starts and %d sizes; want the same number, at least one", len(b.Starts), len(b.Sizes))})
 	}

@@ -317,5 +317,7 @@ func TestTrainStepRunBatchesErrors(t *testing.T) {
 
 		err = panicErr(func() { step.RunBatches(&torch.Batches{X: x, Y: y, Starts: []int64{0}}) })
 		assert.ErrorContains(t, err, "1 starts and 0 sizes")
+		err = panicErr(func() { step.RunBatches(&torch.Batches{X: x, Starts: []int64{0}, Sizes: []int64{1}}) })
+		assert.ErrorContains(t, err, "X and Y")
 	})
 }
