@@ -105,10 +105,12 @@ func (t *Trainer) planFused() *fusedStep {
 	if len(t.trainSums.names) > 1 { // sums of metrics too: not a step of the loss alone
 		return nil
 	}
+	var heard EventSet // the events some callback acts at
 	for _, cb := range t.callbacks {
-		if ev := eventsOf(cb); ev.Has(BeforeBackward) || ev.Has(BeforeOptimizerStep) {
-			return nil
-		}
+		heard |= eventsOf(cb)
+	}
+	if heard.Has(BeforeBackward) || heard.Has(BeforeOptimizerStep) {
+		return nil
 	}
 	opt, ok := t.Optimizer.(optim.Stepper)
 	if !ok {
@@ -124,13 +126,9 @@ func (t *Trainer) planFused() *fusedStep {
 	}
 	f := &fusedStep{opt: opt}
 	f.step = torch.TrainStep{Stages: stages, Loss: loss, SumFlags: torch.AccumulateTrack}
-	if t.stepsPerCall > 1 && !(t.Scheduler != nil && t.Config.SchedulerInterval == PerStep) {
+	perStep := t.Scheduler != nil && t.Config.SchedulerInterval == PerStep
+	if t.stepsPerCall > 1 && !perStep && !heard.Has(BatchEnd) && !heard.Has(AfterOptimizerStep) {
 		f.runs = t.stepsPerCall
-		for _, cb := range t.callbacks {
-			if ev := eventsOf(cb); ev.Has(BatchEnd) || ev.Has(AfterOptimizerStep) {
-				f.runs = 0
-			}
-		}
 	}
 	return f
 }

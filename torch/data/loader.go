@@ -224,11 +224,7 @@ func (it *Iter) residentBatch() (Batch, bool) {
 	b := Batch{Index: it.next, Size: len(idx), Indices: idx, Fields: make(map[string]*torch.Tensor, len(it.l.resident))}
 	var sel *torch.Tensor // the indices, when they are not consecutive
 	if !consecutive(idx) {
-		ids := make([]int64, len(idx))
-		for i, v := range idx {
-			ids[i] = int64(v)
-		}
-		sel = toDevice(ids, it.l.opts.Device, nil)
+		sel = toDevice(int64s(idx), it.l.opts.Device, nil)
 	}
 	for _, f := range it.l.resident {
 		if sel == nil {
@@ -263,8 +259,8 @@ func (it *Iter) Runs(fields ...string) bool {
 // by one: b gets the resident fields named x and y, each batch's first row and size and,
 // when a batch is not consecutive rows (a shuffled epoch), the epoch's order as an int64
 // tensor, which the iterator owns until it closes. Its batches hold the same rows as
-// Next's would. It returns the index of the run's first batch and the sizes of its
-// batches, or false at the end of the epoch, after an error or a cancel (see Err), or
+// Next's would. It returns the index of the run's first batch, or false at the end of
+// the epoch, after an error or a cancel (see Err), or
 // when Runs(x, y) is false. The run counts as handed out: a run that a step does not
 // finish is not handed out again.
 func (it *Iter) NextRun(n int, x, y string, b *torch.Batches) (first int, ok bool) {
@@ -277,23 +273,26 @@ func (it *Iter) NextRun(n int, x, y string, b *torch.Batches) (first int, ok boo
 	}
 	first = it.next
 	last := min(first+n, it.end)
-	b.X, b.Y, b.Order = it.l.residentField(x), it.l.residentField(y), nil
-	b.Starts, b.Sizes = b.Starts[:0], b.Sizes[:0]
+	// Batch k is positions k*bs onwards of the order; when every batch of the run is
+	// consecutive rows, it is named by its first row instead, and no order is needed.
 	bs := it.l.opts.BatchSize
+	rows := true
+	for k := first; k < last && rows; k++ {
+		rows = consecutive(it.batchIndices(k))
+	}
+	b.X, b.Y, b.Order = it.l.residentField(x), it.l.residentField(y), nil
+	if !rows {
+		b.Order = it.orderTensor()
+	}
+	b.Starts, b.Sizes = b.Starts[:0], b.Sizes[:0]
 	for k := first; k < last; k++ {
 		idx := it.batchIndices(k)
-		if b.Order == nil && consecutive(idx) {
-			b.Starts = append(b.Starts, int64(idx[0]))
-		} else {
-			b.Order = it.orderTensor()
-			b.Starts = append(b.Starts, int64(k*bs))
+		start := int64(k * bs)
+		if rows {
+			start = int64(idx[0])
 		}
+		b.Starts = append(b.Starts, start)
 		b.Sizes = append(b.Sizes, int64(len(idx)))
-	}
-	if b.Order != nil { // a batch in the run is not consecutive: every batch by position
-		for i := range b.Starts {
-			b.Starts[i] = int64((first + i) * bs)
-		}
 	}
 	it.next = last
 	return first, true
@@ -302,13 +301,18 @@ func (it *Iter) NextRun(n int, x, y string, b *torch.Batches) (first int, ok boo
 // orderTensor is the epoch's order on the loader's device, made once per iterator.
 func (it *Iter) orderTensor() *torch.Tensor {
 	if it.orderT == nil {
-		ids := make([]int64, len(it.order))
-		for i, v := range it.order {
-			ids[i] = int64(v)
-		}
-		torch.WithScope(func() { it.orderT = toDevice(ids, it.l.opts.Device, nil).Escape() })
+		torch.WithScope(func() { it.orderT = toDevice(int64s(it.order), it.l.opts.Device, nil).Escape() })
 	}
 	return it.orderT
+}
+
+// int64s converts dataset indices to the int64s an index tensor holds.
+func int64s(idx []int) []int64 {
+	ids := make([]int64, len(idx))
+	for i, v := range idx {
+		ids[i] = int64(v)
+	}
+	return ids
 }
 
 // residentField is the resident tensor of the named field, or nil.
