@@ -1,0 +1,29 @@
+// Package tokenizer reads Hugging Face tokenizer.json files and encodes text to token
+// ids, and ids back to text, exactly as Hugging Face's tokenizers library does for the
+// same file. It is pure Go: no cgo, no libtorch, no Rust.
+//
+// It covers the byte-pair-encoding (BPE) tokenizers of today's open decoder models:
+//
+//   - byte-level BPE as GPT-2, Llama 3 and Qwen2 use it: the ByteLevel pre-tokenizer and
+//     decoder, and the Split pre-tokenizer with the exact regular expressions of GPT-2,
+//     Llama 3 and Qwen2 (written by hand here, see splitter.go);
+//   - SentencePiece-style BPE as Llama 2 and Mistral use it: byte fallback (<0xNN>
+//     tokens), the Metaspace pre-tokenizer and decoder, and the Prepend, Replace, NFC,
+//     NFD, NFKC, NFKD and Strip normalizers, and the Replace, ByteFallback, Fuse and
+//     Strip decoders;
+//   - added tokens (special or not) with lstrip, rstrip, single_word and normalized,
+//     matched before the model and never split;
+//   - the TemplateProcessing post-processor (the BOS token Llama adds) and ByteLevel's
+//     (nothing to do for ids).
+//
+// Anything else in a file (another model type, pre-tokenizer, normalizer, decoder or
+// post-processor, a Split regex other than the known ones) is refused when the file is
+// loaded, with an error that names it and wraps ErrUnsupported: a tokenizer that loads
+// encodes as tokenizers does, or it does not load.
+//
+// A Tokenizer is immutable once loaded and safe for concurrent use: the data loader's
+// worker goroutines share one.
+//
+// docs/tokenizer.md says why this is a Go implementation rather than a binding to
+// Hugging Face's Rust code, and how its parity with tokenizers is tested.
+package tokenizer

@@ -1,0 +1,180 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// MaxFileSize is the largest tokenizer.json Load reads (256 MiB). The largest real ones
+// are a few tens of MiB; a bigger file is a mistake or hostile, and reading it would
+// only exhaust memory.
+const MaxFileSize = 256 << 20
+
+// maxConfigSize bounds tokenizer_config.json, which holds a chat template and a few
+// hundred added tokens at most.
+const maxConfigSize = 16 << 20
+
+// ErrUnsupported is wrapped by the errors for parts of a tokenizer.json this package
+// does not implement (a model type, pre-tokenizer, normalizer, decoder, post-processor
+// or Split pattern).
+var ErrUnsupported = errors.New("not supported")
+
+// Load reads a tokenizer.json file.
+func Load(path string) (*Tokenizer, error) {
+	data, err := readRegular(path, MaxFileSize)
+	if err != nil {
+		return nil, err
+	}
+	t, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// LoadDir reads dir/tokenizer.json and, when present, dir/tokenizer_config.json, whose
+// bos_token, eos_token and pad_token (as transformers writes them: a string, or an
+// object with "content") name the tokens BOS, EOS and PAD return.
+func LoadDir(dir string) (*Tokenizer, error) {
+	t, err := Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(dir, "tokenizer_config.json")
+	data, err := readRegular(cfgPath, maxConfigSize)
+	if errors.Is(err, os.ErrNotExist) {
+		return t, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := t.applyConfig(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfgPath, err)
+	}
+	return t, nil
+}
+
+// readRegular reads a regular file (symbolic links are followed, as the Hugging Face
+// cache links its files to blobs) of at most limit bytes.
+func readRegular(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("tokenizer: %s is not a regular file (%s)", path, st.Mode().Type())
+	}
+	if st.Size() > limit {
+		return nil, fmt.Errorf("tokenizer: %s is %d bytes, more than the limit of %d", path, st.Size(), limit)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: reading %s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("tokenizer: %s grew past the limit of %d bytes while being read", path, limit)
+	}
+	return data, nil
+}
+
+// jsonError turns encoding/json's errors into ones that say where in the file
+// (line and column) and which field.
+func jsonError(data []byte, err error) error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		line, col := lineCol(data, se.Offset)
+		return fmt.Errorf("tokenizer: malformed JSON at line %d, column %d: %v", line, col, err)
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		line, col := lineCol(data, te.Offset)
+		field := te.Field
+		if field == "" {
+			field = "(top level)"
+		}
+		return fmt.Errorf("tokenizer: field %s at line %d, column %d: JSON %s where %s was expected", field, line, col, te.Value, te.Type)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("tokenizer: malformed JSON: the file ends early")
+	}
+	return fmt.Errorf("tokenizer: %w", err)
+}
+
+func lineCol(data []byte, off int64) (int, int) {
+	if off < 0 {
+		off = 0
+	}
+	if off > int64(len(data)) {
+		off = int64(len(data))
+	}
+	before := data[:off]
+	line := bytes.Count(before, []byte{'\n'}) + 1
+	col := int(off) - (bytes.LastIndexByte(before, '\n') + 1) + 1
+	return line, col
+}
+
+// tokenizerConfig is the part of transformers' tokenizer_config.json read here.
+type tokenizerConfig struct {
+	BOS json.RawMessage `json:"bos_token"`
+	EOS json.RawMessage `json:"eos_token"`
+	PAD json.RawMessage `json:"pad_token"`
+}
+
+func (t *Tokenizer) applyConfig(data []byte) error {
+	var cfg tokenizerConfig
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return jsonError(data, err)
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  *int64
+	}{{"bos_token", cfg.BOS, &t.bos}, {"eos_token", cfg.EOS, &t.eos}, {"pad_token", cfg.PAD, &t.pad}} {
+		content, ok, err := tokenContent(f.raw)
+		if err != nil {
+			return fmt.Errorf("tokenizer: %s: %w", f.name, err)
+		}
+		if !ok {
+			continue
+		}
+		id, found := t.TokenToID(content)
+		if !found {
+			return fmt.Errorf("tokenizer: %s %q is not in the vocabulary", f.name, content)
+		}
+		*f.dst = id
+	}
+	return nil
+}
+
+// tokenContent reads a token as tokenizer_config.json writes it: null, a string, or
+// an AddedToken object with a "content" field.
+func tokenContent(raw json.RawMessage) (string, bool, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", false, nil
+	}
+	var s string
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", false, err
+		}
+		return s, true, nil
+	}
+	var obj struct {
+		Content *string `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil || obj.Content == nil {
+		return "", false, fmt.Errorf("expected a string or an object with \"content\", got %.80s", raw)
+	}
+	return *obj.Content, true, nil
+}

@@ -1,0 +1,506 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/internal/testpy"
+)
+
+// The parity tests train small tokenizers of each supported kind with Hugging Face's
+// tokenizers, save their tokenizer.json files, and compare this package's ids and
+// decoded text with tokenizers' on a multilingual corpus and on random strings. One
+// Python process does it all for the package (fixture), and the tests read its answers.
+
+// trainScript trains the tokenizers named in kinds (see build_*), then encodes and
+// decodes the inputs. Argument: the path of a JSON file {"dir", "kjv", "texts",
+// "seed"}; it writes the answers as JSON to stdout.
+const trainScript = `
+import json, os, random, sys
+from tokenizers import Tokenizer, AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+args = json.load(open(sys.argv[1], encoding="utf-8"))
+out_dir, texts = args["dir"], args["texts"]
+
+lines = list(args["paragraphs"])
+if args["kjv"] and os.path.exists(args["kjv"]):
+    with open(args["kjv"], encoding="utf-8") as f:
+        kjv = [l.strip() for l in f if l.strip()]
+    lines += kjv[:3000]
+lines = lines * 2
+
+GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+LLAMA3 = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+QWEN2 = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+
+def template(tok, bos):
+    return processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])
+
+def byte_level(pre, normalizer, specials, bos, ignore_merges=False, extra_words=()):
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=1200, min_frequency=2, special_tokens=specials,
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(lines, tr)
+    if extra_words:
+        # Whole words that the merges do not build: only ignore_merges finds them.
+        d = json.loads(tok.to_str())
+        vocab = d["model"]["vocab"]
+        for w in extra_words:
+            mapped = "".join(t for t, _ in pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(w))
+            if mapped not in vocab:
+                vocab[mapped] = len(vocab)
+        tok = Tokenizer.from_str(json.dumps(d))
+    tok.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=False), template(tok, bos)])
+    return tok
+
+def sentencepiece(normalizer, pre, decoder, bos, byte_fallback=True, fuse_unk=True, prefix=None, suffix=None, limit_alphabet=120, drop_bytes=()):
+    # Train the merges on the text as the tokenizer will see it, then lay the vocabulary
+    # out as Llama 2's: <unk> <s> </s>, the 256 byte tokens, the learnt tokens.
+    opt = {}
+    if prefix:
+        opt["continuing_subword_prefix"] = prefix
+    if suffix:
+        opt["end_of_word_suffix"] = suffix
+    t0 = Tokenizer(models.BPE(unk_token="<unk>", **opt))
+    t0.normalizer = normalizer
+    t0.pre_tokenizer = pre
+    tr = trainers.BpeTrainer(vocab_size=1500, min_frequency=2, special_tokens=["<unk>", "<s>", "</s>"],
+                             limit_alphabet=limit_alphabet, show_progress=False, **opt)
+    t0.train_from_iterator(lines, tr)
+    d = json.loads(t0.to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    if byte_fallback:
+        for b in range(256):
+            if b not in drop_bytes:
+                vocab["<0x%02X>" % b] = len(vocab)
+    for t, _ in sorted(d["vocab"].items(), key=lambda kv: kv[1]):
+        if t not in vocab:
+            vocab[t] = len(vocab)
+    merges = [tuple(m) for m in d["merges"]]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=byte_fallback,
+                               fuse_unk=fuse_unk, **opt))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre
+    tok.decoder = decoder
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in ["<unk>", "<s>", "</s>"]])
+    tok.post_processor = template(tok, bos)
+    return tok
+
+llama2_decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+
+def build_gpt2():
+    tok = byte_level(pre_tokenizers.ByteLevel(add_prefix_space=False), None, ["<|endoftext|>"], "<|endoftext|>")
+    # Added tokens that are not made of byte characters: the ByteLevel decoder passes
+    # them through.
+    tok.add_tokens([AddedToken("<mask>", lstrip=True, special=False, normalized=False),
+                    AddedToken("new token", special=False), AddedToken("工具", special=False)])
+    return tok
+
+def build_llama3():
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated", invert=False),
+                                   pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    tok = byte_level(pre, None, ["<|begin_of_text|>", "<|end_of_text|>"], "<|begin_of_text|>", ignore_merges=True,
+                     extra_words=[" Jerusalem", " thereof", "Hello", " 1234", " 的", " unthinkable"])
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in
+                            ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|reserved_special_token_0|>"]])
+    tok.add_tokens([AddedToken("[END]", rstrip=True, special=False, normalized=False)])
+    return tok
+
+def build_qwen2():
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
+                                   pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok = byte_level(pre, normalizers.NFC(), ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], "<|im_start|>")
+    tok.add_tokens([AddedToken("<tool_call>", special=False, normalized=False),
+                    AddedToken("Café", special=False, normalized=True)])
+    return tok
+
+def build_llama2():
+    norm = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok = sentencepiece(norm, None, llama2_decoder, "<s>")
+    tok.add_tokens([AddedToken("hello world", special=False, normalized=True),
+                    AddedToken("[WORD]", single_word=True, special=False, normalized=False)])
+    return tok
+
+def build_mistral():
+    # Without the byte tokens of 4-byte characters, emoji fall back to <unk>, fused.
+    pre = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+    tok = sentencepiece(None, pre, llama2_decoder, "<s>", drop_bytes=range(0xF0, 0xF5))
+    tok.add_special_tokens([AddedToken("[INST]", special=True, normalized=False), AddedToken("[/INST]", special=True, normalized=False)])
+    return tok
+
+def build_metaspace():
+    # Metaspace split into words with NFKC, continuing_subword_prefix and
+    # end_of_word_suffix, an unk without fusing and without byte fallback, Metaspace's
+    # decoder.
+    pre = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    # (A Strip decoder with stop > 0 is left out: tokenizers panics on an empty token.)
+    dec = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(replacement="▁", prepend_scheme="always")])
+    norm = normalizers.Sequence([normalizers.Strip(left=True, right=False), normalizers.NFKC()])
+    return sentencepiece(norm, pre, dec, "<s>", byte_fallback=False, fuse_unk=False,
+                         prefix="##", suffix="</w>", limit_alphabet=80)
+
+def build_splits():
+    # Split on literal strings with every behavior, then ByteLevel with its own regex
+    # and prefix space; no decoder (tokens joined by spaces).
+    pre = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(" ", behavior="merged_with_previous"),
+        pre_tokenizers.Split("\n", behavior="contiguous"),
+        pre_tokenizers.Split(",", behavior="removed"),
+        pre_tokenizers.Split("th", behavior="merged_with_next"),
+        pre_tokenizers.Split("e", behavior="isolated", invert=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)])
+    tok = byte_level(pre, normalizers.NFD(), ["<|endoftext|>"], "<|endoftext|>")
+    tok.decoder = None
+    return tok
+
+kinds = args["kinds"]
+rng = random.Random(args["seed"])
+result = {}
+for kind in kinds:
+    tok = globals()["build_" + kind]()
+    path = os.path.join(out_dir, kind + ".json")
+    tok.save(path)
+    n = tok.get_vocab_size(with_added_tokens=True)
+    r = {"vocab_size": n, "special": [], "plain": [], "decoded": [], "decoded_skip": []}
+    for text in texts:
+        with_special = tok.encode(text, add_special_tokens=True).ids
+        r["special"].append(with_special)
+        r["plain"].append(tok.encode(text, add_special_tokens=False).ids)
+        r["decoded"].append(tok.decode(with_special, skip_special_tokens=False))
+        r["decoded_skip"].append(tok.decode(with_special, skip_special_tokens=True))
+    # Random id sequences (a few past the vocabulary, which decode drops).
+    seqs = [[rng.randrange(n + 3) for _ in range(rng.randrange(1, 24))] for _ in range(300)]
+    r["random_ids"] = seqs
+    r["random_decoded"] = [tok.decode(s, skip_special_tokens=False) for s in seqs]
+    r["random_decoded_skip"] = [tok.decode(s, skip_special_tokens=True) for s in seqs]
+    # Streaming decode of the corpus encodings and of the random ids.
+    def stream(ids, skip):
+        from tokenizers.decoders import DecodeStream
+        ds, steps = DecodeStream(skip_special_tokens=skip), []
+        for i in ids:
+            try:
+                steps.append(ds.step(tok, i))
+            except Exception as e:
+                steps.append({"error": str(e)})
+                break
+        return steps
+    r["stream"] = [stream(ids, False) for ids in r["special"]] + [stream(s, False) for s in seqs]
+    r["stream_skip"] = [stream(ids, True) for ids in r["special"]]
+    r["id_to_token"] = [tok.id_to_token(i) for i in range(n + 2)]
+    r["token_to_id"] = [None if s is None else tok.token_to_id(s) for s in r["id_to_token"]]
+    result[kind] = r
+json.dump(result, sys.stdout, ensure_ascii=True)
+`
+
+// paragraphs is training text beside the KJV lines: the scripts, digits and code of the
+// parity corpus, so that their merges exist.
+var paragraphs = []string{
+	"The quick brown fox jumps over the lazy dog. It's 3:45 PM and we'll see what they've done; I'm sure he'd agree.",
+	"Machine learning models are trained on large datasets. Tokenizers split text into tokens before the model sees it.",
+	"机器学习模型在大规模数据集上训练。分词器把文本切分成词元，然后模型才能处理它。今天天气很好，我们去公园散步吧。",
+	"日本語のテキストも含めます。東京は日本の首都です。ひらがなとカタカナと漢字を混ぜて書きます。",
+	"Привет, мир! Это пример текста на русском языке. Москва — столица России.",
+	"Café, naïve, résumé, façade, coöperate, Zürich, São Paulo, Ångström, crème brûlée.",
+	"func main() {\n\tfmt.Println(\"hello, world\")\n\tfor i := 0; i < 10; i++ {\n\t\tx += i * 2\n\t}\n}\n",
+	"def encode(self, text: str) -> list[int]:\n    return [self.vocab[t] for t in text.split()]  # 4 spaces\n",
+	"Numbers: 1234567890, 3.14159, 2024-06-01, $1,299.99, 100%, 0x1F600, 1e-10.",
+	"Emoji: 😀 😃 👍🏽 👨‍👩‍👧‍👦 🇫🇷 ❤️ 🎉🎉🎉 and text around them.",
+	"한국어 문장도 있습니다. 안녕하세요! العربية لغة جميلة. हिन्दी भी है। Ελληνικά γράμματα.",
+	"Whitespace   runs\t\ttabs\r\nwindows lines\n\n\nblank lines   \n  indented\u00a0nbsp",
+}
+
+// corpus is what the parity test compares on.
+var corpus = []string{
+	"",
+	" ",
+	"  ",
+	"\n",
+	"Hello, world!",
+	"hello world",
+	" leading space",
+	"   three leading spaces",
+	"trailing spaces   ",
+	"The quick brown fox jumps over the lazy dog.",
+	"It's they're we've I'm he'll she'd IT'S THEY'RE 'tis 'twas don't",
+	"'ſ 'S 'Ll 'rE 'VE 'M 'D 'x '",
+	"机器学习模型在大规模数据集上训练。",
+	"我爱北京天安门，天安门上太阳升。",
+	"東京タワーは333メートルです。",
+	"Привет, мир!",
+	"😀😃😄😁 👍🏽 👨‍👩‍👧‍👦 👩🏾‍💻 🏳️‍🌈 🇯🇵 ❤️",
+	"Café café CAFÉ",
+	"Cafe\u0301 cafe\u0301 re\u0301sume\u0301", // NFD
+	"Caf\u00e9 r\u00e9sum\u00e9 na\u00efve",    // NFC
+	"ﬁne ﬂour ① ² ½ Ⅻ ｆｕｌｌｗｉｄｔｈ １２３",           // NFKC changes these
+	"func f(x int) int {\n\treturn x * 2 // double\n}",
+	"if (a && b) { return a->c[0] + b.d; }",
+	"<div class=\"x\">&nbsp;</div>",
+	"1 12 123 1234 12345 123456 1234567 12345678901234567890",
+	"٠١٢٣٤٥ ０１２ 3.14 -42 +7 1,000,000",
+	"a  b   c    d     e",
+	"tab\there\t\ttwo tabs",
+	"line1\r\nline2\r\n\r\nline4",
+	"cr\ronly",
+	"\n\n\nnewlines first",
+	"ends with newline\n",
+	"  \n  \t \n x",
+	"mixed\u00a0nbsp\u2009thin\u3000ideographic\u2028line",
+	"<|endoftext|>",
+	"Hello<|endoftext|>world",
+	"Hello <|endoftext|> world",
+	"<|begin_of_text|>Hi<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHello",
+	"<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi<|im_end|>",
+	"<s>[INST] What is 2+2? [/INST] 4</s>",
+	"<s> <s>  </s>text</s>",
+	"a <mask> b  <mask>c <mask>",
+	"done [END]   next [END]\n[END]",
+	"call <tool_call>{\"name\": \"f\"}</tool_call>",
+	"Café Cafe\u0301 Cafés",
+	"hello world, hello  world, Hello world, say hello world",
+	"[WORD] x[WORD] [WORD]y a [WORD] b",
+	"<unk> <0x41> ▁ ▁▁ ▁x",
+	"Jerusalem thereof unthinkable Hello 1234 的",
+	"x\x1cy\x1c\x1cz \x00 \x7f \u180e \u200b \ufeff",
+	"ǅungla ǈ ǋ ß ẞ İstanbul ﬀ",
+	"श्री नमस्ते مرحبا بالعالم שלום",
+	strings.Repeat("long word ", 30) + strings.Repeat("x", 300),
+	strings.Repeat("超长", 200),
+}
+
+// randomStrings draws n strings from characters of the kinds that decide splits:
+// letters of many scripts, numbers, whitespace of every sort, punctuation, marks,
+// emoji with their joiners and modifiers, apostrophes with contraction letters, and
+// pieces of the special tokens. All are in Unicode 14, so Go's tables and
+// tokenizers' agree on them (docs/tokenizer.md).
+func randomStrings(seed uint64, n int) []string {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	ranges := [][2]rune{
+		{'a', 'z'}, {'A', 'Z'}, {'0', '9'}, {'!', '/'}, {':', '@'}, {'[', '`'}, {'{', '~'},
+		{0xC0, 0xFF}, {0x300, 0x36F}, {0x391, 0x3C9}, {0x410, 0x44F}, {0x5D0, 0x5EA},
+		{0x627, 0x64A}, {0x660, 0x669}, {0x905, 0x939}, {0x93E, 0x94D}, {0x3041, 0x3096},
+		{0x30A1, 0x30FA}, {0x4E00, 0x4E80}, {0xAC00, 0xAC40}, {0xFF10, 0xFF5A},
+		{0x2160, 0x216F}, {0x2460, 0x2473}, {0xB2, 0xB3}, {0xBC, 0xBE}, {0x1F600, 0x1F64F},
+		{0x1F3FB, 0x1F3FF}, {0x1F1E6, 0x1F1FF}, {0x2000, 0x200D}, {0x2028, 0x2029},
+		{0xFB00, 0xFB06}, {0x1D400, 0x1D433},
+	}
+	specials := []string{
+		" ", " ", "  ", "\t", "\n", "\r\n", "\r", "\u00a0", "\u3000", "\u0085", "\x1c", "\u200d", "\ufe0f",
+		"'s", "'S", "'ſ", "'t", "'re", "'RE", "'ve", "'m", "'ll", "'LL", "'d", "'",
+		"<|endoftext|>", "<|im_start|>", "<|eot_id|>", "<s>", "</s>", "<mask>", "[END]", "[WORD]",
+		"hello world", "Café", "▁", "<0x41>", "<unk>", "e\u0301", "👨‍👩‍👧", "123456",
+	}
+	out := make([]string, n)
+	for i := range out {
+		var sb strings.Builder
+		for range rng.IntN(24) {
+			if rng.IntN(4) == 0 {
+				sb.WriteString(specials[rng.IntN(len(specials))])
+				continue
+			}
+			r := ranges[rng.IntN(len(ranges))]
+			sb.WriteRune(r[0] + rune(rng.IntN(int(r[1]-r[0]+1))))
+		}
+		out[i] = sb.String()
+	}
+	return out
+}
+
+type kindResult struct {
+	VocabSize         int       `json:"vocab_size"`
+	Special           [][]int64 `json:"special"`
+	Plain             [][]int64 `json:"plain"`
+	Decoded           []string  `json:"decoded"`
+	DecodedSkip       []string  `json:"decoded_skip"`
+	RandomIDs         [][]int64 `json:"random_ids"`
+	RandomDecoded     []string  `json:"random_decoded"`
+	RandomDecodedSkip []string  `json:"random_decoded_skip"`
+	Stream            [][]any   `json:"stream"`
+	StreamSkip        [][]any   `json:"stream_skip"`
+	IDToToken         []*string `json:"id_to_token"`
+	TokenToID         []*int64  `json:"token_to_id"`
+}
+
+var kinds = []string{"gpt2", "llama3", "qwen2", "llama2", "mistral", "metaspace", "splits"}
+
+const randomCount = 400
+
+var fixture struct {
+	once    sync.Once
+	dir     string
+	texts   []string
+	results map[string]*kindResult
+}
+
+// trained runs the Python side once for the package and returns the directory of the
+// tokenizer.json files, the texts and tokenizers' answers.
+func trained(t *testing.T) (string, []string, map[string]*kindResult) {
+	t.Helper()
+	testpy.Python(t, "tokenizers")
+	fixture.once.Do(func() {
+		dir, err := os.MkdirTemp("", "tokenizer-parity-")
+		if err != nil {
+			panic(err)
+		}
+		fixture.dir = dir
+		fixture.texts = append(append([]string(nil), corpus...), randomStrings(33, randomCount)...)
+		in, err := json.Marshal(map[string]any{
+			"dir":        dir,
+			"texts":      fixture.texts,
+			"paragraphs": paragraphs,
+			"kjv":        filepath.Join(testpy.Root(), ".cache", "corpus", "kjv.txt"),
+			"seed":       33,
+			"kinds":      kinds,
+		})
+		if err != nil {
+			panic(err)
+		}
+		args := filepath.Join(dir, "args.json")
+		if err := os.WriteFile(args, in, 0o644); err != nil {
+			panic(err)
+		}
+		out := testpy.Run(t, trainScript, []string{"tokenizers"}, args)
+		if err := json.Unmarshal(out, &fixture.results); err != nil {
+			panic(fmt.Sprintf("reading the Python answers: %v", err))
+		}
+	})
+	if fixture.results == nil {
+		t.Fatal("the Python side failed in an earlier test")
+	}
+	return fixture.dir, fixture.texts, fixture.results
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fixture.dir != "" {
+		os.RemoveAll(fixture.dir)
+	}
+	os.Exit(code)
+}
+
+func loadKind(t *testing.T, dir, kind string) *Tokenizer {
+	t.Helper()
+	tok, err := Load(filepath.Join(dir, kind+".json"))
+	require.NoError(t, err, kind)
+	return tok
+}
+
+// TestParityEncode compares ids, with and without special tokens, on the corpus and the
+// random strings.
+func TestParityEncode(t *testing.T) {
+	dir, texts, results := trained(t)
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			tok := loadKind(t, dir, kind)
+			r := results[kind]
+			require.Equal(t, r.VocabSize, tok.VocabSize())
+			bad := 0
+			for i, text := range texts {
+				got := tok.Encode(text, true)
+				if !equalIDs(got, r.Special[i]) && bad < 5 {
+					bad++
+					t.Errorf("%s: text %d %q:\n go     %v\n python %v", kind, i, text, got, r.Special[i])
+				}
+				got = tok.Encode(text, false)
+				if !equalIDs(got, r.Plain[i]) && bad < 5 {
+					bad++
+					t.Errorf("%s: text %d %q without special tokens:\n go     %v\n python %v", kind, i, text, got, r.Plain[i])
+				}
+			}
+		})
+	}
+}
+
+// TestParityDecode compares decoded text: of the corpus ids, and of random id sequences
+// (byte tokens that do not complete a character, special tokens, ids past the end).
+func TestParityDecode(t *testing.T) {
+	dir, texts, results := trained(t)
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			tok := loadKind(t, dir, kind)
+			r := results[kind]
+			for i := range texts {
+				require.Equal(t, r.Decoded[i], tok.Decode(r.Special[i], false), "text %d %q", i, texts[i])
+				require.Equal(t, r.DecodedSkip[i], tok.Decode(r.Special[i], true), "text %d %q", i, texts[i])
+			}
+			for i, ids := range r.RandomIDs {
+				require.Equal(t, r.RandomDecoded[i], tok.Decode(ids, false), "ids %v", ids)
+				require.Equal(t, r.RandomDecodedSkip[i], tok.Decode(ids, true), "ids %v", ids)
+			}
+			for id, want := range r.IDToToken {
+				got, ok := tok.IDToToken(int64(id))
+				if want == nil {
+					require.False(t, ok, "id %d", id)
+					continue
+				}
+				require.True(t, ok, "id %d", id)
+				require.Equal(t, *want, got, "id %d", id)
+				// Not always id: a normalized added token decodes as its normalized text.
+				back, ok := tok.TokenToID(got)
+				if wantBack := r.TokenToID[id]; wantBack == nil {
+					require.False(t, ok, "token %q", got)
+				} else {
+					require.True(t, ok, "token %q", got)
+					require.Equal(t, *wantBack, back, "token %q", got)
+				}
+			}
+		})
+	}
+}
+
+// TestParityDecodeStream feeds ids one at a time and compares each step's text with
+// tokenizers' DecodeStream.
+func TestParityDecodeStream(t *testing.T) {
+	dir, _, results := trained(t)
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			tok := loadKind(t, dir, kind)
+			r := results[kind]
+			seqs := append(append([][]int64(nil), r.Special...), r.RandomIDs...)
+			check := func(ids []int64, want []any, skip bool) {
+				s := tok.NewDecodeStream(skip)
+				for k, w := range want {
+					got, err := s.Step(ids[k])
+					if m, isErr := w.(map[string]any); isErr {
+						require.Error(t, err, "ids %v step %d: tokenizers failed with %v", ids, k, m["error"])
+						return
+					}
+					require.NoError(t, err, "ids %v step %d", ids, k)
+					if w == nil {
+						require.Equal(t, "", got, "ids %v step %d", ids, k)
+					} else {
+						require.Equal(t, w, got, "ids %v step %d", ids, k)
+					}
+				}
+			}
+			for i, want := range r.Stream {
+				check(seqs[i], want, false)
+			}
+			for i, want := range r.StreamSkip {
+				check(r.Special[i], want, true)
+			}
+		})
+	}
+}
+
+func equalIDs(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,325 @@
+package tokenizer
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// Normalizers. Each is a function of the text alone: offsets into the original text are
+// not kept, since Encode returns ids only.
+
+type normalizer interface {
+	normalize(s string) string
+}
+
+type normSequence []normalizer
+
+func (q normSequence) normalize(s string) string {
+	for _, n := range q {
+		s = n.normalize(s)
+	}
+	return s
+}
+
+// normPrepend prepends its string to a non-empty text (Llama 2's "▁").
+type normPrepend struct{ prefix string }
+
+func (p normPrepend) normalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return p.prefix + s
+}
+
+// normReplace replaces every occurrence of a literal pattern, left to right without
+// overlaps (Llama 2's " " to "▁").
+type normReplace struct{ pattern, content string }
+
+func (r normReplace) normalize(s string) string {
+	return strings.ReplaceAll(s, r.pattern, r.content)
+}
+
+// normUnicode is NFC, NFD, NFKC or NFKD.
+type normUnicode struct{ form norm.Form }
+
+func (u normUnicode) normalize(s string) string { return u.form.String(s) }
+
+// normStrip removes leading and/or trailing whitespace (Rust's char::is_whitespace,
+// the White_Space property, which is Go's unicode.IsSpace).
+type normStrip struct{ left, right bool }
+
+func (st normStrip) normalize(s string) string {
+	if st.left {
+		s = strings.TrimLeftFunc(s, unicode.IsSpace)
+	}
+	if st.right {
+		s = strings.TrimRightFunc(s, unicode.IsSpace)
+	}
+	return s
+}
+
+// Pre-tokenizers split the text into pieces that the model encodes one by one.
+
+// piece is a part of the text being pre-tokenized. atStart tells whether it begins at
+// the start of the input text, which Metaspace's prepend_scheme "first" looks at.
+type piece struct {
+	text    string
+	atStart bool
+}
+
+type preTokenizer interface {
+	// preTokenize appends the pieces p splits into to dst; it drops empty pieces.
+	preTokenize(dst []piece, p piece) []piece
+}
+
+type preSequence []preTokenizer
+
+func (q preSequence) preTokenize(dst []piece, p piece) []piece {
+	cur := []piece{p}
+	var next []piece
+	for _, pt := range q {
+		next = next[:0]
+		for _, c := range cur {
+			next = pt.preTokenize(next, c)
+		}
+		cur, next = next, cur
+	}
+	return append(dst, cur...)
+}
+
+// splitBehavior is what a split does with the matches (the delimiters), as tokenizers'
+// SplitDelimiterBehavior.
+type splitBehavior int
+
+const (
+	splitRemoved splitBehavior = iota
+	splitIsolated
+	splitMergedWithPrevious
+	splitMergedWithNext
+	splitContiguous
+)
+
+var splitBehaviors = map[string]splitBehavior{
+	"Removed":            splitRemoved,
+	"Isolated":           splitIsolated,
+	"MergedWithPrevious": splitMergedWithPrevious,
+	"MergedWithNext":     splitMergedWithNext,
+	"Contiguous":         splitContiguous,
+}
+
+// span is a part of a text that a pattern matched (match) or did not.
+type span struct {
+	start, end int
+	match      bool
+}
+
+// pattern finds the matches of a Split pattern: a known regular expression, or a
+// literal string.
+type pattern struct {
+	regex   matchEnd // nil for a literal
+	literal string
+}
+
+// find covers s (non-empty) with spans, as tokenizers' Pattern::find_matches.
+func (p *pattern) find(dst []span, s string) []span {
+	if p.regex != nil {
+		for i := 0; i < len(s); {
+			e := p.regex(s, i)
+			if e <= i { // cannot happen for the known patterns; never loop forever
+				_, n := utf8.DecodeRuneInString(s[i:])
+				dst = append(dst, span{i, i + n, false})
+				i += n
+				continue
+			}
+			dst = append(dst, span{i, e, true})
+			i = e
+		}
+		return dst
+	}
+	prev := 0
+	for prev <= len(s) {
+		k := strings.Index(s[prev:], p.literal)
+		if k < 0 {
+			break
+		}
+		start := prev + k
+		if start > prev {
+			dst = append(dst, span{prev, start, false})
+		}
+		dst = append(dst, span{start, start + len(p.literal), true})
+		prev = start + len(p.literal)
+	}
+	if prev < len(s) {
+		dst = append(dst, span{prev, len(s), false})
+	}
+	return dst
+}
+
+// splitSpans applies a behavior to the spans of p's text and appends the non-empty
+// pieces, as tokenizers' NormalizedString::split.
+func splitSpans(dst []piece, p piece, spans []span, b splitBehavior) []piece {
+	emit := func(start, end int) {
+		if end > start {
+			dst = append(dst, piece{text: p.text[start:end], atStart: p.atStart && start == 0})
+		}
+	}
+	switch b {
+	case splitIsolated:
+		for _, sp := range spans {
+			emit(sp.start, sp.end)
+		}
+	case splitRemoved:
+		for _, sp := range spans {
+			if !sp.match {
+				emit(sp.start, sp.end)
+			}
+		}
+	case splitContiguous, splitMergedWithPrevious:
+		// Contiguous merges runs of spans of the same kind; MergedWithPrevious merges a
+		// match into the span before it.
+		var out []span
+		prev := false
+		for _, sp := range spans {
+			merge := sp.match == prev
+			if b == splitMergedWithPrevious {
+				merge = sp.match && !prev
+			}
+			if merge && len(out) > 0 {
+				out[len(out)-1].end = sp.end
+			} else {
+				out = append(out, sp)
+			}
+			prev = sp.match
+		}
+		for _, sp := range out {
+			emit(sp.start, sp.end)
+		}
+	case splitMergedWithNext:
+		// A match joins the span after it: walk backwards.
+		var out []span
+		prev := false
+		for k := len(spans) - 1; k >= 0; k-- {
+			sp := spans[k]
+			if sp.match && !prev && len(out) > 0 {
+				out[len(out)-1].start = sp.start
+			} else {
+				out = append(out, sp)
+			}
+			prev = sp.match
+		}
+		for k := len(out) - 1; k >= 0; k-- {
+			emit(out[k].start, out[k].end)
+		}
+	}
+	return dst
+}
+
+// preSplit is the Split pre-tokenizer.
+type preSplit struct {
+	pattern  pattern
+	behavior splitBehavior
+	invert   bool
+}
+
+func (s *preSplit) preTokenize(dst []piece, p piece) []piece {
+	spans := s.pattern.find(nil, p.text)
+	if s.invert {
+		for k := range spans {
+			spans[k].match = !spans[k].match
+		}
+	}
+	return splitSpans(dst, p, spans, s.behavior)
+}
+
+// byteLevelRunes is GPT-2's map from bytes to printable characters: printable Latin-1
+// stands for itself, the other bytes for U+0100 onwards in byte order.
+var byteLevelRunes, byteLevelBytes = func() (fwd [256]rune, back map[rune]byte) {
+	back = make(map[rune]byte, 256)
+	n := rune(0)
+	for b := range 256 {
+		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
+			fwd[b] = rune(b)
+		} else {
+			fwd[b] = 256 + n
+			n++
+		}
+		back[fwd[b]] = byte(b)
+	}
+	return fwd, back
+}()
+
+// byteLevelStrings[b] is byteLevelRunes[b] encoded as UTF-8.
+var byteLevelStrings = func() (t [256]string) {
+	for b, r := range byteLevelRunes {
+		t[b] = string(r)
+	}
+	return t
+}()
+
+// preByteLevel is the ByteLevel pre-tokenizer: an optional leading space, GPT-2's split
+// (use_regex), then every byte mapped to its character.
+type preByteLevel struct {
+	addPrefixSpace bool
+	useRegex       bool
+}
+
+var gpt2Split = pattern{regex: gpt2Match}
+
+func (b *preByteLevel) preTokenize(dst []piece, p piece) []piece {
+	if b.addPrefixSpace && !strings.HasPrefix(p.text, " ") {
+		p.text = " " + p.text
+	}
+	start := len(dst)
+	if b.useRegex {
+		dst = splitSpans(dst, p, gpt2Split.find(nil, p.text), splitIsolated)
+	} else {
+		dst = append(dst, p)
+	}
+	for k := start; k < len(dst); k++ {
+		dst[k].text = byteLevelMap(dst[k].text)
+	}
+	return dst
+}
+
+func byteLevelMap(s string) string {
+	var sb strings.Builder
+	sb.Grow(len(s) * 2)
+	for i := 0; i < len(s); i++ {
+		sb.WriteString(byteLevelStrings[s[i]])
+	}
+	return sb.String()
+}
+
+// prependScheme is Metaspace's prepend_scheme.
+type prependScheme int
+
+const (
+	prependAlways prependScheme = iota
+	prependFirst
+	prependNever
+)
+
+// preMetaspace is the Metaspace pre-tokenizer: spaces become the replacement character
+// (▁), one is prepended (always, or only to the text's first piece), and with split the
+// text splits before each replacement character.
+type preMetaspace struct {
+	repl   string
+	scheme prependScheme
+	split  bool
+}
+
+func (m *preMetaspace) preTokenize(dst []piece, p piece) []piece {
+	p.text = strings.ReplaceAll(p.text, " ", m.repl)
+	if !strings.HasPrefix(p.text, m.repl) &&
+		(m.scheme == prependAlways || (m.scheme == prependFirst && p.atStart)) {
+		p.text = m.repl + p.text
+	}
+	if !m.split {
+		return append(dst, p)
+	}
+	pat := pattern{literal: m.repl}
+	return splitSpans(dst, p, pat.find(nil, p.text), splitMergedWithNext)
+}
