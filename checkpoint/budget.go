@@ -15,6 +15,11 @@ const (
 	DefaultMemoryPerByte = 64
 	DefaultWorkFixed     = 16 << 20
 	DefaultWorkPerByte   = 64
+	// DefaultMaxHeaderEntries bounds the entries (tensors and metadata keys) of a
+	// safetensors header or index. Real files list at most tens of thousands: each
+	// entry costs about 500 bytes once read, so the bound keeps a header of tiny
+	// entries (up to 2 million fit in 100 MB) within about 128 MiB.
+	DefaultMaxHeaderEntries = 1 << 18
 )
 
 // ReadOptions sets the resource budget of a read. The zero value is the default budget
@@ -31,11 +36,15 @@ type ReadOptions struct {
 	// copied, as a program that walks the value as a tree sees it (0: MaxMemory; a
 	// negative value: no bound, for a caller that walks shared values only once).
 	MaxExpanded int64
+	// MaxHeaderEntries bounds the entries of a safetensors header (tensors and
+	// metadata keys) and of a sharded model's index (0: DefaultMaxHeaderEntries). The
+	// entry past the bound is refused as soon as it is read.
+	MaxHeaderEntries int64
 }
 
 // LimitError reports an input refused because reading it would exceed its budget.
 type LimitError struct {
-	// What ran out: "memory", "work" or "expanded size".
+	// What ran out: "memory", "work", "expanded size" or "header entries".
 	What string
 	// Max is the limit that applied; Option names the ReadOptions field that raises it.
 	Max    int64
@@ -54,6 +63,7 @@ type budget struct {
 	mem, maxMem   int64
 	work, maxWork int64
 	maxExpanded   int64
+	maxEntries    int64
 	err           error
 }
 
@@ -73,7 +83,10 @@ func satMul(a, b int64) int64 {
 
 func (o ReadOptions) budget(size int64) *budget {
 	size = max(size, 0)
-	b := &budget{maxMem: o.MaxMemory, maxWork: o.MaxWork, maxExpanded: o.MaxExpanded}
+	b := &budget{maxMem: o.MaxMemory, maxWork: o.MaxWork, maxExpanded: o.MaxExpanded, maxEntries: o.MaxHeaderEntries}
+	if b.maxEntries <= 0 {
+		b.maxEntries = DefaultMaxHeaderEntries
+	}
 	if b.maxMem <= 0 {
 		b.maxMem = satAdd(DefaultMemoryFixed, satMul(DefaultMemoryPerByte, size))
 	}

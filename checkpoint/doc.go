@@ -56,6 +56,13 @@
 //     Write(Read(f)) is about f's size. Programs that walk a value as a tree copy shared
 //     parts, so a value whose expanded tree exceeds ReadOptions.MaxExpanded (default: the
 //     memory budget) is refused; a caller that visits shared parts once can lift it.
+//   - safetensors headers (at most 100 MB, the reference implementation's limit) are
+//     read as a stream and checked value by value: a name past 64 KiB, a shape past
+//     1024 dimensions, a number that is not a non-negative int64, or an entry past
+//     ReadOptions.MaxHeaderEntries (default DefaultMaxHeaderEntries, tensors and
+//     metadata keys together) is refused as it is read, so a hostile header costs a
+//     few megabytes whatever it goes on to hold. A sharded model's index is read the
+//     same way.
 //   - views: a tensor may be a view with zero or overlapping strides (torch's expand)
 //     addressing far more elements than its storage holds; it reads and writes back as
 //     a view, and its accessors (ReadBytes, ReadFloat64s, ...) materialise it up to

@@ -13,8 +13,8 @@ import (
 // hostileSeeds (built by code). For every input it checks:
 //
 //   - no panic, and the read stays within its budget: allocation (runtime.MemStats)
-//     and work within the package doc's bounds for the input's size, time linear in
-//     it (with a generous constant: see requireWithinBudget);
+//     and work within the package doc's bounds for the input's size (the work counter
+//     standing for time: see requireWithinBudget);
 //
 //   - what reads, writes, and reads back to the same value (sharing and storage
 //     identity included): Read, Write, Read is the identity on everything Read returns.

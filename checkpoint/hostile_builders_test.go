@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/crc32"
+	"io"
 	"math/big"
 	"slices"
+	"strings"
 )
 
 // This file builds the hostile inputs the budget tests and FuzzRead's seed corpus use:
@@ -297,6 +299,87 @@ func hostileSeeds() map[string][]byte {
 		"legacy twice":    legacyFile(4, "0", "0"),
 		"st many":         safetensorsOf(manyEntries.String(), nil),
 		"st huge shape":   safetensorsOf(`{"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}}`, nil),
+		"st deep shape":   safetensorsOf(`{"w":{"dtype":"F32","data_offsets":[0,0],"shape":[`+strings.Repeat("0,", 1100)+`0]}}`, nil),
+		"st escapes":      safetensorsOf(`{"\ud83d\ude00\n":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"__metadata__":{"k\u00e9":"v"}}`, []byte{7}),
 		"zero stride":     archiveOf(zrec{"data.pkl", zeroStride}, zrec{"data/0", make([]byte, 4)}),
 	}
+}
+
+// genFile is a file generated on demand: prefix, count units of width w each (unit
+// writes unit i), then suffix. ReadAt renders only the bytes asked for, so a 100 MB
+// hostile file costs the test that reads it no memory.
+type genFile struct {
+	prefix, suffix []byte
+	w, count       int64
+	unit           func(i int64, b []byte)
+}
+
+func (g *genFile) Size() int64 { return int64(len(g.prefix)) + g.w*g.count + int64(len(g.suffix)) }
+
+func (g *genFile) ReadAt(p []byte, off int64) (int, error) {
+	n := 0
+	u := make([]byte, g.w)
+	for n < len(p) {
+		at := off + int64(n)
+		mid := int64(len(g.prefix)) + g.w*g.count
+		switch {
+		case at >= g.Size():
+			return n, io.EOF
+		case at < int64(len(g.prefix)):
+			n += copy(p[n:], g.prefix[at:])
+		case at < mid:
+			i := (at - int64(len(g.prefix))) / g.w
+			g.unit(i, u)
+			n += copy(p[n:], u[(at-int64(len(g.prefix)))%g.w:])
+		default:
+			n += copy(p[n:], g.suffix[at-mid:])
+		}
+	}
+	return n, nil
+}
+
+// safetensorsGen is a header-only safetensors file whose header is exactly header
+// bytes: prefix, as many units as fit, spaces, suffix.
+func safetensorsGen(header int64, prefix, suffix string, w int64, unit func(i int64, b []byte)) *genFile {
+	count := (header - int64(len(prefix)) - int64(len(suffix))) / w
+	pad := header - int64(len(prefix)) - int64(len(suffix)) - count*w
+	hl := binary.LittleEndian.AppendUint64(nil, uint64(header))
+	return &genFile{prefix: append(hl, prefix...), suffix: append(bytes.Repeat([]byte(" "), int(pad)), suffix...),
+		w: w, count: count, unit: unit}
+}
+
+// manyDimsSafetensors is a header of the given size giving one tensor as many
+// dimensions as fit ("0," each: 50 million in 100 MB).
+func manyDimsSafetensors(header int64) *genFile {
+	return safetensorsGen(header, `{"w":{"dtype":"F32","data_offsets":[0,0],"shape":[`, `0]}}`, 2,
+		func(_ int64, b []byte) { copy(b, "0,") })
+}
+
+// manyEntriesSafetensors is a header of the given size listing as many empty tensors
+// as fit (1.8 million in 100 MB), each named by five base-36 digits.
+func manyEntriesSafetensors(header int64) *genFile {
+	const entry = `"#####":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},`
+	return safetensorsGen(header, "{", `"end":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}`, int64(len(entry)),
+		func(i int64, b []byte) {
+			copy(b, entry)
+			for j := 5; j >= 1; j-- {
+				b[j] = "0123456789abcdefghijklmnopqrstuvwxyz"[i%36]
+				i /= 36
+			}
+		})
+}
+
+// nestedSharePickle is one string of size bytes under levels of lists, each list holding
+// fan references to the one below (memo reuse): about size bytes in the file, size·fan^levels
+// when expanded.
+func nestedSharePickle(size, fan, levels int) []byte {
+	p := newPk().str(string(bytes.Repeat([]byte("s"), size))).put(0)
+	for l := 1; l <= levels; l++ {
+		p.op(opEmptyList, opMark)
+		for range fan {
+			p.get(uint32(l - 1))
+		}
+		p.op(opAppends).put(uint32(l))
+	}
+	return p.stop()
 }

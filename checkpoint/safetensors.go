@@ -2,26 +2,38 @@ package checkpoint
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
-// maxSafetensorsHeader is the header size limit of the reference implementation.
-const maxSafetensorsHeader = 100 << 20
+// maxSafetensorsHeader is the header size limit of the reference implementation (the
+// Rust crate's MAX_HEADER_SIZE, 100 MB).
+const maxSafetensorsHeader = 100_000_000
+
+// maxSafetensorsName bounds a tensor's name and a metadata key, in bytes: real names
+// are tens of bytes, and a name is refused as soon as its bytes pass the limit.
+const maxSafetensorsName = 1 << 16
+
+// maxSafetensorsRank bounds a safetensors tensor's number of dimensions.
+const maxSafetensorsRank = 1024
+
+// stEntryCost is what a header entry costs in memory once read (its tensor, storage,
+// slots in the name set, the entry list and the Dict) besides its name and shape.
+const stEntryCost = 512
 
 type stEntry struct {
 	DType       string   `json:"dtype"`
 	Shape       []int64  `json:"shape"`
 	DataOffsets [2]int64 `json:"data_offsets"`
 }
-
-// maxSafetensorsRank bounds a safetensors tensor's number of dimensions.
-const maxSafetensorsRank = 1024
 
 // ReadSafetensors reads a safetensors file: a flat dict of named tensors, in file order,
 // and the header's string metadata (nil when absent), within the default budget.
@@ -32,8 +44,35 @@ func ReadSafetensors(path string) (*Dict, map[string]string, error) {
 // ReadSafetensorsFrom reads a safetensors file of size bytes from r. Every tensor must
 // lie inside the data area, which the tensors must cover exactly, as the format requires.
 // A header that names a tensor twice is refused (JSON readers differ on which one wins).
+//
+// The header (at most 100 MB, as in the reference implementation) is read as a stream
+// and checked value by value: a name longer than 64 KiB, a shape of more than 1024
+// dimensions, a number that is not a non-negative int64, an unknown field or more
+// entries than ReadOptions.MaxHeaderEntries is refused as soon as it is read, so a
+// hostile header costs neither the memory nor the time of decoding it whole.
 func ReadSafetensorsFrom(r io.ReaderAt, size int64) (*Dict, map[string]string, error) {
 	return ReadOptions{}.ReadSafetensorsFrom(r, size)
+}
+
+// stTensor is a header entry: its tensor's storage gets its data once the header has
+// been checked as a whole.
+type stTensor struct {
+	name       string
+	t          *Tensor
+	begin, end int64
+}
+
+// stParser reads a safetensors header and applies the format's rules entry by entry.
+type stParser struct {
+	s       *jsonScanner
+	b       *budget
+	dataLen int64 // bytes after the header
+	tensors []stTensor
+	seen    map[string]struct{}
+	meta    map[string]string
+	hasMeta bool
+	entries int64
+	dims    []int64 // scratch for a shape being read
 }
 
 func readSafetensors(r io.ReaderAt, size int64, b *budget) (*Dict, map[string]string, error) {
@@ -46,125 +85,288 @@ func readSafetensors(r io.ReaderAt, size int64, b *budget) (*Dict, map[string]st
 	}
 	n := binary.LittleEndian.Uint64(hl[:])
 	if n > maxSafetensorsHeader || int64(n) > size-8 {
-		return nil, nil, fmt.Errorf("header length %d is invalid for a file of %d bytes", n, size)
+		return nil, nil, fmt.Errorf("header length %d is invalid for a file of %d bytes (at most %d)", n, size, maxSafetensorsHeader)
 	}
-	// The header, the decoder's buffer (grown by doubling), the shapes (8 bytes per
-	// element of at least 2 header bytes, with growth) and the metadata map.
-	if err := b.alloc(16 * int64(n)); err != nil {
-		return nil, nil, err
-	}
+	// Reading the header: a few units of work per byte, and the scanner's buffer.
 	if err := b.step(4 * int64(n)); err != nil {
 		return nil, nil, err
 	}
-	hdr := make([]byte, n)
-	if err := readAt(r, hdr, 8); err != nil {
+	if err := b.alloc(2 * scanBuffer); err != nil {
 		return nil, nil, err
 	}
-	type named struct {
-		name string
-		e    stEntry
-		dt   DType
+	p := &stParser{s: newJSONScanner(io.NewSectionReader(r, 8, int64(n))), b: b,
+		dataLen: size - 8 - int64(n), seen: map[string]struct{}{}}
+	if err := p.header(); err != nil {
+		if b != nil && b.err != nil {
+			return nil, nil, b.err
+		}
+		return nil, nil, err
 	}
-	var meta map[string]string
-	var entries []named
-	seen := map[string]bool{}
-	dec := json.NewDecoder(bytes.NewReader(hdr))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, nil, errors.New("header: not a JSON object")
-	}
-	dec.DisallowUnknownFields()
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, nil, fmt.Errorf("header: %w", err)
-		}
-		name := t.(string) // object keys are strings
-		if seen[name] {
-			return nil, nil, fmt.Errorf("header: %q appears twice", name)
-		}
-		seen[name] = true
-		// The entry, its names and its slots in the slices and maps (with growth).
-		if err := b.alloc(512 + 2*int64(len(name))); err != nil {
-			return nil, nil, err
-		}
-		if err := b.step(256); err != nil {
-			return nil, nil, err
-		}
-		if name == "__metadata__" {
-			if err := dec.Decode(&meta); err != nil {
-				return nil, nil, fmt.Errorf("__metadata__: %w", err)
-			}
-			continue
-		}
-		var e stEntry
-		if err := dec.Decode(&e); err != nil {
-			return nil, nil, fmt.Errorf("tensor %q: %w", name, err)
-		}
-		if len(e.Shape) > maxSafetensorsRank {
-			return nil, nil, fmt.Errorf("tensor %q: %d dimensions (at most %d)", name, len(e.Shape), maxSafetensorsRank)
-		}
-		dt, err := stDType(e.DType)
-		if err != nil {
-			return nil, nil, fmt.Errorf("tensor %q: %w", name, err)
-		}
-		entries = append(entries, named{name, e, dt})
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, nil, fmt.Errorf("header: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, nil, errors.New("header: data after the JSON object")
-	}
-	slices.SortFunc(entries, func(a, b named) int {
-		if c := a.e.DataOffsets[0] - b.e.DataOffsets[0]; c != 0 {
-			if c < 0 {
-				return -1
-			}
-			return 1
+	entries := p.tensors
+	slices.SortFunc(entries, func(a, b stTensor) int {
+		if c := cmp.Compare(a.begin, b.begin); c != 0 {
+			return c
 		}
 		return strings.Compare(a.name, b.name)
 	})
-	dataStart := 8 + int64(n)
-	dataLen := size - dataStart
 	var end int64
-	for _, ne := range entries {
-		b, e := ne.e.DataOffsets[0], ne.e.DataOffsets[1]
-		if b != end || e < b || e > dataLen {
-			return nil, nil, fmt.Errorf("tensor %q: data_offsets %v leave a gap, overlap or exceed the data", ne.name, ne.e.DataOffsets)
+	for _, e := range entries {
+		if e.begin != end {
+			return nil, nil, fmt.Errorf("tensor %s: data_offsets [%d, %d] leave a gap or overlap another tensor", cutName(e.name), e.begin, e.end)
 		}
-		end = e
+		end = e.end
 	}
-	if end != dataLen {
-		return nil, nil, fmt.Errorf("%d bytes of data after the last tensor", dataLen-end)
+	if end != p.dataLen {
+		return nil, nil, fmt.Errorf("%d bytes of data after the last tensor", p.dataLen-end)
 	}
-	if err := b.alloc(dataLen + int64(len(entries))*(tensorCost+storageCost)); err != nil {
+	if err := b.alloc(p.dataLen); err != nil {
 		return nil, nil, err
 	}
-	data := make([]byte, dataLen)
-	if err := readAt(r, data, dataStart); err != nil {
+	data := make([]byte, p.dataLen)
+	if err := readAt(r, data, 8+int64(n)); err != nil {
 		return nil, nil, err
 	}
 	out := NewDict()
-	for _, ne := range entries {
-		start, e := ne.e.DataOffsets[0], ne.e.DataOffsets[1]
-		shape := ne.e.Shape
-		if shape == nil {
-			shape = []int64{}
-		}
-		if err := b.alloc(16*int64(len(shape)) + 64); err != nil {
-			return nil, nil, err
-		}
-		t := &Tensor{DType: ne.dt, Shape: shape, Strides: ContiguousStrides(shape),
-			Storage: &Storage{DType: ne.dt, Data: data[start:e:e]}}
-		if err := t.check(); err != nil {
-			return nil, nil, fmt.Errorf("tensor %q: %w", ne.name, err)
-		}
-		if nb := t.Numel() * int64(ne.dt.ElemSize()); nb != e-start {
-			return nil, nil, fmt.Errorf("tensor %q: %d bytes for shape %v of %s", ne.name, e-start, shape, ne.e.DType)
-		}
-		out.Set(ne.name, t)
+	for _, e := range entries {
+		e.t.Storage.Data, e.t.Storage.pending = data[e.begin:e.end:e.end], 0
+		out.Set(e.name, e.t)
 	}
-	return out, meta, nil
+	return out, p.meta, nil
+}
+
+// header reads the header object: tensor entries and __metadata__, in any order.
+func (p *stParser) header() error {
+	s := p.s
+	empty, err := s.open('{', "a JSON object")
+	if err != nil {
+		return headerErr(err)
+	}
+	for more := !empty; more; {
+		key, err := s.readString(maxSafetensorsName)
+		if errors.Is(err, errLong) {
+			return fmt.Errorf("header: a name of more than %d bytes at byte %d", maxSafetensorsName, s.off)
+		}
+		if err != nil {
+			return headerErr(err)
+		}
+		if _, dup := p.seen[string(key)]; dup {
+			return fmt.Errorf("header: %s appears twice", cutName(string(key)))
+		}
+		if err := p.count(int64(len(key))); err != nil {
+			return err
+		}
+		name := string(key)
+		p.seen[name] = struct{}{}
+		if err := s.expect(':', "':'"); err != nil {
+			return headerErr(err)
+		}
+		if name == "__metadata__" {
+			err = p.metadata()
+		} else {
+			err = p.entry(name)
+		}
+		if err != nil {
+			return err
+		}
+		if more, err = s.commaOr('}'); err != nil {
+			return headerErr(err)
+		}
+	}
+	if err := s.end(); err != nil {
+		return headerErr(err)
+	}
+	return nil
+}
+
+func headerErr(err error) error { return fmt.Errorf("header: %w", err) }
+
+// count charges one more header entry (a tensor or a metadata key) of the given name
+// length, refusing the one past ReadOptions.MaxHeaderEntries.
+func (p *stParser) count(nameLen int64) error {
+	p.entries++
+	if p.b != nil && p.entries > p.b.maxEntries {
+		p.b.err = &LimitError{"header entries", p.b.maxEntries, "MaxHeaderEntries"}
+		return p.b.err
+	}
+	return p.b.alloc(stEntryCost + 2*nameLen)
+}
+
+// metadata reads __metadata__: null, or an object of strings.
+func (p *stParser) metadata() error {
+	s := p.s
+	if p.hasMeta {
+		return errors.New("header: __metadata__ appears twice")
+	}
+	p.hasMeta = true
+	if c, err := s.peek(); err == nil && c == 'n' {
+		if err := s.literal("null"); err != nil {
+			return fmt.Errorf("__metadata__: %w", err)
+		}
+		return nil
+	}
+	empty, err := s.open('{', "an object")
+	if err != nil {
+		return fmt.Errorf("__metadata__: %w", err)
+	}
+	p.meta = map[string]string{}
+	for more := !empty; more; {
+		kb, err := s.readString(maxSafetensorsName)
+		if err != nil {
+			return fmt.Errorf("__metadata__: %w", err)
+		}
+		key := string(kb)
+		if _, dup := p.meta[key]; dup {
+			return fmt.Errorf("__metadata__: %s appears twice", cutName(key))
+		}
+		if err := s.expect(':', "':'"); err != nil {
+			return fmt.Errorf("__metadata__: %w", err)
+		}
+		vb, err := s.readString(math.MaxInt)
+		if err != nil {
+			return fmt.Errorf("__metadata__ %s: %w", cutName(key), err)
+		}
+		if err := p.count(int64(len(key) + len(vb))); err != nil {
+			return err
+		}
+		p.meta[key] = string(vb)
+		if more, err = s.commaOr('}'); err != nil {
+			return fmt.Errorf("__metadata__: %w", err)
+		}
+	}
+	return nil
+}
+
+// entry reads one tensor's object and checks it against the data area.
+func (p *stParser) entry(name string) error {
+	s := p.s
+	fail := func(err error) error { return fmt.Errorf("tensor %s: %w", cutName(name), err) }
+	empty, err := s.open('{', "an object")
+	if err != nil {
+		return fail(err)
+	}
+	var (
+		dt         DType
+		shape      []int64
+		offs       [2]int64
+		have       [3]bool
+		fieldNames = [3]string{"dtype", "shape", "data_offsets"}
+	)
+	for more := !empty; more; {
+		fb, err := s.readString(32)
+		if errors.Is(err, errLong) {
+			return fail(errors.New("unknown field"))
+		}
+		if err != nil {
+			return fail(err)
+		}
+		i := slices.Index(fieldNames[:], string(fb))
+		if i < 0 {
+			return fail(fmt.Errorf("unknown field %s", cutName(string(fb))))
+		}
+		if have[i] {
+			return fail(fmt.Errorf("%s appears twice", fieldNames[i]))
+		}
+		have[i] = true
+		if err := s.expect(':', "':'"); err != nil {
+			return fail(err)
+		}
+		switch i {
+		case 0:
+			db, err := s.readString(16)
+			if err != nil {
+				return fail(fmt.Errorf("dtype: %w", err))
+			}
+			if dt, err = stDType(string(db)); err != nil {
+				return fail(err)
+			}
+		case 1:
+			if shape, err = p.shape(); err != nil {
+				return fail(err)
+			}
+		case 2:
+			if offs, err = p.offsets(); err != nil {
+				return fail(err)
+			}
+		}
+		if more, err = s.commaOr('}'); err != nil {
+			return fail(err)
+		}
+	}
+	for i, ok := range have {
+		if !ok {
+			return fail(fmt.Errorf("no %s", fieldNames[i]))
+		}
+	}
+	begin, end := offs[0], offs[1]
+	if begin > end || end > p.dataLen {
+		return fail(fmt.Errorf("data_offsets [%d, %d] exceed the %d bytes of data", begin, end, p.dataLen))
+	}
+	t := &Tensor{DType: dt, Shape: shape, Strides: ContiguousStrides(shape),
+		Storage: &Storage{DType: dt, pending: end - begin}}
+	if err := t.check(); err != nil {
+		return fail(err)
+	}
+	if nb := t.Numel() * int64(dt.ElemSize()); nb != end-begin {
+		return fail(fmt.Errorf("%d bytes for shape %v of %s", end-begin, shape, dtypes[dt].st))
+	}
+	if err := p.b.growCharge(len(p.tensors), cap(p.tensors), 1, 40); err != nil {
+		return err
+	}
+	p.tensors = appendGrow(p.tensors, stTensor{name, t, begin, end})
+	return nil
+}
+
+// shape reads a shape, refusing the dimension past maxSafetensorsRank when it arrives.
+func (p *stParser) shape() ([]int64, error) {
+	empty, err := p.s.open('[', "an array")
+	if err != nil {
+		return nil, fmt.Errorf("shape: %w", err)
+	}
+	dims := p.dims[:0]
+	for more := !empty; more; {
+		if len(dims) == maxSafetensorsRank {
+			return nil, fmt.Errorf("shape of more than %d dimensions", maxSafetensorsRank)
+		}
+		d, err := p.s.readUint()
+		if err != nil {
+			return nil, fmt.Errorf("shape: %w", err)
+		}
+		dims = append(dims, d)
+		if more, err = p.s.commaOr(']'); err != nil {
+			return nil, fmt.Errorf("shape: %w", err)
+		}
+	}
+	p.dims = dims
+	if err := p.b.alloc(16*int64(len(dims)) + 32); err != nil {
+		return nil, err
+	}
+	return slices.Clone(dims), nil
+}
+
+// offsets reads data_offsets: exactly two integers.
+func (p *stParser) offsets() ([2]int64, error) {
+	var o [2]int64
+	bad := errors.New("data_offsets: want [begin, end]")
+	empty, err := p.s.open('[', "an array")
+	if err != nil {
+		return o, fmt.Errorf("data_offsets: %w", err)
+	}
+	if empty {
+		return o, bad
+	}
+	for i := range 2 {
+		if o[i], err = p.s.readUint(); err != nil {
+			return o, fmt.Errorf("data_offsets: %w", err)
+		}
+		more, err := p.s.commaOr(']')
+		if err != nil {
+			return o, fmt.Errorf("data_offsets: %w", err)
+		}
+		if more != (i == 0) {
+			return o, bad
+		}
+	}
+	return o, nil
 }
 
 func stDType(name string) (DType, error) {
@@ -197,6 +399,12 @@ func WriteSafetensorsTo(w io.Writer, tensors *Dict, metadata map[string]string) 
 		}
 		first = false
 	}
+	for k, v := range metadata {
+		// encoding/json would write U+FFFD for invalid UTF-8: a different string.
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return fmt.Errorf("checkpoint: safetensors: metadata %s is not valid UTF-8", cutName(k))
+		}
+	}
 	if len(metadata) > 0 {
 		m, err := json.Marshal(metadata)
 		if err != nil {
@@ -212,6 +420,9 @@ func WriteSafetensorsTo(w io.Writer, tensors *Dict, metadata map[string]string) 
 		name, ok := k.(string)
 		if !ok {
 			return fmt.Errorf("checkpoint: safetensors: key %v is not a string", k)
+		}
+		if !utf8.ValidString(name) {
+			return fmt.Errorf("checkpoint: safetensors: name %s is not valid UTF-8", cutName(name))
 		}
 		t, ok := v.(*Tensor)
 		if !ok || t == nil {

@@ -887,6 +887,10 @@ func (u *unpickler) call(fn any, args Tuple) (any, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s: storage offset is not an int", g.name)
 		}
+		// The shape and strides are charged before they are copied out of their tuples.
+		if err := u.b.alloc(tensorCost + 8*int64(seqLen(args[2])+seqLen(args[3]))); err != nil {
+			return nil, err
+		}
 		shape, err := intTuple(args[2])
 		if err != nil {
 			return nil, fmt.Errorf("%s: size: %w", g.name, err)
@@ -894,9 +898,6 @@ func (u *unpickler) call(fn any, args Tuple) (any, error) {
 		strides, err := intTuple(args[3])
 		if err != nil {
 			return nil, fmt.Errorf("%s: stride: %w", g.name, err)
-		}
-		if err := u.b.alloc(tensorCost + 16*int64(len(shape))); err != nil {
-			return nil, err
 		}
 		t := &Tensor{DType: st.DType, Shape: shape, Strides: strides, Offset: off, Storage: st}
 		if want == 6 {
@@ -971,6 +972,17 @@ func (u *unpickler) call(fn any, args Tuple) (any, error) {
 	return nil, fmt.Errorf("cannot call %s.%s", g.module, g.name)
 }
 
+// seqLen is the length of a tuple or list (0 for anything else).
+func seqLen(v any) int {
+	switch t := v.(type) {
+	case Tuple:
+		return len(t)
+	case *pyList:
+		return len(t.items)
+	}
+	return 0
+}
+
 func intTuple(v any) ([]int64, error) {
 	var items []any
 	switch t := v.(type) {
@@ -1015,12 +1027,13 @@ func (u *unpickler) build(target, state any) error {
 		u.b.alloc(dictCost)
 		d.Attrs = NewDict()
 	}
+	// Charged before the copy is made, as every entry count is.
+	if err := u.b.alloc(32 * int64(sd.Len())); err != nil {
+		return err
+	}
 	items := make([]any, 0, 2*sd.Len())
 	for k, v := range sd.All() {
 		items = append(items, k, v)
-	}
-	if err := u.b.alloc(16 * int64(len(items))); err != nil {
-		return err
 	}
 	return u.setItems(d.Attrs, items)
 }
