@@ -92,7 +92,8 @@ func readRegular(path string, limit int64) ([]byte, error) {
 func jsonError(data []byte, err error) error {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		line, col := lineCol(data, se.Offset)
+		// Offset is just past the offending byte.
+		line, col := lineCol(data, se.Offset-1)
 		return fmt.Errorf("tokenizer: malformed JSON at line %d, column %d: %v", line, col, err)
 	}
 	var te *json.UnmarshalTypeError
@@ -103,9 +104,6 @@ func jsonError(data []byte, err error) error {
 			field = "(top level)"
 		}
 		return fmt.Errorf("tokenizer: field %s at line %d, column %d: JSON %s where %s was expected", field, line, col, te.Value, te.Type)
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("tokenizer: malformed JSON: the file ends early")
 	}
 	return fmt.Errorf("tokenizer: %w", err)
 }

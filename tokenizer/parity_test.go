@@ -200,6 +200,7 @@ for kind in kinds:
     r["id_to_token"] = [tok.id_to_token(i) for i in range(n + 2)]
     r["token_to_id"] = [None if s is None else tok.token_to_id(s) for s in r["id_to_token"]]
     result[kind] = r
+
 json.dump(result, sys.stdout, ensure_ascii=True)
 `
 
@@ -503,4 +504,66 @@ func equalIDs(a, b []int64) bool {
 		}
 	}
 	return true
+}
+
+// hfScript saves tokenizer.json files as transformers' save_pretrained does (with
+// tokenizer_config.json naming the bos, eos and pad tokens) and prints the ids
+// transformers' AutoTokenizer gives the corpus and those tokens. Arguments: a JSON file
+// {"dirs": [[tokenizer.json, out dir, bos, eos, pad], ...], "texts": [...]}.
+const hfScript = `
+import json, sys
+import transformers
+transformers.logging.set_verbosity_error()
+args = json.load(open(sys.argv[1], encoding="utf-8"))
+out = []
+for path, d, bos, eos, pad in args["dirs"]:
+    transformers.PreTrainedTokenizerFast(tokenizer_file=path, bos_token=bos, eos_token=eos, pad_token=pad).save_pretrained(d)
+    hf = transformers.AutoTokenizer.from_pretrained(d)
+    out.append({"bos": hf.bos_token_id, "eos": hf.eos_token_id, "pad": hf.pad_token_id,
+                "ids": [hf(t)["input_ids"] for t in args["texts"]]})
+json.dump(out, sys.stdout)
+`
+
+// TestLoadDirTransformers reads directories that transformers' save_pretrained wrote:
+// the special token ids come from tokenizer_config.json, and the ids of the corpus are
+// those of transformers' AutoTokenizer.
+func TestLoadDirTransformers(t *testing.T) {
+	dir, _, _ := trained(t)
+	out := t.TempDir()
+	cases := [][]string{
+		{"llama3", "<|begin_of_text|>", "<|eot_id|>", "<|end_of_text|>"},
+		{"llama2", "<s>", "</s>", "<unk>"},
+	}
+	var dirs [][]string
+	for _, c := range cases {
+		dirs = append(dirs, []string{filepath.Join(dir, c[0]+".json"), filepath.Join(out, c[0]), c[1], c[2], c[3]})
+	}
+	in, err := json.Marshal(map[string]any{"dirs": dirs, "texts": corpus})
+	require.NoError(t, err)
+	args := filepath.Join(out, "args.json")
+	require.NoError(t, os.WriteFile(args, in, 0o644))
+	var hf []struct {
+		BOS, EOS, PAD int64
+		IDs           [][]int64
+	}
+	require.NoError(t, json.Unmarshal(testpy.Run(t, hfScript, []string{"transformers"}, args), &hf))
+	require.Len(t, hf, len(cases))
+	for k, c := range cases {
+		t.Run(c[0], func(t *testing.T) {
+			tok, err := LoadDir(filepath.Join(out, c[0]))
+			require.NoError(t, err)
+			for _, s := range []struct {
+				name string
+				get  func() (int64, bool)
+				want int64
+			}{{"bos", tok.BOS, hf[k].BOS}, {"eos", tok.EOS, hf[k].EOS}, {"pad", tok.PAD, hf[k].PAD}} {
+				id, ok := s.get()
+				require.True(t, ok, s.name)
+				require.Equal(t, s.want, id, s.name)
+			}
+			for i, text := range corpus {
+				require.Equal(t, hf[k].IDs[i], tok.Encode(text, true), "text %q", text)
+			}
+		})
+	}
 }

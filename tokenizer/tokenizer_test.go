@@ -1,0 +1,279 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// tinyFile is a small byte-level BPE tokenizer.json written by hand (GPT-2's layout):
+// enough merges to build "hello", " world" and "lo".
+func tinyFile(t testing.TB, edit func(m map[string]any)) []byte {
+	t.Helper()
+	vocab := map[string]any{}
+	for b := range 256 {
+		vocab[string(byteLevelRunes[b])] = len(vocab)
+	}
+	merges := [][2]string{{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {"Ġ", "w"}, {"o", "r"}, {"Ġw", "or"}, {"l", "d"}, {"Ġwor", "ld"}}
+	for _, m := range merges {
+		vocab[m[0]+m[1]] = len(vocab)
+	}
+	n := len(vocab)
+	file := map[string]any{
+		"version": "1.0",
+		"added_tokens": []any{
+			map[string]any{"id": n, "content": "<|endoftext|>", "special": true, "normalized": false},
+			map[string]any{"id": n + 1, "content": "<mask>", "special": false, "normalized": false, "lstrip": true},
+		},
+		"normalizer":    nil,
+		"pre_tokenizer": map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+		"post_processor": map[string]any{
+			"type": "TemplateProcessing",
+			"single": []any{
+				map[string]any{"SpecialToken": map[string]any{"id": "<|endoftext|>", "type_id": 0}},
+				map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}},
+			},
+			"special_tokens": map[string]any{"<|endoftext|>": map[string]any{"id": "<|endoftext|>", "ids": []int{n}, "tokens": []string{"<|endoftext|>"}}},
+		},
+		"decoder": map[string]any{"type": "ByteLevel"},
+		"model": map[string]any{
+			"type": "BPE", "dropout": nil, "unk_token": nil, "fuse_unk": false, "byte_fallback": false,
+			"vocab": vocab, "merges": merges,
+		},
+	}
+	if edit != nil {
+		edit(file)
+	}
+	data, err := json.Marshal(file)
+	require.NoError(t, err)
+	return data
+}
+
+func model(m map[string]any) map[string]any { return m["model"].(map[string]any) }
+
+func TestTinyEncodeDecode(t *testing.T) {
+	tok, err := Parse(tinyFile(t, nil))
+	require.NoError(t, err)
+	hello, _ := tok.TokenToID("hello")
+	world, _ := tok.TokenToID("Ġworld")
+	eot, _ := tok.TokenToID("<|endoftext|>")
+	require.Equal(t, []int64{hello, world}, tok.Encode("hello world", false))
+	require.Equal(t, []int64{eot, hello, world}, tok.Encode("hello world", true))
+	require.Equal(t, "hello world", tok.Decode(tok.Encode("hello world", true), true))
+	require.Equal(t, "<|endoftext|>hello world", tok.Decode(tok.Encode("hello world", true), false))
+	require.Equal(t, 256+9+2, tok.VocabSize())
+	bos, ok := tok.BOS()
+	require.True(t, ok)
+	require.Equal(t, eot, bos)
+	require.True(t, tok.IsSpecial(eot))
+	require.False(t, tok.IsSpecial(hello))
+	require.Len(t, tok.AddedTokens(), 2)
+	require.Equal(t, "<mask>", tok.AddedTokens()[1].Content)
+	// Invalid UTF-8 is encoded as U+FFFD.
+	require.Equal(t, tok.Encode("a\uFFFDb", false), tok.Encode("a\xffb", false))
+	// AppendEncode appends.
+	buf := tok.AppendEncode([]int64{-7}, "hello", false)
+	require.Equal(t, []int64{-7, hello}, buf)
+}
+
+func TestDecodeStreamCompletesCharacters(t *testing.T) {
+	tok, err := Parse(tinyFile(t, nil))
+	require.NoError(t, err)
+	ids := tok.Encode("hello é€😀 world", false)
+	s := tok.NewDecodeStream(false)
+	var got strings.Builder
+	var chunks []string
+	for _, id := range ids {
+		out, err := s.Step(id)
+		require.NoError(t, err)
+		if out != "" {
+			chunks = append(chunks, out)
+		}
+		got.WriteString(out)
+	}
+	require.Equal(t, "hello é€😀 world", got.String())
+	for _, c := range chunks {
+		require.NotContains(t, c, "\uFFFD", "a chunk ended inside a character: %q", chunks)
+	}
+	// An unfinished character stays held back until Flush.
+	euro := tok.Encode("€", false)
+	require.Len(t, euro, 3)
+	s = tok.NewDecodeStream(false)
+	for _, id := range euro[:2] {
+		out, err := s.Step(id)
+		require.NoError(t, err)
+		require.Equal(t, "", out)
+	}
+	require.Equal(t, "\uFFFD", s.Flush())
+}
+
+// TestConcurrentEncode encodes from many goroutines at once (as the loader's workers
+// do) and gets what one goroutine gets; run with -race it checks the cache's locking.
+func TestConcurrentEncode(t *testing.T) {
+	tok, err := Parse(tinyFile(t, nil))
+	require.NoError(t, err)
+	texts := make([]string, 200)
+	for i := range texts {
+		texts[i] = fmt.Sprintf("hello world %d <mask> héllo wörld %d", i%17, i)
+	}
+	want := make([][]int64, len(texts))
+	for i, s := range texts {
+		want[i] = tok.Encode(s, true)
+	}
+	fresh, err := Parse(tinyFile(t, nil)) // an empty cache, filled concurrently
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range texts {
+				i := (k + g*25) % len(texts)
+				if got := fresh.Encode(texts[i], true); fmt.Sprint(got) != fmt.Sprint(want[i]) {
+					errs <- fmt.Sprintf("goroutine %d text %q: %v, want %v", g, texts[i], got, want[i])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := []struct {
+		name        string
+		edit        func(m map[string]any)
+		raw         string
+		want        string
+		unsupported bool
+	}{
+		{name: "truncated", raw: `{"model": {"type": "BPE", "vocab": {`, want: "unexpected end of JSON input"},
+		{name: "syntax", raw: "{\n  \"model\": {\n    \"type\": BPE}}", want: "malformed JSON at line 3, column 13"},
+		{name: "wrong type", raw: `{"added_tokens": 5}`, want: "field added_tokens"},
+		{name: "no model", raw: `{"version": "1.0"}`, want: "the file has no model"},
+		{name: "version", edit: func(m map[string]any) { m["version"] = "2.0" }, want: `unknown tokenizer.json version "2.0"`},
+		{name: "unigram", edit: func(m map[string]any) { model(m)["type"] = "Unigram" }, want: `tokenizer: model type "Unigram" is not supported (supported: BPE)`, unsupported: true},
+		{name: "wordpiece", edit: func(m map[string]any) { model(m)["type"] = "WordPiece" }, want: `model type "WordPiece" is not supported (supported: BPE)`, unsupported: true},
+		{name: "dropout", edit: func(m map[string]any) { model(m)["dropout"] = 0.1 }, want: "model.dropout is 0.1", unsupported: true},
+		{name: "merge not in vocab", edit: func(m map[string]any) {
+			model(m)["merges"] = []any{[]string{"h", "zz"}}
+		}, want: `model.merges[0]: "zz" is not in model.vocab`},
+		{name: "merged not in vocab", edit: func(m map[string]any) {
+			model(m)["merges"] = []any{[]string{"x", "y"}}
+		}, want: `model.merges[0]: the merged token "xy" is not in model.vocab`},
+		{name: "merge string", edit: func(m map[string]any) { model(m)["merges"] = []any{"h e l"} }, want: `model.merges[0]: "h e l" is not two tokens`},
+		{name: "merge triple", edit: func(m map[string]any) { model(m)["merges"] = []any{[]string{"h", "e", "l"}} }, want: "model.merges[0]: a list of 3 strings"},
+		{name: "negative id", edit: func(m map[string]any) { model(m)["vocab"].(map[string]any)["bad"] = -1 }, want: `token "bad" has id -1`},
+		{name: "unk", edit: func(m map[string]any) { model(m)["unk_token"] = "<unk>" }, want: `model.unk_token "<unk>" is not in model.vocab`},
+		{name: "pre-tokenizer", edit: func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "BertPreTokenizer"} }, want: `pre_tokenizer: pre-tokenizer "BertPreTokenizer" is not supported`, unsupported: true},
+		{name: "nested pre-tokenizer", edit: func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "ByteLevel"}, map[string]any{"type": "Digits"}}}
+		}, want: `pre_tokenizer.pretokenizers[1]: pre-tokenizer "Digits" is not supported`, unsupported: true},
+		{name: "regex", edit: func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `\d+`}, "behavior": "Isolated", "invert": false}
+		}, want: `the Split regular expression "\\d+" is not supported`, unsupported: true},
+		{name: "behavior", edit: func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "Sideways", "invert": false}
+		}, want: `unknown split behavior "Sideways"`},
+		{name: "normalizer", edit: func(m map[string]any) { m["normalizer"] = map[string]any{"type": "Lowercase"} }, want: `normalizer: normalizer "Lowercase" is not supported`, unsupported: true},
+		{name: "replace regex", edit: func(m map[string]any) {
+			m["normalizer"] = map[string]any{"type": "Replace", "pattern": map[string]any{"Regex": " +"}, "content": " "}
+		}, want: `normalizer.pattern: the regular expression " +" is not supported here`, unsupported: true},
+		{name: "decoder", edit: func(m map[string]any) { m["decoder"] = map[string]any{"type": "WordPiece"} }, want: `decoder: decoder "WordPiece" is not supported`, unsupported: true},
+		{name: "post-processor", edit: func(m map[string]any) { m["post_processor"] = map[string]any{"type": "RobertaProcessing"} }, want: `post_processor: post-processor "RobertaProcessing" is not supported`, unsupported: true},
+		{name: "template token", edit: func(m map[string]any) {
+			m["post_processor"].(map[string]any)["special_tokens"] = map[string]any{}
+		}, want: `special token "<|endoftext|>" is not in special_tokens`},
+		{name: "metaspace", edit: func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "▁", "add_prefix_space": false, "prepend_scheme": "always"}
+		}, want: `add_prefix_space false does not match prepend_scheme "always"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			data := []byte(c.raw)
+			if c.raw == "" {
+				data = tinyFile(t, c.edit)
+			}
+			_, err := Parse(data)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), c.want)
+			require.Equal(t, c.unsupported, errors.Is(err, ErrUnsupported), "%v", err)
+		})
+	}
+}
+
+func TestLoadFileChecks(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Load(filepath.Join(dir, "missing.json"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+
+	_, err = Load(dir)
+	require.ErrorContains(t, err, "is not a regular file")
+
+	big := filepath.Join(dir, "big.json")
+	f, err := os.Create(big)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(MaxFileSize+1)) // sparse: no disk used
+	require.NoError(t, f.Close())
+	_, err = Load(big)
+	require.ErrorContains(t, err, "more than the limit")
+
+	bad := filepath.Join(dir, "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte("{\"model\": nul}"), 0o644))
+	_, err = Load(bad)
+	require.ErrorContains(t, err, bad)
+	require.ErrorContains(t, err, "malformed JSON at line 1")
+
+	// LoadDir: tokenizer_config.json is optional, and its tokens must exist.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), tinyFile(t, nil), 0o644))
+	tok, err := LoadDir(dir)
+	require.NoError(t, err)
+	_, ok := tok.PAD()
+	require.False(t, ok)
+	cfg := filepath.Join(dir, "tokenizer_config.json")
+	require.NoError(t, os.WriteFile(cfg, []byte(`{"bos_token": {"content": "hello", "lstrip": false}, "eos_token": "<|endoftext|>", "pad_token": null}`), 0o644))
+	tok, err = LoadDir(dir)
+	require.NoError(t, err)
+	bos, _ := tok.BOS()
+	hello, _ := tok.TokenToID("hello")
+	require.Equal(t, hello, bos)
+	require.NoError(t, os.WriteFile(cfg, []byte(`{"eos_token": "<nope>"}`), 0o644))
+	_, err = LoadDir(dir)
+	require.ErrorContains(t, err, `eos_token "<nope>" is not in the vocabulary`)
+	require.NoError(t, os.WriteFile(cfg, []byte(`{"eos_token": 7}`), 0o644))
+	_, err = LoadDir(dir)
+	require.ErrorContains(t, err, "eos_token: expected a string or an object")
+}
+
+// FuzzParse: no input makes Parse, Encode or Decode panic. go test runs the seeds;
+// go test -fuzz=FuzzParse explores.
+func FuzzParse(f *testing.F) {
+	f.Add(tinyFile(f, nil), "hello <mask> world", int64(3))
+	f.Add([]byte(`{"model":{"merges":[],"vocab":{"a":0}}}`), "aaa", int64(0))
+	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0,"<0x61>":1},"byte_fallback":true,"merges":[]},"pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":true},"decoder":{"type":"Sequence","decoders":[{"type":"ByteFallback"},{"type":"Strip","content":" ","start":3,"stop":3}]}}`), "a b", int64(1))
+	f.Fuzz(func(t *testing.T, data []byte, text string, id int64) {
+		tok, err := Parse(data)
+		if err != nil {
+			return
+		}
+		ids := tok.Encode(text, true)
+		_ = tok.Decode(append(ids, id, -id), false)
+		s := tok.NewDecodeStream(true)
+		for _, i := range ids {
+			_, _ = s.Step(i)
+		}
+		_ = s.Flush()
+	})
+}
