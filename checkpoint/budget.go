@@ -158,18 +158,37 @@ func (b *budget) growCharge(n, c, k int, elem int64) error {
 	return b.alloc((int64(growCap(n, c, k))*elem*9)/8 + 16)
 }
 
-// Read loads the checkpoint at path within the budget o sets.
-func (o ReadOptions) Read(path string) (any, error) {
+// openRegular opens path for reading, refusing anything but a regular file (after
+// symlinks): opening a FIFO would block until a writer comes, and a device such as
+// /dev/zero has no size to budget by.
+func openRegular(path string) (*os.File, int64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, 0, fmt.Errorf("checkpoint: %s is not a regular file (%v)", path, fi.Mode().Type())
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
+		return nil, 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	if fi, err = f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, 0, fmt.Errorf("checkpoint: %s is not a regular file", path)
+	}
+	return f, fi.Size(), nil
+}
+
+// Read loads the checkpoint at path within the budget o sets. path must name a
+// regular file (or a symlink to one).
+func (o ReadOptions) Read(path string) (any, error) {
+	f, size, err := openRegular(path)
+	if err != nil {
+		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	v, err := o.ReadFrom(f, fi.Size())
+	v, err := o.ReadFrom(f, size)
 	if err != nil {
 		return nil, fmt.Errorf("%w (reading %s)", err, path)
 	}
@@ -182,18 +201,19 @@ func (o ReadOptions) ReadFrom(r io.ReaderAt, size int64) (any, error) {
 	return v, err
 }
 
-// ReadSafetensors reads a safetensors file within the budget o sets.
+// ReadSafetensors reads a safetensors file within the budget o sets. path must name a
+// regular file (or a symlink to one).
 func (o ReadOptions) ReadSafetensors(path string) (*Dict, map[string]string, error) {
-	f, err := os.Open(path)
+	f, size, err := openRegular(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+		return nil, nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	d, meta, err := o.ReadSafetensorsFrom(f, size)
 	if err != nil {
-		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+		return nil, nil, fmt.Errorf("%w (reading %s)", err, path)
 	}
-	return o.ReadSafetensorsFrom(f, fi.Size())
+	return d, meta, nil
 }
 
 // ReadSafetensorsFrom reads a safetensors file of size bytes from r within the budget o

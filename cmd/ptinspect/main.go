@@ -5,16 +5,26 @@
 //
 // Usage:
 //
-//	ptinspect [--json] [--max-items N] FILE
+//	ptinspect [--json] [--max-items N] [--max-string N] [--max-output BYTES] FILE
 //
 // With --json it prints the tree as JSON for machines instead.
+//
+// What it prints is bounded, and costs time and memory linear in what it prints: a
+// value the file stores once and references many times (through the pickle memo) is
+// printed at each reference, so the output stops after --max-output bytes, and never
+// goes past the budget a reader gives a file's shared values
+// (checkpoint.DefaultMemoryFixed + DefaultMemoryPerByte × the file's size); strings and
+// bytes are cut to --max-string characters, saying how many bytes were elided.
 package main
 
 import (
+	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"math/big"
 	"os"
@@ -33,7 +43,7 @@ func main() {
 	o := options{}
 	flag.IntVar(&o.maxItems, "max-items", 50, "list at most this many items of a list, tuple or dict (0: all)")
 	flag.IntVar(&o.maxString, "max-string", 200, "print at most this many characters of a string or bytes (0: all)")
-	flag.Int64Var(&o.maxOutput, "max-output", 4<<20, "stop printing after about this many bytes (0: no limit)")
+	flag.Int64Var(&o.maxOutput, "max-output", 4<<20, "stop printing after about this many bytes (0: the file's budget for shared values)")
 	flag.Usage = func() {
 		fmt.Fprintln(flag.CommandLine.Output(), "usage: ptinspect [--json] [--max-items N] [--max-string N] [--max-output BYTES] FILE")
 		flag.PrintDefaults()
@@ -62,31 +72,49 @@ type options struct {
 }
 
 func run(w io.Writer, path string, o options) error {
+	limit, why, err := outputLimit(path, o.maxOutput)
+	if err != nil {
+		return err
+	}
 	v, err := load(path)
 	if err != nil {
 		return err
 	}
+	bw := bufio.NewWriter(w)
 	if o.json {
-		j := &jsonConv{options: o, left: o.maxOutput}
-		if o.maxOutput <= 0 {
-			j.left = math.MaxInt64
-		}
-		b, err := json.MarshalIndent(j.node(v, 0), "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(append(escapeJSON(b), '\n'))
-		return err
+		j := &jsonWriter{options: o, w: bw, left: limit}
+		j.node(v, 0)
+		bw.WriteByte('\n')
+		return bw.Flush()
 	}
-	p := &printer{w: w, options: o}
+	p := &printer{w: bw, options: o, limit: limit}
 	p.value(v, 0)
 	if p.cut {
-		fmt.Fprintf(w, "# output cut after %d bytes (--max-output)\n", p.written)
+		fmt.Fprintf(bw, "# output cut after %d bytes (%s)\n", p.written, why)
 	}
 	s := stats{seen: map[*checkpoint.Storage]bool{}, tensorSeen: map[*checkpoint.Tensor]bool{}, visited: map[any]bool{}}
 	s.walk(v)
-	fmt.Fprintf(w, "# %d tensors, %d elements, %d bytes in %d storages\n", s.tensors, s.elements, s.bytes, len(s.seen))
-	return nil
+	fmt.Fprintf(bw, "# %d tensors, %d elements, %d bytes in %d storages\n", s.tensors, s.elements, s.bytes, len(s.seen))
+	return bw.Flush()
+}
+
+// outputLimit returns how many bytes ptinspect prints for the file at path, and why:
+// --max-output, but never more than the budget checkpoint's readers give the file's
+// shared values (its expanded size), since printing a shared value at every reference
+// expands it just as a tree walk does.
+func outputLimit(path string, maxOutput int64) (int64, string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, "", err
+	}
+	budget := int64(math.MaxInt64)
+	if size := fi.Size(); size < (math.MaxInt64-checkpoint.DefaultMemoryFixed)/checkpoint.DefaultMemoryPerByte {
+		budget = checkpoint.DefaultMemoryFixed + checkpoint.DefaultMemoryPerByte*size
+	}
+	if maxOutput > 0 && maxOutput <= budget {
+		return maxOutput, "--max-output", nil
+	}
+	return budget, fmt.Sprintf("the file's budget for shared values, %d bytes", budget), nil
 }
 
 // load reads a torch.save checkpoint, or a safetensors file (which has no magic number:
@@ -99,11 +127,36 @@ func load(path string) (any, error) {
 	}
 	v, err := ro.Read(path)
 	if err != nil {
-		if sv, serr := loadSafetensors(ro, path); serr == nil {
+		sv, serr := loadSafetensors(ro, path)
+		if serr == nil {
 			return sv, nil
+		}
+		if looksLikeSafetensors(path) {
+			return nil, serr
 		}
 	}
 	return v, err
+}
+
+// looksLikeSafetensors reports whether a file starts as a safetensors file does: a
+// header length that fits the file, then '{'. When neither reader accepts such a file,
+// the safetensors reader's error is the one that says what is wrong with it.
+func looksLikeSafetensors(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [9]byte
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	if _, err := io.ReadFull(f, b[:]); err != nil {
+		return false
+	}
+	n := binary.LittleEndian.Uint64(b[:8])
+	return n <= uint64(fi.Size()-8) && b[8] == '{'
 }
 
 func loadSafetensors(ro checkpoint.ReadOptions, path string) (any, error) {
@@ -127,10 +180,17 @@ func loadSafetensors(ro checkpoint.ReadOptions, path string) (any, error) {
 }
 
 type printer struct {
-	w io.Writer
+	w *bufio.Writer
 	options
+	limit   int64 // bytes the output may take
 	written int64
 	cut     bool // the output limit was reached: print nothing more
+}
+
+// room is how many more bytes the output may take, less some for the indentation and
+// the key that precede a value on its line: what a value is cut to.
+func (p *printer) room() int {
+	return int(min(max(p.limit-p.written-256, 0), math.MaxInt32))
 }
 
 // stats counts the tensors of a whole tree: each tensor and storage once, and each
@@ -203,11 +263,32 @@ func (p *printer) line(depth int, format string, args ...any) {
 		return
 	}
 	s := strings.Repeat("  ", depth) + fmt.Sprintf(format, args...) + "\n"
-	if p.maxOutput > 0 && p.written+int64(len(s)) > p.maxOutput {
+	if p.written+int64(len(s)) > p.limit {
 		p.cut = true
 		return
 	}
-	n, _ := io.WriteString(p.w, s)
+	n, _ := p.w.WriteString(s)
+	p.written += int64(n)
+}
+
+// valueLine prints prefix and v's repr on one line, built in place: a line of
+// megabytes (--max-string 0) is made once, not copied.
+func (p *printer) valueLine(depth int, prefix string, v any) {
+	if p.cut {
+		return
+	}
+	l := &lim{max: p.room()}
+	for range depth {
+		l.WriteString("  ")
+	}
+	l.WriteString(prefix)
+	p.reprTo(l, v)
+	l.WriteByte('\n')
+	if p.written+int64(l.Len()) > p.limit {
+		p.cut = true
+		return
+	}
+	n, _ := p.w.WriteString(l.String())
 	p.written += int64(n)
 }
 
@@ -243,7 +324,7 @@ func (p *printer) entry(prefix string, v any, depth int) {
 			for k, e := range x.Attrs.All() {
 				name := p.repr(k)
 				if s, ok := k.(string); ok {
-					cut, _ := cutString(s, p.maxString)
+					cut, _ := cutString(s, p.maxString, p.room())
 					name = escape(cut)
 				}
 				p.entry("."+name+" (attribute): ", e, depth+1)
@@ -252,7 +333,7 @@ func (p *printer) entry(prefix string, v any, depth int) {
 	case []any, checkpoint.Tuple:
 		seq, kind := asSeq(x)
 		if scalars(seq) {
-			p.line(depth, "%s%s", prefix, p.repr(x))
+			p.valueLine(depth, prefix, x)
 			return
 		}
 		p.line(depth, "%s%s (%d items)", prefix, kind, len(seq))
@@ -269,7 +350,7 @@ func (p *printer) entry(prefix string, v any, depth int) {
 	case *checkpoint.Tensor:
 		p.line(depth, "%s%s", prefix, tensorRepr(x))
 	default:
-		p.line(depth, "%s%s", prefix, p.repr(v))
+		p.valueLine(depth, prefix, v)
 	}
 }
 
@@ -395,78 +476,103 @@ func intRepr(x *big.Int) string {
 	return x.String()
 }
 
-// cutString returns s cut to max characters and the number of characters cut.
-func cutString(s string, max int) (string, int) {
-	if max <= 0 || len(s) <= max {
-		return s, 0
-	}
+// cutString returns s cut to at most maxChars characters (0: no limit) and about
+// maxBytes bytes, on a character boundary, and how many bytes it cut. It reads no more
+// of s than it keeps, so printing the start of a long string costs the start, however
+// often the string is printed.
+func cutString(s string, maxChars, maxBytes int) (string, int) {
 	n := 0
 	for i := range s {
-		if n == max {
-			return s[:i], utf8.RuneCountInString(s[i:])
+		if (maxChars > 0 && n == maxChars) || i >= maxBytes {
+			return s[:i], len(s) - i
 		}
 		n++
 	}
 	return s, 0
 }
 
+// elided is what follows a string or bytes value cut by n bytes.
+func elided(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("... (%d more bytes elided)", n)
+}
+
+// lim is a strings.Builder that values stop writing to once it holds max bytes.
+type lim struct {
+	strings.Builder
+	max int
+}
+
+func (l *lim) full() bool { return l.Len() >= l.max }
+
 // repr formats a scalar (or a flat sequence) as Python would print it, with every
-// non-printable character escaped and long strings cut.
+// non-printable character escaped, long strings cut, and no more than the output has
+// room for.
 func (p *printer) repr(v any) string {
+	l := &lim{max: p.room()}
+	p.reprTo(l, v)
+	return l.String()
+}
+
+func (p *printer) reprTo(l *lim, v any) {
 	switch x := v.(type) {
 	case nil:
-		return "None"
+		l.WriteString("None")
 	case bool:
 		if x {
-			return "True"
+			l.WriteString("True")
+		} else {
+			l.WriteString("False")
 		}
-		return "False"
 	case int64:
-		return strconv.FormatInt(x, 10)
+		l.WriteString(strconv.FormatInt(x, 10))
 	case *big.Int:
-		return intRepr(x)
+		l.WriteString(intRepr(x))
 	case float64:
-		return floatRepr(x)
+		l.WriteString(floatRepr(x))
 	case string:
-		s, more := cutString(x, p.maxString)
-		out := pyQuote(s)
-		if more > 0 {
-			out += fmt.Sprintf("... (%d more characters)", more)
-		}
-		return out
+		s, more := cutString(x, p.maxString, l.max-l.Len())
+		pyQuoteTo(&l.Builder, s)
+		l.WriteString(elided(more))
 	case []byte:
-		b, more := x, 0
-		if p.maxString > 0 && len(b) > p.maxString {
-			b, more = b[:p.maxString], len(b)-p.maxString
+		n := min(len(x), max(l.max-l.Len(), 0))
+		if p.maxString > 0 {
+			n = min(n, p.maxString)
 		}
-		out := "b" + pyBytes(b)
-		if more > 0 {
-			out += fmt.Sprintf("... (%d more bytes)", more)
+		l.WriteString("b" + pyBytes(x[:n]))
+		l.WriteString(elided(len(x) - n))
+	case checkpoint.Tuple, []any:
+		seq, _ := asSeq(x)
+		open, close := "[", "]"
+		if _, ok := x.(checkpoint.Tuple); ok {
+			open, close = "(", ")"
 		}
-		return out
-	case checkpoint.Tuple:
-		parts := make([]string, len(x))
-		for i, e := range x {
-			parts[i] = p.repr(e)
+		l.WriteString(open)
+		for i, e := range seq {
+			if i > 0 {
+				l.WriteString(", ")
+			}
+			if l.full() {
+				l.WriteString("...")
+				break
+			}
+			p.reprTo(l, e)
 		}
-		if len(x) == 1 {
-			return "(" + parts[0] + ",)"
+		if len(seq) == 1 && open == "(" {
+			l.WriteString(",")
 		}
-		return "(" + strings.Join(parts, ", ") + ")"
-	case []any:
-		parts := make([]string, len(x))
-		for i, e := range x {
-			parts[i] = p.repr(e)
-		}
-		return "[" + strings.Join(parts, ", ") + "]"
+		l.WriteString(close)
 	case *checkpoint.Tensor:
-		return tensorRepr(x)
+		l.WriteString(tensorRepr(x))
 	case *checkpoint.Dict:
-		return fmt.Sprintf("dict (%d items)", x.Len())
+		fmt.Fprintf(l, "dict (%d items)", x.Len())
 	case checkpoint.DType:
-		return "torch." + x.String()
+		l.WriteString("torch." + x.String())
+	default:
+		l.WriteString(escape(fmt.Sprint(v)))
 	}
-	return escape(fmt.Sprint(v))
 }
 
 // pyQuote quotes s as Python's repr does, escaping quotes, backslashes and every
@@ -475,22 +581,28 @@ func (p *printer) repr(v any) string {
 // terminal raw.
 func pyQuote(s string) string {
 	var sb strings.Builder
+	pyQuoteTo(&sb, s)
+	return sb.String()
+}
+
+// pyQuoteTo writes pyQuote(s) to sb.
+func pyQuoteTo(sb *strings.Builder, s string) {
+	sb.Grow(len(s) + 2)
 	sb.WriteByte('\'')
 	for i, w := 0, 0; i < len(s); i += w {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		w = n
 		switch {
 		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&sb, "\\x%02x", s[i])
+			fmt.Fprintf(sb, "\\x%02x", s[i])
 		case r == '\'' || r == '\\':
 			sb.WriteByte('\\')
 			sb.WriteRune(r)
 		default:
-			writeRune(&sb, r)
+			writeRune(sb, r)
 		}
 	}
 	sb.WriteByte('\'')
-	return sb.String()
 }
 
 // pyBytes quotes b as Python's repr of bytes does: printable ASCII as is, the rest as
@@ -576,125 +688,222 @@ func escapeJSON(b []byte) []byte {
 	return out
 }
 
-// jsonConv converts a value to a JSON-friendly tree: every node is an object with a
-// "type"; containers carry "items", scalars a "value" (ints outside ±2^53 and
-// non-finite floats as strings, so nothing is lost). It applies ptinspect's bounds:
-// containers list at most maxItems items ("omitted" counts the rest), strings and
-// bytes are cut ("length" gives the full size), and once about maxOutput bytes of
-// nodes are made, containers list nothing more.
-type jsonConv struct {
+// jsonWriter writes a value as a JSON tree as it walks it, so that memory does not
+// grow with the output: every node is an object with a "type"; containers carry
+// "items", scalars a "value" (ints outside ±2^53 and non-finite floats as strings, so
+// nothing is lost). It applies ptinspect's bounds: containers list at most maxItems
+// items ("omitted" counts the rest), strings and bytes are cut ("length" gives the
+// full size in bytes), and once left bytes are written, containers list nothing more.
+// The text is indented as json.MarshalIndent indents it.
+type jsonWriter struct {
 	options
+	w    *bufio.Writer
 	left int64
 }
 
-// spend charges n bytes of output; it reports whether any budget was left.
-func (j *jsonConv) spend(n int64) bool {
-	if j.left <= 0 {
-		return false
-	}
-	j.left -= n
-	return true
+func (j *jsonWriter) raw(s string) {
+	n, _ := j.w.WriteString(s)
+	j.left -= int64(n)
 }
 
-func (j *jsonConv) str(typ, s string) map[string]any {
-	out := map[string]any{"type": typ}
-	if cut, more := cutString(s, j.maxString); more > 0 {
-		out["value"], out["length"] = cut, utf8.RuneCountInString(s)
+// room is what is left of the output, for a string about to be written.
+func (j *jsonWriter) room() int { return int(min(max(j.left, 0), math.MaxInt32)) }
+
+// value writes v as JSON (through encoding/json, then with every non-printable
+// character escaped).
+func (j *jsonWriter) value(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(err.Error())
+	}
+	n, _ := j.w.Write(escapeJSON(b))
+	j.left -= int64(n)
+}
+
+// object writes an object's opening and its "type" member; members follow with
+// member, and end closes it.
+func (j *jsonWriter) object(typ string, depth int) {
+	j.raw("{\n")
+	j.indent(depth + 1)
+	j.raw(`"type": `)
+	j.value(typ)
+}
+
+func (j *jsonWriter) member(name string, depth int) {
+	j.raw(",\n")
+	j.indent(depth + 1)
+	j.value(name)
+	j.raw(": ")
+}
+
+func (j *jsonWriter) end(depth int) {
+	j.raw("\n")
+	j.indent(depth)
+	j.raw("}")
+}
+
+func (j *jsonWriter) indent(depth int) { j.raw(strings.Repeat("  ", depth)) }
+
+// scalar writes a node holding a value.
+func (j *jsonWriter) scalar(typ string, v any, depth int) {
+	j.object(typ, depth)
+	j.member("value", depth)
+	j.value(v)
+	j.end(depth)
+}
+
+// items writes a container's items, each by item, up to the item and output bounds,
+// and returns how many it wrote.
+func (j *jsonWriter) items(n int, depth int, item func(i int)) int {
+	j.member("items", depth)
+	written := 0
+	for i := range n {
+		if (j.maxItems > 0 && i == j.maxItems) || j.left <= 0 {
+			break
+		}
+		if i == 0 {
+			j.raw("[\n")
+		} else {
+			j.raw(",\n")
+		}
+		j.indent(depth + 2)
+		item(i)
+		written++
+	}
+	if written == 0 {
+		j.raw("[]")
 	} else {
-		out["value"] = s
+		j.raw("\n")
+		j.indent(depth + 1)
+		j.raw("]")
 	}
-	j.spend(int64(len(out["value"].(string))) + 32)
-	return out
+	if written < n {
+		j.member("omitted", depth)
+		j.value(n - written)
+	}
+	return written
 }
 
-func (j *jsonConv) node(v any, depth int) any {
-	j.spend(32)
+func (j *jsonWriter) node(v any, depth int) {
 	switch x := v.(type) {
 	case nil:
-		return map[string]any{"type": "None"}
+		j.object("None", depth)
+		j.end(depth)
 	case checkpoint.DType:
-		return map[string]any{"type": "dtype", "value": x.String()}
+		j.scalar("dtype", x.String(), depth)
 	case bool:
-		return map[string]any{"type": "bool", "value": x}
+		j.scalar("bool", x, depth)
 	case int64:
 		if x > 1<<53 || x < -(1<<53) {
-			return map[string]any{"type": "int", "value": strconv.FormatInt(x, 10)}
+			j.scalar("int", strconv.FormatInt(x, 10), depth)
+		} else {
+			j.scalar("int", x, depth)
 		}
-		return map[string]any{"type": "int", "value": x}
 	case *big.Int:
-		return j.str("int", intRepr(x))
+		j.scalar("int", intRepr(x), depth)
 	case float64:
 		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return map[string]any{"type": "float", "value": floatRepr(x)}
+			j.scalar("float", floatRepr(x), depth)
+		} else {
+			j.scalar("float", x, depth)
 		}
-		return map[string]any{"type": "float", "value": x}
 	case string:
-		return j.str("str", x)
-	case []byte:
-		out := map[string]any{"type": "bytes", "value": x}
-		if j.maxString > 0 && len(x) > j.maxString {
-			out["value"], out["length"] = x[:j.maxString], len(x)
+		cut, more := cutString(x, j.maxString, j.room())
+		j.object("str", depth)
+		j.member("value", depth)
+		j.value(cut)
+		if more > 0 {
+			j.member("length", depth)
+			j.value(len(x))
 		}
-		j.spend(int64(len(out["value"].([]byte)))*4/3 + 32)
-		return out
+		j.end(depth)
+	case []byte:
+		n := min(len(x), j.room()*3/4)
+		if j.maxString > 0 {
+			n = min(n, j.maxString)
+		}
+		j.object("bytes", depth)
+		j.member("value", depth)
+		j.value(x[:n])
+		if n < len(x) {
+			j.member("length", depth)
+			j.value(len(x))
+		}
+		j.end(depth)
 	case checkpoint.Tuple, []any:
 		seq, kind := asSeq(x)
-		items := []any{}
-		for i, e := range seq {
-			if (j.maxItems > 0 && i == j.maxItems) || !j.spend(0) {
-				break
-			}
-			items = append(items, j.node(e, depth+1))
-		}
-		out := map[string]any{"type": kind, "items": items}
-		if len(items) < len(seq) {
-			out["omitted"] = len(seq) - len(items)
-		}
-		return out
+		j.object(kind, depth)
+		j.items(len(seq), depth, func(i int) { j.node(seq[i], depth+2) })
+		j.end(depth)
 	case *checkpoint.Dict:
 		kind := "dict"
 		if x.Kind == checkpoint.OrderedDict {
 			kind = "OrderedDict"
 		}
-		items := []any{}
-		for k, e := range x.All() {
-			if (j.maxItems > 0 && len(items) == j.maxItems) || !j.spend(0) {
-				break
-			}
-			items = append(items, map[string]any{"key": j.node(k, depth+1), "value": j.node(e, depth+1)})
+		j.object(kind, depth)
+		next, stop := iter.Pull2(x.All())
+		defer stop()
+		j.items(x.Len(), depth, func(int) {
+			k, e, _ := next()
+			j.raw("{\n")
+			j.indent(depth + 3)
+			j.raw(`"key": `)
+			j.node(k, depth+3)
+			j.raw(",\n")
+			j.indent(depth + 3)
+			j.raw(`"value": `)
+			j.node(e, depth+3)
+			j.raw("\n")
+			j.indent(depth + 2)
+			j.raw("}")
+		})
+		if x.Attrs.Len() > 0 && j.left > 0 {
+			j.member("attributes", depth)
+			j.node(x.Attrs, depth+1)
 		}
-		out := map[string]any{"type": kind, "items": items}
-		if len(items) < x.Len() {
-			out["omitted"] = x.Len() - len(items)
-		}
-		if x.Attrs.Len() > 0 && j.spend(0) {
-			out["attributes"] = j.node(x.Attrs, depth+1)
-		}
-		return out
+		j.end(depth)
 	case *checkpoint.Tensor:
-		j.spend(256)
-		out := map[string]any{
-			"type": "tensor", "dtype": x.DType.String(), "shape": nonNil(x.Shape),
-			"strides": nonNil(x.Strides), "offset": x.Offset, "requires_grad": x.RequiresGrad,
-			"storage": x.Storage.Key, "numel": x.Numel(),
+		j.object("tensor", depth)
+		for _, m := range []struct {
+			name string
+			v    any
+		}{
+			{"dtype", x.DType.String()}, {"shape", nonNil(x.Shape)}, {"strides", nonNil(x.Strides)},
+			{"offset", x.Offset}, {"requires_grad", x.RequiresGrad}, {"storage", x.Storage.Key}, {"numel", x.Numel()},
+		} {
+			j.member(m.name, depth)
+			j.value(m.v)
 		}
-		if len(x.Shape) == 0 && x.DType == checkpoint.Int64 {
-			if v, err := x.ReadInt64s(); err == nil {
-				out["value"] = v[0]
-			}
-		} else if len(x.Shape) == 0 {
-			if v, err := x.ReadFloat64s(); err == nil {
-				f := v[0]
-				if math.IsNaN(f) || math.IsInf(f, 0) {
-					out["value"] = floatRepr(f)
-				} else {
-					out["value"] = f
-				}
+		if len(x.Shape) == 0 {
+			if v, ok := scalarValue(x); ok {
+				j.member("value", depth)
+				j.value(v)
 			}
 		}
-		return out
+		j.end(depth)
+	default:
+		j.object(fmt.Sprintf("%T", v), depth)
+		j.end(depth)
 	}
-	return map[string]any{"type": fmt.Sprintf("%T", v)}
+}
+
+// scalarValue is a 0-dim tensor's element as JSON holds it.
+func scalarValue(t *checkpoint.Tensor) (any, bool) {
+	if t.DType == checkpoint.Int64 {
+		v, err := t.ReadInt64s()
+		if err != nil {
+			return nil, false
+		}
+		return v[0], true
+	}
+	v, err := t.ReadFloat64s()
+	if err != nil {
+		return nil, false
+	}
+	if math.IsNaN(v[0]) || math.IsInf(v[0], 0) {
+		return floatRepr(v[0]), true
+	}
+	return v[0], true
 }
 
 func nonNil(s []int64) []int64 {

@@ -2,15 +2,17 @@ package main
 
 import (
 	"archive/zip"
+	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -191,8 +193,8 @@ func sharedStringFile(t *testing.T, size, refs int) string {
 }
 
 // TestBoundedOutput: a 1 MiB string shared 1024 times (2 GiB expanded in two
-// containers) prints in under a second, cut, in text and JSON, with every bound
-// honoured, including with no item limit.
+// containers) prints cut, in text and JSON, with every bound honoured, including with
+// no item limit, in memory linear in what is printed.
 func TestBoundedOutput(t *testing.T) {
 	p := sharedStringFile(t, 1<<20, 1024)
 	for _, o := range []options{
@@ -202,19 +204,138 @@ func TestBoundedOutput(t *testing.T) {
 		{json: true, maxItems: 0, maxString: 0, maxOutput: 1 << 20},
 	} {
 		var out bytes.Buffer
-		start := time.Now()
-		require.NoError(t, run(&out, p, o))
-		took := time.Since(start)
-		t.Logf("%+v: %v, %d bytes", o, took, out.Len())
-		require.Less(t, took, time.Second, "%+v", o)
-		require.Less(t, out.Len(), 8<<20, "%+v", o)
+		total := allocated(t, func() { require.NoError(t, run(&out, p, o)) })
+		t.Logf("%+v: %d bytes printed, %d MB allocated", o, out.Len(), total>>20)
+		require.Less(t, out.Len(), int(o.maxOutput)+(64<<10), "%+v", o)
+		require.Less(t, total, uint64(64<<20)+40*uint64(o.maxOutput), "%+v", o)
 		if !o.json && o.maxString > 0 {
-			require.Contains(t, out.String(), "... (1048376 more characters)")
+			require.Contains(t, out.String(), "... (1048376 more bytes elided)")
 			require.Contains(t, out.String(), "... 974 more")
 		}
 		if o.json {
 			var v any
 			require.NoError(t, json.Unmarshal(out.Bytes(), &v), "%+v", o)
+		}
+	}
+}
+
+// allocated runs f and returns the bytes it allocated (runtime.MemStats.TotalAlloc:
+// garbage included).
+func allocated(t *testing.T, f func()) uint64 {
+	t.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// writeHeaderFile writes a header-only safetensors file whose header is exactly size
+// bytes: prefix, unit(i) for as many i as fit, spaces, suffix. It streams, so a 100 MB
+// file costs the test no memory.
+func writeHeaderFile(t *testing.T, path string, size int, prefix, suffix string, unitLen int, unit func(i int, b []byte)) int {
+	t.Helper()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	w := bufio.NewWriterSize(f, 1<<20)
+	require.NoError(t, binary.Write(w, binary.LittleEndian, uint64(size)))
+	w.WriteString(prefix)
+	n := (size - len(prefix) - len(suffix)) / unitLen
+	b := make([]byte, unitLen)
+	for i := range n {
+		unit(i, b)
+		w.Write(b)
+	}
+	w.WriteString(strings.Repeat(" ", size-len(prefix)-len(suffix)-n*unitLen))
+	w.WriteString(suffix)
+	require.NoError(t, w.Flush())
+	require.NoError(t, f.Close())
+	return n
+}
+
+// TestHostileFiles: the files of issue 36, built here: a 100 MB safetensors header
+// giving one tensor 50 million dimensions, one listing 1.8 million empty tensors, and
+// a 0.5 MB checkpoint whose one string is shared through four levels of lists of 16
+// references (65536 uses, 32 GB expanded). ptinspect refuses the first two with the
+// reader's message and prints the third within its output limit, in text and JSON,
+// with and without the default limits; each within 512 MB of allocation.
+func TestHostileFiles(t *testing.T) {
+	dir := t.TempDir()
+	const size = 100_000_000
+	dims := filepath.Join(dir, "dims.safetensors")
+	writeHeaderFile(t, dims, size, `{"w":{"dtype":"F32","data_offsets":[0,0],"shape":[`, `0]}}`, 2,
+		func(_ int, b []byte) { copy(b, "0,") })
+	entries := filepath.Join(dir, "entries.bin") // no suffix: found as safetensors after the .pt readers fail
+	const entry = `"#####":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},`
+	n := writeHeaderFile(t, entries, size, "{", `"end":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}`, len(entry),
+		func(i int, b []byte) {
+			copy(b, entry)
+			for j := 5; j >= 1; j-- {
+				b[j] = "0123456789abcdefghijklmnopqrstuvwxyz"[i%36]
+				i /= 36
+			}
+		})
+	require.Greater(t, n, 1_750_000)
+
+	s := any(strings.Repeat("s", 512<<10))
+	for range 4 {
+		l := make([]any, 16)
+		for i := range l {
+			l[i] = s
+		}
+		s = l
+	}
+	shared := filepath.Join(dir, "shared.pt")
+	require.NoError(t, checkpoint.Write(shared, s))
+	fi, err := os.Stat(shared)
+	require.NoError(t, err)
+	require.Less(t, fi.Size(), int64(600<<10))
+
+	for _, tc := range []struct {
+		path, err string
+	}{
+		{dims, "shape of more than 1024 dimensions"},
+		{entries, "needs more header entries than its budget of 262144"},
+		{shared, ""},
+	} {
+		for _, o := range []options{
+			{maxItems: 50, maxString: 200, maxOutput: 4 << 20},
+			{json: true, maxItems: 50, maxString: 200, maxOutput: 4 << 20},
+			{},
+			{json: true},
+		} {
+			// The output goes to a file, so that what the test keeps of it is not
+			// counted as ptinspect's memory.
+			f, err := os.Create(filepath.Join(dir, "out"))
+			require.NoError(t, err)
+			total := allocated(t, func() { err = run(f, tc.path, o) })
+			require.NoError(t, f.Close())
+			b, rerr := os.ReadFile(f.Name())
+			require.NoError(t, rerr)
+			out := bytes.NewBuffer(b)
+			t.Logf("%s %+v: %v; %d bytes printed, %d MB allocated", filepath.Base(tc.path), o, err, out.Len(), total>>20)
+			require.Less(t, total, uint64(512<<20))
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				continue
+			}
+			require.NoError(t, err)
+			limit, _, err := outputLimit(tc.path, o.maxOutput)
+			require.NoError(t, err)
+			require.Less(t, out.Len(), int(limit)+(64<<10))
+			// (strings.Contains: a failure does not print the megabytes of output.)
+			switch {
+			case o.json:
+				var v any
+				require.NoError(t, json.Unmarshal(out.Bytes(), &v))
+				require.True(t, strings.Contains(out.String(), `"length": 524288`))
+			case o.maxString > 0:
+				require.True(t, strings.Contains(out.String(), "'... (524088 more bytes elided)"))
+				fallthrough
+			default:
+				require.True(t, strings.Contains(out.String(), "# output cut after"))
+			}
 		}
 	}
 }
