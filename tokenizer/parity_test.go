@@ -567,3 +567,45 @@ func TestLoadDirTransformers(t *testing.T) {
 		})
 	}
 }
+
+// TestParityCorpusReachesOptions checks that the parity inputs reach each option they
+// are there to test: with the option switched off, some ids differ from tokenizers', so
+// a mistake in it could not hide behind inputs that never use it.
+func TestParityCorpusReachesOptions(t *testing.T) {
+	dir, texts, results := trained(t)
+	setAdded := func(content string, f func(*AddedToken)) func(*Tokenizer) {
+		return func(tk *Tokenizer) {
+			id := tk.added.byContent[content]
+			tok := tk.added.tokens[id]
+			f(&tok)
+			tk.added.tokens[id] = tok
+		}
+	}
+	cases := []struct {
+		kind, option string
+		off          func(*Tokenizer)
+	}{
+		{"llama3", "ignore_merges", func(tk *Tokenizer) { tk.model.ignoreMerges = false }},
+		{"llama3", "rstrip", setAdded("[END]", func(a *AddedToken) { a.RStrip = false })},
+		{"gpt2", "lstrip", setAdded("<mask>", func(a *AddedToken) { a.LStrip = false })},
+		{"llama2", "single_word", setAdded("[WORD]", func(a *AddedToken) { a.SingleWord = false })},
+		{"llama2", "byte_fallback", func(tk *Tokenizer) { tk.model.byteFallback = false }},
+		{"mistral", "prepend_scheme first", func(tk *Tokenizer) { tk.pre.(*preMetaspace).scheme = prependAlways }},
+		{"mistral", "fuse_unk", func(tk *Tokenizer) { tk.model.fuseUnk = false }},
+		{"qwen2", "NFC", func(tk *Tokenizer) { tk.normalizer = nil }},
+		{"metaspace", "continuing_subword_prefix", func(tk *Tokenizer) { tk.model.prefix = "" }},
+	}
+	for _, c := range cases {
+		t.Run(c.kind+" "+c.option, func(t *testing.T) {
+			tok := loadKind(t, dir, c.kind)
+			c.off(tok)
+			differ := 0
+			for i, text := range texts {
+				if !equalIDs(tok.Encode(text, true), results[c.kind].Special[i]) {
+					differ++
+				}
+			}
+			require.Positive(t, differ, "no parity input depends on %s", c.option)
+		})
+	}
+}
