@@ -279,7 +279,23 @@ int cg_dist_available(void);  // 0 in a nodist build
 // compiled with NCCL's and CUDA's headers), else 0 and *why says what is missing
 // (static storage; may be NULL).
 int cg_dist_nccl_available(const char **why);
-cg_status cg_dist_init(const char *addr, int port, int rank, int world, int64_t timeout_ms, enum cg_dist_backend backend, cg_pg *out);
+// cg_dist_opts says which process group cg_dist_init joins. rdzv_timeout_ms bounds the
+// rendezvous (every rank connects to the store and posts its arrival) and the process
+// group's start-up; timeout_ms bounds every collective. agent_store: a launcher (torchrun's
+// agent) already serves the store at addr:port, so rank 0 connects as a client too.
+// key_prefix keeps one launch attempt's keys apart from another's on a shared store.
+struct cg_dist_opts {
+  const char *addr;
+  int port, rank, world;
+  int64_t timeout_ms, rdzv_timeout_ms;
+  enum cg_dist_backend backend;
+  int agent_store;
+  const char *key_prefix;
+};
+cg_status cg_dist_init(const struct cg_dist_opts *opts, cg_pg *out);
+// cg_dist_free destroys the process group and closes the store; a group whose collective
+// failed is only released (its backend may still be blocked on the lost peer, and the
+// process is about to end).
 void cg_dist_free(cg_pg pg);
 // cg_dist_broadcast copies root's tensors into every rank's, in place (coalesced by dtype).
 cg_status cg_dist_broadcast(cg_pg pg, cg_tensor *ts, int n, int root);

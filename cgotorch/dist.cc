@@ -15,6 +15,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <unistd.h>
 #include <chrono>
 #include <sstream>
 #include <thread>
@@ -23,22 +24,113 @@
 using cg::T;
 
 // Defined in dist_nccl.cc: an NCCL backend, or an exception saying why this build has none.
+// timeout bounds every collective (the watchdog's own limit is set a little above it).
 c10::intrusive_ptr<c10d::Backend> cg_make_nccl_backend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
                                                       int world, std::chrono::milliseconds timeout);
 
 namespace {
 
+using ms = std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
 struct PG {
-  c10::intrusive_ptr<c10d::Store> store;  // the TCPStore itself: rank 0 hosts it
+  c10::intrusive_ptr<c10d::Store> store;  // the TCPStore itself: rank 0 (or the launcher's agent) hosts it
   c10::intrusive_ptr<c10d::Backend> backend;
   int rank, world;
-  std::chrono::milliseconds timeout;
-  std::string addr;
+  ms timeout;
+  std::string addr, prefix;
   int port;
   int64_t failures = 0;  // generation of lost-peer checks
+  bool failed = false;   // a collective failed: the backend may be blocked on a lost peer
 };
 
 PG &P(cg_pg p) { return *static_cast<PG *>(p); }
+
+std::string message(const std::exception &e) {
+  if (auto *ce = dynamic_cast<const c10::Error *>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
+std::string seconds(ms d) {
+  std::ostringstream s;
+  s << d.count() / 1000.0 << " s";
+  return s.str();
+}
+
+std::string rank_list(const std::vector<int> &rs) {
+  std::ostringstream s;
+  s << (rs.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < rs.size() && i < 32; i++) s << (i ? ", " : "") << rs[i];
+  if (rs.size() > 32) s << " and " << rs.size() - 32 << " more";
+  return s.str();
+}
+
+std::vector<uint8_t> bytes(const std::string &s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+std::string text(const std::vector<uint8_t> &b) { return std::string(b.begin(), b.end()); }
+
+// missing_ranks lists the ranks whose arrival key is not in the store.
+std::vector<int> missing_ranks(PG &pg, const std::string &k) {
+  std::vector<int> missing;
+  for (int r = 0; r < pg.world; r++)
+    if (!pg.store->check({k + "rank/" + std::to_string(r)})) missing.push_back(r);
+  return missing;
+}
+
+// arrive is the rendezvous, as torchrun's agents do it over their store: every rank
+// claims its rank's key (a second process with the same RANK is refused), counts itself
+// in, and the last to arrive opens the gate ("ok") that the others wait on. When rank 0's
+// deadline passes first, rank 0 closes the gate instead, with a message naming the ranks
+// that never arrived, so that every waiting rank fails with the same message; it keeps
+// the store up until they have read it (or for a few seconds).
+void arrive(PG &pg, steady::time_point deadline, ms limit) {
+  std::string k = pg.prefix + "rdzv/", gate = k + "gate";
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string me = std::string(host) + " pid " + std::to_string(getpid());
+  auto got = pg.store->compareSet(k + "rank/" + std::to_string(pg.rank), {}, bytes(me));
+  if (got != bytes(me))
+    throw std::invalid_argument("rank " + std::to_string(pg.rank) + " arrived twice: " + text(got) +
+                                " already joined as rank " + std::to_string(pg.rank) +
+                                " (is RANK the same for two processes?)");
+  int64_t n = pg.store->add(k + "count", 1);
+  if (n == pg.world) pg.store->compareSet(gate, {}, bytes("ok"));
+  auto left = [&](ms extra) { return std::max(ms(1), std::chrono::duration_cast<ms>(deadline - steady::now()) + extra); };
+  auto failed = [&](const std::string &v) { return v.rfind("fail:", 0) == 0; };
+  std::string where = pg.addr + ":" + std::to_string(pg.port);
+  try {
+    // Rank 0 decides; the others wait a little longer for its decision.
+    pg.store->wait({gate}, left(pg.rank == 0 ? ms(0) : ms(10000)));
+  } catch (const std::exception &e) {
+    std::vector<int> missing;
+    try {
+      missing = missing_ranks(pg, k);
+    } catch (...) {
+      throw std::runtime_error("rank " + std::to_string(pg.rank) + " lost the rendezvous store at " + where +
+                               " while waiting for the other ranks (its host, rank 0, exited?): " + message(e));
+    }
+    std::ostringstream s;
+    s << "rendezvous timed out after " << seconds(limit) << " at " << where << ": " << pg.world - missing.size() << " of "
+      << pg.world << " ranks arrived; ";
+    if (missing.empty())
+      s << "every rank arrived but the rendezvous did not complete in time";
+    else
+      s << rank_list(missing) << " did not arrive (never started, crashed before joining, or cannot reach " << where
+        << ")";
+    if (pg.rank != 0) throw std::runtime_error(s.str());
+    std::string v = text(pg.store->compareSet(gate, {}, bytes("fail:" + s.str())));
+    if (v == "ok") return;  // the last rank arrived just now
+    auto linger = steady::now() + ms(3000);
+    while (pg.store->add(k + "read", 0) < static_cast<int64_t>(pg.world - missing.size()) - 1 && steady::now() < linger)
+      std::this_thread::sleep_for(ms(50));
+    throw std::runtime_error(s.str());
+  }
+  std::string v = text(pg.store->get(gate));
+  if (failed(v)) {
+    pg.store->add(k + "read", 1);
+    throw std::runtime_error(v.substr(5));
+  }
+}
 
 // run waits for a collective and, when it fails, asks the store which ranks are gone so
 // the error names them: every surviving rank posts a key under this failure's
@@ -49,10 +141,10 @@ void run(PG &pg, const c10::intrusive_ptr<c10d::Work> &work, const char *what) {
     work->wait(pg.timeout);
     return;
   } catch (const std::exception &e) {
-    std::string cause = e.what();
-    if (auto *ce = dynamic_cast<const c10::Error *>(&e)) cause = ce->what_without_backtrace();
+    pg.failed = true;
+    std::string cause = message(e);
     if (cause.size() > 600) cause = cause.substr(0, 600) + "...";
-    std::string gen = "gotrain/failed/" + std::to_string(pg.failures++) + "/";
+    std::string gen = pg.prefix + "failed/" + std::to_string(pg.failures++) + "/";
     std::ostringstream lost;
     try {
       pg.store->set(gen + std::to_string(pg.rank), std::string("1"));
@@ -126,72 +218,92 @@ extern "C" {
 
 int cg_dist_available(void) { return 1; }
 
-cg_status cg_dist_init(const char *addr, int port, int rank, int world, int64_t timeout_ms, enum cg_dist_backend backend,
-                       cg_pg *out) {
+cg_status cg_dist_init(const struct cg_dist_opts *o, cg_pg *out) {
   CG_TRY
-  if (backend != CG_DIST_GLOO && backend != CG_DIST_NCCL)
-    return cg::fail(CG_ERR_INVALID, "unknown process group backend " + std::to_string(backend));
-  if (backend == CG_DIST_NCCL) {
+  if (!o || !o->addr) return cg::fail(CG_ERR_INVALID, "no process group options");
+  int rank = o->rank, world = o->world, port = o->port;
+  if (o->backend != CG_DIST_GLOO && o->backend != CG_DIST_NCCL)
+    return cg::fail(CG_ERR_INVALID, "unknown process group backend " + std::to_string(o->backend));
+  if (o->backend == CG_DIST_NCCL) {
     const char *why = nullptr;
     if (!cg_dist_nccl_available(&why)) return cg::fail(CG_ERR_NOT_IMPLEMENTED, why);
   }
   if (world < 1 || rank < 0 || rank >= world)
     return cg::fail(CG_ERR_INVALID, "rank " + std::to_string(rank) + " is not in [0, " + std::to_string(world) + ")");
   if (port <= 0 || port > 65535) return cg::fail(CG_ERR_INVALID, "port " + std::to_string(port) + " is not in 1..65535");
+  if (o->timeout_ms <= 0 || o->rdzv_timeout_ms <= 0) return cg::fail(CG_ERR_INVALID, "timeouts must be > 0");
+  ms rdzv(o->rdzv_timeout_ms);
+  auto deadline = steady::now() + rdzv;
   auto pg = std::make_unique<PG>();
   pg->rank = rank;
   pg->world = world;
-  pg->timeout = std::chrono::milliseconds(timeout_ms);
-  pg->addr = addr;
+  pg->timeout = ms(o->timeout_ms);
+  pg->addr = o->addr;
   pg->port = port;
+  pg->prefix = std::string("gotrain/") + (o->key_prefix ? o->key_prefix : "");
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(port);
-  so.isServer = rank == 0;
-  so.numWorkers = static_cast<size_t>(world);
-  so.waitWorkers = true;
-  so.timeout = pg->timeout;
+  so.isServer = rank == 0 && !o->agent_store;
+  // gotrain counts the ranks in itself (arrive), which can name the missing ones;
+  // TCPStore's own wait for workers can only count them.
+  so.waitWorkers = false;
+  so.timeout = rdzv;  // a client retries connecting until then; store reads and waits too
   try {
     try {
-      pg->store = c10::make_intrusive<c10d::TCPStore>(std::string(addr), so);
+      pg->store = c10::make_intrusive<c10d::TCPStore>(pg->addr, so);
     } catch (const c10::Error &e) {
       // libuv is TCPStore's default backend, but some builds (Debian's 2.6) lack it:
       // fall back to the classic socket backend, as Python's TCPStore does on request.
       if (std::string(e.what_without_backtrace()).find("libuv") == std::string::npos) throw;
       so.useLibUV = false;
-      pg->store = c10::make_intrusive<c10d::TCPStore>(std::string(addr), so);
+      pg->store = c10::make_intrusive<c10d::TCPStore>(pg->addr, so);
     }
   } catch (const std::exception &e) {
-    std::string m = e.what();
-    if (auto *ce = dynamic_cast<const c10::Error *>(&e)) m = ce->what_without_backtrace();
     std::ostringstream s;
-    if (rank == 0)
-      s << "rank 0 could not host the rendezvous store on " << addr << ":" << port << " (is the port in use, or the address not local?)";
+    if (so.isServer)
+      s << "rank 0 could not host the rendezvous store on " << pg->addr << ":" << port
+        << " (is the port in use, or the address not local?)";
+    else if (o->agent_store)
+      s << "rank " << rank << " could not reach the launcher's rendezvous store at " << pg->addr << ":" << port
+        << " within " << seconds(rdzv);
     else
-      s << "rank " << rank << " could not reach the rendezvous store at " << addr << ":" << port << " within " << timeout_ms << " ms";
-    s << ": " << m;
+      s << "rank " << rank << " could not reach the rendezvous store at " << pg->addr << ":" << port << " within "
+        << seconds(rdzv) << ": rank 0, which hosts it, did not arrive (never started, crashed, or MASTER_ADDR/MASTER_PORT are wrong)";
+    s << ": " << message(e);
     return cg::fail(CG_ERR_OTHER, s.str());
   }
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gotrain/pg/", pg->store);
-  if (backend == CG_DIST_NCCL) {
-    pg->backend = cg_make_nccl_backend(prefixed, rank, world, pg->timeout);
-    *out = pg.release();
-    return cg::ok();
+  arrive(*pg, deadline, rdzv);
+  // The process group's start-up (its connections to every peer) has what is left of
+  // the rendezvous budget; collectives then get their own timeout, per operation.
+  ms left = std::max(ms(1000), std::chrono::duration_cast<ms>(deadline - steady::now()));
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(pg->prefix + "pg/", pg->store);
+  try {
+    if (o->backend == CG_DIST_NCCL) {
+      pg->backend = cg_make_nccl_backend(prefixed, rank, world, pg->timeout);
+    } else {
+      auto opts = c10d::ProcessGroupGloo::Options::create(left);
+      // Gloo connects to peers on the address they resolve for MASTER_ADDR's side of the
+      // network; the loopback address keeps single-node runs off the hostname lookup.
+      if (pg->addr == "127.0.0.1" || pg->addr == "localhost")
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      else
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      pg->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world, opts);
+    }
+  } catch (const std::exception &e) {
+    std::string m = message(e);
+    if (m.size() > 600) m = m.substr(0, 600) + "...";
+    std::string what = o->backend == CG_DIST_NCCL ? "NCCL" : "Gloo";
+    return cg::fail(CG_ERR_OTHER, "rank " + std::to_string(rank) + ": starting the " + what + " process group (within " +
+                                      seconds(rdzv) + " of the rendezvous) failed: " + m);
   }
-  auto opts = c10d::ProcessGroupGloo::Options::create(pg->timeout);
-  // Gloo connects to peers on the address they resolve for MASTER_ADDR's side of the
-  // network; the loopback address keeps single-node runs off the hostname lookup.
-  std::string a(addr);
-  if (a == "127.0.0.1" || a == "localhost")
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  else
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  pg->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world, opts);
   *out = pg.release();
   return cg::ok();
   CG_CATCH_STATUS
 }
 
 void cg_dist_free(cg_pg p) {
+  if (!p || P(p).failed) return;  // see cgotorch.h: a failed group is left to the exit
   try {
     delete static_cast<PG *>(p);
   } catch (...) {

@@ -35,18 +35,38 @@ func DistNCCLAvailable() (bool, string) {
 	return ok, C.GoString(why)
 }
 
-// DistInit joins a process group of world ranks through the TCPStore at addr:port,
-// which rank 0 hosts, with backend DistGloo or DistNCCL. timeoutMs bounds the
-// rendezvous and every collective.
-func DistInit(addr string, port, rank, world int, timeoutMs int64, backend int) (ProcessGroup, error) {
-	ca := C.CString(addr)
+// DistOptions says which process group DistInit joins (struct cg_dist_opts).
+type DistOptions struct {
+	Addr                string
+	Port, Rank, World   int
+	TimeoutMs           int64 // bounds every collective
+	RendezvousTimeoutMs int64 // bounds the rendezvous and the group's start-up
+	Backend             int   // DistGloo or DistNCCL
+	AgentStore          bool  // a launcher's agent serves the store: rank 0 is a client too
+	KeyPrefix           string
+}
+
+// DistInit joins a process group of o.World ranks through the TCPStore at
+// o.Addr:o.Port, which rank 0 hosts (or the launcher's agent, with o.AgentStore).
+func DistInit(o DistOptions) (ProcessGroup, error) {
+	ca := C.CString(o.Addr)
 	defer C.free(unsafe.Pointer(ca))
+	cp := C.CString(o.KeyPrefix)
+	defer C.free(unsafe.Pointer(cp))
+	agent := C.int(0)
+	if o.AgentStore {
+		agent = 1
+	}
+	opts := C.struct_cg_dist_opts{addr: ca, port: C.int(o.Port), rank: C.int(o.Rank), world: C.int(o.World),
+		timeout_ms: C.int64_t(o.TimeoutMs), rdzv_timeout_ms: C.int64_t(o.RendezvousTimeoutMs),
+		backend: C.enum_cg_dist_backend(o.Backend), agent_store: agent, key_prefix: cp}
 	var pg C.cg_pg
-	err := st(C.cg_dist_init(ca, C.int(port), C.int(rank), C.int(world), C.int64_t(timeoutMs), C.enum_cg_dist_backend(backend), &pg))
+	err := st(C.cg_dist_init(&opts, &pg))
 	return ProcessGroup(pg), err
 }
 
-// DistFree destroys the process group and closes the store.
+// DistFree destroys the process group and closes the store (a group whose collective
+// failed is only released: see cgotorch.h).
 func DistFree(pg ProcessGroup) { C.cg_dist_free(C.cg_pg(pg)) }
 
 // DistBroadcast copies root's tensors into every rank's, in place.

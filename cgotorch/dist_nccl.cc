@@ -8,7 +8,9 @@
 // implementation. Without both, NCCL reports what is missing.
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <stdexcept>
 #include "cgotorch.h"
 
@@ -23,10 +25,29 @@ extern "C" int cg_dist_nccl_available(const char **why) {
   return 1;
 }
 
+namespace {
+bool env_set(const char *name) {
+  const char *v = std::getenv(name);
+  return v && *v;
+}
+}  // namespace
+
+// A hung or lost peer must end the job, not stall it: gotrain waits for every collective
+// with the group's timeout on the host (the wait throws, and the error names the lost
+// ranks), and NCCL's watchdog is the backstop for work no host thread waits on. Neither
+// is left at PyTorch's defaults (SkipCleanUp, 10 minutes): unless the user chose a mode
+// (TORCH_NCCL_ASYNC_ERROR_HANDLING or TORCH_NCCL_BLOCKING_WAIT, or their NCCL_ names),
+// error handling is TearDown (1), which aborts the communicators and ends the process,
+// as torchrun expects of a failed worker; and the watchdog's limit is the collective
+// timeout plus a margin, so that the host's error, which says which rank was lost,
+// comes first.
 c10::intrusive_ptr<c10d::Backend> cg_make_nccl_backend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
                                                       int world, std::chrono::milliseconds timeout) {
+  if (!env_set("TORCH_NCCL_ASYNC_ERROR_HANDLING") && !env_set("NCCL_ASYNC_ERROR_HANDLING") &&
+      !env_set("TORCH_NCCL_BLOCKING_WAIT") && !env_set("NCCL_BLOCKING_WAIT"))
+    setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", 0);  // read by ProcessGroupNCCL's constructor
   auto opts = c10d::ProcessGroupNCCL::Options::create();
-  opts->timeout = timeout;
+  opts->timeout = timeout + std::max(std::chrono::milliseconds(10000), timeout / 10);
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, opts);
 }
 #else

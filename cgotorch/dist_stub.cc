@@ -18,7 +18,7 @@ int cg_dist_nccl_available(const char **why) {
   if (why) *why = "gotrain was built without distributed support (tag nodist)";
   return 0;
 }
-cg_status cg_dist_init(const char *, int, int, int, int64_t, enum cg_dist_backend, cg_pg *) { return no_dist(); }
+cg_status cg_dist_init(const struct cg_dist_opts *, cg_pg *) { return no_dist(); }
 void cg_dist_free(cg_pg) {}
 cg_status cg_dist_broadcast(cg_pg, cg_tensor *, int, int) { return no_dist(); }
 cg_status cg_dist_allreduce(cg_pg, cg_tensor *, int, enum cg_reduce_op) { return no_dist(); }

@@ -41,10 +41,31 @@ func NCCLAvailable() (bool, string) { return cgotorch.DistNCCLAvailable() }
 // lost ranks when the store can tell.
 type Comm struct{ h cgotorch.ProcessGroup }
 
-// NewComm joins a process group of world ranks through the TCPStore at addr:port, which
-// rank 0 hosts; timeout bounds the rendezvous and every collective.
-func NewComm(addr string, port, rank, world int, timeout time.Duration, backend CommBackend) (*Comm, error) {
-	h, err := cgotorch.DistInit(addr, port, rank, world, timeout.Milliseconds(), int(backend))
+// CommOptions says which process group NewComm joins.
+type CommOptions struct {
+	// Addr and Port locate the TCPStore, which rank 0 hosts unless AgentStore.
+	Addr string
+	Port int
+	// Rank is this process' rank in [0, World).
+	Rank, World int
+	// Timeout bounds every collective; RendezvousTimeout bounds the rendezvous (every
+	// rank reaching the store and posting its arrival) and the group's start-up.
+	Timeout, RendezvousTimeout time.Duration
+	Backend                    CommBackend
+	// AgentStore: a launcher's agent (torchrun's) already serves the store at
+	// Addr:Port, so rank 0 connects to it as a client.
+	AgentStore bool
+	// KeyPrefix keeps one launch attempt's store keys apart from another's ("" or
+	// ending in "/").
+	KeyPrefix string
+}
+
+// NewComm joins a process group through the TCPStore the options name. A rendezvous
+// that times out names the ranks that did not arrive.
+func NewComm(o CommOptions) (*Comm, error) {
+	h, err := cgotorch.DistInit(cgotorch.DistOptions{Addr: o.Addr, Port: o.Port, Rank: o.Rank, World: o.World,
+		TimeoutMs: max(o.Timeout.Milliseconds(), 1), RendezvousTimeoutMs: max(o.RendezvousTimeout.Milliseconds(), 1),
+		Backend: int(o.Backend), AgentStore: o.AgentStore, KeyPrefix: o.KeyPrefix})
 	if err != nil {
 		return nil, opErr("init process group", err)
 	}

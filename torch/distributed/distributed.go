@@ -8,9 +8,14 @@
 // headers, see NCCLAvailable) runs the collectives on the GPUs. Backend "" picks NCCL
 // when this rank trains on a GPU and the build has it, else Gloo. Every Gloo collective
 // is bounded by Options.Timeout, so a dead or stuck peer becomes an error (naming the
-// lost rank when the store can tell) rather than a hang; NCCL's own watchdog enforces
-// the same timeout by aborting the communicator (and, by PyTorch's default
-// TORCH_NCCL_ASYNC_ERROR_HANDLING, the process).
+// lost rank when the store can tell) rather than a hang; under NCCL the host waits for
+// each collective with the same timeout, and NCCL's watchdog, set a little above it
+// with TORCH_NCCL_ASYNC_ERROR_HANDLING=1 unless the environment chose otherwise, ends
+// the process if work outlives it.
+//
+// The rendezvous has its own, shorter bound (Options.RendezvousTimeout): every rank
+// posts its arrival to the store, and when the bound passes the error names the ranks
+// that never arrived, as torchrun's rendezvous does.
 //
 // The same program runs under torchrun --no-python, a Kubernetes PyTorchJob, or
 // cmd/train --nproc-per-node:
@@ -27,6 +32,7 @@ package distributed
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -35,9 +41,19 @@ import (
 	"github.com/gotrain/gotrain/torch"
 )
 
-// DefaultTimeout bounds the rendezvous and each collective when Options.Timeout is 0:
-// torch.distributed's Gloo default.
+// DefaultTimeout bounds each collective when Options.Timeout is 0: torch.distributed's
+// Gloo default.
 const DefaultTimeout = 30 * time.Minute
+
+// DefaultRendezvousTimeout bounds the rendezvous and the process group's start-up when
+// Options.RendezvousTimeout is 0: long enough for ranks that start at different moments
+// (containers pulling images, nodes booting), short enough that a rank that never comes
+// is reported within minutes rather than at the collective timeout.
+const DefaultRendezvousTimeout = 5 * time.Minute
+
+// RendezvousTimeoutEnv names the environment variable that sets
+// Options.RendezvousTimeout in EnvOptions: a Go duration ("90s", "5m") or seconds.
+const RendezvousTimeoutEnv = "GOTRAIN_RDZV_TIMEOUT"
 
 // DefaultBucketBytes is the gradient bucket size of AllReduceGradients, DDP's 25 MB.
 const DefaultBucketBytes = 25 << 20
@@ -56,8 +72,19 @@ type Options struct {
 	// MasterAddr and MasterPort locate the TCPStore that rank 0 hosts.
 	MasterAddr string
 	MasterPort int
-	// Timeout bounds the rendezvous and every collective (0: DefaultTimeout).
+	// Timeout bounds every collective (0: DefaultTimeout).
 	Timeout time.Duration
+	// RendezvousTimeout bounds the rendezvous (every rank reaching the store and posting
+	// its arrival) and the process group's start-up (0: DefaultRendezvousTimeout).
+	// EnvOptions reads it from GOTRAIN_RDZV_TIMEOUT.
+	RendezvousTimeout time.Duration
+	// AgentStore reports that a launcher's agent already serves the store at
+	// MasterAddr:MasterPort (torchrun sets TORCHELASTIC_USE_AGENT_STORE=True), so rank 0
+	// connects to it instead of hosting one.
+	AgentStore bool
+	// Attempt is the launcher's restart count (TORCHELASTIC_RESTART_COUNT): each attempt
+	// meets under its own keys, so a restarted job never sees an earlier one's arrivals.
+	Attempt int
 	// Backend is "gloo", "nccl", or "" to choose: NCCL when CUDA is available and the
 	// build has NCCL, else Gloo. EnvOptions reads it from GOTRAIN_DIST_BACKEND.
 	Backend string
@@ -128,6 +155,16 @@ func EnvOptions() (Options, error) {
 	}
 	o.MasterPort = num("MASTER_PORT", true, 1)
 	o.Backend = os.Getenv("GOTRAIN_DIST_BACKEND")
+	o.Attempt = num("TORCHELASTIC_RESTART_COUNT", false, 0)
+	// torchrun's agent serves the store at the MASTER_ADDR:MASTER_PORT it exports.
+	o.AgentStore = os.Getenv("TORCHELASTIC_USE_AGENT_STORE") == "True"
+	if s := os.Getenv(RendezvousTimeoutEnv); s != "" {
+		d, err := ParseTimeout(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", RendezvousTimeoutEnv, s, err))
+		}
+		o.RendezvousTimeout = d
+	}
 	if len(errs) == 0 {
 		errs = append(errs, o.validate())
 	}
@@ -158,6 +195,83 @@ func (o Options) validate() error {
 	return nil
 }
 
+// ParseTimeout reads a timeout as a Go duration ("90s", "5m") or a number of seconds
+// (torchrun's unit); it must be positive.
+func ParseTimeout(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		secs, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || math.IsNaN(secs) || secs > math.MaxInt64/float64(time.Second) {
+			return 0, fmt.Errorf("not a duration (90s, 5m) or a number of seconds")
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("must be > 0")
+	}
+	return d, nil
+}
+
+// GPUShortageError says that a node runs more ranks than it has visible GPUs: with
+// CUDA every rank trains on its own GPU, cuda:LOCAL_RANK, as under torchrun.
+type GPUShortageError struct {
+	// Ranks is the number of ranks on the node (LOCAL_WORLD_SIZE, or LOCAL_RANK+1 when
+	// that is unknown); Visible the number of GPUs this process sees.
+	Ranks, Visible int
+	// Rank and LocalRank name the rank that has no GPU; Rank is -1 for a launcher's
+	// check before any rank started.
+	Rank, LocalRank int
+}
+
+func (e *GPUShortageError) Error() string {
+	var b strings.Builder
+	if e.Rank >= 0 {
+		fmt.Fprintf(&b, "rank %d (LOCAL_RANK %d) has no GPU: ", e.Rank, e.LocalRank)
+	}
+	fmt.Fprintf(&b, "%d ranks on this node need one GPU each, but %s visible (%s)",
+		e.Ranks, plural(e.Visible, "GPU is", "GPUs are"), visibleDevices())
+	return b.String()
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// visibleDevices describes CUDA_VISIBLE_DEVICES, which decides what "visible" means.
+func visibleDevices() string {
+	v, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES")
+	if !ok {
+		return "CUDA_VISIBLE_DEVICES is not set"
+	}
+	return fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q", v)
+}
+
+// CheckGPUs returns a *GPUShortageError when ranks ranks on one node would not have a
+// GPU each among visible ones (a launcher's check, before it starts any rank).
+func CheckGPUs(ranks, visible int) error {
+	if ranks > visible {
+		return &GPUShortageError{Ranks: ranks, Visible: visible, Rank: -1, LocalRank: -1}
+	}
+	return nil
+}
+
+// CheckRankGPU returns a *GPUShortageError when the rank o describes has no GPU among
+// visible ones (a rank's check at start, before the rendezvous, so that the job fails
+// at once instead of waiting for it).
+func CheckRankGPU(o Options, visible int) error {
+	if o.LocalRank < visible {
+		return nil
+	}
+	ranks := o.LocalWorldSize
+	if ranks <= o.LocalRank {
+		ranks = o.LocalRank + 1
+	}
+	return &GPUShortageError{Ranks: ranks, Visible: visible, Rank: o.Rank, LocalRank: o.LocalRank}
+}
+
 // ProcessGroup is a joined c10d process group. Its collectives must be called by every
 // rank in the same order, as torch.distributed's.
 type ProcessGroup struct {
@@ -166,8 +280,11 @@ type ProcessGroup struct {
 	backend string
 }
 
-// Init joins the process group: rank 0 hosts the TCPStore on MasterAddr:MasterPort and
-// every rank connects to it, waiting at most Timeout for the others.
+// Init joins the process group: rank 0 hosts the TCPStore on MasterAddr:MasterPort (or
+// the launcher's agent does, with AgentStore), every rank connects to it and posts its
+// arrival, and all wait at most RendezvousTimeout for the others, then start the
+// backend within what is left of it. A rendezvous that times out is an error naming the
+// ranks that did not arrive.
 func Init(o Options) (*ProcessGroup, error) {
 	if !torch.DistAvailable() {
 		return nil, ErrUnavailable
@@ -177,6 +294,9 @@ func Init(o Options) (*ProcessGroup, error) {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
+	}
+	if o.RendezvousTimeout <= 0 {
+		o.RendezvousTimeout = DefaultRendezvousTimeout
 	}
 	backend, err := o.backend()
 	if err != nil {
@@ -190,7 +310,12 @@ func Init(o Options) (*ProcessGroup, error) {
 			return nil, fmt.Errorf("distributed: rank %d: %w", o.Rank, err)
 		}
 	}
-	c, err := torch.NewComm(o.MasterAddr, o.MasterPort, o.Rank, o.WorldSize, o.Timeout, cb)
+	prefix := ""
+	if o.Attempt > 0 {
+		prefix = fmt.Sprintf("attempt%d/", o.Attempt)
+	}
+	c, err := torch.NewComm(torch.CommOptions{Addr: o.MasterAddr, Port: o.MasterPort, Rank: o.Rank, World: o.WorldSize,
+		Timeout: o.Timeout, RendezvousTimeout: o.RendezvousTimeout, Backend: cb, AgentStore: o.AgentStore, KeyPrefix: prefix})
 	if err != nil {
 		return nil, fmt.Errorf("distributed: init rank %d of %d (%s): %w", o.Rank, o.WorldSize, backend, unwrapTorch(err))
 	}

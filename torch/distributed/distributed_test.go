@@ -1,6 +1,7 @@
 package distributed_test
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -20,6 +21,9 @@ func TestMain(m *testing.M) {
 	disttest.Main(m, map[string]func() error{
 		"collectives": collectivesChild,
 		"lost":        lostChild,
+		"rendezvous":  rendezvousChild,
+		"slow":        slowChild,
+		"hung":        hungChild,
 	})
 }
 
@@ -102,6 +106,138 @@ func lostChild() error {
 	return nil
 }
 
+// rendezvousChild joins and, when that fails, prints the error: the ranks of a
+// rendezvous that cannot complete.
+func rendezvousChild() error {
+	pg, err := disttest.Join(10 * time.Second)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "JOIN ERROR:", err)
+		return nil
+	}
+	pg.Close()
+	return errors.New("joined a group whose ranks did not all arrive")
+}
+
+// slowChild: rank 1 reaches the all-reduce seconds after rank 0, longer than the
+// rendezvous timeout but well within the collective timeout.
+func slowChild() error {
+	pg, err := disttest.Join(30 * time.Second)
+	if err != nil {
+		return err
+	}
+	defer pg.Close()
+	if pg.Rank() == 1 {
+		time.Sleep(3 * time.Second)
+	}
+	sum, err := pg.AllReduceFloat64s([]float64{1}, distributed.Sum)
+	if err != nil {
+		return err
+	}
+	if sum[0] != 2 {
+		return fmt.Errorf("sum %v", sum)
+	}
+	return nil
+}
+
+// hungChild: rank 1 joins and then stops taking part (it is busy, stopped or stuck)
+// for longer than the collective timeout; rank 0's all-reduce must fail naming it.
+func hungChild() error {
+	pg, err := disttest.Join(2 * time.Second)
+	if err != nil {
+		return err
+	}
+	if pg.Rank() == 1 {
+		time.Sleep(8 * time.Second)
+		os.Exit(0) // the group is rank 0's failure now: leave without a goodbye
+	}
+	_, err = pg.AllReduceFloat64s([]float64{1}, distributed.Sum)
+	if err == nil {
+		return errors.New("all-reduce with a hung peer succeeded")
+	}
+	fmt.Fprintln(os.Stderr, "COLLECTIVE ERROR:", err)
+	pg.Close() // a failed group must not block the exit
+	return nil
+}
+
+// TestRendezvousNamesMissingRanks: ranks 0 and 2 of 3 start, rank 1 never does; both
+// fail at the rendezvous timeout (not the collective one) naming rank 1 only.
+func TestRendezvousNamesMissingRanks(t *testing.T) {
+	res := disttest.SpawnRanks(t, "rendezvous", 3, []int{0, 2}, []string{distributed.RendezvousTimeoutEnv + "=2s"})
+	for i, c := range res {
+		require.NoErrorf(t, c.Err, "rank %d:\n%s", 2*i, c.Output)
+		assert.Contains(t, c.Output, "JOIN ERROR:")
+		assert.Contains(t, c.Output, "rendezvous timed out after 2 s")
+		assert.Contains(t, c.Output, "2 of 3 ranks arrived; rank 1 did not arrive")
+	}
+}
+
+// TestRendezvousDuplicateRank: a second process with the same RANK is refused at once
+// and named; the others then miss rank 2.
+func TestRendezvousDuplicateRank(t *testing.T) {
+	res := disttest.SpawnRanks(t, "rendezvous", 3, []int{0, 1, 1}, []string{distributed.RendezvousTimeoutEnv + "=3"})
+	twice, missing := 0, 0
+	for _, c := range res {
+		require.NoError(t, c.Err, c.Output)
+		if strings.Contains(c.Output, "rank 1 arrived twice") {
+			twice++
+		}
+		if strings.Contains(c.Output, "rank 2 did not arrive") {
+			missing++
+		}
+	}
+	assert.Equal(t, 1, twice, "%+v", res)
+	assert.Equal(t, 2, missing, "%+v", res)
+}
+
+// TestCollectiveTimeoutIsNotTheRendezvousTimeout: a peer that is late to a collective
+// by more than the rendezvous timeout is not an error.
+func TestCollectiveTimeoutIsNotTheRendezvousTimeout(t *testing.T) {
+	res := disttest.Spawn(t, "slow", 2, []string{distributed.RendezvousTimeoutEnv + "=1s"})
+	for r, c := range res {
+		require.NoErrorf(t, c.Err, "rank %d:\n%s", r, c.Output)
+	}
+}
+
+// TestHungRankIsNamed: a rank that stops taking part ends its peer's collective at the
+// collective timeout, with an error that names it.
+func TestHungRankIsNamed(t *testing.T) {
+	res := disttest.Spawn(t, "hung", 2, nil)
+	require.NoErrorf(t, res[0].Err, "%s", res[0].Output)
+	assert.Contains(t, res[0].Output, "lost rank 1")
+}
+
+func TestParseTimeout(t *testing.T) {
+	for s, want := range map[string]time.Duration{"90s": 90 * time.Second, "5m": 5 * time.Minute, "90": 90 * time.Second, "0.5": 500 * time.Millisecond} {
+		d, err := distributed.ParseTimeout(s)
+		require.NoError(t, err, s)
+		assert.Equal(t, want, d, s)
+	}
+	for _, s := range []string{"", "0", "-1s", "soon", "1e300", "NaN"} {
+		_, err := distributed.ParseTimeout(s)
+		assert.Error(t, err, s)
+	}
+}
+
+// TestGPUShortage: the launcher's and a rank's checks say how many ranks and GPUs there
+// are and what CUDA_VISIBLE_DEVICES holds.
+func TestGPUShortage(t *testing.T) {
+	t.Setenv("CUDA_VISIBLE_DEVICES", "0")
+	require.NoError(t, distributed.CheckGPUs(2, 2))
+	err := distributed.CheckGPUs(2, 1)
+	var gs *distributed.GPUShortageError
+	require.ErrorAs(t, err, &gs)
+	assert.Equal(t, `2 ranks on this node need one GPU each, but 1 GPU is visible (CUDA_VISIBLE_DEVICES="0")`, err.Error())
+
+	require.NoError(t, distributed.CheckRankGPU(distributed.Options{Rank: 3, LocalRank: 0, LocalWorldSize: 2}, 1))
+	err = distributed.CheckRankGPU(distributed.Options{Rank: 3, LocalRank: 1, LocalWorldSize: 2}, 1)
+	require.ErrorAs(t, err, &gs)
+	assert.Equal(t, `rank 3 (LOCAL_RANK 1) has no GPU: 2 ranks on this node need one GPU each, but 1 GPU is visible (CUDA_VISIBLE_DEVICES="0")`, err.Error())
+
+	os.Unsetenv("CUDA_VISIBLE_DEVICES")
+	err = distributed.CheckRankGPU(distributed.Options{Rank: 2, LocalRank: 2}, 0)
+	assert.EqualError(t, err, "rank 2 (LOCAL_RANK 2) has no GPU: 3 ranks on this node need one GPU each, but 0 GPUs are visible (CUDA_VISIBLE_DEVICES is not set)")
+}
+
 func TestCollectives(t *testing.T) {
 	res := disttest.Spawn(t, "collectives", 2, nil)
 	for r, c := range res {
@@ -125,7 +261,8 @@ func TestLostRankIsAnErrorNamingIt(t *testing.T) {
 
 func TestEnvOptions(t *testing.T) {
 	set := func(kv map[string]string) {
-		for _, k := range []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GOTRAIN_DIST_BACKEND"} {
+		for _, k := range []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GOTRAIN_DIST_BACKEND",
+			distributed.RendezvousTimeoutEnv, "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT"} {
 			t.Setenv(k, kv[k])
 		}
 	}
@@ -134,6 +271,18 @@ func TestEnvOptions(t *testing.T) {
 	o, err := distributed.EnvOptions()
 	require.NoError(t, err)
 	assert.Equal(t, distributed.Options{Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 29500}, o)
+
+	// torchrun's agent: its store, its restart count; a rendezvous timeout in seconds.
+	agent := map[string]string{distributed.RendezvousTimeoutEnv: "90", "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "2"}
+	for k, v := range good {
+		agent[k] = v
+	}
+	set(agent)
+	o, err = distributed.EnvOptions()
+	require.NoError(t, err)
+	assert.Equal(t, distributed.Options{Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 29500,
+		RendezvousTimeout: 90 * time.Second, AgentStore: true, Attempt: 2}, o)
+	set(good)
 
 	for name, c := range map[string]struct {
 		key, value, want string
@@ -144,6 +293,7 @@ func TestEnvOptions(t *testing.T) {
 		"rank >= world size": {"RANK", "2", "rank 2 is not in [0, 2)"},
 		"bad world size":     {"WORLD_SIZE", "two", `WORLD_SIZE="two" is not an integer`},
 		"bad backend":        {"GOTRAIN_DIST_BACKEND", "mpi", `backend "mpi" is not gloo, nccl`},
+		"bad rdzv timeout":   {distributed.RendezvousTimeoutEnv, "soon", `GOTRAIN_RDZV_TIMEOUT="soon": not a duration`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			kv := map[string]string{}
@@ -173,9 +323,10 @@ func TestPortInUse(t *testing.T) {
 func TestUnreachableStore(t *testing.T) {
 	port := disttest.FreePort(t)
 	began := time.Now()
-	_, err := distributed.Init(distributed.Options{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 2 * time.Second})
+	_, err := distributed.Init(distributed.Options{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port, RendezvousTimeout: 2 * time.Second})
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "could not reach the rendezvous store"), err.Error())
+	assert.Contains(t, err.Error(), "rank 0, which hosts it, did not arrive")
 	assert.Less(t, time.Since(began), 20*time.Second)
 }
 

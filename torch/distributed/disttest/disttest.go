@@ -58,36 +58,48 @@ type Result struct {
 // for them all (killing them after two minutes).
 func Spawn(t testing.TB, name string, world int, env []string) []Result {
 	t.Helper()
+	ranks := make([]int, world)
+	for r := range ranks {
+		ranks[r] = r
+	}
+	return SpawnRanks(t, name, world, ranks, env)
+}
+
+// SpawnRanks is Spawn for the given ranks of a world of world ranks: a rank left out
+// never joins, and one given twice is started twice. Result i is ranks[i]'s.
+func SpawnRanks(t testing.TB, name string, world int, ranks []int, env []string) []Result {
+	t.Helper()
 	port := FreePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmds := make([]*exec.Cmd, world)
-	outs := make([]*bytes.Buffer, world)
-	for r := range world {
+	cmds := make([]*exec.Cmd, len(ranks))
+	outs := make([]*bytes.Buffer, len(ranks))
+	for i, r := range ranks {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"="+name,
 			fmt.Sprint("RANK=", r), fmt.Sprint("WORLD_SIZE=", world),
 			fmt.Sprint("LOCAL_RANK=", r), fmt.Sprint("LOCAL_WORLD_SIZE=", world),
 			"MASTER_ADDR=127.0.0.1", fmt.Sprint("MASTER_PORT=", port), "OMP_NUM_THREADS=1")
 		cmd.Env = append(cmd.Env, env...)
-		outs[r] = &bytes.Buffer{}
-		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+		outs[i] = &bytes.Buffer{}
+		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		cmds[r] = cmd
+		cmds[i] = cmd
 	}
-	res := make([]Result, world)
-	for r, cmd := range cmds {
-		res[r].Err = cmd.Wait()
+	res := make([]Result, len(ranks))
+	for i, cmd := range cmds {
+		res[i].Err = cmd.Wait()
 	}
-	for r := range res {
-		res[r].Output = outs[r].String()
+	for i := range res {
+		res[i].Output = outs[i].String()
 	}
 	return res
 }
 
-// Join joins the process group the environment describes, with the given timeout.
+// Join joins the process group the environment describes, with the given collective
+// timeout (the rendezvous timeout comes from GOTRAIN_RDZV_TIMEOUT, as in EnvOptions).
 func Join(timeout time.Duration) (*distributed.ProcessGroup, error) {
 	o, err := distributed.EnvOptions()
 	if err != nil {
