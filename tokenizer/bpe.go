@@ -56,16 +56,19 @@ func (m *bpe) encodeWord(dst []int64, w string) []int64 {
 			return dst
 		}
 	}
-	var sc mergeScratch
-	ids := m.mergeWord(&sc, w)
+	sc := mergePool.Get().(*mergeScratch)
+	ids := m.mergeWord(sc, w)
 	if len(w) < maxCachedWord {
 		m.cache.put(w, append([]int32(nil), ids...))
 	}
 	for _, id := range ids {
 		dst = append(dst, int64(id))
 	}
+	mergePool.Put(sc)
 	return dst
 }
+
+var mergePool = sync.Pool{New: func() any { return new(mergeScratch) }}
 
 // symbol is one symbol of a word being merged; prev and next link the live symbols,
 // size is the byte length it covers (0 once merged into its left neighbour).
@@ -75,10 +78,19 @@ type symbol struct {
 	size       int32
 }
 
-// mergeItem is a candidate merge: the pair starting at symbol pos.
+// mergeItem is a candidate merge: the pair (left, right) starting at symbol pos, which
+// merges into id. key orders the candidates as tokenizers does: by rank, then position.
 type mergeItem struct {
-	rank, pos, id int32
+	key         uint64 // rank<<32 | pos
+	id          int32
+	left, right int32
 }
+
+func newItem(rank, pos, id, left, right int32) mergeItem {
+	return mergeItem{key: uint64(uint32(rank))<<32 | uint64(uint32(pos)), id: id, left: left, right: right}
+}
+
+func (it mergeItem) pos() int32 { return int32(uint32(it.key)) }
 
 type mergeScratch struct {
 	syms []symbol
@@ -170,60 +182,100 @@ func (m *bpe) mergeAll(sc *mergeScratch) {
 	sc.heap = sc.heap[:0]
 	for i := 0; i+1 < len(syms); i++ {
 		if mt, ok := m.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
-			sc.push(mergeItem{rank: mt.rank, pos: int32(i), id: mt.id})
+			sc.heap = append(sc.heap, newItem(mt.rank, int32(i), mt.id, syms[i].id, syms[i+1].id))
 		}
 	}
+	sc.heapify()
 	for len(sc.heap) > 0 {
 		top := sc.pop()
-		cur := &syms[top.pos]
+		pos := top.pos()
+		cur := &syms[pos]
 		if cur.size == 0 || cur.next == -1 {
 			continue
 		}
 		nextPos := cur.next
 		right := syms[nextPos]
-		// A stale entry: the pair at pos changed since it was queued.
-		if mt, ok := m.merges[pairKey(cur.id, right.id)]; !ok || mt.id != top.id {
-			continue
+		// A stale entry: the pair at pos changed since it was queued. tokenizers checks
+		// that the pair now there still merges into the same id; when the pair is the
+		// one queued it does, without a lookup.
+		if cur.id != top.left || right.id != top.right {
+			if mt, ok := m.merges[pairKey(cur.id, right.id)]; !ok || mt.id != top.id {
+				continue
+			}
 		}
 		cur.id = top.id
 		cur.size += right.size
 		cur.next = right.next
 		syms[nextPos].size = 0
 		if right.next >= 0 && int(right.next) < len(syms) {
-			syms[right.next].prev = top.pos
+			syms[right.next].prev = pos
 		}
 		if cur.prev >= 0 {
 			if mt, ok := m.merges[pairKey(syms[cur.prev].id, cur.id)]; ok {
-				sc.push(mergeItem{rank: mt.rank, pos: cur.prev, id: mt.id})
+				sc.push(newItem(mt.rank, cur.prev, mt.id, syms[cur.prev].id, cur.id))
 			}
 		}
 		if cur.next >= 0 && int(cur.next) < len(syms) {
 			if mt, ok := m.merges[pairKey(cur.id, syms[cur.next].id)]; ok {
-				sc.push(mergeItem{rank: mt.rank, pos: top.pos, id: mt.id})
+				sc.push(newItem(mt.rank, pos, mt.id, cur.id, syms[cur.next].id))
 			}
 		}
 	}
 }
 
-func (a mergeItem) less(b mergeItem) bool {
-	if a.rank != b.rank {
-		return a.rank < b.rank
-	}
-	return a.pos < b.pos
-}
+// The candidates are in a 4-ary min-heap on key (as tokenizers' QuaternaryHeap): long
+// words (a whole Llama 2 paragraph is one word) keep thousands of them.
 
 func (s *mergeScratch) push(it mergeItem) {
-	h := append(s.heap, it)
-	i := len(h) - 1
+	s.heap = append(s.heap, it)
+	s.up(len(s.heap) - 1)
+}
+
+func (s *mergeScratch) up(i int) {
+	h := s.heap
+	it := h[i]
 	for i > 0 {
-		p := (i - 1) / 2
-		if !h[i].less(h[p]) {
+		p := (i - 1) / 4
+		if h[p].key <= it.key {
 			break
 		}
-		h[i], h[p] = h[p], h[i]
+		h[i] = h[p]
 		i = p
 	}
-	s.heap = h
+	h[i] = it
+}
+
+func (s *mergeScratch) down(i int) {
+	h := s.heap
+	n := len(h)
+	it := h[i]
+	for {
+		c := 4*i + 1
+		if c >= n {
+			break
+		}
+		best := c
+		for k := c + 1; k < c+4 && k < n; k++ {
+			if h[k].key < h[best].key {
+				best = k
+			}
+		}
+		if h[best].key >= it.key {
+			break
+		}
+		h[i] = h[best]
+		i = best
+	}
+	h[i] = it
+}
+
+func (s *mergeScratch) heapify() {
+	if len(s.heap) < 2 {
+		return
+	}
+	for i := (len(s.heap) - 2) / 4; i >= 0; i-- {
+		s.down(i)
+	}
 }
 
 func (s *mergeScratch) pop() mergeItem {
@@ -231,24 +283,10 @@ func (s *mergeScratch) pop() mergeItem {
 	top := h[0]
 	n := len(h) - 1
 	h[0] = h[n]
-	h = h[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		c := l
-		if r := l + 1; r < n && h[r].less(h[l]) {
-			c = r
-		}
-		if !h[c].less(h[i]) {
-			break
-		}
-		h[i], h[c] = h[c], h[i]
-		i = c
+	s.heap = h[:n]
+	if n > 0 {
+		s.down(0)
 	}
-	s.heap = h
 	return top
 }
 
