@@ -74,7 +74,7 @@ func ExampleWithTrainStep() {
 		log.Fatal(err)
 	}
 	smoothed := &nn.CrossEntropyLoss{CrossEntropyOptions: torch.CrossEntropyOptions{LabelSmoothing: 0.1}}
-	step := func(m nn.Module, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+	step := func(m *nn.Sequential, b data.Batch) (*torch.Tensor, trainer.Metrics) {
 		logits := m.Forward(b.Get(data.Input))
 		labels := b.Get(data.Label)
 		top1 := logits.Argmax(1, false).Eq(labels).ToDType(torch.Float32).Mean()

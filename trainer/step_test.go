@@ -137,7 +137,7 @@ func TestShapeMismatchIsAnError(t *testing.T) {
 // an accuracy computed by the user equals the default step's val_acc.
 func TestCustomStep(t *testing.T) {
 	ce := &nn.CrossEntropyLoss{}
-	step := func(model nn.Module, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+	step := func(model nn.Layer, b data.Batch) (*torch.Tensor, trainer.Metrics) {
 		out := model.Forward(b.Get(data.Input))
 		y := b.Get(data.Label)
 		top1 := out.Argmax(1, false).Eq(y).ToDType(torch.Float32).Mean()

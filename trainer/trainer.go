@@ -107,8 +107,8 @@ type Trainer struct {
 	Metrics map[string]float64
 
 	strategy     Strategy
-	trainStep    Step
-	evalStep     Step
+	trainStep    boundStep
+	evalStep     boundStep
 	callbacks    []Callback
 	terminateNaN bool
 	stopReason   string
@@ -130,7 +130,7 @@ type Trainer struct {
 // loss is the default steps' loss (an nn loss module, or a LossFunc); it may be nil when
 // WithTrainStep is given. The configuration starts as DefaultConfig, the one source of
 // defaults.
-func New(model nn.Module, train, val *data.Loader, loss nn.Loss, opt optim.Optimizer, options ...Option) (*Trainer, error) {
+func New(model nn.Module, train, val *data.Loader, loss nn.Loss, opt optim.Optimizer, options ...Option) (_ *Trainer, err error) {
 	t := &Trainer{
 		Model: model, Train: train, Val: val, Optimizer: opt,
 		Config:       DefaultConfig(),
@@ -153,11 +153,15 @@ func New(model nn.Module, train, val *data.Loader, loss nn.Loss, opt optim.Optim
 		t.evalStep = t.trainStep
 	}
 	if t.trainStep == nil {
-		t.trainStep = LossStep(loss)
+		if t.trainStep, err = bind(LossStep(loss), model, "default training"); err != nil {
+			return nil, fmt.Errorf("%w (a model without a one-input Forward needs WithTrainStep)", err)
+		}
 		t.loss = loss // the default step: it may run fused
 	}
 	if t.evalStep == nil {
-		t.evalStep = ClassificationStep(loss)
+		if t.evalStep, err = bind(ClassificationStep(loss), model, "default evaluation"); err != nil {
+			return nil, fmt.Errorf("%w (a model without a one-input Forward needs WithEvalStep)", err)
+		}
 	}
 	if t.Val == nil && strings.HasPrefix(t.Config.Monitor, "val_") {
 		t.Config.Monitor = "train_loss"

@@ -123,14 +123,15 @@ func runGo(m *models.GPT2LMHeadModel, s setup) result {
 	}
 	// Generation first, on the weights bench.py loads.
 	nn.SetTraining(m, false)
-	if _, err := m.Generate(prompt, models.GenerateOptions{MaxNewTokens: 4}); err != nil { // warm-up
+	if _, err := models.Generate(m, [][]int64{prompt}, models.GenerateOptions{MaxNewTokens: 4, IgnoreEOS: true}); err != nil { // warm-up
 		log.Fatal(err)
 	}
 	start := time.Now()
-	gen, err := m.Generate(prompt, models.GenerateOptions{MaxNewTokens: s.newTokens})
+	gens, err := models.Generate(m, [][]int64{prompt}, models.GenerateOptions{MaxNewTokens: s.newTokens, IgnoreEOS: true})
 	if err != nil {
 		log.Fatal(err)
 	}
+	gen := gens[0]
 	r.GenTokensPerS = float64(len(gen)) / time.Since(start).Seconds()
 	r.Generated = gen
 

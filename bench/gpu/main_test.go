@@ -68,7 +68,7 @@ func TestCountReadsSeesAReadInTheStep(t *testing.T) {
 		opt, err := optim.NewAdamW(nn.Parameters(m), optim.AdamOptions{})
 		require.NoError(t, err)
 		ce := &nn.CrossEntropyLoss{}
-		step := func(model nn.Module, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+		step := func(model nn.Layer, b data.Batch) (*torch.Tensor, trainer.Metrics) {
 			loss := ce.Forward(model.Forward(b.Get(data.Input)), b.Get(data.Label))
 			if read && math.IsNaN(loss.Item()) {
 				t.Fatal("NaN loss")

@@ -18,7 +18,7 @@ import (
 // channels3 feeds 1-channel images to a 3-channel model (ResNet-18) by repeating them.
 type channels3 struct {
 	nn.Base
-	inner nn.Module
+	inner nn.Layer
 }
 
 func (m *channels3) Forward(x *torch.Tensor) *torch.Tensor {

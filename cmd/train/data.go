@@ -6,9 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/data"
-	"github.com/gotrain/gotrain/torch/nn"
 	"github.com/gotrain/gotrain/trainer"
 )
 
@@ -155,14 +153,6 @@ func seq(from, to int) []int {
 func isFile(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular()
-}
-
-// tokenStep is the step of a token file's windows: their labels are already the next
-// tokens (nanoGPT's (x, y)), so the cross-entropy compares position by position.
-func tokenStep(model nn.Module, b data.Batch) (*torch.Tensor, trainer.Metrics) {
-	logits := model.Forward(b.Get(data.InputIDs))
-	v := logits.Size(-1)
-	return torch.CrossEntropy(logits.Reshape(-1, v), b.Get(data.Labels).Reshape(-1), torch.CrossEntropyOptions{}), nil
 }
 
 // split holds out --val-split of ds for validation, drawn with the seed.

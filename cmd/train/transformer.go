@@ -51,13 +51,13 @@ func vitModel(shape []int64, classes int64) (*models.VisionTransformer, error) {
 // lmStep is the language-model step: the next-token cross-entropy of the model's logits
 // for the batch's input_ids (against its labels when it has them, as transformers'
 // labels=). Models that are not language models are a misuse.
-func lmStep(model nn.Module, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+func lmStep(model models.CausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
 	ids := b.Get(data.InputIDs)
 	labels := ids
 	if b.Has(data.Labels) {
 		labels = b.Get(data.Labels)
 	}
-	return models.CausalLMLoss(model.Forward(ids), labels), nil
+	return models.CausalLMLoss(model.Forward(models.DecoderInput{InputIDs: ids}), labels), nil
 }
 
 // byteText is a byte-level language-modelling data set: the text cut into consecutive
@@ -126,10 +126,11 @@ func (c *lmCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 		ids[i] = int64(c.prompt[i])
 	}
 	n := min(c.tokens, int(c.model.Config.NPositions)-len(ids))
-	gen, err := c.model.Generate(ids, models.GenerateOptions{MaxNewTokens: n})
+	gens, err := models.Generate(c.model, [][]int64{ids}, models.GenerateOptions{MaxNewTokens: n, IgnoreEOS: true})
 	if err != nil {
 		return err
 	}
+	gen := gens[0]
 	sample := make([]byte, len(gen))
 	for i, v := range gen {
 		sample[i] = byte(v)
@@ -137,4 +138,12 @@ func (c *lmCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 	fmt.Fprintf(c.out, "epoch %d: val perplexity %.2f; sample: %q\n", rec.Epoch, rec.Metrics["val_perplexity"],
 		c.prompt+strings.ToValidUTF8(string(sample), "?"))
 	return nil
+}
+
+// tokenStep is the step of a token file's windows: their labels are already the next
+// tokens (nanoGPT's (x, y)), so the cross-entropy compares position by position.
+func tokenStep(model models.CausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+	logits := model.Forward(models.DecoderInput{InputIDs: b.Get(data.InputIDs)})
+	v := logits.Size(-1)
+	return torch.CrossEntropy(logits.Reshape(-1, v), b.Get(data.Labels).Reshape(-1), torch.CrossEntropyOptions{}), nil
 }

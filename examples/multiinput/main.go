@@ -83,14 +83,9 @@ func NewNet() *Net {
 	return n
 }
 
-// Forward is nn.Module's one-input method, which this model cannot serve: the step
-// calls Predict with both inputs.
-func (n *Net) Forward(*torch.Tensor) *torch.Tensor {
-	panic("multiinput: Net takes two inputs; call Predict(image, tokens, mask)")
-}
-
-// Predict maps images [B, 1, 8, 8], token ids [B, L] and their mask [B, L] to logits.
-func (n *Net) Predict(image, tokens, mask *torch.Tensor) *torch.Tensor {
+// Forward maps images [B, 1, 8, 8], token ids [B, L] and their mask [B, L] to logits:
+// the forward this model needs, which its step calls.
+func (n *Net) Forward(image, tokens, mask *torch.Tensor) *torch.Tensor {
 	e := n.Embed.Forward(tokens)               // [B, L, 8]
 	m := mask.ToDType(e.DType()).Unsqueeze(-1) // [B, L, 1]
 	text := e.Mul(m).SumDims([]int64{1}, false).Div(m.SumDims([]int64{1}, false))
@@ -101,9 +96,9 @@ func (n *Net) Predict(image, tokens, mask *torch.Tensor) *torch.Tensor {
 var ce = &nn.CrossEntropyLoss{}
 
 // Step is the training and evaluation step: the batch's fields by name in, the loss and
-// the accuracy out.
-func Step(model nn.Module, b data.Batch) (*torch.Tensor, trainer.Metrics) {
-	logits := model.(*Net).Predict(b.Get(Image), b.Get(Tokens), b.Get(data.MaskName(Tokens)))
+// the accuracy out. It takes the model as a *Net, so it calls Net's own forward.
+func Step(model *Net, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+	logits := model.Forward(b.Get(Image), b.Get(Tokens), b.Get(data.MaskName(Tokens)))
 	labels := b.Get(data.Label)
 	acc := logits.Argmax(1, false).Eq(labels).ToDType(torch.Float32).Mean()
 	return ce.Forward(logits, labels), trainer.Metrics{"acc": acc}

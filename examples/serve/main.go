@@ -118,7 +118,7 @@ func run(synthetic bool, limit int, ckpt string, goroutines int) (*result, error
 
 // classify counts the correct predictions on a shard. Every batch's tensors live in a
 // scope of this goroutine, so other goroutines' scopes never touch them.
-func classify(model nn.Module, shard data.Dataset) (correct float64, n int, err error) {
+func classify(model nn.Layer, shard data.Dataset) (correct float64, n int, err error) {
 	defer torch.Recover(&err, "classify")
 	l, err := data.NewLoader(shard, data.LoaderOptions{BatchSize: 250, Inline: true,
 		Transform: data.Normalize{Mean: data.FashionMNISTMean, Std: data.FashionMNISTStd}})

@@ -15,7 +15,7 @@ import (
 )
 
 // oneByOne is a Sequential's forward without chains: every layer's own Forward in turn.
-func oneByOne(m nn.Module, x *torch.Tensor) *torch.Tensor {
+func oneByOne(m nn.Layer, x *torch.Tensor) *torch.Tensor {
 	if s, ok := m.(*nn.Sequential); ok {
 		for i := 0; i < s.Len(); i++ {
 			x = oneByOne(s.At(i), x)

@@ -10,11 +10,11 @@ import (
 // Sequential is nn.Sequential: modules applied in order, registered as "0", "1", ...
 type Sequential struct {
 	Base
-	mods []Module
+	mods []Layer
 }
 
 // NewSequential returns nn.Sequential(mods...).
-func NewSequential(mods ...Module) *Sequential {
+func NewSequential(mods ...Layer) *Sequential {
 	s := &Sequential{}
 	for _, m := range mods {
 		s.Append(m)
@@ -23,7 +23,7 @@ func NewSequential(mods ...Module) *Sequential {
 }
 
 // Append adds m as the next stage, named by its index.
-func (s *Sequential) Append(m Module) {
+func (s *Sequential) Append(m Layer) {
 	s.RegisterModule(strconv.Itoa(len(s.mods)), m)
 	s.mods = append(s.mods, m)
 }
@@ -32,7 +32,7 @@ func (s *Sequential) Append(m Module) {
 func (s *Sequential) Len() int { return len(s.mods) }
 
 // At returns stage i.
-func (s *Sequential) At(i int) Module { return s.mods[i] }
+func (s *Sequential) At(i int) Layer { return s.mods[i] }
 
 // Forward feeds x through every stage in order. A run of consecutive built-in layers
 // (Linear, Conv2d, BatchNorm1d/2d, the pools, the activations, Flatten, Dropout,
@@ -158,11 +158,6 @@ func (l *ModuleList) Len() int { return len(l.mods) }
 
 // At returns module i.
 func (l *ModuleList) At(i int) Module { return l.mods[i] }
-
-// Forward panics: like PyTorch's ModuleList, a list is not callable.
-func (l *ModuleList) Forward(*torch.Tensor) *torch.Tensor {
-	panic("nn: ModuleList has no Forward; iterate over its modules instead")
-}
 
 // Identity is nn.Identity: returns its input.
 type Identity struct{ Base }

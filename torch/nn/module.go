@@ -7,12 +7,28 @@ import (
 	"github.com/gotrain/gotrain/torch"
 )
 
-// Module is a layer or model: a forward pass plus the Base that holds its registered
-// parameters, buffers and submodules. Embedding Base provides the ModuleBase method.
-// (The method cannot be called Base: the embedded field of that name would hide it.)
+// Module is what every layer and model has, whatever its forward pass: the Base that
+// holds its registered parameters, buffers and submodules and its training flag (tch-rs
+// keeps the same in a VarStore, apart from its Module trait). Embedding Base provides
+// the ModuleBase method. (The method cannot be called Base: the embedded field of that
+// name would hide it.)
+//
+// The forward pass is not part of Module: a model defines the forward its task needs —
+// a two-input model takes both inputs, a decoder takes ids, a mask, positions and a
+// cache (models.CausalLM) — and the step that trains it calls that method on the
+// model's own type (trainer.WithTrainStep is generic over it). Layer is the one-input
+// forward that Sequential composes and the default steps call.
 type Module interface {
-	Forward(x *torch.Tensor) *torch.Tensor
 	ModuleBase() *Base
+}
+
+// Layer is a Module with a one-tensor forward pass: the layers of torch/nn, Sequential
+// itself, and any model whose forward maps one input to one output (an image
+// classifier). Sequential composes Layers, and the Trainer's default steps
+// (trainer.LossStep, trainer.ClassificationStep) call Forward on the batch's input.
+type Layer interface {
+	Module
+	Forward(x *torch.Tensor) *torch.Tensor
 }
 
 // NamedTensor is a parameter or buffer with its dotted PyTorch name ("layer1.0.bn1.weight").

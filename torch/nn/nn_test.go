@@ -233,7 +233,7 @@ func TestLoadStateDictErrors(t *testing.T) {
 func TestLayersForward(t *testing.T) {
 	torch.WithScope(func() {
 		x := torch.Randn([]int64{2, 4, 8, 8}, torch.Float32, torch.CPU)
-		shape := func(m nn.Module, in *torch.Tensor) []int64 {
+		shape := func(m nn.Layer, in *torch.Tensor) []int64 {
 			defer nn.Free(m)
 			return m.Forward(in).Shape()
 		}
@@ -245,12 +245,13 @@ func TestLayersForward(t *testing.T) {
 		assert.Equal(t, []int64{2, 256}, shape(nn.NewFlatten(), x))
 		assert.Equal(t, []int64{2, 4, 8, 8}, shape(nn.NewGroupNorm(2, 4), x))
 		assert.Equal(t, []int64{2, 4, 8, 8}, shape(nn.NewLayerNorm([]int64{8, 8}), x))
-		for _, m := range []nn.Module{nn.NewReLU(), nn.NewLeakyReLU(0.01), nn.NewGELU(), nn.NewSiLU(), nn.NewTanh(), nn.NewSigmoid(), nn.NewSoftmax(1), nn.NewIdentity(), nn.NewDropout(0.5)} {
+		for _, m := range []nn.Layer{nn.NewReLU(), nn.NewLeakyReLU(0.01), nn.NewGELU(), nn.NewSiLU(), nn.NewTanh(), nn.NewSigmoid(), nn.NewSoftmax(1), nn.NewIdentity(), nn.NewDropout(0.5)} {
 			assert.Equal(t, []int64{2, 4, 8, 8}, shape(m, x))
 		}
 		assert.Equal(t, []int64{2, 3, 5}, shape(nn.NewEmbedding(10, 5), torch.FromSlice([]int64{1, 2, 3, 4, 5, 6}, 2, 3)))
 		assert.Panics(t, func() { nn.NewBatchNorm1d(4).Forward(x) }, "BatchNorm1d wants 2-d or 3-d input")
-		assert.Panics(t, func() { nn.NewModuleList(nn.NewReLU()).Forward(x) })
+		_, callable := any(nn.NewModuleList(nn.NewReLU())).(nn.Layer)
+		assert.False(t, callable, "a ModuleList has no forward, as in PyTorch")
 
 		d := nn.NewDropout(0.5)
 		nn.SetTraining(d, false)

@@ -345,6 +345,7 @@ func rawLoop(tr *trainer.Trainer, ds *data.TensorDataset, batch int, res *loopio
 	y := torch.FromSlice(ds.Labels).Escape()
 	steps := int64(ds.Len() / batch)
 	bf16 := tr.Config.AMP == amp.BF16
+	model := tr.Model.(nn.Layer) // the bench's models are Sequentials
 	return func(e int) (err error) {
 		defer torch.Recover(&err, "raw loop")
 		nn.SetTraining(tr.Model, true)
@@ -354,7 +355,7 @@ func rawLoop(tr *trainer.Trainer, ds *data.TensorDataset, batch int, res *loopio
 				yb := y.Narrow(0, s*int64(batch), int64(batch))
 				tr.Optimizer.ZeroGrad(true)
 				var loss *torch.Tensor
-				fwd := func() { loss = (&nn.CrossEntropyLoss{}).Forward(tr.Model.Forward(xb), yb) }
+				fwd := func() { loss = (&nn.CrossEntropyLoss{}).Forward(model.Forward(xb), yb) }
 				if bf16 {
 					amp.Autocast(torch.CPU, torch.BFloat16, fwd)
 				} else {

@@ -2,14 +2,18 @@ package models
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/nn"
 )
 
-// GenerateOptions control GPT2LMHeadModel.Generate, with the meanings of transformers'
-// generate(). The zero value (besides MaxNewTokens) is greedy decoding with the KV
-// cache and no end-of-sequence token.
+// GenerateOptions control Generate, with the meanings of transformers' generate(). The
+// zero value (besides MaxNewTokens) is greedy decoding with the KV cache that stops at
+// the model's end-of-sequence tokens.
 type GenerateOptions struct {
 	MaxNewTokens int // how many tokens to add at most (required)
 	// Sample draws each token from the distribution instead of taking the most likely
@@ -18,8 +22,26 @@ type GenerateOptions struct {
 	Temperature float64 // divides the logits; 0 means 1
 	TopK        int     // keep the k most likely tokens; 0 keeps all
 	TopP        float64 // keep the smallest set whose probability reaches p; 0 or 1 keeps all
-	// EOS stops generation after this token is produced; nil never stops early.
-	EOS *int64
+	// RepetitionPenalty (> 1) makes the tokens a sequence already holds less likely, as
+	// transformers' repetition_penalty: their logits are divided by it when positive and
+	// multiplied when negative. 0 or 1: none.
+	RepetitionPenalty float64
+	// StopTokens end a sequence after one of them is produced (it is included). nil: the
+	// model's EOS tokens (DecoderConfig); IgnoreEOS with nil StopTokens never stops early.
+	StopTokens []int64
+	IgnoreEOS  bool
+	// StopStrings end a sequence as soon as its generated text contains one of them
+	// (the token that completes it is included); they need Decode, which maps token ids
+	// to text (the model's tokenizer).
+	StopStrings []string
+	Decode      func(ids []int64) string
+	// PadTokenID fills the left padding of shorter prompts in a batch and the tail of
+	// sequences that have stopped; the attention mask hides the padding, so its value
+	// does not change the result. Default 0.
+	PadTokenID int64
+	// Stream, when set, is called with each new token of each sequence as soon as it is
+	// chosen (row is the prompt's index).
+	Stream func(row int, token int64)
 	// NoCache recomputes every position at every step instead of using the KV cache (for
 	// checking the cache; same tokens, more work).
 	NoCache bool
@@ -28,72 +50,204 @@ type GenerateOptions struct {
 	Seed *int64
 }
 
-// Generate continues prompt (token ids, at least one) and returns the new tokens: up to
-// MaxNewTokens, ending early with EOS (included) when it is set. Positions past the
-// model's n_positions are an error. The model should be in evaluation mode; gradients are
+// Generate continues each prompt (token ids, at least one each) with m and returns the
+// new tokens of each: up to MaxNewTokens, ending early at a stop token or stop string
+// (included). Prompts of different lengths are left-padded and masked, as transformers
+// does for a batch, so each row gets the tokens it would get alone. The KV cache is
+// allocated once for the longest prompt plus MaxNewTokens. Sequences longer than the
+// model's context are an error. The model should be in evaluation mode; gradients are
 // not recorded.
-func (m *GPT2LMHeadModel) Generate(prompt []int64, o GenerateOptions) (out []int64, err error) {
+func Generate(m CausalLM, prompts [][]int64, o GenerateOptions) (out [][]int64, err error) {
 	defer torch.Recover(&err, "generate")
-	if len(prompt) == 0 {
-		return nil, errors.New("models: Generate: empty prompt")
+	cfg := m.DecoderConfig()
+	if len(prompts) == 0 {
+		return nil, errors.New("models: Generate: no prompt")
 	}
-	if int64(len(prompt)+o.MaxNewTokens) > m.Config.NPositions {
-		return nil, errors.New("models: Generate: prompt plus new tokens exceed n_positions")
+	longest := 0
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, fmt.Errorf("models: Generate: prompt %d is empty", i)
+		}
+		for _, id := range p {
+			if id < 0 || id >= cfg.VocabSize {
+				return nil, fmt.Errorf("models: Generate: prompt %d has token id %d outside the vocabulary of %d", i, id, cfg.VocabSize)
+			}
+		}
+		longest = max(longest, len(p))
+	}
+	if o.MaxNewTokens < 0 {
+		return nil, fmt.Errorf("models: Generate: MaxNewTokens %d is negative", o.MaxNewTokens)
+	}
+	if cfg.MaxPositions > 0 && int64(longest)+int64(o.MaxNewTokens) > cfg.MaxPositions {
+		return nil, fmt.Errorf("models: Generate: a prompt of %d tokens plus %d new tokens exceeds the model's context of %d positions",
+			longest, o.MaxNewTokens, cfg.MaxPositions)
+	}
+	if len(o.StopStrings) > 0 && o.Decode == nil {
+		return nil, errors.New("models: Generate: StopStrings need Decode (the tokenizer's)")
+	}
+	stops := o.StopTokens
+	if stops == nil && !o.IgnoreEOS {
+		stops = cfg.EOS
 	}
 	if o.Seed != nil {
 		torch.ManualSeed(*o.Seed)
 	}
-	dev := m.Transformer.Wte.Weight.Device()
+	g := newGeneration(prompts, longest, o.PadTokenID)
+	dev := torch.CPU
+	if ps := nn.Parameters(m); len(ps) > 0 {
+		dev = ps[0].Device()
+	}
+	out = make([][]int64, len(prompts))
+	done := make([]bool, len(prompts))
 	torch.NoGrad(func() {
-		cache := &KVCache{}
-		defer cache.Free()
-		seq := append([]int64{}, prompt...)
-		next := prompt
-		for len(out) < o.MaxNewTokens {
-			var tok int64
+		var cache *KVCache
+		if !o.NoCache {
+			cache = NewKVCache(int64(longest + o.MaxNewTokens))
+			defer cache.Free()
+		}
+		for step := 0; step < o.MaxNewTokens && slices.Contains(done, false); step++ {
+			var toks []int64
 			torch.WithScope(func() {
-				onDev := func(ids []int64) *torch.Tensor {
-					t := torch.FromSlice(ids, 1, int64(len(ids)))
-					if dev != torch.CPU {
-						t = t.To(dev, false)
-					}
-					return t
+				from := 0
+				if cache != nil && step > 0 {
+					from = g.len() - 1
 				}
-				var logits *torch.Tensor
-				if o.NoCache {
-					logits = m.Forward(onDev(seq))
-				} else {
-					// The cache outlives the step; this step's other tensors, and the
-					// cache it replaces, do not.
-					old := cache.Tensors()
-					logits = m.ForwardCached(onDev(next), cache)
-					for _, t := range cache.Tensors() {
-						t.Escape()
-					}
-					for _, t := range old {
-						t.Free()
-					}
-				}
+				logits := m.Forward(g.input(from, cache, dev))
 				last := logits.Select(1, logits.Size(1)-1)
-				tok = pickToken(last, o)
+				if o.RepetitionPenalty > 0 && o.RepetitionPenalty != 1 {
+					last = g.penalize(last, o.RepetitionPenalty)
+				}
+				toks = pickTokens(last, o)
 			})
-			out = append(out, tok)
-			seq = append(seq, tok)
-			next = []int64{tok}
-			if o.EOS != nil && tok == *o.EOS {
-				break
+			for i, tok := range toks {
+				if done[i] {
+					toks[i] = o.PadTokenID
+					continue
+				}
+				out[i] = append(out[i], tok)
+				g.real[i] = append(g.real[i], tok)
+				if o.Stream != nil {
+					o.Stream(i, tok)
+				}
+				done[i] = slices.Contains(stops, tok) || stopString(out[i], o)
 			}
+			g.append(toks)
 		}
 	})
 	return out, nil
 }
 
-// pickToken chooses the next token from logits [1, V].
-func pickToken(logits *torch.Tensor, o GenerateOptions) int64 {
-	if !o.Sample {
-		return logits.Argmax(-1, false).Int64s()[0]
+// stopString reports whether the text of ids ends a sequence.
+func stopString(ids []int64, o GenerateOptions) bool {
+	if len(o.StopStrings) == 0 {
+		return false
 	}
-	return SampleLogits(logits, o.Temperature, o.TopK, o.TopP).Int64s()[0]
+	text := o.Decode(ids)
+	for _, s := range o.StopStrings {
+		if s != "" && strings.Contains(text, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// generation holds the batch's token rows, left-padded to one length, and their mask.
+type generation struct {
+	ids, mask [][]int64
+	padded    bool
+	real      [][]int64 // each row's own tokens, for the repetition penalty
+}
+
+func newGeneration(prompts [][]int64, longest int, pad int64) *generation {
+	g := &generation{}
+	for _, p := range prompts {
+		n := longest - len(p)
+		ids := append(slices.Repeat([]int64{pad}, n), p...)
+		mask := append(make([]int64, n), slices.Repeat([]int64{1}, len(p))...)
+		g.ids, g.mask = append(g.ids, ids), append(g.mask, mask)
+		g.real = append(g.real, slices.Clone(p))
+		g.padded = g.padded || n > 0
+	}
+	return g
+}
+
+func (g *generation) len() int { return len(g.ids[0]) }
+
+// append adds one token to every row; a stopped row's token is padding that stays
+// visible to that row alone, as in transformers.
+func (g *generation) append(toks []int64) {
+	for i, tok := range toks {
+		g.ids[i] = append(g.ids[i], tok)
+		g.mask[i] = append(g.mask[i], 1)
+	}
+}
+
+// input returns the forward's input for positions from..len of every row: with left
+// padding, the mask of every position so far and positions that count real tokens only
+// (transformers' cumsum(mask) - 1).
+func (g *generation) input(from int, cache *KVCache, dev torch.Device) DecoderInput {
+	b, n := int64(len(g.ids)), int64(g.len())
+	flat := func(rows [][]int64, from int) *torch.Tensor {
+		v := make([]int64, 0, int(b)*(len(rows[0])-from))
+		for _, r := range rows {
+			v = append(v, r[from:]...)
+		}
+		t := torch.FromSlice(v, b, int64(len(rows[0])-from))
+		if dev != torch.CPU {
+			t = t.To(dev, false)
+		}
+		return t
+	}
+	in := DecoderInput{InputIDs: flat(g.ids, from), Cache: cache}
+	if !g.padded {
+		return in
+	}
+	in.AttentionMask = flat(g.mask, 0)
+	pos := make([][]int64, b)
+	for i, m := range g.mask {
+		pos[i] = make([]int64, n)
+		var c int64
+		for j, v := range m {
+			c += v
+			pos[i][j] = max(c-1, 0)
+			if v == 0 {
+				pos[i][j] = 1
+			}
+		}
+	}
+	in.PositionIDs = flat(pos, from)
+	return in
+}
+
+// penalize applies the repetition penalty to logits [B, V] at each row's tokens.
+func (g *generation) penalize(logits *torch.Tensor, penalty float64) *torch.Tensor {
+	b := int64(len(g.real))
+	longest := 0
+	for _, r := range g.real {
+		longest = max(longest, len(r))
+	}
+	idx := make([]int64, 0, int(b)*longest)
+	for _, r := range g.real {
+		// Repeating a row's first token fills it out; scatter writes the same value twice.
+		idx = append(idx, r...)
+		idx = append(idx, slices.Repeat(r[:1], longest-len(r))...)
+	}
+	at := torch.FromSlice(idx, b, int64(longest))
+	if logits.Device() != torch.CPU {
+		at = at.To(logits.Device(), false)
+	}
+	x := logits.ToDType(torch.Float32)
+	score := x.Gather(1, at)
+	score = torch.Where(score.LtScalar(0), score.MulScalar(penalty), score.DivScalar(penalty))
+	return x.Scatter(1, at, score)
+}
+
+// pickTokens chooses the next token of each row from logits [B, V].
+func pickTokens(logits *torch.Tensor, o GenerateOptions) []int64 {
+	if !o.Sample {
+		return logits.Argmax(-1, false).Int64s()
+	}
+	return SampleLogits(logits, o.Temperature, o.TopK, o.TopP).Int64s()
 }
 
 // SampleLogits draws one token per row of logits [B, V] with torch's generator after

@@ -117,72 +117,31 @@ type GPT2Attention struct {
 	attnDrop, residDrop *nn.Dropout
 }
 
-// KVCache holds the keys and values of the positions a GPT2LMHeadModel has seen, per
-// layer, so that each new token costs one position of work. The zero value is empty.
-type KVCache struct {
-	keys, values []*torch.Tensor
+// attention is how a forward's queries see the keys: the mask and causal flag of
+// DecoderInput.AttentionMask, and the cache.
+type attention struct {
+	mask   *torch.Tensor
+	causal bool
+	cache  *KVCache
 }
 
-// Len returns the number of cached positions.
-func (c *KVCache) Len() int64 {
-	if c == nil || len(c.keys) == 0 || c.keys[0] == nil {
-		return 0
-	}
-	return c.keys[0].Size(2)
-}
-
-// Tensors returns the cache's tensors, for a caller that keeps them across scopes.
-func (c *KVCache) Tensors() []*torch.Tensor {
-	return append(append([]*torch.Tensor{}, c.keys...), c.values...)
-}
-
-// Free releases the cached tensors and empties the cache.
-func (c *KVCache) Free() {
-	for _, t := range c.Tensors() {
-		t.Free()
-	}
-	c.keys, c.values = nil, nil
-}
-
-func (a *GPT2Attention) forward(x *torch.Tensor, cache *KVCache, layer int) *torch.Tensor {
+func (a *GPT2Attention) forward(x *torch.Tensor, at attention, layer int) *torch.Tensor {
 	shape := x.Shape()
 	b, t, e := shape[0], shape[1], shape[2]
 	qkv := a.CAttn.Forward(x).Split(e, 2)
 	heads := func(y *torch.Tensor) *torch.Tensor { return y.View(b, t, a.heads, a.dim).Transpose(1, 2) }
 	q, k, v := heads(qkv[0]), heads(qkv[1]), heads(qkv[2])
-	past := int64(0)
-	if cache != nil {
-		for len(cache.keys) <= layer {
-			cache.keys, cache.values = append(cache.keys, nil), append(cache.values, nil)
-		}
-		if old := cache.keys[layer]; old != nil {
-			past = old.Size(2)
-			k = torch.Cat([]*torch.Tensor{old, k}, 2)
-			v = torch.Cat([]*torch.Tensor{cache.values[layer], v}, 2)
-		}
-		cache.keys[layer], cache.values[layer] = k, v
+	if at.cache != nil {
+		k, v = at.cache.Update(layer, k, v)
 	}
 	dropout := 0.0
 	if a.Training() {
 		dropout = a.attnDrop.P
 	}
-	var y *torch.Tensor
-	switch {
-	case past == 0:
-		y = torch.ScaledDotProductAttention(q, k, v, nil, dropout, true, a.scale)
-	case t == 1:
-		y = torch.ScaledDotProductAttention(q, k, v, nil, dropout, false, a.scale)
-	default:
-		// New queries see every cached position and the new ones up to their own.
-		mask := torch.Ones([]int64{t, past + t}, torch.Bool, x.Device()).Tril(past)
-		y = torch.ScaledDotProductAttention(q, k, v, mask, dropout, false, a.scale)
-	}
+	y := torch.ScaledDotProductAttention(q, k, v, at.mask, dropout, at.causal, a.scale)
 	y = y.Transpose(1, 2).Reshape(b, t, e)
 	return a.residDrop.Forward(a.CProj.Forward(y))
 }
-
-// Forward is causal self-attention of x [B, T, E] without a cache.
-func (a *GPT2Attention) Forward(x *torch.Tensor) *torch.Tensor { return a.forward(x, nil, 0) }
 
 // GPT2MLP is transformers' GPT2MLP: "c_fc", the activation, "c_proj", dropout.
 type GPT2MLP struct {
@@ -207,13 +166,10 @@ type GPT2Block struct {
 	index    int
 }
 
-func (b *GPT2Block) forward(x *torch.Tensor, cache *KVCache) *torch.Tensor {
-	x = x.Add(b.Attn.forward(b.Ln1.Forward(x), cache, b.index))
+func (b *GPT2Block) forward(x *torch.Tensor, at attention) *torch.Tensor {
+	x = x.Add(b.Attn.forward(b.Ln1.Forward(x), at, b.index))
 	return x.Add(b.MLP.Forward(b.Ln2.Forward(x)))
 }
-
-// Forward applies the block without a cache.
-func (b *GPT2Block) Forward(x *torch.Tensor) *torch.Tensor { return b.forward(x, nil) }
 
 // GPT2Model is transformers' GPT2Model: token and position embeddings "wte" and "wpe",
 // blocks "h.0", "h.1", ..., and the final LayerNorm "ln_f".
@@ -225,17 +181,15 @@ type GPT2Model struct {
 	drop     *nn.Dropout
 }
 
-// Forward returns the final hidden states [B, T, E] for token ids [B, T].
-func (g *GPT2Model) Forward(ids *torch.Tensor) *torch.Tensor { return g.forward(ids, nil) }
-
-func (g *GPT2Model) forward(ids *torch.Tensor, cache *KVCache) *torch.Tensor {
-	t := ids.Size(ids.Dim() - 1)
-	start := cache.Len()
-	pos := torch.Arange(float64(start), float64(start+t), 1, torch.Int64, ids.Device())
-	x := g.drop.Forward(g.Wte.Forward(ids).Add(g.Wpe.Forward(pos)))
+// Forward returns the final hidden states [B, T, E] of in's tokens.
+func (g *GPT2Model) Forward(in DecoderInput) *torch.Tensor {
+	x := g.drop.Forward(g.Wte.Forward(in.InputIDs).Add(g.Wpe.Forward(in.Positions())))
+	at := attention{cache: in.Cache}
+	at.mask, at.causal = in.SDPAMask()
 	for _, b := range g.H {
-		x = b.forward(x, cache)
+		x = b.forward(x, at)
 	}
+	in.Cache.Advance(in.InputIDs.Size(1))
 	return g.LnF.Forward(x)
 }
 
@@ -307,23 +261,28 @@ func NewGPT2LMHeadModel(c GPT2Config) (*GPT2LMHeadModel, error) {
 	return m, nil
 }
 
-// Forward returns the logits [B, T, vocab] for token ids [B, T].
-func (m *GPT2LMHeadModel) Forward(ids *torch.Tensor) *torch.Tensor {
-	return m.LMHead.Forward(m.Transformer.forward(ids, nil))
+// Forward returns the logits [B, T, vocab] of in's tokens (CausalLM).
+func (m *GPT2LMHeadModel) Forward(in DecoderInput) *torch.Tensor {
+	return m.LMHead.Forward(m.Transformer.Forward(in))
 }
 
-// ForwardCached returns the logits for ids [B, T] that follow the positions in cache,
-// and appends their keys and values to it: the step of incremental decoding. The
-// cache's tensors belong to the current scope; Generate shows how to keep them.
-func (m *GPT2LMHeadModel) ForwardCached(ids *torch.Tensor, cache *KVCache) *torch.Tensor {
-	return m.LMHead.Forward(m.Transformer.forward(ids, cache))
+// DecoderConfig returns the vocabulary, n_positions and the special tokens (CausalLM).
+func (m *GPT2LMHeadModel) DecoderConfig() DecoderConfig {
+	c := DecoderConfig{VocabSize: m.Config.VocabSize, MaxPositions: m.Config.NPositions, BOS: -1}
+	if m.Config.EOSTokenID != nil {
+		c.EOS = []int64{*m.Config.EOSTokenID}
+	}
+	if m.Config.BOSTokenID != nil {
+		c.BOS = *m.Config.BOSTokenID
+	}
+	return c
 }
 
 // Loss returns the language-modelling loss transformers computes for labels=ids: the
 // mean cross-entropy of the logits at each position against the next token, with
 // -100 labels ignored.
 func (m *GPT2LMHeadModel) Loss(ids *torch.Tensor) *torch.Tensor {
-	return CausalLMLoss(m.Forward(ids), ids)
+	return CausalLMLoss(m.Forward(DecoderInput{InputIDs: ids}), ids)
 }
 
 // CausalLMLoss is the next-token cross-entropy of logits [B, T, V] against labels

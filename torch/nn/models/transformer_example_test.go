@@ -23,17 +23,17 @@ func ExampleGPT2LMHeadModel() {
 	defer nn.Free(m)
 	torch.WithScope(func() {
 		ids := torch.Full([]int64{2, 16}, 73, torch.Int64, torch.CPU) // "IIII..." twice
-		fmt.Println("logits:", m.Forward(ids).Shape(), "loss is a scalar:", m.Loss(ids).Dim() == 0)
+		fmt.Println("logits:", m.Forward(models.DecoderInput{InputIDs: ids}).Shape(), "loss is a scalar:", m.Loss(ids).Dim() == 0)
 	})
 
 	nn.SetTraining(m, false)
 	seed := int64(7)
-	out, err := m.Generate([]int64{73, 110, 32, 116, 104, 101}, // "In the"
-		models.GenerateOptions{MaxNewTokens: 8, Sample: true, TopK: 40, Temperature: 0.9, Seed: &seed})
+	out, err := models.Generate(m, [][]int64{{73, 110, 32, 116, 104, 101}}, // "In the"
+		models.GenerateOptions{MaxNewTokens: 8, Sample: true, TopK: 40, Temperature: 0.9, Seed: &seed, IgnoreEOS: true})
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("new tokens:", len(out))
+	fmt.Println("new tokens:", len(out[0]))
 
 	dir, err := os.MkdirTemp("", "gpt2")
 	if err != nil {

@@ -169,7 +169,7 @@ func TestGPT2MatchesTransformers(t *testing.T) {
 			defer torch.NewScope().Close()
 			m := newGPT2(t, c)
 			assert.Equal(t, "transformer.wte.weight", nn.NamedParameters(m)[0].Name)
-			stepMatches(t, m, ref, func() (*torch.Tensor, *torch.Tensor) { return m.Forward(ids), m.Loss(ids) })
+			stepMatches(t, m, ref, func() (*torch.Tensor, *torch.Tensor) { return m.Forward(models.DecoderInput{InputIDs: ids}), m.Loss(ids) })
 		})
 		t.Run("pretrained_dir_and_greedy", func(t *testing.T) {
 			defer torch.NewScope().Close()
@@ -179,12 +179,12 @@ func TestGPT2MatchesTransformers(t *testing.T) {
 			wantConfig := c
 			wantConfig.Architectures = []string{"GPT2LMHeadModel"}
 			assert.Equal(t, wantConfig, m.Config)
-			torch.NoGrad(func() { requireClose(t, "logits", refTensor(t, ref, "hf_logits"), m.Forward(ids), 1e-5) })
-			got, err := m.Generate(prompt, models.GenerateOptions{MaxNewTokens: 25, EOS: &eos})
+			torch.NoGrad(func() { requireClose(t, "logits", refTensor(t, ref, "hf_logits"), m.Forward(models.DecoderInput{InputIDs: ids}), 1e-5) })
+			got, err := generate1(m, prompt, models.GenerateOptions{MaxNewTokens: 25, StopTokens: []int64{eos}})
 			require.NoError(t, err)
 			assert.Equal(t, want, got, "greedy equals generate(do_sample=False)")
 			t.Logf("greedy continuation: %v", got)
-			uncached, err := m.Generate(prompt, models.GenerateOptions{MaxNewTokens: 25, EOS: &eos, NoCache: true})
+			uncached, err := generate1(m, prompt, models.GenerateOptions{MaxNewTokens: 25, StopTokens: []int64{eos}, NoCache: true})
 			require.NoError(t, err)
 			assert.Equal(t, got, uncached, "the KV cache changes no token")
 		})
@@ -202,8 +202,8 @@ func TestGPT2MatchesTransformers(t *testing.T) {
 			sd, err := nn.CheckpointStateDict(m)
 			require.NoError(t, err)
 			var logits *torch.Tensor
-			torch.NoGrad(func() { logits = m.Forward(ids) })
-			greedy, err := m.Generate(prompt, models.GenerateOptions{MaxNewTokens: 25})
+			torch.NoGrad(func() { logits = m.Forward(models.DecoderInput{InputIDs: ids}) })
+			greedy, err := generate1(m, prompt, models.GenerateOptions{MaxNewTokens: 25, IgnoreEOS: true})
 			require.NoError(t, err)
 			t.Logf("Go model's greedy continuation: %v", greedy)
 			out := checkpoint.NewDict()
@@ -228,11 +228,11 @@ func TestGPT2Generation(t *testing.T) {
 	m := newGPT2(t, tinyGPT2Config())
 	nn.SetTraining(m, false)
 	prompt := []int64{3, 14, 15, 9}
-	greedy, err := m.Generate(prompt, models.GenerateOptions{MaxNewTokens: 10})
+	greedy, err := generate1(m, prompt, models.GenerateOptions{MaxNewTokens: 10, IgnoreEOS: true})
 	require.NoError(t, err)
 	require.Len(t, greedy, 10)
 	eos := greedy[3]
-	stopped, err := m.Generate(prompt, models.GenerateOptions{MaxNewTokens: 10, EOS: &eos})
+	stopped, err := generate1(m, prompt, models.GenerateOptions{MaxNewTokens: 10, StopTokens: []int64{eos}})
 	require.NoError(t, err)
 	first := 0
 	for greedy[first] != eos {
@@ -242,19 +242,19 @@ func TestGPT2Generation(t *testing.T) {
 
 	seed := int64(42)
 	opts := models.GenerateOptions{MaxNewTokens: 20, Sample: true, Temperature: 0.8, TopK: 20, TopP: 0.9, Seed: &seed}
-	a, err := m.Generate(prompt, opts)
+	a, err := generate1(m, prompt, opts)
 	require.NoError(t, err)
-	b, err := m.Generate(prompt, opts)
+	b, err := generate1(m, prompt, opts)
 	require.NoError(t, err)
 	assert.Equal(t, a, b, "the same seed draws the same tokens")
 	opts.NoCache = true
-	c, err := m.Generate(prompt, opts)
+	c, err := generate1(m, prompt, opts)
 	require.NoError(t, err)
 	assert.Equal(t, a, c, "sampling with and without the cache sees the same logits")
 
-	_, err = m.Generate(prompt, models.GenerateOptions{MaxNewTokens: 40})
+	_, err = generate1(m, prompt, models.GenerateOptions{MaxNewTokens: 40, IgnoreEOS: true})
 	assert.Error(t, err, "past n_positions")
-	_, err = m.Generate(nil, models.GenerateOptions{MaxNewTokens: 1})
+	_, err = generate1(m, nil, models.GenerateOptions{MaxNewTokens: 1, IgnoreEOS: true})
 	assert.Error(t, err)
 }
 
@@ -271,4 +271,13 @@ func TestSampleLogitsFilters(t *testing.T) {
 			assert.Contains(t, []int64{1, 2}, k2[1])
 		}
 	})
+}
+
+// generate1 is models.Generate for one prompt.
+func generate1(m models.CausalLM, prompt []int64, o models.GenerateOptions) ([]int64, error) {
+	out, err := models.Generate(m, [][]int64{prompt}, o)
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
 }

@@ -1,0 +1,156 @@
+package models
+
+import (
+	"fmt"
+
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/nn"
+)
+
+// DecoderInput is what a decoder's forward takes, with the names and meanings of
+// transformers' forward(input_ids, attention_mask, position_ids, past_key_values).
+type DecoderInput struct {
+	// InputIDs are the token ids, int64 [B, T].
+	InputIDs *torch.Tensor
+	// AttentionMask marks the real tokens (1) and the padding (0) of every position the
+	// queries may see, cached ones included: [B, past+T]. nil: no padding.
+	AttentionMask *torch.Tensor
+	// PositionIDs are the tokens' positions, int64 [B, T]. nil: past, past+1, ...,
+	// the same for every row (right padding or none).
+	PositionIDs *torch.Tensor
+	// Cache holds the keys and values of earlier positions and receives these ones.
+	// nil: no cache (training).
+	Cache *KVCache
+}
+
+// DecoderConfig is what the code around a decoder (Generate, the KV cache, the loss)
+// needs to know of it.
+type DecoderConfig struct {
+	VocabSize int64
+	// MaxPositions is the longest sequence the model takes (GPT-2's n_positions,
+	// max_position_embeddings); 0: no limit.
+	MaxPositions int64
+	// EOS are the token ids that end a generated sequence (config.json's
+	// eos_token_id, one id or a list); BOS is bos_token_id, -1 when there is none.
+	EOS []int64
+	BOS int64
+}
+
+// CausalLM is a decoder-only language model — transformers' *ForCausalLM — over which
+// Generate, the language-model steps and the Hugging Face loaders work, whatever its
+// architecture.
+type CausalLM interface {
+	nn.Module
+	// Forward returns the logits [B, T, vocab] of in's tokens: the logits at t score
+	// the token at t+1. With in.Cache it attends to the cached positions too and
+	// appends this call's keys and values to the cache.
+	Forward(in DecoderInput) *torch.Tensor
+	// DecoderConfig returns the model's sizes and special tokens.
+	DecoderConfig() DecoderConfig
+}
+
+// KVCache holds, per layer, the keys and values of the positions a decoder has seen,
+// so that each new token costs one position of work. Its buffers are allocated once, at
+// the first Update of each layer, for MaxLen positions ([B, heads, MaxLen, head_dim]),
+// and every later position is written into them in place: generating a token copies
+// that token's keys and values, not the whole cache. Free releases the buffers.
+type KVCache struct {
+	// MaxLen is the number of positions the buffers hold.
+	MaxLen       int64
+	keys, values []*torch.Tensor
+	n            int64 // the positions every layer has been given
+	pending      int64 // the positions of the current forward, until Advance
+}
+
+// NewKVCache returns an empty cache for at most maxLen positions.
+func NewKVCache(maxLen int64) *KVCache { return &KVCache{MaxLen: maxLen} }
+
+// Len returns the number of cached positions (0 for a nil cache).
+func (c *KVCache) Len() int64 {
+	if c == nil {
+		return 0
+	}
+	return c.n
+}
+
+// Update writes layer's keys and values k, v [B, H, T, D] after the cached positions
+// and returns views of all of them, [B, H, Len()+T, D]. A model calls it once per layer
+// in each forward and then Advance(T) once.
+func (c *KVCache) Update(layer int, k, v *torch.Tensor) (keys, values *torch.Tensor) {
+	t := k.Size(2)
+	if c.n+t > c.MaxLen {
+		panic(&torch.Error{Op: "KVCache.Update", Msg: fmt.Sprintf("the cache holds %d positions; %d asked", c.MaxLen, c.n+t)})
+	}
+	for len(c.keys) <= layer {
+		c.keys, c.values = append(c.keys, nil), append(c.values, nil)
+	}
+	if c.keys[layer] == nil {
+		shape := k.Shape()
+		shape[2] = c.MaxLen
+		c.keys[layer] = torch.Zeros(shape, k.DType(), k.Device()).Escape()
+		c.values[layer] = torch.Zeros(shape, v.DType(), v.Device()).Escape()
+	}
+	torch.NoGrad(func() {
+		c.keys[layer].Narrow(2, c.n, t).CopyFrom(k, false)
+		c.values[layer].Narrow(2, c.n, t).CopyFrom(v, false)
+	})
+	c.pending = t
+	return c.keys[layer].Narrow(2, 0, c.n+t), c.values[layer].Narrow(2, 0, c.n+t)
+}
+
+// Advance records that the current forward's t positions are cached in every layer.
+func (c *KVCache) Advance(t int64) {
+	if c != nil {
+		c.n += t
+		c.pending = 0
+	}
+}
+
+// Free releases the cache's buffers and empties it.
+func (c *KVCache) Free() {
+	for i := range c.keys {
+		if c.keys[i] != nil {
+			c.keys[i].Free()
+			c.values[i].Free()
+		}
+	}
+	c.keys, c.values, c.n, c.pending = nil, nil, 0, 0
+}
+
+// Positions returns in's position ids, [B, T] or [1, T]: in.PositionIDs when given,
+// otherwise past, past+1, ... for every row.
+func (in DecoderInput) Positions() *torch.Tensor {
+	if in.PositionIDs != nil {
+		return in.PositionIDs
+	}
+	t := in.InputIDs.Size(1)
+	past := in.Cache.Len()
+	return torch.Arange(float64(past), float64(past+t), 1, torch.Int64, in.InputIDs.Device()).Unsqueeze(0)
+}
+
+// SDPAMask returns the boolean mask [B, 1, T, past+T] that
+// torch.ScaledDotProductAttention takes for in (true: attend), and whether attention is
+// plainly causal instead (mask nil, causal true) or unmasked (mask nil, causal false: a
+// single new token after the cache). Queries see the cached positions and the new ones
+// up to their own, except padding; a padding query sees itself, so that its row is never
+// empty and no NaN reaches the real tokens through it (transformers unmasks such rows for
+// the same reason).
+func (in DecoderInput) SDPAMask() (mask *torch.Tensor, causal bool) {
+	t := in.InputIDs.Size(1)
+	past := in.Cache.Len()
+	if in.AttentionMask == nil {
+		switch {
+		case past == 0:
+			return nil, true
+		case t == 1:
+			return nil, false
+		}
+		dev := in.InputIDs.Device()
+		return torch.Ones([]int64{t, past + t}, torch.Bool, dev).Tril(past), false
+	}
+	dev := in.InputIDs.Device()
+	keep := in.AttentionMask.ToDType(torch.Bool).Unsqueeze(1).Unsqueeze(1) // [B, 1, 1, S]
+	allowed := torch.Ones([]int64{t, past + t}, torch.Bool, dev).Tril(past).LogicalAnd(keep)
+	self := torch.Eye(past+t, torch.Bool, dev).Narrow(0, past, t) // [T, S]
+	return allowed.LogicalOr(self), false
+}
