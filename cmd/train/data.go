@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gotrain/gotrain/torch/data"
@@ -27,6 +28,9 @@ type dataSpec struct {
 // with val.bin beside it or --val-split), a text file (byte-level windows of --block-size for a language
 // model), or the Fashion-MNIST directory (the default), or --synthetic data.
 func loadData(c trainer.Config) (*dataSpec, error) {
+	if err := checkDataSizes(c); err != nil {
+		return nil, err
+	}
 	if c.Synthetic > 0 {
 		// One distribution, split, so the validation set is learnable from the training set.
 		all, err := data.Synthetic(c.Synthetic+max(c.Synthetic/5, 1), 10, []int64{1, 28, 28}, c.Seed)
@@ -41,17 +45,27 @@ func loadData(c trainer.Config) (*dataSpec, error) {
 	}
 	var spec *dataSpec
 	var err error
+	// Stat does not open: a FIFO given as --data is refused here instead of blocking.
 	switch fi, statErr := os.Stat(c.DataDir); {
 	case c.DataDir != "" && statErr != nil:
 		return nil, fmt.Errorf("--data: %w", statErr)
+	case c.DataDir != "" && !fi.IsDir() && !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("--data: %w; it must be a file (CSV, token file, text) or a directory (an ImageFolder tree, Fashion-MNIST)",
+			&data.NotRegularError{Path: c.DataDir, Mode: fi.Mode()})
 	case c.DataDir != "" && !fi.IsDir() && strings.EqualFold(filepath.Ext(c.DataDir), ".csv"):
 		spec, err = csvTable(c)
 	case c.DataDir != "" && !fi.IsDir() && strings.EqualFold(filepath.Ext(c.DataDir), ".bin"):
 		spec, err = tokenFile(c)
 	case c.DataDir != "" && !fi.IsDir():
+		if fi.Size() > maxTextBytes {
+			return nil, fmt.Errorf("--data %s: a text file of %d bytes is read into memory, and more than %d is not; tokenize it into a token file (nanoGPT's train.bin, memory-mapped)",
+				c.DataDir, fi.Size(), int64(maxTextBytes))
+		}
 		spec = &dataSpec{kind: "text", shape: []int64{int64(blockSize(c))}}
 		spec.train, spec.val, err = readByteText(c.DataDir, blockSize(c), c.ValSplit)
-	case c.DataDir != "" && hasSubdirs(c.DataDir):
+	case c.DataDir != "" && (hasSubdirs(c.DataDir) || hasImages(c.DataDir)):
+		// A flat folder of images goes to NewImageFolder too, which says what layout
+		// it expects.
 		spec, err = imageFolder(c)
 	default:
 		spec, err = fashionMNIST(c)
@@ -66,6 +80,35 @@ func loadData(c trainer.Config) (*dataSpec, error) {
 		}
 	}
 	return spec, nil
+}
+
+// Upper bounds of the data-side sizes, checked before anything is read or allocated.
+const (
+	// maxImageSide is the largest --image-size: maxImageSide^2 is the most pixels within
+	// PIL's Image.MAX_IMAGE_PIXELS (data.DefaultMaxImagePixels, 89,478,485).
+	maxImageSide = 9459
+	// maxBlockSize is the largest --block-size: the GPT's learned position table has a
+	// row per position (Llama 3 has 131,072 positions).
+	maxBlockSize = 1 << 20
+	// maxTextBytes is the largest text file read into memory for byte-level windows.
+	maxTextBytes = 2 << 30
+)
+
+// checkDataSizes range-checks the sizes that reach allocations of the data (and of the
+// model it sizes), each with an upper bound, before anything is read.
+func checkDataSizes(c trainer.Config) error {
+	// The synthetic set holds Synthetic + Synthetic/5 samples (training and validation).
+	if limit := data.MaxSamples() / 6 * 5; c.Synthetic > limit {
+		return fmt.Errorf("--synthetic (synthetic in a config file) must be at most %d on this machine (an epoch's order takes 8 bytes a sample), got %d", limit, c.Synthetic)
+	}
+	if c.ImageSize > maxImageSide {
+		return fmt.Errorf("--image-size (image_size in a config file) must be at most %d (%dx%d pixels is within PIL's Image.MAX_IMAGE_PIXELS, %d), got %d",
+			maxImageSide, maxImageSide, maxImageSide, data.DefaultMaxImagePixels, c.ImageSize)
+	}
+	if c.BlockSize > maxBlockSize {
+		return fmt.Errorf("--block-size (block_size in a config file) must be at most %d, got %d", maxBlockSize, c.BlockSize)
+	}
+	return nil
 }
 
 // blockSize is a text's context length: --block-size, 128 by default.
@@ -86,17 +129,8 @@ func csvTable(c trainer.Config) (*dataSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--data: %w", err)
 	}
-	spec := &dataSpec{kind: "csv", train: tab, shape: []int64{int64(len(tab.Features))}, names: tab.Classes, classes: len(tab.Classes)}
-	if spec.names == nil { // integer labels are the class indices
-		var s data.Sample
-		for i := range tab.Len() {
-			s.Reset()
-			if err := tab.Get(i, &s); err != nil {
-				return nil, err
-			}
-			spec.classes = max(spec.classes, int(data.Scalar[int64](&s, data.Label))+1)
-		}
-	}
+	// Integer labels are the class indices, bounded by data.DefaultMaxClasses.
+	spec := &dataSpec{kind: "csv", train: tab, shape: []int64{int64(len(tab.Features))}, names: tab.Classes, classes: tab.NumClasses()}
 	if c.ValSplit > 0 {
 		if spec.train, spec.val, err = split(tab, c); err != nil {
 			return nil, err
@@ -107,30 +141,37 @@ func csvTable(c trainer.Config) (*dataSpec, error) {
 
 // tokenFile maps a file of uint16 token ids (nanoGPT's train.bin) as windows of
 // --block-size; val.bin beside it validates, else the last --val-split of the windows.
-// The vocabulary is the largest id + 1.
+// The vocabulary is vocab_size from nanoGPT's meta.pkl beside it, else the largest id
+// + 1, found by one pass over the files that keeps none of the pages it reads.
 func tokenFile(c trainer.Config) (*dataSpec, error) {
-	open := func(path string) (*data.TokenDataset, int, error) {
-		d, err := data.OpenTokens(path, blockSize(c), data.TokenOptions{})
-		if err != nil {
-			return nil, 0, fmt.Errorf("--data: %w", err)
-		}
-		vocab := int64(0)
-		for k := range d.Tokens() {
-			vocab = max(vocab, d.Token(k)+1)
-		}
-		return d, int(vocab), nil
+	dir := filepath.Dir(c.DataDir)
+	vocab, fromMeta, err := data.NanoGPTVocabSize(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--data: %w", err)
 	}
-	tr, vocab, err := open(c.DataDir)
+	open := func(path string) (*data.TokenDataset, error) {
+		d, err := data.OpenTokens(path, blockSize(c), data.TokenOptions{VocabSize: vocab})
+		if err != nil {
+			return nil, fmt.Errorf("--data: %w", err)
+		}
+		if !fromMeta {
+			id, err := d.MaxID()
+			if err != nil {
+				return nil, fmt.Errorf("--data: %w", err)
+			}
+			vocab = max(vocab, int(id)+1)
+		}
+		return d, nil
+	}
+	tr, err := open(c.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	spec := &dataSpec{kind: "tokens", train: tr, shape: []int64{int64(blockSize(c))}, classes: vocab}
-	if valPath := filepath.Join(filepath.Dir(c.DataDir), "val.bin"); valPath != c.DataDir && isFile(valPath) {
-		va, vv, err := open(valPath)
-		if err != nil {
+	spec := &dataSpec{kind: "tokens", train: tr, shape: []int64{int64(blockSize(c))}}
+	if valPath := filepath.Join(dir, "val.bin"); valPath != c.DataDir && isFile(valPath) {
+		if spec.val, err = open(valPath); err != nil {
 			return nil, err
 		}
-		spec.val, spec.classes = va, max(vocab, vv)
 	} else if c.ValSplit > 0 {
 		n := int(float64(tr.Len()) * c.ValSplit)
 		if n < 1 || n >= tr.Len() {
@@ -139,6 +180,7 @@ func tokenFile(c trainer.Config) (*dataSpec, error) {
 		// The last windows, not a random draw: neighbouring windows share text.
 		spec.train, spec.val = &data.Subset{Dataset: tr, Indices: seq(0, tr.Len()-n)}, &data.Subset{Dataset: tr, Indices: seq(tr.Len()-n, tr.Len())}
 	}
+	spec.classes = vocab
 	return spec, nil
 }
 
@@ -170,6 +212,9 @@ func split(ds data.Dataset, c trainer.Config) (train, val data.Dataset, err erro
 
 func fashionMNIST(c trainer.Config) (*dataSpec, error) {
 	tr, err := data.FashionMNIST(c.DataDir, true)
+	if err != nil && c.DataDir != "" {
+		return nil, fmt.Errorf("--data %s is neither an ImageFolder tree (it has no class folders, root/<class>/<image>) nor a Fashion-MNIST directory: %w", c.DataDir, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (install Debian's dataset-fashion-mnist, pass --data DIR, or use --synthetic N)", err)
 	}
@@ -180,6 +225,22 @@ func fashionMNIST(c trainer.Config) (*dataSpec, error) {
 	norm := data.Normalize{Mean: data.FashionMNISTMean, Std: data.FashionMNISTStd}
 	return &dataSpec{kind: "fashion-mnist", train: tr, val: te, shape: []int64{1, 28, 28}, classes: 10,
 		names: data.FashionMNISTClasses, transform: norm}, nil
+}
+
+// hasImages reports whether dir holds a file with an image extension (a flat folder
+// of images, which ImageFolder refuses with a message saying what it expects).
+func hasImages(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		ext := strings.ToLower(filepath.Ext(e.Name()))
+		if !e.IsDir() && slices.Contains(data.ImageExtensions, ext) {
+			return true
+		}
+	}
+	return false
 }
 
 func hasSubdirs(dir string) bool {

@@ -8,8 +8,11 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -145,10 +148,20 @@ func TestRangeChecks(t *testing.T) {
 		{"--master-port", "70000", "--master-port"},
 		{"--monitor", "val_f2", "--monitor-mode"},
 		{"--amp", "fp8", "fp8"},
+		// Data-side sizes: bounded above too, before anything is read or allocated.
+		{"--image-size", "100000", "--image-size (image_size in a config file) must be at most 9459"},
+		{"--synthetic", "1099511627776", "--synthetic (synthetic in a config file) must be at most"},
+		{"--block-size", "9223372036854775807", "--block-size (block_size in a config file) must be at most 1048576, got 9223372036854775807"},
 	} {
 		runs := t.TempDir()
-		err := run([]string{"--synthetic", "64", "--epochs", "1", "--runs-dir", runs, c.flag, c.value})
+		args := []string{"--synthetic", "64", "--epochs", "1", "--runs-dir", runs, c.flag, c.value}
+		if c.flag == "--synthetic" {
+			args = args[2:]
+		}
+		var err error
+		alloc := allocatedBy(func() { err = run(args) })
 		require.Error(t, err, "%s %s was accepted", c.flag, c.value)
+		assert.Less(t, alloc, uint64(64<<20), "%s %s: refused before anything is allocated", c.flag, c.value)
 		assert.Contains(t, err.Error(), c.want, "%s %s", c.flag, c.value)
 		made, _ := os.ReadDir(runs)
 		assert.Empty(t, made, "%s %s: nothing trains", c.flag, c.value)
@@ -249,4 +262,128 @@ func TestDataTokens(t *testing.T) {
 	assert.Contains(t, string(out), "best val_loss")
 	_, shapes := loadsInPython(t, filepath.Join(runs, "tok", "checkpoints", "last.pt"))
 	assert.Equal(t, []int64{int64(maxID + 1), 128}, shapes["transformer.wte.weight"])
+}
+
+// allocatedBy returns the bytes the Go heap allocated while f ran.
+func allocatedBy(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestDataInputErrors: data a user gets wrong ends in an error naming the input, at
+// once and before a run directory is made: special files as --data, a flat folder of
+// images, a directory that is neither layout, sizes from a config file, a CSV label
+// beyond the class limit, a class folder whose name is not UTF-8.
+func TestDataInputErrors(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.csv")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	flat := filepath.Join(dir, "flat")
+	require.NoError(t, os.MkdirAll(flat, 0o755))
+	for _, name := range []string{"1.png", "2.png"} {
+		f, err := os.Create(filepath.Join(flat, name))
+		require.NoError(t, err)
+		require.NoError(t, png.Encode(f, image.NewGray(image.Rect(0, 0, 4, 4))))
+		require.NoError(t, f.Close())
+	}
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.MkdirAll(empty, 0o755))
+	yaml := filepath.Join(dir, "big.yaml")
+	require.NoError(t, os.WriteFile(yaml, []byte("synthetic: 1099511627776\n"), 0o644))
+	labels := filepath.Join(dir, "labels.csv")
+	require.NoError(t, os.WriteFile(labels, []byte("x,label\n1,0\n2,1099511627776\n"), 0o644))
+	dup := filepath.Join(dir, "dup.csv")
+	require.NoError(t, os.WriteFile(dup, []byte("a,a,label\n1,2,0\n"), 0o644))
+	headerOnly := filepath.Join(dir, "header.csv")
+	require.NoError(t, os.WriteFile(headerOnly, []byte("x,label\n"), 0o644))
+	badName := filepath.Join(dir, "latin1")
+	for _, class := range []string{"cat", "caf\xe9"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(badName, class), 0o755))
+		f, err := os.Create(filepath.Join(badName, class, "1.png"))
+		require.NoError(t, err)
+		require.NoError(t, png.Encode(f, image.NewGray(image.Rect(0, 0, 28, 28))))
+		require.NoError(t, f.Close())
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"FIFO", []string{"--data", fifo, "--label-column", "label"}, "--data: " + fifo + " is a named pipe (FIFO), not a regular file"},
+		{"/dev/zero", []string{"--data", "/dev/zero"}, "--data: /dev/zero is a character device, not a regular file"},
+		{"flat folder", []string{"--data", flat}, flat + " holds 2 images but no class folders; ImageFolder expects one folder per class"},
+		{"empty folder", []string{"--data", empty}, "--data " + empty + " is neither an ImageFolder tree"},
+		{"synthetic 2^40 in a config", []string{"--config", yaml}, "--synthetic (synthetic in a config file) must be at most"},
+		{"CSV label 2^40", []string{"--data", labels, "--label-column", "label"}, labels + `:3:3: column "label": integer label 1099511627776 is outside [0, 1048576)`},
+		{"CSV duplicate columns", []string{"--data", dup, "--label-column", "label"}, dup + `:1: column name "a" appears twice`},
+		{"CSV header only", []string{"--data", headerOnly, "--label-column", "label"}, headerOnly + ": the header line is followed by no data rows"},
+		{"class name not UTF-8", []string{"--data", badName}, `class folder "caf\xe9" in ` + badName + ": the name is not valid UTF-8"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			runs := t.TempDir()
+			type result struct {
+				err   error
+				alloc uint64
+			}
+			done := make(chan result, 1)
+			go func() {
+				var r result
+				r.alloc = allocatedBy(func() { r.err = run(append(c.args, "--epochs", "1", "--threads", "1", "--runs-dir", runs)) })
+				done <- r
+			}()
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(time.Minute): // a guard against a read that blocks, not a timing
+				t.Fatalf("%v: still running after a minute", c.args)
+			}
+			require.Error(t, r.err)
+			assert.Contains(t, r.err.Error(), c.want)
+			assert.Less(t, r.alloc, uint64(64<<20))
+			made, _ := os.ReadDir(runs)
+			assert.Empty(t, made, "nothing trains")
+		})
+	}
+}
+
+// pyMeta writes nanoGPT's meta.pkl as data/shakespeare_char/prepare.py does, for a
+// vocabulary of the given size.
+const pyMeta = `
+import pickle, sys
+chars = [chr(32 + i) for i in range(int(sys.argv[2]))]
+meta = {"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": {c: i for i, c in enumerate(chars)}}
+with open(sys.argv[1], "wb") as f:
+    pickle.dump(meta, f)
+`
+
+// TestDataTokensMeta: with nanoGPT's meta.pkl beside train.bin, the vocabulary is its
+// vocab_size (no scan of the token file), and an id at or above it is an error naming
+// the file and the token.
+func TestDataTokensMeta(t *testing.T) {
+	text, err := os.ReadFile(smallCorpus(t, 4_000))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	ids := make([]byte, 2*len(text))
+	for i, c := range text {
+		binary.LittleEndian.PutUint16(ids[2*i:], uint16(c))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "train.bin"), ids, 0o644))
+	testpy.Run(t, pyMeta, nil, filepath.Join(dir, "meta.pkl"), "300")
+	runs := t.TempDir()
+	out, err := child("--data", filepath.Join(dir, "train.bin"), "--val-split", "0.1", "--block-size", "16", "--limit", "32",
+		"--epochs", "1", "--batch-size", "16", "--workers", "1", "--threads", "1", "--runs-dir", runs, "--experiment", "meta").CombinedOutput()
+	require.NoError(t, err, string(out))
+	_, shapes := loadsInPython(t, filepath.Join(runs, "meta", "checkpoints", "last.pt"))
+	assert.Equal(t, []int64{300, 128}, shapes["transformer.wte.weight"], "vocab_size from meta.pkl")
+
+	testpy.Run(t, pyMeta, nil, filepath.Join(dir, "meta.pkl"), "40") // the text's letters lie above 40
+	out, err = child("--data", filepath.Join(dir, "train.bin"), "--val-split", "0.1", "--block-size", "16", "--limit", "32",
+		"--epochs", "1", "--batch-size", "16", "--workers", "1", "--threads", "1", "--runs-dir", runs, "--experiment", "small").CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), filepath.Join(dir, "train.bin")+": token ")
+	assert.Contains(t, string(out), "outside the vocabulary of 40")
 }
