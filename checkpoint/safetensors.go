@@ -102,12 +102,11 @@ func readSafetensors(r io.ReaderAt, size int64, b *budget) (*Dict, map[string]st
 		}
 		return nil, nil, err
 	}
+	// By offsets, as the reference implementation sorts them: an empty tensor at the
+	// offset where another begins comes first, whatever the names.
 	entries := p.tensors
 	slices.SortFunc(entries, func(a, b stTensor) int {
-		if c := cmp.Compare(a.begin, b.begin); c != 0 {
-			return c
-		}
-		return strings.Compare(a.name, b.name)
+		return cmp.Or(cmp.Compare(a.begin, b.begin), cmp.Compare(a.end, b.end), strings.Compare(a.name, b.name))
 	})
 	var end int64
 	for _, e := range entries {
@@ -298,7 +297,10 @@ func (p *stParser) entry(name string) error {
 		}
 	}
 	begin, end := offs[0], offs[1]
-	if begin > end || end > p.dataLen {
+	if begin > end {
+		return fail(fmt.Errorf("data_offsets [%d, %d] end before they begin", begin, end))
+	}
+	if end > p.dataLen {
 		return fail(fmt.Errorf("data_offsets [%d, %d] exceed the %d bytes of data", begin, end, p.dataLen))
 	}
 	t := &Tensor{DType: dt, Shape: shape, Strides: ContiguousStrides(shape),
