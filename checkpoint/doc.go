@@ -30,6 +30,12 @@
 // torch.load(weights_only=True) accepts, so Python loads it with its default settings
 // (also with mmap=True).
 //
+// Safetensors files are read and written one by one (ReadSafetensors,
+// WriteSafetensors) or as a Hugging Face directory's weights (ReadSafetensorsDir,
+// WriteSafetensorsDir): model.safetensors, or shards model-00001-of-0000N.safetensors
+// with model.safetensors.index.json, split by transformers' rule; adapter_model.safetensors
+// for a PEFT adapter.
+//
 // Read accepts what torch.save writes, including the legacy pre-1.6 format. Its pickle
 // machine resolves globals through an allowlist (tensor and storage rebuilders,
 // OrderedDict, torch.Size); any other global is an error naming it, and no object is

@@ -417,29 +417,9 @@ func WriteSafetensorsTo(w io.Writer, tensors *Dict, metadata map[string]string) 
 	var list []*Tensor
 	var off int64
 	for k, v := range tensors.All() {
-		name, ok := k.(string)
-		if !ok {
-			return fmt.Errorf("checkpoint: safetensors: key %v is not a string", k)
-		}
-		if !utf8.ValidString(name) {
-			return fmt.Errorf("checkpoint: safetensors: name %s is not valid UTF-8", cutName(name))
-		}
-		t, ok := v.(*Tensor)
-		if !ok || t == nil {
-			return fmt.Errorf("checkpoint: safetensors: %q is a %s, not a tensor", name, describe(v))
-		}
-		tt := *t
-		if tt.Strides == nil {
-			tt.Strides = ContiguousStrides(tt.Shape)
-		}
-		if err := tt.check(); err != nil {
-			return fmt.Errorf("checkpoint: safetensors: %q: %w", name, err)
-		}
-		if _, err := tt.viewSize(int64(tt.DType.ElemSize())); err != nil {
-			return fmt.Errorf("checkpoint: safetensors: %q: %w", name, err)
-		}
-		if dtypes[tt.DType].st == "" {
-			return fmt.Errorf("checkpoint: safetensors: %q: the format has no %v dtype", name, tt.DType)
+		name, tt, err := stTensorOf(k, v)
+		if err != nil {
+			return err
 		}
 		n := tt.Numel() * int64(tt.DType.ElemSize())
 		e, err := json.Marshal(stEntry{DType: dtypes[tt.DType].st, Shape: nonNilShape(tt.Shape), DataOffsets: [2]int64{off, off + n}})
@@ -452,12 +432,15 @@ func WriteSafetensorsTo(w io.Writer, tensors *Dict, metadata map[string]string) 
 		hdr.WriteByte(':')
 		hdr.Write(e)
 		off += n
-		list = append(list, &tt)
+		list = append(list, tt)
 	}
 	hdr.WriteByte('}')
 	// Pad with spaces so that the data starts 8-byte aligned, as the reference writer does.
 	for hdr.Len()%8 != 0 {
 		hdr.WriteByte(' ')
+	}
+	if hdr.Len() > maxSafetensorsHeader {
+		return fmt.Errorf("checkpoint: safetensors: a header of %d bytes (readers refuse more than %d)", hdr.Len(), maxSafetensorsHeader)
 	}
 	var hl [8]byte
 	binary.LittleEndian.PutUint64(hl[:], uint64(hdr.Len()))
@@ -477,6 +460,39 @@ func WriteSafetensorsTo(w io.Writer, tensors *Dict, metadata map[string]string) 
 		}
 	}
 	return nil
+}
+
+// stTensorOf checks one entry of a dict to be written as safetensors and returns its
+// name and tensor (with strides, when the tensor had none).
+func stTensorOf(k, v any) (string, *Tensor, error) {
+	name, ok := k.(string)
+	if !ok {
+		return "", nil, fmt.Errorf("checkpoint: safetensors: key %v is not a string", k)
+	}
+	if !utf8.ValidString(name) {
+		return "", nil, fmt.Errorf("checkpoint: safetensors: name %s is not valid UTF-8", cutName(name))
+	}
+	if name == "__metadata__" || len(name) > maxSafetensorsName {
+		return "", nil, fmt.Errorf("checkpoint: safetensors: a tensor cannot be named %s (readers refuse it)", cutName(name))
+	}
+	t, ok := v.(*Tensor)
+	if !ok || t == nil {
+		return "", nil, fmt.Errorf("checkpoint: safetensors: %s is a %s, not a tensor", cutName(name), describe(v))
+	}
+	tt := *t
+	if tt.Strides == nil {
+		tt.Strides = ContiguousStrides(tt.Shape)
+	}
+	if err := tt.check(); err != nil {
+		return "", nil, fmt.Errorf("checkpoint: safetensors: %s: %w", cutName(name), err)
+	}
+	if _, err := tt.viewSize(int64(tt.DType.ElemSize())); err != nil {
+		return "", nil, fmt.Errorf("checkpoint: safetensors: %s: %w", cutName(name), err)
+	}
+	if dtypes[tt.DType].st == "" {
+		return "", nil, fmt.Errorf("checkpoint: safetensors: %s: the format has no %v dtype", cutName(name), tt.DType)
+	}
+	return name, &tt, nil
 }
 
 func nonNilShape(s []int64) []int64 {

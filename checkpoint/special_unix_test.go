@@ -3,6 +3,7 @@
 package checkpoint
 
 import (
+	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -23,4 +24,13 @@ func TestSpecialFiles(t *testing.T) {
 		_, _, err = ReadSafetensors(path)
 		require.ErrorContains(t, err, path+" is not a regular file")
 	}
+	// A shard or an index that is a FIFO.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(`{"weight_map":{"a":"fifo.pt"}}`), 0o644))
+	_, _, err := ReadSafetensorsDir(dir, "")
+	require.ErrorContains(t, err, fifo+" is not a regular file")
+	sub := filepath.Join(dir, "sub")
+	require.NoError(t, os.Mkdir(sub, 0o755))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(sub, "model.safetensors.index.json"), 0o644))
+	_, _, err = ReadSafetensorsDir(sub, "")
+	require.ErrorContains(t, err, "model.safetensors.index.json is not a regular file")
 }

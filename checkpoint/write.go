@@ -192,10 +192,28 @@ func createTemp(dir, base string, perm fs.FileMode) (*os.File, error) {
 // it) and the link is kept. A new file gets the permissions os.Create would give it
 // (0666 less the umask); an existing one keeps its own. On any failure, a panic of
 // write included, the temporary file is closed and removed.
-func atomicWrite(path string, write func(io.Writer) error) (err error) {
+func atomicWrite(path string, write func(io.Writer) error) error {
+	st, err := stageFile(path, write)
+	if err != nil {
+		return err
+	}
+	return st.commit()
+}
+
+// staged is a file written and synced under a temporary name next to its target, not
+// yet in place: commit renames it over the target, abort removes it. A save of several
+// files (a sharded model) stages them all before it commits any, so that a failure
+// while writing leaves the previous files as they were.
+type staged struct {
+	tmp, target string
+}
+
+// stageFile writes a temporary file for path (see atomicWrite) and syncs it. On any
+// failure, a panic of write included, the temporary file is closed and removed.
+func stageFile(path string, write func(io.Writer) error) (_ *staged, err error) {
 	target, err := resolveLinks(path)
 	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	dir, base := filepath.Split(target)
 	if dir == "" {
@@ -210,46 +228,65 @@ func atomicWrite(path string, write func(io.Writer) error) (err error) {
 	// leftovers of a killed writer from a live one's file and remove them.
 	f, err := createTemp(dir, base, 0o666)
 	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	tmp := f.Name()
-	renamed := false
+	done := false
 	defer func() {
 		// Runs on errors and on panics alike (a panic propagates after the cleanup).
-		if !renamed {
+		if !done {
 			f.Close()
 			os.Remove(tmp)
 		}
 	}()
 	bw := bufio.NewWriterSize(f, 1<<20)
 	if err := write(bw); err != nil {
-		return err
+		return nil, err
 	}
 	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	if keepMode != nil {
 		if err := f.Chmod(*keepMode); err != nil {
-			return fmt.Errorf("checkpoint: %w", err)
+			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	done = true
+	return &staged{tmp: tmp, target: target}, nil
+}
+
+// commit renames the staged file over its target and syncs the directory; on failure
+// the temporary file is removed.
+func (s *staged) commit() error {
+	if err := os.Rename(s.tmp, s.target); err != nil {
+		os.Remove(s.tmp)
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := os.Rename(tmp, target); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+	dir, base := filepath.Split(s.target)
+	if dir == "" {
+		dir = "."
 	}
-	renamed = true
+	syncDir(dir)
+	removeOrphans(dir, base)
+	return nil
+}
+
+// abort removes the staged file.
+func (s *staged) abort() { os.Remove(s.tmp) }
+
+// syncDir persists renames and removals in dir; some file systems refuse to sync
+// directories, which is not an error.
+func syncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
-		// Persist the rename; some file systems refuse to sync directories.
 		d.Sync()
 		d.Close()
 	}
-	removeOrphans(dir, base)
-	return nil
 }
 
 // orphanAge is how long a dead writer's temporary file must have been untouched before

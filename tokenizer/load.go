@@ -39,7 +39,8 @@ func Load(path string) (*Tokenizer, error) {
 
 // LoadDir reads dir/tokenizer.json and, when present, dir/tokenizer_config.json, whose
 // bos_token, eos_token and pad_token (as transformers writes them: a string, or an
-// object with "content") name the tokens BOS, EOS and PAD return.
+// object with "content") name the tokens BOS, EOS and PAD return; null there means
+// none.
 func LoadDir(dir string) (*Tokenizer, error) {
 	t, err := Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
@@ -138,11 +139,15 @@ func (t *Tokenizer) applyConfig(data []byte) error {
 		raw  json.RawMessage
 		dst  *int64
 	}{{"bos_token", cfg.BOS, &t.bos}, {"eos_token", cfg.EOS, &t.eos}, {"pad_token", cfg.PAD, &t.pad}} {
+		if f.raw == nil {
+			continue // absent: keep what tokenizer.json suggests
+		}
 		content, ok, err := tokenContent(f.raw)
 		if err != nil {
 			return fmt.Errorf("tokenizer: %s: %w", f.name, err)
 		}
 		if !ok {
+			*f.dst = -1 // null: the model has none (Qwen2 has no BOS)
 			continue
 		}
 		id, found := t.TokenToID(content)

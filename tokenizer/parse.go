@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -551,7 +552,7 @@ func parsePostProcessor(raw json.RawMessage, field string) (*template, error) {
 			if out == nil {
 				out = &template{}
 			}
-			out.prefix = append(slicesClone(tp.prefix), out.prefix...)
+			out.prefix = append(slices.Clone(tp.prefix), out.prefix...)
 			out.suffix = append(out.suffix, tp.suffix...)
 		}
 		return out, nil
@@ -560,8 +561,6 @@ func parsePostProcessor(raw json.RawMessage, field string) (*template, error) {
 	}
 	return nil, unsupported(field, "post-processor", ty.Type, supportedPostProcessors)
 }
-
-func slicesClone(s []int64) []int64 { return append([]int64(nil), s...) }
 
 func parseTemplate(raw json.RawMessage, field string) (*template, error) {
 	type pieceJSON struct {

@@ -1,18 +1,52 @@
 package main
 
 import (
+	"bufio"
+	"errors"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotrain/gotrain/checkpoint"
 )
+
+// Test hooks, read in every process of the test binary (the launcher and its ranks run
+// it too): TRAIN_TEST_GPUS fakes the number of visible GPUs; TRAIN_TEST_LATE_RANK makes
+// that rank hang before the rendezvous, deaf to SIGTERM, as a stuck process is.
+func init() {
+	if s := os.Getenv("TRAIN_TEST_GPUS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			panic(err)
+		}
+		cudaDevices = func() int { return n }
+	}
+	if s := os.Getenv("TRAIN_TEST_LATE_RANK"); s != "" {
+		late, err := strconv.Atoi(s)
+		if err != nil {
+			panic(err)
+		}
+		beforeRendezvous = func(rank int) {
+			if rank == late {
+				time.Sleep(time.Hour)
+			}
+		}
+	}
+}
 
 var small = []string{"--synthetic", "512", "--epochs", "1", "--workers", "1", "--log-every", "100", "--threads", "1"}
 
@@ -93,4 +127,393 @@ func TestLaunchSIGINTThenResumeIsExact(t *testing.T) {
 	out, err = child("--nproc-per-node", "2", "--resume", last).CombinedOutput()
 	require.NoError(t, err, string(out))
 	sameState(t, filepath.Join(runs, "ref", "checkpoints", "last.pt"), last)
+}
+
+// stopDeadline is how soon after a signal every process of a launch must be gone.
+const stopDeadline = 10 * time.Second
+
+// withEnv returns cmd's environment with kv set (replacing what it had) and the names
+// in unset removed.
+func withEnv(cmd *exec.Cmd, kv []string, unset ...string) {
+	drop := map[string]bool{}
+	for _, e := range kv {
+		k, _, _ := strings.Cut(e, "=")
+		drop[k] = true
+	}
+	for _, k := range unset {
+		drop[k] = true
+	}
+	var env []string
+	for _, e := range cmd.Env {
+		if k, _, _ := strings.Cut(e, "="); !drop[k] {
+			env = append(env, e)
+		}
+	}
+	cmd.Env = append(env, kv...)
+}
+
+// TestLaunchMoreRanksThanGPUs: more ranks than visible GPUs on CUDA is an error before
+// anything starts, naming the counts and CUDA_VISIBLE_DEVICES; a rank started by
+// another launcher (torchrun's environment) whose LOCAL_RANK has no GPU fails at start
+// with the same message, before its rendezvous.
+func TestLaunchMoreRanksThanGPUs(t *testing.T) {
+	port := strconv.Itoa(freeTestPort(t))
+	for name, c := range map[string]struct {
+		env   []string
+		unset []string
+		args  []string
+		want  []string
+	}{
+		"launcher, one GPU": {env: []string{"TRAIN_TEST_GPUS=1", "CUDA_VISIBLE_DEVICES=0"}, args: []string{"--nproc-per-node", "2", "--device", "cuda"},
+			want: []string{`--nproc-per-node 2: 2 ranks on this node need one GPU each, but 1 GPU is visible (CUDA_VISIBLE_DEVICES="0")`, "at most 1 rank(s) per node (--nproc-per-node 1)", "--device cpu"}},
+		"launcher, nccl, no GPU": {env: []string{"TRAIN_TEST_GPUS=0"}, unset: []string{"CUDA_VISIBLE_DEVICES"}, args: []string{"--nproc-per-node", "3", "--dist-backend", "nccl"},
+			want: []string{"--nproc-per-node 3: 3 ranks on this node need one GPU each, but 0 GPUs are visible (CUDA_VISIBLE_DEVICES is not set)"}},
+		"launcher, auto device, two GPUs": {env: []string{"TRAIN_TEST_GPUS=2", "CUDA_VISIBLE_DEVICES=0,1"}, args: []string{"--nproc-per-node", "4"},
+			want: []string{`4 ranks on this node need one GPU each, but 2 GPUs are visible (CUDA_VISIBLE_DEVICES="0,1")`}},
+		"torchrun rank": {env: []string{"TRAIN_TEST_GPUS=1", "CUDA_VISIBLE_DEVICES=0", "RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}, args: []string{"--device", "cuda", "--rdzv-timeout", "25s"},
+			want: []string{`rank 1 (LOCAL_RANK 1) has no GPU: 2 ranks on this node need one GPU each, but 1 GPU is visible (CUDA_VISIBLE_DEVICES="0")`}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			runs := t.TempDir()
+			cmd := child(append(append([]string{"--runs-dir", runs}, c.args...), small...)...)
+			withEnv(cmd, c.env, c.unset...)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, string(out))
+			assert.Equal(t, 1, ee.ExitCode(), string(out))
+			for _, w := range c.want {
+				assert.Contains(t, string(out), w)
+			}
+			assert.NotContains(t, string(out), "launched", "no rank may start")
+			assert.NotContains(t, string(out), "waiting for", "no rendezvous may start")
+			entries, err := os.ReadDir(runs)
+			require.NoError(t, err)
+			assert.Empty(t, entries)
+		})
+	}
+}
+
+func freeTestPort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// launched is a launcher started by a test, with its output read line by line.
+type launched struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  strings.Builder
+	line chan string
+	done chan error
+	pids []int
+}
+
+func startLaunch(t *testing.T, env []string, args ...string) *launched {
+	t.Helper()
+	l := &launched{t: t, cmd: child(args...), line: make(chan string, 1024), done: make(chan error, 1)}
+	withEnv(l.cmd, env)
+	out, err := l.cmd.StdoutPipe()
+	require.NoError(t, err)
+	l.cmd.Stderr = l.cmd.Stdout
+	require.NoError(t, l.cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			l.mu.Lock()
+			l.log.WriteString(sc.Text() + "\n")
+			l.mu.Unlock()
+			select {
+			case l.line <- sc.Text():
+			default:
+			}
+		}
+		close(l.line)
+		l.done <- l.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		// Whatever the test's outcome, nothing it started outlives it.
+		l.cmd.Process.Kill()
+		for _, p := range l.pids {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+	})
+	l.waitFor("train: launched ")
+	return l
+}
+
+func (l *launched) output() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.log.String()
+}
+
+var pidsRE = regexp.MustCompile(`pids ([0-9 ]+)\)`)
+
+// waitFor returns the first line containing marker (the ranks' pids from the
+// launcher's first line), failing the test if the output ends first.
+func (l *launched) waitFor(marker string) string {
+	l.t.Helper()
+	for line := range l.line {
+		if m := pidsRE.FindStringSubmatch(line); m != nil && l.pids == nil {
+			for _, f := range strings.Fields(m[1]) {
+				p, err := strconv.Atoi(f)
+				require.NoError(l.t, err)
+				l.pids = append(l.pids, p)
+			}
+		}
+		if strings.Contains(line, marker) {
+			return line
+		}
+	}
+	l.t.Fatalf("the launch ended without printing %q:\n%s", marker, l.output())
+	return ""
+}
+
+// signal sends s to the launcher and returns the deadline for everything to be gone.
+func (l *launched) signal(s syscall.Signal) time.Time {
+	require.NoError(l.t, l.cmd.Process.Signal(s))
+	return time.Now().Add(stopDeadline)
+}
+
+// end waits for the launcher until deadline, requires that every rank is gone by then
+// too, and returns the launcher's exit status.
+func (l *launched) end(deadline time.Time) int {
+	l.t.Helper()
+	var err error
+	select {
+	case err = <-l.done:
+	case <-time.After(time.Until(deadline)):
+		l.t.Fatalf("the launcher still runs %v after the signal:\n%s", stopDeadline, l.output())
+	}
+	requireGone(l.t, l.pids, deadline)
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	require.ErrorAs(l.t, err, &ee)
+	return ee.ExitCode()
+}
+
+// requireGone waits until none of pids is a live process (a zombie counts as gone),
+// failing when one still is at deadline.
+func requireGone(t *testing.T, pids []int, deadline time.Time) {
+	t.Helper()
+	require.NotEmpty(t, pids)
+	for {
+		var alive []int
+		for _, p := range pids {
+			if processLive(p) {
+				alive = append(alive, p)
+			}
+		}
+		if len(alive) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rank processes %v outlived the launcher's stop", alive)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func processLive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	// The state follows the command name in parentheses: "Z" is a zombie, "X" dead.
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || i+2 >= len(stat) || (stat[i+2] != 'Z' && stat[i+2] != 'X')
+}
+
+// noTemporaryFiles requires that no checkpoint is half-written under dir: no temporary
+// file of checkpoint.Write, and every .pt file reads back whole.
+func noTemporaryFiles(t *testing.T, dir string) {
+	t.Helper()
+	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		require.NoError(t, err)
+		assert.NotContains(t, d.Name(), ".tmp", "left behind: %s", path)
+		if !d.IsDir() && strings.HasSuffix(path, ".pt") {
+			_, err := checkpoint.Read(path)
+			assert.NoError(t, err, "%s must be whole", path)
+		}
+		return nil
+	})
+}
+
+var launchArgs = []string{"--synthetic", "4096", "--model", "mlp", "--batch-size", "32", "--workers", "1", "--log-every", "1", "--threads", "1"}
+
+// TestLaunchRankNeverJoins: a rank that never reaches the rendezvous makes rank 0 fail
+// at the rendezvous timeout, naming it; the launcher reports rank 0's failure and kills
+// the hung rank, which ignores SIGTERM.
+func TestLaunchRankNeverJoins(t *testing.T) {
+	runs := t.TempDir()
+	l := startLaunch(t, []string{"TRAIN_TEST_LATE_RANK=1"},
+		append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--epochs", "1", "--rdzv-timeout", "3s"}, launchArgs...)...)
+	l.waitFor("rank 0 exited with status 1")
+	status := l.end(time.Now().Add(stopDeadline))
+	out := l.output()
+	assert.Equal(t, 1, status, out)
+	assert.Contains(t, out, "rendezvous timed out after 3 s at 127.0.0.1:")
+	assert.Contains(t, out, "1 of 2 ranks arrived; rank 1 did not arrive")
+	assert.Contains(t, out, "rank(s) 1 did not stop within")
+	assert.NotContains(t, out, "Epoch 1 |")
+}
+
+// TestLaunchSIGTERMDuringRendezvous: SIGTERM while rank 0 waits for a rank that hangs
+// before joining stops both within the deadline: rank 0 at once, the hung one by the
+// kill after the grace period; the launcher exits 130 and nothing was written.
+func TestLaunchSIGTERMDuringRendezvous(t *testing.T) {
+	runs := t.TempDir()
+	l := startLaunch(t, []string{"TRAIN_TEST_LATE_RANK=1"},
+		append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--epochs", "1", "--rdzv-timeout", "60s"}, launchArgs...)...)
+	l.waitFor("rank 0 waiting for 2 ranks")
+	status := l.end(l.signal(syscall.SIGTERM))
+	out := l.output()
+	assert.Equal(t, 130, status, out)
+	assert.Contains(t, out, "rank 0: interrupted (")
+	assert.Contains(t, out, "during the rendezvous")
+	assert.Contains(t, out, "interrupted (terminated): all 2 ranks stopped (rank(s) 1 killed); no checkpoint was written in this run")
+	noTemporaryFiles(t, runs)
+}
+
+// TestLaunchSIGTERMDuringTraining: SIGTERM in the middle of an epoch stops both ranks
+// at the same step within the deadline; rank 0 writes last.pt, and the launcher exits
+// 130 with the command that resumes.
+func TestLaunchSIGTERMDuringTraining(t *testing.T) {
+	runs := t.TempDir()
+	l := startLaunch(t, nil, append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--experiment", "cut", "--epochs", "2"}, launchArgs...)...)
+	l.waitFor("epoch 1 batch 5/")
+	status := l.end(l.signal(syscall.SIGTERM))
+	out := l.output()
+	assert.Equal(t, 130, status, out)
+	last := filepath.Join(runs, "cut", "checkpoints", "last.pt")
+	assert.Contains(t, out, "interrupted (terminated): all 2 ranks stopped; state saved to "+last+
+		"; resume with: go run ./cmd/train --nproc-per-node 2 --resume "+last)
+	noTemporaryFiles(t, runs)
+	v, err := checkpoint.Read(last)
+	require.NoError(t, err)
+	b, err := checkpoint.GetInt(v, "batch_in_epoch")
+	require.NoError(t, err)
+	assert.Positive(t, b, "stopped mid-epoch")
+}
+
+// TestLaunchSIGTERMDuringCheckpointWrite: SIGTERM while rank 0 is in the middle of
+// writing a checkpoint (held there with SIGSTOP from the moment its temporary file
+// appears). If the write can finish, it does, and the ranks then stop as after any
+// SIGTERM; if it outlasts the grace period, rank 0 is killed and its temporary file
+// removed. Either way every process is gone within the deadline, the launcher exits
+// 130, and no temporary or partial checkpoint is left.
+func TestLaunchSIGTERMDuringCheckpointWrite(t *testing.T) {
+	for _, resumeWriter := range []bool{true, false} {
+		t.Run(map[bool]string{true: "write finishes", false: "writer killed"}[resumeWriter], func(t *testing.T) {
+			runs := t.TempDir()
+			ckpts := filepath.Join(runs, "cut", "checkpoints")
+			require.NoError(t, os.MkdirAll(ckpts, 0o755))
+			created := watchCreates(t, ckpts)
+			l := startLaunch(t, nil, append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--experiment", "cut", "--epochs", "4",
+				"--synthetic", "1024"}, launchArgs...)...)
+			require.Len(t, l.pids, 2)
+			writer := l.pids[0]
+			var tmp string
+			for tmp == "" {
+				select {
+				case name := <-created:
+					if !strings.Contains(name, ".tmp-") {
+						continue
+					}
+					require.NoError(t, syscall.Kill(writer, syscall.SIGSTOP))
+					if _, err := os.Stat(filepath.Join(ckpts, name)); err != nil {
+						// That write ended before rank 0 stopped: catch the next one.
+						require.NoError(t, syscall.Kill(writer, syscall.SIGCONT))
+						continue
+					}
+					tmp = name
+				case <-time.After(25 * time.Second):
+					t.Fatalf("no checkpoint write was seen:\n%s", l.output())
+				}
+			}
+			deadline := l.signal(syscall.SIGTERM)
+			if resumeWriter {
+				time.Sleep(time.Second)
+				require.NoError(t, syscall.Kill(writer, syscall.SIGCONT))
+			}
+			status := l.end(deadline)
+			out := l.output()
+			assert.Equal(t, 130, status, out)
+			noTemporaryFiles(t, runs)
+			last := filepath.Join(ckpts, "last.pt")
+			if resumeWriter {
+				assert.NotContains(t, out, "killing them")
+				assert.Contains(t, out, "state saved to "+last+"; resume with: go run ./cmd/train --nproc-per-node 2 --resume "+last)
+			} else {
+				assert.Contains(t, out, "did not stop within")
+				assert.Contains(t, out, fmt.Sprintf("removed %s, which killed rank 0 was writing", filepath.Join(ckpts, tmp)))
+			}
+		})
+	}
+}
+
+// watchCreates reports the names of files created in dir (inotify), from now on.
+func watchCreates(t *testing.T, dir string) <-chan string {
+	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC | syscall.IN_NONBLOCK)
+	require.NoError(t, err)
+	_, err = syscall.InotifyAddWatch(fd, dir, syscall.IN_CREATE)
+	require.NoError(t, err)
+	f := os.NewFile(uintptr(fd), "inotify")
+	t.Cleanup(func() { f.Close() })
+	names := make(chan string, 256)
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := f.Read(buf)
+			if err != nil {
+				return
+			}
+			for off := 0; off+syscall.SizeofInotifyEvent <= n; {
+				ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				name := buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)]
+				select {
+				case names <- strings.TrimRight(string(name), "\x00"):
+				default:
+				}
+				off += syscall.SizeofInotifyEvent + int(ev.Len)
+			}
+		}
+	}()
+	return names
+}
+
+// TestLaunchRankFailureStopsTheJob: a rank that dies (SIGKILL) ends the job: the
+// launcher names it, stops the other rank and exits with the dead rank's status.
+func TestLaunchRankFailureStopsTheJob(t *testing.T) {
+	runs := t.TempDir()
+	l := startLaunch(t, nil, append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--epochs", "2"}, launchArgs...)...)
+	l.waitFor("epoch 1 batch 3/")
+	require.NoError(t, syscall.Kill(l.pids[1], syscall.SIGKILL))
+	status := l.end(time.Now().Add(stopDeadline))
+	out := l.output()
+	assert.Equal(t, 128+int(syscall.SIGKILL), status, out)
+	assert.Contains(t, out, "rank 1 was killed by signal 9 (killed); the other ranks were stopped")
+	noTemporaryFiles(t, runs)
+}
+
+// TestLaunchKilledLauncherLeavesNoRank: even a launcher killed with SIGKILL, which can
+// pass nothing on, leaves no rank behind (Linux's parent-death signal).
+func TestLaunchKilledLauncherLeavesNoRank(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux's")
+	}
+	runs := t.TempDir()
+	l := startLaunch(t, nil, append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--epochs", "2"}, launchArgs...)...)
+	l.waitFor("epoch 1 batch 3/")
+	require.NoError(t, l.cmd.Process.Kill())
+	requireGone(t, l.pids, time.Now().Add(stopDeadline))
 }

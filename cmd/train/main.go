@@ -85,7 +85,8 @@ func run(args []string) error {
 	nproc := fs.Int("nproc-per-node", 1, "start this many local ranks of data-parallel training (torchrun --standalone)")
 	masterPort := fs.Int("master-port", 0, "rendezvous port for --nproc-per-node (0: a free one)")
 	distBackend := fs.String("dist-backend", "auto", "process group backend: auto (nccl on GPUs when built with it, else gloo), gloo, nccl")
-	distTimeout := fs.Duration("dist-timeout", distributed.DefaultTimeout, "distributed rendezvous and collective timeout (a lost rank fails the others after at most this)")
+	distTimeout := fs.Duration("dist-timeout", distributed.DefaultTimeout, "distributed collective timeout (a lost or hung rank fails the others after at most this)")
+	rdzvTimeout := fs.Duration("rdzv-timeout", 0, "distributed rendezvous and process-group start-up timeout; its error names the ranks that did not arrive (0: $GOTRAIN_RDZV_TIMEOUT, else 5m)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,9 +100,8 @@ func run(args []string) error {
 		return fmt.Errorf("--master-port must be in [0, 65535], got %d", *masterPort)
 	case *distTimeout <= 0:
 		return fmt.Errorf("--dist-timeout must be > 0, got %s", *distTimeout)
-	}
-	if *nproc > 1 {
-		return launch(*nproc, *masterPort, stripLaunchFlags(args))
+	case *rdzvTimeout < 0:
+		return fmt.Errorf("--rdzv-timeout must be >= 0, got %s", *rdzvTimeout)
 	}
 	flagged := c
 	set := map[string]bool{}
@@ -125,6 +125,9 @@ func run(args []string) error {
 	if err := c.Validate(); err != nil {
 		return flagError(err, fs)
 	}
+	if *nproc > 1 { // launch.go: the ranks, on this node
+		return launch(launchPlan{n: *nproc, port: *masterPort, args: stripLaunchFlags(args), config: c, runDir: runDir, backend: *distBackend})
+	}
 	if runDir == "" {
 		runDir = trainer.RunDirFor(&c)
 	}
@@ -135,7 +138,7 @@ func run(args []string) error {
 	if backend == "auto" && c.Device == "cpu" {
 		backend = distributed.Gloo
 	}
-	pg, err := joinProcessGroup(backend, *distTimeout) // nil unless started by a launcher (launch.go)
+	pg, err := joinProcessGroup(ctx, c.Device, backend, *distTimeout, *rdzvTimeout) // nil unless started by a launcher (launch.go)
 	if err != nil {
 		return err
 	}

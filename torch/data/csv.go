@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,12 +27,25 @@ type CSVOptions struct {
 	Features []string
 	// Comma is the field delimiter (default ',').
 	Comma rune
+	// MaxClasses bounds the classes of the label column (0: DefaultMaxClasses): integer
+	// labels must lie in [0, MaxClasses), and there may be at most MaxClasses distinct
+	// non-integer labels. A model sized by the classes allocates a row per class, so a
+	// stray label such as 1099511627776 is an error naming its line, not an allocation.
+	MaxClasses int
 }
 
-// csvChunkRows is how many rows one block of parsed values holds: values are kept in
-// blocks, so that a large file never needs one reallocation-and-copy of everything
-// read so far.
-const csvChunkRows = 1 << 14
+// DefaultMaxClasses is CSVOptions.MaxClasses's default, 2^20 classes (ImageNet-21k has
+// 21,841).
+const DefaultMaxClasses = 1 << 20
+
+// csvChunkRows is how many rows one block of parsed values holds at most: values are
+// kept in blocks, so that a large file never needs one reallocation-and-copy of
+// everything read so far. A wide table's blocks hold fewer rows, so that a block stays
+// within csvChunkBytes (and at least one row).
+const (
+	csvChunkRows  = 1 << 14
+	csvChunkBytes = 16 << 20
+)
 
 // CSVDataset is a table read from a CSV file: a header line naming the columns, then
 // one sample per line, numbers parsed as float32 (Go's strconv, correctly rounded).
@@ -49,20 +61,29 @@ type CSVDataset struct {
 	// with the run so that outputs map back to names); nil otherwise.
 	Classes []string
 
-	n       int
-	inputs  [][]float32 // blocks of csvChunkRows rows
-	targets [][]float32
-	labels  [][]int64
+	n         int
+	blockRows int         // rows per block
+	maxLabel  int64       // the largest label index (-1 without labels)
+	inputs    [][]float32 // blocks of blockRows rows
+	targets   [][]float32
+	labels    [][]int64
 }
 
 // ReadCSV reads a CSV file with a header line. Errors name the file, line and column
-// ("data.csv:17:4: ...") of a malformed row or a value that is not a number.
+// ("data.csv:17:4: ...") of a malformed row, a value that is not a number or a label out
+// of range. A UTF-8 byte order mark before the header is dropped; a column name that
+// appears twice, a file with no data rows and a path that is not a regular file are
+// errors.
 func ReadCSV(path string, opts CSVOptions) (*CSVDataset, error) {
-	f, err := os.Open(path)
+	f, _, err := OpenRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("data: ReadCSV: %w", err)
 	}
 	defer f.Close()
+	maxClasses := opts.MaxClasses
+	if maxClasses <= 0 {
+		maxClasses = DefaultMaxClasses
+	}
 	r := csv.NewReader(bufio.NewReaderSize(f, 1<<20))
 	if opts.Comma != 0 {
 		r.Comma = opts.Comma
@@ -76,12 +97,25 @@ func ReadCSV(path string, opts CSVOptions) (*CSVDataset, error) {
 		return nil, csvError(path, err)
 	}
 	header = slices.Clone(header)
-	d := &CSVDataset{Path: path, Label: opts.Label, Targets: opts.Targets}
+	// A UTF-8 byte order mark (Excel writes one) is not part of the first column's name;
+	// pandas drops it too.
+	header[0] = strings.TrimPrefix(header[0], "\ufeff")
+	// One map from name to column, so that finding every column is linear in their
+	// number; a name that appears twice is ambiguous (pandas would rename the second
+	// "a.1", which the columns asked for by name could not mean).
+	index := make(map[string]int, len(header))
+	for i, name := range header {
+		if j, dup := index[name]; dup {
+			return nil, fmt.Errorf("data: %s:1: column name %q appears twice (columns %d and %d); column names must be unique", path, name, j+1, i+1)
+		}
+		index[name] = i
+	}
+	d := &CSVDataset{Path: path, Label: opts.Label, Targets: opts.Targets, maxLabel: -1}
 	col := func(name string) (int, error) {
-		if i := slices.Index(header, name); i >= 0 {
+		if i, ok := index[name]; ok {
 			return i, nil
 		}
-		return 0, fmt.Errorf("data: %s: no column %q in the header (columns: %s)", path, name, strings.Join(header, ", "))
+		return 0, fmt.Errorf("data: %s: no column %q in the header (columns: %s)", path, name, columnList(header))
 	}
 	labelCol := -1
 	if opts.Label != "" {
@@ -97,8 +131,12 @@ func ReadCSV(path string, opts CSVOptions) (*CSVDataset, error) {
 	}
 	d.Features = opts.Features
 	if d.Features == nil {
+		notFeature := map[string]bool{opts.Label: true}
+		for _, t := range opts.Targets {
+			notFeature[t] = true
+		}
 		for _, h := range header {
-			if h != opts.Label && !slices.Contains(opts.Targets, h) {
+			if !notFeature[h] {
 				d.Features = append(d.Features, h)
 			}
 		}
@@ -112,11 +150,15 @@ func ReadCSV(path string, opts CSVOptions) (*CSVDataset, error) {
 	if len(featureCols) == 0 {
 		return nil, fmt.Errorf("data: %s: no feature columns", path)
 	}
+	d.blockRows = max(1, min(csvChunkRows, csvChunkBytes/(4*max(len(featureCols), len(targetCols), 1))))
 
 	// Labels are kept as indices in order of first appearance and renumbered at the
-	// end, once the sorted class list is known.
+	// end, once the sorted class list is known; where each first appeared is kept for
+	// the error that a label out of range makes.
+	type firstSeen struct{ line, column int }
 	seen := map[string]int64{}
 	var names []string
+	var where []firstSeen
 	allInts := true
 	var labelText [][]int64
 	for {
@@ -127,7 +169,7 @@ func ReadCSV(path string, opts CSVOptions) (*CSVDataset, error) {
 		if err != nil {
 			return nil, csvError(path, err)
 		}
-		row := d.n % csvChunkRows
+		row := d.n % d.blockRows
 		if row == 0 {
 			in, err := offHeapBlock[float32](d, len(featureCols))
 			if err != nil {
@@ -168,9 +210,15 @@ func ReadCSV(path string, opts CSVOptions) (*CSVDataset, error) {
 			s := rec[labelCol]
 			id, ok := seen[s]
 			if !ok {
+				line, column := r.FieldPos(labelCol)
+				if len(names) == maxClasses {
+					return nil, fmt.Errorf("data: %s:%d:%d: column %q: label %q is the %d-th distinct label, more than the %d classes allowed (CSVOptions.MaxClasses)",
+						path, line, column, opts.Label, s, len(names)+1, maxClasses)
+				}
 				id = int64(len(names))
 				seen[s] = id
 				names = append(names, s)
+				where = append(where, firstSeen{line, column})
 				if _, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err != nil {
 					allInts = false
 				}
@@ -179,11 +227,20 @@ func ReadCSV(path string, opts CSVOptions) (*CSVDataset, error) {
 		}
 		d.n++
 	}
+	if d.n == 0 {
+		return nil, fmt.Errorf("data: %s: the header line is followed by no data rows; the dataset is empty", path)
+	}
 	if labelCol >= 0 {
 		remap := make([]int64, len(names))
 		if allInts {
 			for i, s := range names {
-				remap[i], _ = strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+				v, _ := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+				if v < 0 || v >= int64(maxClasses) {
+					return nil, fmt.Errorf("data: %s:%d:%d: column %q: integer label %d is outside [0, %d): integer labels are class indices, at most CSVOptions.MaxClasses of them",
+						path, where[i].line, where[i].column, opts.Label, v, maxClasses)
+				}
+				remap[i] = v
+				d.maxLabel = max(d.maxLabel, v)
 			}
 		} else {
 			d.Classes = slices.Sorted(slices.Values(names))
@@ -191,6 +248,7 @@ func ReadCSV(path string, opts CSVOptions) (*CSVDataset, error) {
 				idx, _ := slices.BinarySearch(d.Classes, s)
 				remap[i] = int64(idx)
 			}
+			d.maxLabel = int64(len(d.Classes) - 1)
 		}
 		for _, block := range labelText {
 			for i, id := range block {
@@ -202,11 +260,24 @@ func ReadCSV(path string, opts CSVOptions) (*CSVDataset, error) {
 	return d, nil
 }
 
-// offHeapBlock returns an empty block of csvChunkRows rows of width values, outside Go's
+// columnList names the columns for an error message, at most the first 20.
+func columnList(header []string) string {
+	if len(header) <= 20 {
+		return strings.Join(header, ", ")
+	}
+	return fmt.Sprintf("%s, ... (%d in all)", strings.Join(header[:20], ", "), len(header))
+}
+
+// NumClasses returns the number of classes of the label column: len(Classes) for
+// named labels, the largest integer label + 1 for integer ones, 0 without a label
+// column.
+func (d *CSVDataset) NumClasses() int { return int(d.maxLabel + 1) }
+
+// offHeapBlock returns an empty block of d.blockRows rows of width values, outside Go's
 // heap (see offHeap).
 func offHeapBlock[T float32 | int64](d *CSVDataset, width int) ([]T, error) {
 	var zero T
-	b, err := offHeap(d, csvChunkRows*width*int(unsafe.Sizeof(zero)))
+	b, err := offHeap(d, d.blockRows*width*int(unsafe.Sizeof(zero)))
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +311,7 @@ func (d *CSVDataset) Get(i int, s *Sample) error {
 	if i < 0 || i >= d.n {
 		return fmt.Errorf("data: CSVDataset: index %d out of range [0, %d)", i, d.n)
 	}
-	b, row := i/csvChunkRows, i%csvChunkRows
+	b, row := i/d.blockRows, i%d.blockRows
 	nf := len(d.Features)
 	copy(SetValues[float32](s, Input, int64(nf)), d.inputs[b][row*nf:(row+1)*nf])
 	if nt := len(d.Targets); nt > 0 {

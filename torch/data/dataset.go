@@ -164,10 +164,13 @@ func RandomSplit(ds Dataset, lengths []int, seed int64) ([]*Subset, error) {
 		if l < 0 {
 			return nil, fmt.Errorf("data: RandomSplit: negative length in %v", lengths)
 		}
-		total += l
+		total = int(satAdd(int64(total), int64(l)))
 	}
 	if total != ds.Len() {
 		return nil, fmt.Errorf("data: RandomSplit: lengths %v sum to %d, dataset has %d samples", lengths, total, ds.Len())
+	}
+	if err := checkSamples("RandomSplit", total); err != nil {
+		return nil, err
 	}
 	perm := Randperm(total, seed)
 	subsets := make([]*Subset, len(lengths))
@@ -179,10 +182,17 @@ func RandomSplit(ds Dataset, lengths []int, seed int64) ([]*Subset, error) {
 	return subsets, nil
 }
 
-func numel(shape []int64) int {
+func numel(shape []int64) int { return int(numel64(shape)) }
+
+// numel64 is the element count of shape, saturated at math.MaxInt64; -1 when a dimension
+// is negative.
+func numel64(shape []int64) int64 {
 	n := int64(1)
 	for _, d := range shape {
-		n *= d
+		if d < 0 {
+			return -1
+		}
+		n = satMul(n, d)
 	}
-	return int(n)
+	return n
 }

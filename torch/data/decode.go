@@ -1,7 +1,6 @@
 package data
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	_ "image/gif" // GIF, BMP, TIFF and WebP register with image.Decode
 	"image/jpeg"
 	"image/png"
-	"io"
 	"strconv"
 
 	"github.com/gotrain/gotrain/torch/data/internal/libjpeg"
@@ -25,26 +23,78 @@ import (
 var useLibjpeg = libjpeg.Available
 
 // decodePlanar decodes an image file's bytes into planar [C, H, W] bytes in mode,
-// converted as PIL's convert does, written to dst(C, H, W).
-func decodePlanar(raw []byte, mode ColorMode, dst func(c, h, w int) []byte) error {
+// converted as PIL's convert does, written to dst(C, H, W). The size the file's header
+// declares is checked against limit before any pixel buffer is allocated (a header can
+// claim any size; Go cannot recover from an allocation that fails); large reports an
+// image above the warning threshold that was decoded anyway, as PIL warns.
+func decodePlanar(raw []byte, mode ColorMode, limit pixelLimit, dst func(c, h, w int) []byte) (large bool, err error) {
+	w, h, err := imageSize(raw)
+	if err != nil {
+		return false, err
+	}
+	if large, err = limit.check(w, h); err != nil {
+		return false, err
+	}
+	// The decoders are Go's and golang.org/x/image's: a panic on a malformed file would
+	// be their bug, but it must not end a run that SkipCorrupt would carry past it.
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("image decoder failed: %v", p)
+		}
+	}()
 	c := 3
 	if mode == Gray {
 		c = 1
 	}
 	if useLibjpeg && bytes.HasPrefix(raw, []byte{0xff, 0xd8}) {
 		if hdr, err := libjpeg.ReadHeader(raw); err == nil && hdr.Supported() {
-			return libjpeg.Decode(raw, hdr, c, dst(c, hdr.Height, hdr.Width))
+			return large, libjpeg.Decode(raw, hdr, c, dst(c, hdr.Height, hdr.Width))
 		}
 	}
 	img, err := decodeImage(raw)
 	if err != nil {
-		return err
+		return false, err
 	}
 	b := img.Bounds()
-	return toPlanar(img, mode, dst(c, b.Dy(), b.Dx()))
+	if int64(b.Dx()) != w || int64(b.Dy()) != h {
+		return false, fmt.Errorf("image decodes to %dx%d pixels but its header declares %dx%d", b.Dx(), b.Dy(), w, h)
+	}
+	return large, toPlanar(img, mode, dst(c, b.Dy(), b.Dx()))
 }
 
-// decodeImage decodes an image file's bytes, whatever its format.
+// errNotImage is a file in none of the formats gotrain decodes.
+var errNotImage = errors.New("not an image in a format gotrain decodes (PNG, JPEG, GIF, BMP, TIFF, WebP, binary PPM/PGM)")
+
+// imageSize returns the width and height an image file's header declares, reading
+// nothing but the header: image.DecodeConfig for the registered formats (PNG, JPEG,
+// GIF, BMP, TIFF, WebP), pnmHeader for PPM/PGM.
+func imageSize(raw []byte) (w, h int64, err error) {
+	if isPNM(raw) {
+		hd, err := pnmHeader(raw)
+		if err != nil {
+			return 0, 0, err
+		}
+		return hd.w, hd.h, nil
+	}
+	if bytes.HasPrefix(raw, []byte{0xff, 0xd8}) {
+		// The frame header libjpeg reads; Go's DecodeConfig would stop at a marker that
+		// libjpeg skips.
+		if hdr, err := libjpeg.ReadHeader(raw); err == nil {
+			return int64(hdr.Width), int64(hdr.Height), nil
+		}
+	}
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(raw))
+	if errors.Is(err, image.ErrFormat) {
+		return 0, 0, errNotImage
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	return int64(cfg.Width), int64(cfg.Height), nil
+}
+
+// decodeImage decodes an image file's bytes, whatever its format. Callers check the
+// header's size first (imageSize).
 func decodeImage(raw []byte) (image.Image, error) {
 	r := bytes.NewReader(raw)
 	switch {
@@ -52,79 +102,115 @@ func decodeImage(raw []byte) (image.Image, error) {
 		return png.Decode(r)
 	case bytes.HasPrefix(raw, []byte{0xff, 0xd8}):
 		return jpeg.Decode(r)
-	case len(raw) > 2 && raw[0] == 'P' && (raw[1] == '5' || raw[1] == '6'):
+	case isPNM(raw):
 		return decodePNM(raw)
 	}
 	img, _, err := image.Decode(r)
 	if errors.Is(err, image.ErrFormat) {
-		return nil, errors.New("not an image in a format gotrain decodes (PNG, JPEG, GIF, BMP, TIFF, WebP, binary PPM/PGM)")
+		return nil, errNotImage
 	}
 	return img, err
 }
 
-// decodePNM decodes binary PGM (P5) and PPM (P6) files of 8-bit samples.
-func decodePNM(raw []byte) (image.Image, error) {
-	br := bufio.NewReader(bytes.NewReader(raw[2:]))
-	var nums [3]int
-	for k := range nums {
-		tok, err := pnmToken(br)
-		if err != nil {
-			return nil, fmt.Errorf("truncated PNM header: %w", err)
-		}
-		if nums[k], err = strconv.Atoi(tok); err != nil || nums[k] <= 0 {
-			return nil, fmt.Errorf("bad PNM header field %q", tok)
-		}
-	}
-	w, h, maxval := nums[0], nums[1], nums[2]
-	if maxval > 255 {
-		return nil, fmt.Errorf("PNM with maxval %d: only 8-bit samples are supported", maxval)
-	}
-	ch := 1
+func isPNM(raw []byte) bool { return len(raw) > 2 && raw[0] == 'P' && (raw[1] == '5' || raw[1] == '6') }
+
+// pnm is a binary PGM (P5) or PPM (P6) header.
+type pnm struct {
+	w, h, maxval int64
+	ch           int64 // 1 (P5) or 3 (P6)
+	data         int   // offset of the samples in the file
+}
+
+// maxPNMToken bounds a header token: the largest field, 2^63, has 19 digits.
+const maxPNMToken = 20
+
+// pnmHeader parses a P5/P6 header: magic, width, height and maxval as decimal tokens
+// separated by whitespace and # comments, then one whitespace byte. Sizes are int64 and
+// the sample count is computed without overflow, so that a header claiming 2^32 x 2^32
+// pixels is an error, not a wrapped product.
+func pnmHeader(raw []byte) (pnm, error) {
+	hd := pnm{ch: 1}
 	if raw[1] == '6' {
-		ch = 3
+		hd.ch = 3
 	}
-	px := make([]byte, w*h*ch)
-	if _, err := io.ReadFull(br, px); err != nil {
-		return nil, fmt.Errorf("truncated PNM data: %w", err)
-	}
-	if maxval != 255 {
-		for i, v := range px {
-			px[i] = byte((int(v)*255 + maxval/2) / maxval)
+	p := 2
+	var nums [3]int64
+	for k := range nums {
+		// Skip whitespace and comments before the token.
+		for p < len(raw) {
+			if c := raw[p]; c == '#' {
+				for p < len(raw) && raw[p] != '\n' && raw[p] != '\r' {
+					p++
+				}
+			} else if c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' {
+				p++
+			} else {
+				break
+			}
 		}
+		start := p
+		for p < len(raw) && p-start <= maxPNMToken && raw[p] >= '0' && raw[p] <= '9' {
+			p++
+		}
+		tok := raw[start:p]
+		switch {
+		case p >= len(raw):
+			return hd, errors.New("truncated PNM header")
+		case len(tok) == 0 || len(tok) > maxPNMToken:
+			return hd, fmt.Errorf("bad PNM header field %q", trimToken(raw[start:]))
+		}
+		v, err := strconv.ParseInt(string(tok), 10, 64)
+		if err != nil || v <= 0 {
+			return hd, fmt.Errorf("bad PNM header field %q", tok)
+		}
+		nums[k] = v
 	}
-	if ch == 1 {
-		return &image.Gray{Pix: px, Stride: w, Rect: image.Rect(0, 0, w, h)}, nil
+	if c := raw[p]; c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\v' && c != '\f' {
+		return hd, fmt.Errorf("bad PNM header: %q after maxval", c)
+	}
+	hd.w, hd.h, hd.maxval, hd.data = nums[0], nums[1], nums[2], p+1
+	if hd.maxval > 255 {
+		return hd, fmt.Errorf("PNM with maxval %d: only 8-bit samples are supported", hd.maxval)
+	}
+	return hd, nil
+}
+
+func trimToken(b []byte) []byte { return b[:min(len(b), maxPNMToken+1)] }
+
+// decodePNM decodes binary PGM (P5) and PPM (P6) files of 8-bit samples. The file must
+// hold every sample the header declares before anything is allocated.
+func decodePNM(raw []byte) (image.Image, error) {
+	hd, err := pnmHeader(raw)
+	if err != nil {
+		return nil, err
+	}
+	n := satMul(satMul(hd.w, hd.h), hd.ch)
+	if have := int64(len(raw) - hd.data); have < n {
+		return nil, fmt.Errorf("truncated PNM data: %dx%d pixels need %d bytes, the file has %d", hd.w, hd.h, n, have)
+	}
+	w, h := int(hd.w), int(hd.h)
+	px := raw[hd.data : hd.data+int(n)]
+	maxval := int(hd.maxval)
+	scale := func(v byte) byte { return byte((int(v)*255 + maxval/2) / maxval) }
+	if hd.ch == 1 {
+		img := image.NewGray(image.Rect(0, 0, w, h))
+		copy(img.Pix, px)
+		if maxval != 255 {
+			for i, v := range img.Pix {
+				img.Pix[i] = scale(v)
+			}
+		}
+		return img, nil
 	}
 	rgba := image.NewNRGBA(image.Rect(0, 0, w, h))
 	for i := range w * h {
-		copy(rgba.Pix[4*i:4*i+3], px[3*i:3*i+3])
-		rgba.Pix[4*i+3] = 255
+		r, g, b := px[3*i], px[3*i+1], px[3*i+2]
+		if maxval != 255 {
+			r, g, b = scale(r), scale(g), scale(b)
+		}
+		rgba.Pix[4*i], rgba.Pix[4*i+1], rgba.Pix[4*i+2], rgba.Pix[4*i+3] = r, g, b, 255
 	}
 	return rgba, nil
-}
-
-// pnmToken reads one whitespace-separated header token, skipping # comments, and the
-// single whitespace byte after it.
-func pnmToken(br *bufio.Reader) (string, error) {
-	var tok []byte
-	for {
-		c, err := br.ReadByte()
-		if err != nil {
-			return "", err
-		}
-		switch {
-		case c == '#' && len(tok) == 0:
-			if _, err := br.ReadBytes('\n'); err != nil {
-				return "", err
-			}
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			if len(tok) > 0 {
-				return string(tok), nil
-			}
-		default:
-			tok = append(tok, c)
-		}
-	}
 }
 
 // luma is PIL's RGB to L conversion (ITU-R 601-2, fixed point).
@@ -192,6 +278,35 @@ func toPlanar(img image.Image, mode ColorMode, dst []byte) error {
 					c = pal[row[x]]
 				}
 				put(y*w+x, c[0], c[1], c[2])
+			}
+		}
+	case *image.NRGBA64:
+		// 16-bit PNGs with alpha (RGBA, gray + alpha) or a tRNS colour: PIL reads them as
+		// 8-bit RGBA holding each sample's high byte (rawmode RGBA;16B), and convert
+		// drops alpha, so a transparent pixel keeps its colour. Go's color models would
+		// premultiply and turn it black.
+		for y := range h {
+			row := m.Pix[y*m.Stride:]
+			for x := range w {
+				put(y*w+x, row[8*x], row[8*x+2], row[8*x+4])
+			}
+		}
+	case *image.RGBA64:
+		// Opaque 16-bit truecolor (PNG, TIFF): PIL keeps the high byte (RGB;16B). A
+		// translucent pixel can only come from a premultiplying decoder: undo it first.
+		for y := range h {
+			row := m.Pix[y*m.Stride:]
+			for x := range w {
+				p := row[8*x:]
+				a := uint32(p[6])<<8 | uint32(p[7])
+				ch := func(k int) uint8 {
+					v := uint32(p[2*k])<<8 | uint32(p[2*k+1])
+					if a != 0xffff && a != 0 {
+						v = min((v*0xffff+a/2)/a, 0xffff)
+					}
+					return uint8(v >> 8)
+				}
+				put(y*w+x, ch(0), ch(1), ch(2))
 			}
 		}
 	case *image.Gray16:

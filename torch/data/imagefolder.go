@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/gotrain/gotrain/torch"
 )
@@ -52,6 +55,14 @@ type ImageFolderOptions struct {
 	SkipCorrupt bool
 	// Extensions overrides ImageExtensions.
 	Extensions []string
+	// MaxImagePixels is PIL's Image.MAX_IMAGE_PIXELS (0: DefaultMaxImagePixels, 89,478,485).
+	// As in PIL, an image of more pixels decodes with a warning (printed once per
+	// ImageFolder through the log package, and listed by LargeImages), and one of more
+	// than twice as many fails to decode with an *ImageTooLargeError (skipped with
+	// SkipCorrupt) before a pixel buffer is allocated; the header alone is read. A
+	// negative value lifts the limit as PIL's None does, except that an image whose
+	// decoded pixels would not fit in this machine's memory is still refused.
+	MaxImagePixels int64
 }
 
 // ImageFolder is torchvision.datasets.ImageFolder: root/<class>/**/<image>, with class
@@ -77,6 +88,7 @@ type ImageFolder struct {
 
 	corruptMu sync.Mutex
 	corrupt   []string
+	large     []string
 	skipped   atomic.Int64
 }
 
@@ -88,19 +100,39 @@ func NewImageFolder(root string, opts ImageFolderOptions) (*ImageFolder, error) 
 	if exts == nil {
 		exts = ImageExtensions
 	}
+	if st, err := os.Stat(root); err != nil {
+		return nil, fmt.Errorf("data: ImageFolder: %w", err)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("data: ImageFolder: %s is %s; ImageFolder reads a directory of class folders, root/<class>/<image>", root, describeMode(st.Mode()))
+	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("data: ImageFolder: %w", err)
 	}
 	d := &ImageFolder{Root: root, ClassToIdx: map[string]int{}, Options: opts}
+	images := 0
 	for _, e := range entries {
 		if isDir(filepath.Join(root, e.Name()), e) {
 			d.Classes = append(d.Classes, e.Name())
+		} else if hasExtension(e.Name(), exts) {
+			images++
 		}
 	}
 	slices.Sort(d.Classes)
 	if len(d.Classes) == 0 {
+		if images > 0 {
+			return nil, fmt.Errorf("data: ImageFolder: %s holds %d images but no class folders; ImageFolder expects one folder per class, root/<class>/<image> (e.g. %s), and takes the class from the folder name",
+				root, images, filepath.Join(root, "cat", "001.jpg"))
+		}
 		return nil, fmt.Errorf("data: ImageFolder: couldn't find any class folder in %s", root)
+	}
+	for _, class := range d.Classes {
+		// Class names are saved as text (config.json, checkpoints): a name that is not
+		// UTF-8 would train a whole epoch and then fail to save.
+		if !utf8.ValidString(class) {
+			return nil, fmt.Errorf("data: ImageFolder: class folder %s in %s: the name is not valid UTF-8; class names are saved as text in checkpoints and config.json, so rename the folder",
+				strconv.Quote(class), root)
+		}
 	}
 	var empty []string
 	for idx, class := range d.Classes {
@@ -206,6 +238,8 @@ func (d *ImageFolder) Len() int { return len(d.Images) }
 
 // Corrupt returns the paths of the images that failed to decode and were skipped (with
 // SkipCorrupt), in the order they were met, and how many times one was skipped.
+// Every failure to read or decode a file counts: a truncated or corrupt file, a header
+// beyond the pixel limit, a file that is not a regular file.
 func (d *ImageFolder) Corrupt() ([]string, int64) {
 	d.corruptMu.Lock()
 	defer d.corruptMu.Unlock()
@@ -237,18 +271,31 @@ func (d *ImageFolder) Get(i int, s *Sample) error {
 	return errors.New("data: ImageFolder: no image decodes")
 }
 
+// LargeImages returns the paths of the decoded images above MaxImagePixels (and within
+// twice it): PIL's DecompressionBombWarning cases.
+func (d *ImageFolder) LargeImages() []string {
+	d.corruptMu.Lock()
+	defer d.corruptMu.Unlock()
+	return slices.Clone(d.large)
+}
+
 func (d *ImageFolder) decodeInto(path string, s *Sample) error {
+	limit := newPixelLimit(d.Options.MaxImagePixels)
 	buf := fileBufPool.Get().(*[]byte)
 	defer fileBufPool.Put(buf)
-	raw, err := readFileInto(path, (*buf)[:0])
-	*buf = raw
+	// No image within the limit needs more than 8 bytes a pixel (16-bit RGBA,
+	// uncompressed) and its headers.
+	raw, err := readFileInto(path, (*buf)[:0], satAdd(satMul(2*limit.warn, 8), 1<<20))
+	if cap(raw) <= 64<<20 { // a rare large file's buffer is not kept
+		*buf = raw[:0]
+	}
 	if err != nil {
 		return fmt.Errorf("data: ImageFolder: %w", err)
 	}
 	// With Float the pixels are decoded into pooled scratch and scaled into the field.
 	var tmp *[]byte
 	var out []float32
-	err = decodePlanar(raw, d.Options.Mode, func(c, h, w int) []byte {
+	large, err := decodePlanar(raw, d.Options.Mode, limit, func(c, h, w int) []byte {
 		shape := []int64{int64(c), int64(h), int64(w)}
 		if !d.Options.Float {
 			return s.Set(Input, torch.Uint8, shape).Data
@@ -264,6 +311,9 @@ func (d *ImageFolder) decodeInto(path string, s *Sample) error {
 	if err != nil {
 		return fmt.Errorf("data: ImageFolder: %s: %w", path, err)
 	}
+	if large {
+		d.warnLarge(path, limit)
+	}
 	if tmp != nil {
 		for k, v := range (*tmp)[:len(out)] {
 			out[k] = unitLevels[v]
@@ -272,20 +322,42 @@ func (d *ImageFolder) decodeInto(path string, s *Sample) error {
 	return nil
 }
 
+// warnLarge records an image above the warning threshold and prints the first, as
+// PIL's DecompressionBombWarning prints once.
+func (d *ImageFolder) warnLarge(path string, limit pixelLimit) {
+	d.corruptMu.Lock()
+	defer d.corruptMu.Unlock()
+	if slices.Contains(d.large, path) {
+		return
+	}
+	d.large = append(d.large, path)
+	if len(d.large) == 1 {
+		log.Printf("data: ImageFolder: %s has more than %d pixels (MaxImagePixels); it could be a decompression bomb (PIL's DecompressionBombWarning); images above twice this are refused", path, limit.warn)
+	}
+}
+
 var fileBufPool = sync.Pool{New: func() any { return new([]byte) }}
 
-// readFileInto reads the file at path into buf's storage.
-func readFileInto(path string, buf []byte) ([]byte, error) {
-	f, err := os.Open(path)
+// readFileInto reads the regular file at path into buf's storage: at most limit bytes
+// (a larger file is an error, before anything is read), and never from a FIFO or a
+// device (see OpenRegular).
+func readFileInto(path string, buf []byte, limit int64) ([]byte, error) {
+	f, size, err := OpenRegular(path)
 	if err != nil {
 		return buf, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && int64(cap(buf)) < st.Size()+1 {
-		buf = make([]byte, 0, st.Size()+512)
+	if size > limit {
+		return buf, fmt.Errorf("%s: %d bytes is more than the %d an image within the pixel limit can take", path, size, limit)
+	}
+	if int64(cap(buf)) < size+1 {
+		buf = make([]byte, 0, size+512)
 	}
 	for {
 		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				return buf, fmt.Errorf("%s: grew past %d bytes while being read", path, limit)
+			}
 			buf = slices.Grow(buf, 4096)
 		}
 		n, err := f.Read(buf[len(buf):cap(buf)])

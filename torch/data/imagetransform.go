@@ -25,8 +25,17 @@ type Resize struct {
 	Field         string
 }
 
-// outputSize is torchvision's _compute_resized_output_size.
+// outputSize is torchvision's _compute_resized_output_size, refusing an output of more
+// pixels than a decoded image may have by default (twice DefaultMaxImagePixels).
 func (r Resize) outputSize(h, w int) (int, int, error) {
+	oh, ow, err := r.torchvisionSize(h, w)
+	if err == nil && satMul(int64(oh), int64(ow)) > 2*DefaultMaxImagePixels {
+		return 0, 0, fmt.Errorf("data: Resize: an output of %dx%d pixels is more than the %d an image may have (twice DefaultMaxImagePixels)", oh, ow, 2*DefaultMaxImagePixels)
+	}
+	return oh, ow, err
+}
+
+func (r Resize) torchvisionSize(h, w int) (int, int, error) {
 	if r.Size <= 0 {
 		if r.Height <= 0 || r.Width <= 0 {
 			return 0, 0, fmt.Errorf("data: Resize: set Size, or Height and Width, to positive values (got %+v)", r)

@@ -47,6 +47,12 @@ func NewLoader(ds Dataset, opts LoaderOptions) (*Loader, error) {
 	return l, nil
 }
 
+// Bounds on LoaderOptions.Workers and Prefetch.
+const (
+	maxWorkers  = 1 << 12
+	maxPrefetch = 1 << 16
+)
+
 func (l *Loader) validate() error {
 	o := &l.opts
 	if o.BatchSize == 0 {
@@ -63,6 +69,14 @@ func (l *Loader) validate() error {
 	}
 	if o.BatchSize < 0 || o.Workers < 0 || o.Prefetch < 0 {
 		return fmt.Errorf("data: NewLoader: negative batch size %d, workers %d or prefetch %d", o.BatchSize, o.Workers, o.Prefetch)
+	}
+	// Each worker is a goroutine and each prefetched batch a buffer, made up front: the
+	// bounds keep a mistyped number an error rather than an allocation that fails.
+	if o.Workers > maxWorkers || o.Prefetch > maxPrefetch {
+		return fmt.Errorf("data: NewLoader: workers %d or prefetch %d is more than the %d workers and %d batches a loader takes", o.Workers, o.Prefetch, maxWorkers, maxPrefetch)
+	}
+	if err := checkSamples("NewLoader", l.ds.Len()); err != nil {
+		return err
 	}
 	if o.Resident {
 		if _, ok := l.ds.(BatchReader); !ok {

@@ -2,7 +2,6 @@ package data
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"syscall"
 )
@@ -23,22 +22,21 @@ func offHeap[T any](owner *T, n int) ([]byte, error) {
 	return b, nil
 }
 
-// mapFile maps the file at path read-only. The mapping is removed once owner is
-// unreachable.
+// mapFile maps the regular file at path read-only (see OpenRegular). The mapping is
+// removed once owner is unreachable.
 func mapFile[T any](owner *T, path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, size, err := OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() == 0 {
+	if size == 0 {
 		return nil, nil
 	}
-	b, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
+	if size != int64(int(size)) {
+		return nil, fmt.Errorf("%s: %d bytes cannot be mapped on this platform", path, size)
+	}
+	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
 	}

@@ -34,7 +34,7 @@ func BenchmarkImageFolderStages(b *testing.B) {
 	b.Run("read", func(b *testing.B) {
 		var buf []byte
 		for i := 0; b.Loop(); i++ {
-			buf, _ = readFileInto(ds.Images[i%ds.Len()].Path, buf[:0])
+			buf, _ = readFileInto(ds.Images[i%ds.Len()].Path, buf[:0], 1<<30)
 		}
 	})
 	px := make([]byte, 3*128*128)

@@ -39,6 +39,9 @@ func NewDistributedSampler(n, rank, worldSize int, shuffle bool, seed int64, dro
 	if n < 0 {
 		return nil, fmt.Errorf("data: DistributedSampler: negative dataset length %d", n)
 	}
+	if err := checkSamples("DistributedSampler", n); err != nil {
+		return nil, err
+	}
 	return &DistributedSampler{N: n, Rank: rank, WorldSize: worldSize, Shuffle: shuffle, Seed: seed, DropLast: dropLast}, nil
 }
 
@@ -88,5 +91,5 @@ func ceilDiv(a, b int) int {
 	if a <= 0 {
 		return 0
 	}
-	return (a + b - 1) / b
+	return (a-1)/b + 1 // not (a+b-1)/b, which overflows for a batch size near MaxInt
 }

@@ -25,6 +25,13 @@ func Synthetic(n, classes int, shape []int64, seed int64) (*SyntheticDataset, er
 	if n < 0 || classes < 1 || numel(shape) < 1 {
 		return nil, fmt.Errorf("data: Synthetic: need n >= 0, classes >= 1 and a non-empty shape; got %d, %d, %v", n, classes, shape)
 	}
+	if err := checkSamples("Synthetic", n); err != nil {
+		return nil, err
+	}
+	// The prototypes are held: classes x numel floats.
+	if per := satMul(int64(classes), numel64(shape)); per > physicalMemory()/16 {
+		return nil, fmt.Errorf("data: Synthetic: %d classes of shape %v need %d prototype values, more than this machine holds", classes, shape, per)
+	}
 	r := rand.New(rand.NewPCG(uint64(seed), 0))
 	protos := make([][]float32, classes)
 	for c := range protos {

@@ -2,14 +2,24 @@ package data
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/gotrain/gotrain/checkpoint"
 )
 
 // TokenDataset reads a flat file of token ids as fixed-length windows for language
 // modelling. The file is nanoGPT's train.bin layout (np.array(ids, dtype=np.uint16)
 // .tofile(path): little-endian ids back to back, no header), uint16 or uint32, or a
-// plain-text corpus whose bytes are the tokens (ByteTokenizer). It is memory-mapped, so
-// a corpus larger than memory costs only the pages a batch touches.
+// plain-text corpus whose bytes are the tokens (ByteTokenizer). It is memory-mapped:
+// opening it reads nothing, and a batch reads only the pages its windows cover, which
+// are the kernel's file cache (dropped under memory pressure), not the process's heap,
+// so a corpus larger than memory trains. MaxID reads the whole file once, in chunks
+// that are not kept, for a vocabulary size that no meta.pkl gives.
 //
 // Sample i is the window starting at token i*Stride: field InputIDs, int64 of shape
 // [BlockSize], tokens start .. start+BlockSize-1, and field Labels, the same window
@@ -23,6 +33,9 @@ type TokenDataset struct {
 	// Width is the size of one token id in the file: 1 (bytes of text), 2 (uint16) or
 	// 4 (uint32).
 	Width int
+	// VocabSize, when > 0, is the vocabulary: Get fails on a window holding an id at or
+	// above it (which an embedding would reject less clearly, on the device).
+	VocabSize int
 
 	data []byte
 	n    int // tokens
@@ -37,6 +50,9 @@ type TokenOptions struct {
 	// Stride is the distance between window starts, in tokens (default BlockSize: windows
 	// that do not overlap; 1 reads every window, as nanoGPT's random offsets can).
 	Stride int
+	// VocabSize, when > 0, is the vocabulary size (nanoGPT's meta.pkl, see
+	// NanoGPTVocabSize): Get checks every id against it.
+	VocabSize int
 }
 
 // OpenTokens maps a token file and returns its windows of blockSize+1 tokens.
@@ -44,15 +60,15 @@ func OpenTokens(path string, blockSize int, opts TokenOptions) (*TokenDataset, e
 	if blockSize < 1 {
 		return nil, fmt.Errorf("data: OpenTokens: block size %d is not positive", blockSize)
 	}
-	d := &TokenDataset{Path: path, BlockSize: blockSize, Stride: opts.Stride, Width: opts.Width}
+	d := &TokenDataset{Path: path, BlockSize: blockSize, Stride: opts.Stride, Width: opts.Width, VocabSize: opts.VocabSize}
 	if d.Stride == 0 {
 		d.Stride = blockSize
 	}
 	if d.Width == 0 {
 		d.Width = 2
 	}
-	if d.Stride < 0 || (d.Width != 1 && d.Width != 2 && d.Width != 4) {
-		return nil, fmt.Errorf("data: OpenTokens: stride %d or token width %d is invalid (width 1, 2 or 4)", d.Stride, d.Width)
+	if d.Stride < 0 || (d.Width != 1 && d.Width != 2 && d.Width != 4) || d.VocabSize < 0 {
+		return nil, fmt.Errorf("data: OpenTokens: stride %d, token width %d or vocabulary size %d is invalid (width 1, 2 or 4)", d.Stride, d.Width, d.VocabSize)
 	}
 	data, err := mapFile(d, path)
 	if err != nil {
@@ -62,7 +78,7 @@ func OpenTokens(path string, blockSize int, opts TokenOptions) (*TokenDataset, e
 		return nil, fmt.Errorf("data: %s: %d bytes is not a whole number of %d-byte token ids", path, len(data), d.Width)
 	}
 	d.data, d.n = data, len(data)/d.Width
-	if d.n < blockSize+1 {
+	if blockSize >= d.n { // not d.n < blockSize+1, which overflows for the largest int
 		return nil, fmt.Errorf("data: %s: %d tokens cannot fill one window of %d+1", path, d.n, blockSize)
 	}
 	return d, nil
@@ -106,7 +122,95 @@ func (d *TokenDataset) Get(i int, s *Sample) error {
 		ids[k], labels[k] = prev, next
 		prev = next
 	}
+	if v := int64(d.VocabSize); v > 0 {
+		for k, id := range ids {
+			if id >= v {
+				return d.outOfVocab(start+k, id)
+			}
+		}
+		if last := labels[len(labels)-1]; last >= v {
+			return d.outOfVocab(start+len(ids), last)
+		}
+	}
 	return nil
+}
+
+func (d *TokenDataset) outOfVocab(k int, id int64) error {
+	return fmt.Errorf("data: %s: token %d (byte offset %d) is id %d, outside the vocabulary of %d", d.Path, k, k*d.Width, id, d.VocabSize)
+}
+
+// MaxID returns the largest token id in the file, reading it once in chunks of 1 MiB
+// through a buffer that is reused (pread), not through the mapping: the pages read are
+// file cache only, so a file larger than memory is scanned in constant memory. Holes
+// of a sparse file (zeros) are skipped where the file system reports them.
+func (d *TokenDataset) MaxID() (int64, error) {
+	f, size, err := OpenRegular(d.Path)
+	if err != nil {
+		return 0, fmt.Errorf("data: %w", err)
+	}
+	defer f.Close()
+	size = min(size, int64(d.n*d.Width))
+	buf := make([]byte, 1<<20) // a multiple of every width
+	var maxID uint32
+	for off := int64(0); ; {
+		start, end, ok := dataExtent(f, off, size)
+		if !ok {
+			break
+		}
+		// Extents are page-aligned, and so aligned to token ids.
+		for off = start - start%int64(d.Width); off < end; {
+			n, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+			if n%d.Width != 0 || (err != nil && err != io.EOF) || n == 0 {
+				return 0, fmt.Errorf("data: %s: reading token ids at byte %d: %v", d.Path, off+int64(n), err)
+			}
+			maxID = max(maxID, maxToken(buf[:n], d.Width))
+			off += int64(n)
+		}
+	}
+	return int64(maxID), nil
+}
+
+// maxToken is the largest little-endian id of width bytes in b.
+func maxToken(b []byte, width int) uint32 {
+	var m uint32
+	switch width {
+	case 1:
+		for _, v := range b {
+			m = max(m, uint32(v))
+		}
+	case 2:
+		for k := 0; k+1 < len(b); k += 2 {
+			m = max(m, uint32(binary.LittleEndian.Uint16(b[k:])))
+		}
+	default:
+		for k := 0; k+3 < len(b); k += 4 {
+			m = max(m, binary.LittleEndian.Uint32(b[k:]))
+		}
+	}
+	return m
+}
+
+// NanoGPTVocabSize reads vocab_size from nanoGPT's meta.pkl in dir (prepare.py writes it
+// beside train.bin for character-level data sets), with checkpoint's pickle reader
+// (pure Go, allowlisted, within a budget). ok is false when dir has no meta.pkl;
+// nanoGPT then assumes GPT-2's vocabulary.
+func NanoGPTVocabSize(dir string) (vocab int, ok bool, err error) {
+	path := filepath.Join(dir, "meta.pkl")
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil
+	}
+	v, err := checkpoint.ReadPickle(path)
+	if err != nil {
+		return 0, true, fmt.Errorf("data: %w", err)
+	}
+	n, err := checkpoint.GetInt(v, "vocab_size")
+	if err != nil {
+		return 0, true, fmt.Errorf("data: %s: %w", path, err)
+	}
+	if n < 1 || n > 1<<32 {
+		return 0, true, fmt.Errorf("data: %s: vocab_size %d is not in [1, 2^32]", path, n)
+	}
+	return int(n), true, nil
 }
 
 // ByteTokenizer is the byte-level tokenizer of OpenText: a token is a byte of UTF-8
