@@ -147,7 +147,7 @@ func readRegular(path string, limit int64) ([]byte, error) {
 // (lm_head.weight when the embeddings are tied); a tensor the model does not have, or
 // one whose shape differs, is an error naming it. The model is in evaluation mode, as
 // from_pretrained returns it.
-func LoadPretrained(dir string, o LoadOptions) (m CausalLM, err error) {
+func LoadPretrained(dir string, o LoadOptions) (CausalLM, error) {
 	raw, modelType, err := ReadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -156,28 +156,27 @@ func LoadPretrained(dir string, o LoadOptions) (m CausalLM, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("models: %s: %w", filepath.Join(dir, ConfigFile), err)
 	}
-	weights, _, err := checkpoint.ReadSafetensorsDir(dir, checkpoint.ModelWeights)
-	if err != nil {
-		return nil, fmt.Errorf("models: %w", err)
-	}
-	m, err = arch.New(raw)
+	// The config is checked (and the model built) before the weights are read, so a
+	// config that cannot be built is reported as such, however the weights are.
+	built, err := arch.New(raw)
 	if err != nil {
 		return nil, fmt.Errorf("models: %s: %w", filepath.Join(dir, ConfigFile), err)
 	}
-	defer func() {
-		if err != nil {
-			nn.Free(m)
-			m = nil
-		}
-	}()
-	if err := loadWeights(m, weights, arch.Rename); err != nil {
+	weights, _, err := checkpoint.ReadSafetensorsDir(dir, checkpoint.ModelWeights)
+	if err != nil {
+		nn.Free(built)
+		return nil, fmt.Errorf("models: %w", err)
+	}
+	if err := loadWeights(built, weights, arch.Rename); err != nil {
+		nn.Free(built)
 		return nil, fmt.Errorf("models: %s: %w", dir, err)
 	}
-	if err := place(m, o); err != nil {
+	if err := place(built, o); err != nil {
+		nn.Free(built)
 		return nil, err
 	}
-	nn.SetTraining(m, false)
-	return m, nil
+	nn.SetTraining(built, false)
+	return built, nil
 }
 
 // place converts m to o's dtype and moves it to o's device.
