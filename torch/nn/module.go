@@ -279,6 +279,38 @@ func ToDevice(m Module, dev torch.Device) {
 	})
 }
 
+// ToDType converts m's floating-point parameters and buffers to dt in place, as
+// model.to(dtype): each *torch.Tensor keeps its identity, gradients are dropped, and
+// integer buffers (num_batches_tracked) stay as they are. Convert before building the
+// optimizer.
+func ToDType(m Module, dt torch.DType) {
+	var all []*torch.Tensor
+	walk(m, "", func(_ string, m Module) {
+		b := m.ModuleBase()
+		for _, p := range b.params {
+			all = append(all, p.Tensor)
+		}
+		for _, p := range b.buffers {
+			all = append(all, p.Tensor)
+		}
+	})
+	torch.WithScope(func() {
+		torch.NoGrad(func() {
+			seen := map[*torch.Tensor]bool{}
+			for _, t := range all {
+				if seen[t] || !t.DType().IsFloatingPoint() || t.DType() == dt {
+					continue
+				}
+				seen[t] = true
+				if t.RequiresGrad() {
+					t.SetGrad(nil)
+				}
+				t.SetData(t.ToDType(dt))
+			}
+		})
+	})
+}
+
 // freer is implemented by modules that hold resources beyond their tensors.
 type freer interface{ free() }
 

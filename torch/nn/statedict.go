@@ -27,6 +27,12 @@ func stateEntries(m Module) []NamedTensor {
 	return out
 }
 
+// StateTensors returns the state dict's entries as m's own tensors, in PyTorch's order:
+// a parameter registered under two names (tied weights) is listed under each, as the
+// same *torch.Tensor, so a caller can tell ties apart (save_pretrained writes one of
+// them).
+func StateTensors(m Module) []NamedTensor { return stateEntries(m) }
+
 // StateDict returns m.state_dict(): an OrderedDict from dotted name to a detached alias
 // of each parameter and persistent buffer (sharing storage, owned by the current scope),
 // in PyTorch's order. Pass it through torch.ToCheckpoint to write it with checkpoint.Write.

@@ -1,8 +1,10 @@
 package models
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
@@ -53,15 +55,31 @@ func (c GPT2Config) inner() int64 {
 }
 
 func (c GPT2Config) validate() error {
+	const cfg = "GPT2Config"
+	err := checkSizes(cfg,
+		configSize{"vocab_size", c.VocabSize, 1, maxVocab}, configSize{"n_positions", c.NPositions, 1, maxPositions},
+		configSize{"n_embd", c.NEmbd, 1, maxHidden}, configSize{"n_layer", c.NLayer, 0, maxLayers},
+		configSize{"n_head", c.NHead, 1, maxHidden}, configSize{"n_inner", c.inner(), 1, maxIntermediate})
+	if err != nil {
+		return err
+	}
+	for name, p := range map[string]float64{"resid_pdrop": c.ResidPdrop, "embd_pdrop": c.EmbdPdrop, "attn_pdrop": c.AttnPdrop} {
+		if err := checkProbability(cfg, name, p); err != nil {
+			return err
+		}
+	}
+	e, in := c.NEmbd, c.inner()
+	block := 4*e + (3*e*e + 3*e) + (e*e + e) + (e*in + in) + (in*e + e)
+	if err := checkFits(cfg, (c.VocabSize+c.NPositions)*e+c.NLayer*block+2*e); err != nil {
+		return err
+	}
 	switch {
-	case c.VocabSize <= 0 || c.NPositions <= 0 || c.NEmbd <= 0 || c.NLayer < 0 || c.NHead <= 0:
-		return fmt.Errorf("models: GPT2Config: sizes must be positive: %+v", c)
 	case c.NEmbd%c.NHead != 0:
 		return fmt.Errorf("models: GPT2Config: n_embd %d is not divisible by n_head %d", c.NEmbd, c.NHead)
 	case c.ReorderAndUpcastAttn:
 		return fmt.Errorf("models: GPT2Config: reorder_and_upcast_attn is not supported")
 	}
-	_, err := gpt2Activation(c.ActivationFunction)
+	_, err = gpt2Activation(c.ActivationFunction)
 	return err
 }
 
@@ -295,3 +313,39 @@ func CausalLMLoss(logits, labels *torch.Tensor) *torch.Tensor {
 	target := torch.Cat([]*torch.Tensor{labels.Narrow(1, 1, t-1), pad}, 1)
 	return torch.CrossEntropy(logits.Reshape(-1, logits.Size(2)), target.Reshape(-1), torch.CrossEntropyOptions{})
 }
+
+// PretrainedConfig returns the model's config as config.json holds it (Pretrained).
+func (m *GPT2LMHeadModel) PretrainedConfig() any {
+	c := m.Config
+	c.ModelType = "gpt2"
+	c.Architectures = []string{"GPT2LMHeadModel"}
+	return c
+}
+
+func init() {
+	RegisterArchitecture(Architecture{ModelType: "gpt2", Class: "GPT2LMHeadModel",
+		New: func(raw []byte) (CausalLM, error) {
+			c := DefaultGPT2Config()
+			if err := json.Unmarshal(raw, &c); err != nil {
+				return nil, err
+			}
+			return NewGPT2LMHeadModel(c)
+		},
+		Rename: gpt2Name})
+}
+
+// gpt2Name maps the names of GPT-2 checkpoints to GPT2LMHeadModel's: the Hub's "gpt2"
+// has no "transformer." prefix, and older transformers versions saved the causal-mask
+// buffers attn.bias and attn.masked_bias, which the model computes instead.
+func gpt2Name(name string) string {
+	if strings.HasSuffix(name, ".attn.bias") || strings.HasSuffix(name, ".attn.masked_bias") {
+		return ""
+	}
+	if !strings.HasPrefix(name, "transformer.") && !strings.HasPrefix(name, "lm_head.") {
+		return "transformer." + name
+	}
+	return name
+}
+
+// SavePretrained is SavePretrained(dir, m, SaveOptions{}): one model.safetensors.
+func (m *GPT2LMHeadModel) SavePretrained(dir string) error { return SavePretrained(dir, m, SaveOptions{}) }

@@ -1,106 +1,349 @@
 package models
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 )
 
-// Hugging Face model directories hold the config and the weights under these names.
-const (
-	HFConfigFile  = "config.json"
-	HFWeightsFile = "model.safetensors"
-)
+// ConfigFile is the name of a Hugging Face model directory's configuration.
+const ConfigFile = "config.json"
 
-// LoadGPT2Pretrained builds a GPT2LMHeadModel from a Hugging Face model directory
-// (config.json and model.safetensors, as save_pretrained writes them, or as the Hub's
-// "gpt2" has them: without the "transformer." prefix and with the old attn.bias
-// buffers). Every parameter must be in the file, except lm_head.weight when it is tied.
-// The model is in evaluation mode, as from_pretrained returns it.
-func LoadGPT2Pretrained(dir string) (m *GPT2LMHeadModel, err error) {
-	raw, err := os.ReadFile(filepath.Join(dir, HFConfigFile))
+// maxConfigBytes bounds config.json: real ones are a few kilobytes.
+const maxConfigBytes = 4 << 20
+
+// Architecture is one decoder architecture as Hugging Face names it, for LoadPretrained
+// and SavePretrained: each architecture's file registers its own from init, as
+// transformers' AutoModelForCausalLM maps model_type to a class.
+type Architecture struct {
+	// ModelType is config.json's model_type ("llama") and Class the class transformers
+	// builds for it ("LlamaForCausalLM"), written to config.json's architectures.
+	ModelType, Class string
+	// New builds a model from config.json's bytes, initialised as transformers
+	// initialises it; it returns an error naming the field for a config it cannot build.
+	New func(config []byte) (CausalLM, error)
+	// Rename maps a tensor name of a checkpoint to the model's state-dict key, for
+	// checkpoints written under older names; "" drops the tensor. nil: names as they are.
+	Rename func(name string) string
+}
+
+// Pretrained is a CausalLM that can write its config.json: PretrainedConfig returns its
+// configuration as config.json holds it, model_type and architectures included.
+type Pretrained interface {
+	CausalLM
+	PretrainedConfig() any
+}
+
+var registry struct {
+	sync.RWMutex
+	byType map[string]Architecture
+}
+
+// RegisterArchitecture makes a available to LoadPretrained by its ModelType. It panics
+// if the type is registered already or a is incomplete (a programmer's error).
+func RegisterArchitecture(a Architecture) {
+	if a.ModelType == "" || a.Class == "" || a.New == nil {
+		panic("models: RegisterArchitecture: ModelType, Class and New are required")
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if registry.byType == nil {
+		registry.byType = map[string]Architecture{}
+	}
+	if _, dup := registry.byType[a.ModelType]; dup {
+		panic("models: RegisterArchitecture: model_type " + a.ModelType + " is registered twice")
+	}
+	registry.byType[a.ModelType] = a
+}
+
+// Architectures returns the registered model types, sorted.
+func Architectures() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	out := make([]string, 0, len(registry.byType))
+	for t := range registry.byType {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func architecture(modelType string) (Architecture, error) {
+	registry.RLock()
+	a, ok := registry.byType[modelType]
+	registry.RUnlock()
+	if !ok {
+		return a, fmt.Errorf("model_type %q is not supported (supported: %s)", modelType, strings.Join(Architectures(), ", "))
+	}
+	return a, nil
+}
+
+// LoadOptions control LoadPretrained.
+type LoadOptions struct {
+	// DType is the dtype of the model's floating-point weights, whatever the file
+	// stores (float32, bfloat16 or float16 are converted on load); 0 means float32.
+	DType torch.DType
+	// Device is where the model is placed; the zero value is the CPU.
+	Device torch.Device
+}
+
+// ReadConfig reads dir's config.json (a regular file of at most 4 MiB) and returns its
+// bytes and model_type.
+func ReadConfig(dir string) (raw []byte, modelType string, err error) {
+	path := filepath.Join(dir, ConfigFile)
+	raw, err = readRegular(path, maxConfigBytes)
 	if err != nil {
+		return nil, "", fmt.Errorf("models: %w", err)
+	}
+	var head struct {
+		ModelType string `json:"model_type"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return nil, "", fmt.Errorf("models: %s: %w", path, err)
+	}
+	if head.ModelType == "" {
+		return nil, "", fmt.Errorf("models: %s has no model_type (supported: %s)", path, strings.Join(Architectures(), ", "))
+	}
+	return raw, head.ModelType, nil
+}
+
+// readRegular reads path, which must be a regular file of at most limit bytes (not a
+// FIFO that would block, nor a device without end).
+func readRegular(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Size() > limit {
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d a config may have", path, fi.Size(), limit)
+	}
+	return io.ReadAll(io.LimitReader(f, limit+1))
+}
+
+// LoadPretrained opens the Hugging Face model directory dir as transformers'
+// AutoModelForCausalLM.from_pretrained does: config.json's model_type chooses the
+// registered architecture, which builds the model, and the weights come from
+// model.safetensors or from the shards model.safetensors.index.json lists. Every
+// parameter must be in the files, except the second name of tied weights
+// (lm_head.weight when the embeddings are tied); a tensor the model does not have, or
+// one whose shape differs, is an error naming it. The model is in evaluation mode, as
+// from_pretrained returns it.
+func LoadPretrained(dir string, o LoadOptions) (CausalLM, error) {
+	raw, modelType, err := ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	arch, err := architecture(modelType)
+	if err != nil {
+		return nil, fmt.Errorf("models: %s: %w", filepath.Join(dir, ConfigFile), err)
+	}
+	// The config is checked (and the model built) before the weights are read, so a
+	// config that cannot be built is reported as such, however the weights are.
+	built, err := arch.New(raw)
+	if err != nil {
+		return nil, fmt.Errorf("models: %s: %w", filepath.Join(dir, ConfigFile), err)
+	}
+	weights, _, err := checkpoint.ReadSafetensorsDir(dir, checkpoint.ModelWeights)
+	if err != nil {
+		nn.Free(built)
 		return nil, fmt.Errorf("models: %w", err)
 	}
-	c := DefaultGPT2Config()
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("models: %s: %w", HFConfigFile, err)
+	if err := loadWeights(built, weights, arch.Rename); err != nil {
+		nn.Free(built)
+		return nil, fmt.Errorf("models: %s: %w", dir, err)
 	}
-	if c.ModelType != "" && c.ModelType != "gpt2" {
-		return nil, fmt.Errorf("models: %s: model_type %q is not gpt2", HFConfigFile, c.ModelType)
-	}
-	weights, _, err := checkpoint.ReadSafetensors(filepath.Join(dir, HFWeightsFile))
-	if err != nil {
+	if err := place(built, o); err != nil {
+		nn.Free(built)
 		return nil, err
 	}
-	m, err = NewGPT2LMHeadModel(c)
-	if err != nil {
-		return nil, err
+	nn.SetTraining(built, false)
+	return built, nil
+}
+
+// place converts m to o's dtype and moves it to o's device.
+func place(m nn.Module, o LoadOptions) (err error) {
+	defer torch.Recover(&err, "placing the model")
+	if o.DType != 0 && o.DType != torch.Float32 {
+		nn.ToDType(m, o.DType)
 	}
+	if o.Device != torch.CPU {
+		nn.ToDevice(m, o.Device)
+	}
+	return nil
+}
+
+// loadWeights copies the checkpoint's tensors into m by name (after rename), filling the
+// other names of tied tensors from the one the file holds.
+func loadWeights(m nn.Module, weights *checkpoint.Dict, rename func(string) string) error {
 	sd := checkpoint.NewOrderedDict()
 	for k, v := range weights.All() {
-		name := k.(string)
-		if strings.HasSuffix(name, ".attn.bias") || strings.HasSuffix(name, ".attn.masked_bias") {
-			continue // the causal-mask buffers of older transformers versions
-		}
-		if !strings.HasPrefix(name, "transformer.") && !strings.HasPrefix(name, "lm_head.") {
-			name = "transformer." + name
+		name, _ := k.(string)
+		if rename != nil {
+			if name = rename(name); name == "" {
+				continue
+			}
 		}
 		sd.Set(name, v)
 	}
-	if _, ok := sd.Get("lm_head.weight"); !ok && c.TieWordEmbeddings {
-		if w, ok := sd.Get("transformer.wte.weight"); ok {
-			sd.Set("lm_head.weight", w)
+	// A tied tensor is one *Tensor under several names: the file holds one of them.
+	names := map[*torch.Tensor][]string{}
+	entries := nn.StateTensors(m)
+	for _, e := range entries {
+		names[e.Tensor] = append(names[e.Tensor], e.Name)
+	}
+	for _, e := range entries {
+		if _, ok := sd.Get(e.Name); ok {
+			continue
+		}
+		for _, other := range names[e.Tensor] {
+			if v, ok := sd.Get(other); ok {
+				sd.Set(e.Name, v)
+				break
+			}
 		}
 	}
-	if err := nn.LoadStateDict(m, sd, true); err != nil {
-		nn.Free(m)
-		return nil, fmt.Errorf("models: %s: %w", dir, err)
-	}
-	nn.SetTraining(m, false)
-	return m, nil
+	return nn.LoadStateDict(m, sd, true)
 }
 
-// SavePretrained writes m as a Hugging Face model directory that
-// GPT2LMHeadModel.from_pretrained(dir) loads: config.json and model.safetensors (float
-// tensors as they are; a tied lm_head.weight is left out, as save_pretrained does).
-func (m *GPT2LMHeadModel) SavePretrained(dir string) (err error) {
-	defer torch.Recover(&err, "save_pretrained")
+// SaveOptions control SavePretrained.
+type SaveOptions struct {
+	// MaxShardSize splits the weights into shards of at most this many bytes (a
+	// tensor larger than that gets a shard of its own), with
+	// model.safetensors.index.json, as save_pretrained(max_shard_size=...); 0 writes one
+	// model.safetensors however large.
+	MaxShardSize int64
+}
+
+// SavePretrained writes m as a Hugging Face model directory that transformers'
+// from_pretrained loads: config.json and the weights in safetensors (tensors in their
+// own dtype, tied weights once, under their first name), sharded as o says. The files
+// are written to temporary names first, so a failed save leaves the previous one.
+func SavePretrained(dir string, m CausalLM, o SaveOptions) (err error) {
+	p, ok := m.(Pretrained)
+	if !ok {
+		return fmt.Errorf("models: SavePretrained: %T has no PretrainedConfig", m)
+	}
+	if o.MaxShardSize < 0 {
+		return fmt.Errorf("models: SavePretrained: MaxShardSize %d is negative", o.MaxShardSize)
+	}
+	raw, err := json.MarshalIndent(p.PretrainedConfig(), "", "  ")
+	if err != nil {
+		return fmt.Errorf("models: SavePretrained: config: %w", err)
+	}
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return fmt.Errorf("models: %w", err)
 	}
-	c := m.Config
-	c.ModelType = "gpt2"
-	c.Architectures = []string{"GPT2LMHeadModel"}
-	raw, err := json.MarshalIndent(c, "", "  ")
+	tensors, err := pretrainedTensors(m)
 	if err != nil {
 		return err
 	}
-	tensors := checkpoint.NewDict()
-	var werr error
+	if err := checkpoint.WriteSafetensorsDir(dir, checkpoint.ModelWeights, tensors, map[string]string{"format": "pt"}, o.MaxShardSize); err != nil {
+		return fmt.Errorf("models: %w", err)
+	}
+	return writeFileAtomic(filepath.Join(dir, ConfigFile), append(raw, '\n'))
+}
+
+// pretrainedTensors copies m's state dict to the CPU as checkpoint tensors, each tied
+// tensor once under its first name.
+func pretrainedTensors(m nn.Module) (out *checkpoint.Dict, err error) {
+	defer torch.Recover(&err, "save_pretrained")
+	out = checkpoint.NewDict()
+	seen := map[*torch.Tensor]bool{}
 	torch.WithScope(func() {
-		for k, v := range nn.StateDict(m).All() {
-			if k == "lm_head.weight" && c.TieWordEmbeddings {
+		for _, e := range nn.StateTensors(m) {
+			if seen[e.Tensor] {
 				continue
 			}
-			ct, err := torch.TensorToCheckpoint(v.(*torch.Tensor).Contiguous().To(torch.CPU, false))
-			if err != nil {
-				werr = err
+			seen[e.Tensor] = true
+			var ct *checkpoint.Tensor
+			if ct, err = torch.TensorToCheckpoint(e.Tensor.Detach().Contiguous().To(torch.CPU, false)); err != nil {
 				return
 			}
 			ct.RequiresGrad = false
-			tensors.Set(k, ct)
+			out.Set(e.Name, ct)
 		}
-		werr = checkpoint.WriteSafetensors(filepath.Join(dir, HFWeightsFile), tensors, map[string]string{"format": "pt"})
 	})
-	if werr != nil {
-		return werr
+	return out, err
+}
+
+// writeFileAtomic writes b to path through a synced temporary file and a rename.
+func writeFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("models: %w", err)
 	}
-	return os.WriteFile(filepath.Join(dir, HFConfigFile), append(raw, '\n'), 0o666)
+	_, werr := io.Copy(f, bytes.NewReader(b))
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Chmod(f.Name(), 0o644)
+	}
+	if werr == nil {
+		werr = os.Rename(f.Name(), path)
+	}
+	if werr != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("models: %w", werr)
+	}
+	return nil
+}
+
+// TokenIDs is a config's bos_token_id or eos_token_id: one id, a list of ids, or null.
+type TokenIDs []int64
+
+// UnmarshalJSON accepts a number, a list of numbers or null.
+func (t *TokenIDs) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if bytes.Equal(b, []byte("null")) {
+		*t = nil
+		return nil
+	}
+	if len(b) > 0 && b[0] == '[' {
+		var ids []int64
+		if err := json.Unmarshal(b, &ids); err != nil {
+			return err
+		}
+		*t = ids
+		return nil
+	}
+	var id int64
+	if err := json.Unmarshal(b, &id); err != nil {
+		return errors.New("a token id must be an integer or a list of integers")
+	}
+	*t = TokenIDs{id}
+	return nil
+}
+
+// MarshalJSON writes one id as a number, several as a list, none as null.
+func (t TokenIDs) MarshalJSON() ([]byte, error) {
+	switch len(t) {
+	case 0:
+		return []byte("null"), nil
+	case 1:
+		return json.Marshal(t[0])
+	}
+	return json.Marshal([]int64(t))
 }

@@ -43,13 +43,13 @@ func ExampleGPT2LMHeadModel() {
 	if err := m.SavePretrained(dir); err != nil {
 		panic(err)
 	}
-	back, err := models.LoadGPT2Pretrained(dir)
+	back, err := models.LoadPretrained(dir, models.LoadOptions{}) // by config.json's model_type
 	if err != nil {
 		panic(err)
 	}
 	defer nn.Free(back)
-	_, errCfg := os.Stat(filepath.Join(dir, models.HFConfigFile))
-	fmt.Println("config.json written:", errCfg == nil, "layers loaded:", len(back.Transformer.H))
+	_, errCfg := os.Stat(filepath.Join(dir, models.ConfigFile))
+	fmt.Println("config.json written:", errCfg == nil, "layers loaded:", len(back.(*models.GPT2LMHeadModel).Transformer.H))
 	// Output:
 	// logits: [2 16 256] loss is a scalar: true
 	// new tokens: 8

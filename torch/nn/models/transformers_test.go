@@ -19,7 +19,7 @@ import (
 // recordPy is shared by the Python sides of the parity tests: the state dict, the logits
 // and loss of fwd(), the gradients, and the state after one AdamW step.
 const recordPy = `
-import sys, collections, torch
+import os, sys, collections, torch
 d, mode = sys.argv[1], sys.argv[2]
 def record(m, fwd):
     state = collections.OrderedDict((k, v.clone()) for k, v in m.state_dict().items())
@@ -111,6 +111,7 @@ if mode == "make":
     r["prompt"] = prompt[0]
     r["greedy"] = m.generate(prompt, max_new_tokens=25, do_sample=False, pad_token_id=0)[0, 5:]
     m.save_pretrained(d + "/hf")
+    m.save_pretrained(d + "/hf_sharded", max_shard_size="20KB")
     with torch.no_grad():
         r["hf_logits"] = m(ids).logits
     torch.save(r, d + "/ref.pt")
@@ -121,6 +122,10 @@ else:
     assert m.lm_head.weight.data_ptr() == m.transformer.wte.weight.data_ptr(), "tied"
     with torch.no_grad():
         torch.testing.assert_close(m(got["ids"]).logits, got["logits"], rtol=0, atol=1e-5)
+    sharded = GPT2LMHeadModel.from_pretrained(d + "/go_hf_sharded")
+    assert len([f for f in os.listdir(d + "/go_hf_sharded") if f.endswith(".safetensors")]) > 1, "sharded"
+    with torch.no_grad():
+        torch.testing.assert_close(sharded(got["ids"]).logits, m(got["ids"]).logits, rtol=0, atol=0)
     m2 = GPT2LMHeadModel(cfg)
     m2.load_state_dict(got["state"], strict=True)
     m2.eval()
@@ -173,9 +178,7 @@ func TestGPT2MatchesTransformers(t *testing.T) {
 		})
 		t.Run("pretrained_dir_and_greedy", func(t *testing.T) {
 			defer torch.NewScope().Close()
-			m, err := models.LoadGPT2Pretrained(filepath.Join(dir, "hf"))
-			require.NoError(t, err)
-			defer nn.Free(m)
+			m := loadGPT2(t, filepath.Join(dir, "hf"))
 			wantConfig := c
 			wantConfig.Architectures = []string{"GPT2LMHeadModel"}
 			assert.Equal(t, wantConfig, m.Config)
@@ -187,6 +190,25 @@ func TestGPT2MatchesTransformers(t *testing.T) {
 			uncached, err := generate1(m, prompt, models.GenerateOptions{MaxNewTokens: 25, StopTokens: []int64{eos}, NoCache: true})
 			require.NoError(t, err)
 			assert.Equal(t, got, uncached, "the KV cache changes no token")
+
+			sharded := loadGPT2(t, filepath.Join(dir, "hf_sharded"))
+			shards, err := filepath.Glob(filepath.Join(dir, "hf_sharded", "model-*-of-*.safetensors"))
+			require.NoError(t, err)
+			require.Greater(t, len(shards), 1, "transformers wrote shards")
+			torch.NoGrad(func() {
+				requireClose(t, "sharded logits", m.Forward(models.DecoderInput{InputIDs: ids}), sharded.Forward(models.DecoderInput{InputIDs: ids}), 0)
+			})
+
+			// Prompts of different lengths in one batch, left-padded, get the tokens
+			// each gets alone.
+			short, long := ids.Select(0, 1).Narrow(0, 0, 3).Int64s(), ids.Select(0, 2).Narrow(0, 0, 8).Int64s()
+			both, err := models.Generate(m, [][]int64{short, long}, models.GenerateOptions{MaxNewTokens: 12, IgnoreEOS: true})
+			require.NoError(t, err)
+			for i, p := range [][]int64{short, long} {
+				alone, err := generate1(m, p, models.GenerateOptions{MaxNewTokens: 12, IgnoreEOS: true})
+				require.NoError(t, err)
+				assert.Equal(t, alone, both[i], "row %d of a left-padded batch", i)
+			}
 		})
 		t.Run("go_to_transformers", func(t *testing.T) {
 			defer torch.NewScope().Close()
@@ -199,6 +221,7 @@ func TestGPT2MatchesTransformers(t *testing.T) {
 			}
 			nn.SetTraining(m, false)
 			require.NoError(t, m.SavePretrained(filepath.Join(dir, "go_hf")))
+			require.NoError(t, models.SavePretrained(filepath.Join(dir, "go_hf_sharded"), m, models.SaveOptions{MaxShardSize: 4 << 10}))
 			sd, err := nn.CheckpointStateDict(m)
 			require.NoError(t, err)
 			var logits *torch.Tensor
@@ -271,6 +294,18 @@ func TestSampleLogitsFilters(t *testing.T) {
 			assert.Contains(t, []int64{1, 2}, k2[1])
 		}
 	})
+}
+
+// loadGPT2 opens a Hugging Face directory through the registry and checks that it
+// holds a GPT-2.
+func loadGPT2(t *testing.T, dir string) *models.GPT2LMHeadModel {
+	t.Helper()
+	m, err := models.LoadPretrained(dir, models.LoadOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { nn.Free(m) })
+	g, ok := m.(*models.GPT2LMHeadModel)
+	require.True(t, ok, "model_type gpt2 builds a GPT2LMHeadModel, not %T", m)
+	return g
 }
 
 // generate1 is models.Generate for one prompt.
