@@ -348,4 +348,6 @@ func gpt2Name(name string) string {
 }
 
 // SavePretrained is SavePretrained(dir, m, SaveOptions{}): one model.safetensors.
-func (m *GPT2LMHeadModel) SavePretrained(dir string) error { return SavePretrained(dir, m, SaveOptions{}) }
+func (m *GPT2LMHeadModel) SavePretrained(dir string) error {
+	return SavePretrained(dir, m, SaveOptions{})
+}

@@ -174,7 +174,9 @@ func TestGPT2MatchesTransformers(t *testing.T) {
 			defer torch.NewScope().Close()
 			m := newGPT2(t, c)
 			assert.Equal(t, "transformer.wte.weight", nn.NamedParameters(m)[0].Name)
-			stepMatches(t, m, ref, func() (*torch.Tensor, *torch.Tensor) { return m.Forward(models.DecoderInput{InputIDs: ids}), m.Loss(ids) })
+			stepMatches(t, m, ref, func() (*torch.Tensor, *torch.Tensor) {
+				return m.Forward(models.DecoderInput{InputIDs: ids}), m.Loss(ids)
+			})
 		})
 		t.Run("pretrained_dir_and_greedy", func(t *testing.T) {
 			defer torch.NewScope().Close()
@@ -182,7 +184,9 @@ func TestGPT2MatchesTransformers(t *testing.T) {
 			wantConfig := c
 			wantConfig.Architectures = []string{"GPT2LMHeadModel"}
 			assert.Equal(t, wantConfig, m.Config)
-			torch.NoGrad(func() { requireClose(t, "logits", refTensor(t, ref, "hf_logits"), m.Forward(models.DecoderInput{InputIDs: ids}), 1e-5) })
+			torch.NoGrad(func() {
+				requireClose(t, "logits", refTensor(t, ref, "hf_logits"), m.Forward(models.DecoderInput{InputIDs: ids}), 1e-5)
+			})
 			got, err := generate1(m, prompt, models.GenerateOptions{MaxNewTokens: 25, StopTokens: []int64{eos}})
 			require.NoError(t, err)
 			assert.Equal(t, want, got, "greedy equals generate(do_sample=False)")
