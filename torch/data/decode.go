@@ -2,6 +2,7 @@ package data
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"image"
@@ -42,6 +43,9 @@ func decodePlanar(raw []byte, mode ColorMode, limit pixelLimit, dst func(c, h, w
 			err = fmt.Errorf("image decoder failed: %v", p)
 		}
 	}()
+	if err := boundTIFFBlocks(raw, w, h, limit); err != nil {
+		return false, err
+	}
 	c := 3
 	if mode == Gray {
 		c = 1
@@ -110,6 +114,64 @@ func decodeImage(raw []byte) (image.Image, error) {
 		return nil, errNotImage
 	}
 	return img, err
+}
+
+// boundTIFFBlocks bounds what a TIFF's strips or tiles make its decoder hold: it reads
+// a compressed strip or tile into a buffer of up to 8 bytes per pixel of the block,
+// whose size the header states. A RowsPerStrip above the image's height (2^32-1 is
+// TIFF's default, and common) is clamped to the height in raw, our copy of the file,
+// as libtiff reads it; otherwise a small LZW or deflate strip could inflate to
+// thousands of times its size. Tiles of more pixels than an image may have are
+// refused.
+func boundTIFFBlocks(raw []byte, w, h int64, limit pixelLimit) error {
+	var bo binary.ByteOrder
+	switch {
+	case bytes.HasPrefix(raw, []byte("II*\x00")):
+		bo = binary.LittleEndian
+	case bytes.HasPrefix(raw, []byte("MM\x00*")):
+		bo = binary.BigEndian
+	default:
+		return nil
+	}
+	if len(raw) < 8 {
+		return nil
+	}
+	ifd := int64(bo.Uint32(raw[4:]))
+	if ifd+2 > int64(len(raw)) {
+		return nil // the decoder reports it
+	}
+	n := int64(bo.Uint16(raw[ifd:]))
+	var tileW, tileH int64
+	for k := range n {
+		e := ifd + 2 + 12*k
+		if e+12 > int64(len(raw)) {
+			break
+		}
+		tag, typ, count := bo.Uint16(raw[e:]), bo.Uint16(raw[e+2:]), bo.Uint32(raw[e+4:])
+		if count != 1 || (typ != 3 && typ != 4) {
+			continue
+		}
+		v := int64(bo.Uint32(raw[e+8:]))
+		if typ == 3 {
+			v = int64(bo.Uint16(raw[e+8:]))
+		}
+		switch tag {
+		case 278: // RowsPerStrip
+			if v > h && typ == 4 {
+				bo.PutUint32(raw[e+8:], uint32(h))
+			} else if v > h {
+				bo.PutUint16(raw[e+8:], uint16(h))
+			}
+		case 322: // TileWidth
+			tileW = v
+		case 323: // TileLength
+			tileH = v
+		}
+	}
+	if px := satMul(tileW, tileH); px > 2*limit.warn {
+		return fmt.Errorf("TIFF tiles of %dx%d pixels (for an image of %dx%d) exceed the limit of %d pixels", tileW, tileH, w, h, 2*limit.warn)
+	}
+	return nil
 }
 
 func isPNM(raw []byte) bool { return len(raw) > 2 && raw[0] == 'P' && (raw[1] == '5' || raw[1] == '6') }

@@ -235,6 +235,56 @@ func TestImageHeaderBombsAreRefusedBeforeDecoding(t *testing.T) {
 	}
 }
 
+const pyTIFF = `
+import json, sys
+import numpy as np
+from PIL import Image
+im = Image.open(sys.argv[1])
+print(json.dumps({"size": im.size, "sum": int(np.asarray(im.convert("L"), dtype=np.int64).sum())}))
+`
+
+// TestTIFFStripInflationBounded: a 100x100 deflate TIFF with TIFF's default RowsPerStrip
+// (2^32-1) whose strip inflates to 512 MB decodes in bounded memory (the strip is read
+// up to the image's rows, as libtiff reads it), to PIL's pixels.
+func TestTIFFStripInflationBounded(t *testing.T) {
+	const chunk, chunks = 1 << 20, 512
+	stream := repeatedDeflate(t, make([]byte, chunk), make([]byte, chunk), chunks-1)
+	strip := append([]byte{0x78, 0x9c}, stream...)
+	strip = binary.BigEndian.AppendUint32(strip, uint32(chunk*chunks%65521)<<16|1)
+	le16, le32 := binary.LittleEndian.AppendUint16, binary.LittleEndian.AppendUint32
+	entries := [][3]uint32{{256, 3, 100}, {257, 3, 100}, {258, 3, 8}, {259, 3, 8}, {262, 3, 1},
+		{273, 4, 8 + 2 + 8*12 + 4}, {278, 4, math.MaxUint32}, {279, 4, uint32(len(strip))}}
+	tif := le16(le32([]byte("II*\x00"), 8), uint16(len(entries)))
+	for _, e := range entries {
+		tif = le32(le32(le16(le16(tif, uint16(e[0])), uint16(e[1])), 1), e[2])
+	}
+	tif = append(le32(tif, 0), strip...)
+	root := t.TempDir()
+	p := filepath.Join(root, "c", "strip.tif")
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, tif, 0o644))
+	t.Logf("%d-byte TIFF whose strip inflates to %d bytes", len(tif), chunk*chunks)
+
+	ds, err := NewImageFolder(root, ImageFolderOptions{Mode: Gray})
+	require.NoError(t, err)
+	var s Sample
+	alloc := allocatedBy(func() { err = ds.Get(0, &s) })
+	require.NoError(t, err)
+	assert.Less(t, alloc, uint64(8<<20))
+	assert.Equal(t, []int64{1, 100, 100}, s.Field(Input).Shape)
+	sum := 0
+	for _, v := range s.Field(Input).Data {
+		sum += int(v)
+	}
+	var pil struct {
+		Size []int
+		Sum  int
+	}
+	require.NoError(t, json.Unmarshal(testpy.Run(t, pyTIFF, []string{"PIL", "numpy"}, p), &pil))
+	assert.Equal(t, []int{100, 100}, pil.Size)
+	assert.Equal(t, pil.Sum, sum)
+}
+
 // TestValidOversizedPNG: a real 20000 x 20000 PNG (400 MB of pixels in 400 KB) is
 // refused from its header as PIL refuses it, and decodes once the limit allows it.
 func TestValidOversizedPNG(t *testing.T) {
