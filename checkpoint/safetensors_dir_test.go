@@ -301,7 +301,12 @@ func TestSafetensorsDirPython(t *testing.T) {
 	defer cmd.Process.Kill()
 	out := bufio.NewReader(stdout)
 	line, err := out.ReadString('\n')
-	require.NoError(t, err, "phase 1: %s", stderr.String())
+	if err != nil {
+		// stderr is complete (and no longer written) once the process is waited for.
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("phase 1: %v: %s", err, stderr.String())
+	}
 	// desc: name -> [dtype, shape, sha256 of the bytes].
 	type desc = map[string][3]any
 	var gen struct {
@@ -369,7 +374,9 @@ func TestSafetensorsDirPython(t *testing.T) {
 	require.NoError(t, stdin.Close())
 	rest, err := io.ReadAll(out)
 	require.NoError(t, err)
-	require.NoError(t, cmd.Wait(), "phase 2: %s", stderr.String())
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("phase 2: %v: %s", err, stderr.String())
+	}
 	t.Logf("Python: %s", bytes.TrimSpace(rest))
 	var res struct{ OK bool }
 	require.NoError(t, json.Unmarshal(rest, &res))
