@@ -1,0 +1,203 @@
+"""Reference side of the Llama, Qwen2 and Mistral parity tests (decoder_test.go).
+
+usage: python decoders.py DIR ARCH
+
+For each case of ARCH it builds a tiny transformers model with random weights, saves it
+as a Hugging Face directory DIR/CASE/hf (float32, v5 config.json, sharded for some
+cases), DIR/CASE/hf_v4 (the same weights with the config rewritten in the v4 form) and
+DIR/CASE/bf16 (bfloat16 weights), and writes DIR/CASE/ref.pt: the state dict, the
+logits, loss and gradients of one training forward, the state after an AdamW step,
+greedy generations (cached and uncached, one prompt and a left-padded batch of two) and
+the bfloat16 model's state and logits. It prints the case names, one per line.
+"""
+
+import collections
+import json
+import os
+import shutil
+import sys
+
+import torch
+import transformers
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+d, arch = sys.argv[1], sys.argv[2]
+transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+
+SMALL = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+             bos_token_id=1, eos_token_id=96)
+
+# case name -> (config class, model class, config kwargs, extra: sharding, rope-only)
+CASES = {
+    "llama": {
+        # Grouped-query attention, biases everywhere, a padding token, untied, sharded.
+        "llama": (LlamaConfig, LlamaForCausalLM,
+                  dict(SMALL, attention_bias=True, mlp_bias=True, pad_token_id=0), dict(shard="12KB")),
+        # Llama 3.1 rope scaling (with high, medium and low frequencies) and tied embeddings.
+        "llama3_tied": (LlamaConfig, LlamaForCausalLM,
+                        dict(SMALL, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
+                             eos_token_id=[95, 96],
+                             rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0,
+                                                  low_freq_factor=1.0, high_freq_factor=4.0,
+                                                  original_max_position_embeddings=64)), {}),
+        "llama_linear": (LlamaConfig, LlamaForCausalLM,
+                         dict(SMALL, rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=2.0)),
+                         dict(rope_only=True)),
+        # max_position_embeddings 16: the 24-token forward grows the base, the next resets it.
+        "llama_dynamic": (LlamaConfig, LlamaForCausalLM,
+                          dict(SMALL, max_position_embeddings=16,
+                               rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=3.0)),
+                          dict(rope_only=True)),
+    },
+    "qwen2": {
+        # As Qwen2.5's small models: tied, sliding window present but off.
+        "qwen2_tied": (Qwen2Config, Qwen2ForCausalLM,
+                       dict(SMALL, tie_word_embeddings=True, use_sliding_window=False, sliding_window=32,
+                            rope_parameters=dict(rope_type="default", rope_theta=1000000.0)), dict(shard="20KB")),
+        # Layer 1 slides over 4 positions.
+        "qwen2_sliding": (Qwen2Config, Qwen2ForCausalLM,
+                          dict(SMALL, use_sliding_window=True, sliding_window=4, max_window_layers=1), {}),
+    },
+    "mistral": {
+        "mistral": (MistralConfig, MistralForCausalLM, dict(SMALL, sliding_window=5), dict(shard="20KB")),
+    },
+}
+
+
+def randomize(m):
+    # Weights larger than the initial ones (and norms away from one), so that greedy
+    # decoding does not repeat one token and every parameter matters.
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "norm" in n:
+                p.normal_(1, 0.2)
+            else:
+                p.normal_(0, 0.3)
+
+
+def record(m, ids):
+    state = collections.OrderedDict((k, v.clone()) for k, v in m.state_dict().items())
+    m.train()
+    out = m(ids, labels=ids)
+    out.loss.backward()
+    grads = collections.OrderedDict((n, p.grad.clone()) for n, p in m.named_parameters())
+    torch.optim.AdamW(m.parameters(), lr=1e-2, eps=1e-3).step()
+    after = collections.OrderedDict((k, v.clone()) for k, v in m.state_dict().items())
+    m.load_state_dict(state)
+    m.zero_grad()
+    m.eval()
+    return {"state": state, "logits": out.logits.detach(), "loss": out.loss.detach(), "grads": grads, "after": after}
+
+
+def until_eos(row, eos):
+    out = []
+    for tok in row:
+        out.append(tok)
+        if tok in eos:
+            break
+    return out
+
+
+def greedy(m, ids, mask=None, use_cache=True, n=20):
+    out = m.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, pad_token_id=0,
+                     use_cache=use_cache)
+    return out[:, ids.shape[1]:]
+
+
+def v4_config(src, dst):
+    """Rewrites a v5 config.json as transformers 4 wrote it: rope_theta and rope_scaling
+    at the top level (the type under the old "type" key), torch_dtype, no layer_types."""
+    c = json.load(open(src))
+    rope = c.pop("rope_parameters")
+    c["rope_theta"] = rope.pop("rope_theta")
+    rtype = rope.pop("rope_type")
+    c["rope_scaling"] = None if rtype == "default" else dict(rope, type=rtype)
+    c["torch_dtype"] = c.pop("dtype")
+    c.pop("layer_types", None)
+    json.dump(c, open(dst, "w"), indent=2)
+
+
+def make(name, cfg_cls, model_cls, kw, extra):
+    out = os.path.join(d, name)
+    os.makedirs(out)
+    cfg = cfg_cls(**kw)
+    torch.manual_seed(0)
+    m = model_cls(cfg)
+    assert m.config._attn_implementation == "sdpa", m.config._attn_implementation
+    randomize(m)
+    m.eval()
+    g = torch.Generator().manual_seed(2)
+    r = {}
+    if extra.get("rope_only"):
+        ids = torch.randint(0, cfg.vocab_size, (2, 24), generator=g)
+        with torch.no_grad():
+            r["ids"] = ids
+            r["logits"] = m(ids).logits
+            r["ids_short"] = ids[:, :10]
+            r["logits_short"] = m(ids[:, :10]).logits
+        r["state"] = collections.OrderedDict((k, v.clone()) for k, v in m.state_dict().items())
+        torch.save(r, os.path.join(out, "ref.pt"))
+        cfg.save_pretrained(os.path.join(out, "hf"))
+        return
+    ids = torch.randint(0, cfg.vocab_size, (3, 11), generator=g)
+    r.update(record(m, ids))
+    r["ids"] = ids
+    eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id]
+    prompt = ids[:1, :6]
+    r["prompt"] = prompt[0]
+    cached = greedy(m, prompt)[0].tolist()
+    uncached = greedy(m, prompt, use_cache=False)[0].tolist()
+    assert cached == uncached, (cached, uncached)
+    r["greedy"] = torch.tensor(until_eos(cached, eos))
+    # A batch of a 6-token and a 3-token prompt, the shorter left-padded.
+    short = ids[1, :3]
+    batch = torch.zeros(2, 6, dtype=torch.long)
+    batch[0], batch[1, 3:] = prompt[0], short
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[1, :3] = 0
+    rows = greedy(m, batch, mask)
+    r["short"] = short
+    r["greedy_short"] = torch.tensor(until_eos(greedy(m, short[None])[0].tolist(), eos))
+    r["batch0"] = torch.tensor(until_eos(rows[0].tolist(), eos))
+    r["batch1"] = torch.tensor(until_eos(rows[1].tolist(), eos))
+    with torch.no_grad():
+        r["eval_logits"] = m(ids).logits
+
+    hf = os.path.join(out, "hf")
+    if "shard" in extra:
+        m.save_pretrained(hf, max_shard_size=extra["shard"])
+        assert os.path.exists(os.path.join(hf, "model.safetensors.index.json")), os.listdir(hf)
+    else:
+        m.save_pretrained(hf)
+    v4 = os.path.join(out, "hf_v4")
+    shutil.copytree(hf, v4)
+    v4_config(os.path.join(hf, "config.json"), os.path.join(v4, "config.json"))
+    # transformers reads the v4 form as the same model.
+    m4 = model_cls.from_pretrained(v4)
+    with torch.no_grad():
+        torch.testing.assert_close(m4(ids).logits, r["eval_logits"], rtol=0, atol=0)
+    got = {k: v for k, v in m4.config.rope_parameters.items() if k != "type"}
+    assert got == m.config.rope_parameters, (got, m.config.rope_parameters)
+
+    mb = model_cls.from_pretrained(hf, dtype=torch.bfloat16)
+    mb.save_pretrained(os.path.join(out, "bf16"))
+    mb.eval()
+    with torch.no_grad():
+        r["bf16_logits"] = mb(ids).logits.float()
+    r["bf16_state"] = collections.OrderedDict((k, v.clone()) for k, v in mb.state_dict().items())
+    torch.save(r, os.path.join(out, "ref.pt"))
+
+
+for name, (cfg_cls, model_cls, kw, extra) in CASES[arch].items():
+    make(name, cfg_cls, model_cls, kw, extra)
+    print(name)
