@@ -34,4 +34,12 @@
 // reads them where Debian's dataset-fashion-mnist package installs them. Synthetic is a
 // small learnable dataset for tests and for machines without the data. RandomSplit
 // splits one of them as torch.utils.data.random_split does.
+//
+// Every input is read within a budget, and a bad one is an error naming the file (and
+// line and column, or field), never a panic, a hang or an allocation Go cannot recover
+// from: data files must be regular files (OpenRegular: a FIFO or /dev/zero fails at
+// once); an image's size is read from its header and checked against PIL's
+// MAX_IMAGE_PIXELS (DefaultMaxImagePixels; warn above it, refuse above twice it) before
+// any pixel buffer exists; a gzip IDX file may declare at most MaxIDXInflation times its
+// size; CSV labels are bounded by CSVOptions.MaxClasses; dataset lengths by MaxSamples.
 package data

@@ -871,6 +871,39 @@ func TestTokenFileCosts(t *testing.T) {
 	assert.Less(t, grown, int64(16<<20*raceOverhead))
 }
 
+// TestTokensWithoutMmap: where a token file cannot be mapped (an address-space limit),
+// its windows are read through pread, and are the mapped file's windows.
+func TestTokensWithoutMmap(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "train.bin")
+	ids := make([]byte, 2*5000)
+	want := 0
+	for i := range 5000 {
+		binary.LittleEndian.PutUint16(ids[2*i:], uint16(i*7919%50257))
+		want = max(want, i*7919%50257)
+	}
+	require.NoError(t, os.WriteFile(p, ids, 0o644))
+	mapped, err := OpenTokens(p, 64, TokenOptions{Stride: 3})
+	require.NoError(t, err)
+	require.NotNil(t, mapped.data)
+	noMmap = true
+	read, err := OpenTokens(p, 64, TokenOptions{Stride: 3})
+	noMmap = false
+	require.NoError(t, err)
+	require.Nil(t, read.data)
+	require.Equal(t, mapped.Len(), read.Len())
+	for _, i := range []int{0, 1, 777, mapped.Len() - 1} {
+		var a, b Sample
+		require.NoError(t, mapped.Get(i, &a))
+		require.NoError(t, read.Get(i, &b))
+		assert.Equal(t, Values[int64](a.Field(InputIDs)), Values[int64](b.Field(InputIDs)))
+		assert.Equal(t, Values[int64](a.Field(Labels)), Values[int64](b.Field(Labels)))
+	}
+	assert.Equal(t, mapped.Token(4999), read.Token(4999))
+	m, err := read.MaxID()
+	require.NoError(t, err)
+	assert.Equal(t, int64(want), m)
+}
+
 const pyMeta = `
 import pickle, sys
 text = "First Citizen:\nBefore we proceed any further, hear me speak."

@@ -1,7 +1,9 @@
 package data
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"syscall"
 )
@@ -22,24 +24,36 @@ func offHeap[T any](owner *T, n int) ([]byte, error) {
 	return b, nil
 }
 
+// noMmap makes mapFile take the pread path (tests).
+var noMmap = false
+
 // mapFile maps the regular file at path read-only (see OpenRegular). The mapping is
-// removed once owner is unreachable.
-func mapFile[T any](owner *T, path string) ([]byte, error) {
+// removed once owner is unreachable. When the address space has no room for the file
+// (an address-space limit, ulimit -v, or a 32-bit platform), it returns the open file
+// instead, for reads through pread, closed once owner is unreachable.
+func mapFile[T any](owner *T, path string) ([]byte, *os.File, int64, error) {
 	f, size, err := OpenRegular(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, 0, err
 	}
-	defer f.Close()
 	if size == 0 {
-		return nil, nil
+		f.Close()
+		return nil, nil, 0, nil
 	}
-	if size != int64(int(size)) {
-		return nil, fmt.Errorf("%s: %d bytes cannot be mapped on this platform", path, size)
+	var b []byte
+	if size == int64(int(size)) && !noMmap {
+		b, err = syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	} else {
+		err = syscall.ENOMEM
 	}
-	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	if errors.Is(err, syscall.ENOMEM) {
+		runtime.AddCleanup(owner, func(f *os.File) { f.Close() }, f)
+		return nil, f, size, nil
+	}
+	f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("mmap %s: %w", path, err)
+		return nil, nil, 0, fmt.Errorf("mmap %s: %w", path, err)
 	}
 	runtime.AddCleanup(owner, func(b []byte) { _ = syscall.Munmap(b) }, b)
-	return b, nil
+	return b, nil, size, nil
 }

@@ -15,8 +15,9 @@ import (
 // TokenDataset reads a flat file of token ids as fixed-length windows for language
 // modelling. The file is nanoGPT's train.bin layout (np.array(ids, dtype=np.uint16)
 // .tofile(path): little-endian ids back to back, no header), uint16 or uint32, or a
-// plain-text corpus whose bytes are the tokens (ByteTokenizer). It is memory-mapped:
-// opening it reads nothing, and a batch reads only the pages its windows cover, which
+// plain-text corpus whose bytes are the tokens (ByteTokenizer). It is memory-mapped
+// (read through pread where the address space has no room for it): opening it reads
+// nothing, and a batch reads only the pages its windows cover, which
 // are the kernel's file cache (dropped under memory pressure), not the process's heap,
 // so a corpus larger than memory trains. MaxID reads the whole file once, in chunks
 // that are not kept, for a vocabulary size that no meta.pkl gives.
@@ -37,8 +38,9 @@ type TokenDataset struct {
 	// above it (which an embedding would reject less clearly, on the device).
 	VocabSize int
 
-	data []byte
-	n    int // tokens
+	data []byte   // the mapped file
+	file *os.File // or, when it could not be mapped, the file read through pread
+	n    int      // tokens
 }
 
 // TokenOptions configures OpenTokens.
@@ -70,14 +72,14 @@ func OpenTokens(path string, blockSize int, opts TokenOptions) (*TokenDataset, e
 	if d.Stride < 0 || (d.Width != 1 && d.Width != 2 && d.Width != 4) || d.VocabSize < 0 {
 		return nil, fmt.Errorf("data: OpenTokens: stride %d, token width %d or vocabulary size %d is invalid (width 1, 2 or 4)", d.Stride, d.Width, d.VocabSize)
 	}
-	data, err := mapFile(d, path)
+	data, file, size, err := mapFile(d, path)
 	if err != nil {
 		return nil, fmt.Errorf("data: OpenTokens: %w", err)
 	}
-	if len(data)%d.Width != 0 {
-		return nil, fmt.Errorf("data: %s: %d bytes is not a whole number of %d-byte token ids", path, len(data), d.Width)
+	if size%int64(d.Width) != 0 {
+		return nil, fmt.Errorf("data: %s: %d bytes is not a whole number of %d-byte token ids", path, size, d.Width)
 	}
-	d.data, d.n = data, len(data)/d.Width
+	d.data, d.file, d.n = data, file, int(size/int64(d.Width))
 	if blockSize >= d.n { // not d.n < blockSize+1, which overflows for the largest int
 		return nil, fmt.Errorf("data: %s: %d tokens cannot fill one window of %d+1", path, d.n, blockSize)
 	}
@@ -93,15 +95,38 @@ func OpenText(path string, blockSize int) (*TokenDataset, error) {
 // Tokens returns the number of tokens in the file.
 func (d *TokenDataset) Tokens() int { return d.n }
 
-// Token returns token id k of the file.
+// Token returns token id k of the file (0 if the file cannot be read there).
 func (d *TokenDataset) Token(k int) int64 {
-	switch d.Width {
-	case 1:
-		return int64(d.data[k])
-	case 2:
-		return int64(binary.LittleEndian.Uint16(d.data[2*k:]))
+	var buf [4]byte
+	b, err := d.bytes(k, 1, buf[:])
+	if err != nil {
+		return 0
 	}
-	return int64(binary.LittleEndian.Uint32(d.data[4*k:]))
+	return tokenAt(b, 0, d.Width)
+}
+
+// bytes returns the bytes of tokens k .. k+n-1: a slice of the mapping, or read into
+// buf (which must hold them) when the file is not mapped.
+func (d *TokenDataset) bytes(k, n int, buf []byte) ([]byte, error) {
+	off, l := k*d.Width, n*d.Width
+	if d.file == nil {
+		return d.data[off : off+l], nil
+	}
+	if _, err := d.file.ReadAt(buf[:l], int64(off)); err != nil {
+		return nil, fmt.Errorf("data: %s: reading tokens %d..%d: %w", d.Path, k, k+n-1, err)
+	}
+	return buf[:l], nil
+}
+
+// tokenAt decodes the little-endian id k of width bytes in b.
+func tokenAt(b []byte, k, width int) int64 {
+	switch width {
+	case 1:
+		return int64(b[k])
+	case 2:
+		return int64(binary.LittleEndian.Uint16(b[2*k:]))
+	}
+	return int64(binary.LittleEndian.Uint32(b[4*k:]))
 }
 
 // Len returns the number of windows: starts 0, Stride, 2*Stride, ... that leave
@@ -114,11 +139,22 @@ func (d *TokenDataset) Get(i int, s *Sample) error {
 		return fmt.Errorf("data: TokenDataset: index %d out of range [0, %d)", i, d.Len())
 	}
 	start, bs := i*d.Stride, int64(d.BlockSize)
+	var buf []byte
+	if d.file != nil {
+		p := scratchPool.Get().(*[]byte)
+		defer scratchPool.Put(p)
+		*p = growBytes(*p, (d.BlockSize+1)*d.Width)
+		buf = *p
+	}
+	win, err := d.bytes(start, d.BlockSize+1, buf)
+	if err != nil {
+		return err
+	}
 	ids := SetValues[int64](s, InputIDs, bs)
 	labels := SetValues[int64](s, Labels, bs)
-	prev := d.Token(start)
+	prev := tokenAt(win, 0, d.Width)
 	for k := range ids {
-		next := d.Token(start + k + 1)
+		next := tokenAt(win, k+1, d.Width)
 		ids[k], labels[k] = prev, next
 		prev = next
 	}
