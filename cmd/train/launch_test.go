@@ -42,6 +42,7 @@ func init() {
 		}
 		beforeRendezvous = func(rank int) {
 			if rank == late {
+				fmt.Fprintf(os.Stderr, "test: rank %d hangs before the rendezvous\n", rank)
 				time.Sleep(time.Hour)
 			}
 		}
@@ -374,7 +375,15 @@ func TestLaunchSIGTERMDuringRendezvous(t *testing.T) {
 	runs := t.TempDir()
 	l := startLaunch(t, []string{"TRAIN_TEST_LATE_RANK=1"},
 		append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--epochs", "1", "--rdzv-timeout", "60s"}, launchArgs...)...)
-	l.waitFor("rank 0 waiting for 2 ranks")
+	// Both ranks are in place: rank 0 in the rendezvous, rank 1 in its hang.
+	for seen := map[string]bool{}; len(seen) < 2; {
+		line := l.waitFor(" ")
+		for _, m := range []string{"rank 0 waiting for 2 ranks", "rank 1 hangs before the rendezvous"} {
+			if strings.Contains(line, m) {
+				seen[m] = true
+			}
+		}
+	}
 	status := l.end(l.signal(syscall.SIGTERM))
 	out := l.output()
 	assert.Equal(t, 130, status, out)
@@ -516,4 +525,21 @@ func TestLaunchKilledLauncherLeavesNoRank(t *testing.T) {
 	l.waitFor("epoch 1 batch 3/")
 	require.NoError(t, l.cmd.Process.Kill())
 	requireGone(t, l.pids, time.Now().Add(stopDeadline))
+}
+
+// TestLaunchHungRankIsNamed: a rank that hangs during training (SIGSTOP) makes the
+// other's next collective fail at --dist-timeout with an error naming it; the launcher
+// ends the job and kills the hung rank.
+func TestLaunchHungRankIsNamed(t *testing.T) {
+	runs := t.TempDir()
+	l := startLaunch(t, nil, append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--epochs", "20", "--dist-timeout", "4s"}, launchArgs...)...)
+	l.waitFor("epoch 1 batch 3/")
+	require.NoError(t, syscall.Kill(l.pids[1], syscall.SIGSTOP))
+	l.waitFor("rank 0 exited with status 1")
+	status := l.end(time.Now().Add(stopDeadline))
+	out := l.output()
+	assert.Equal(t, 1, status, out)
+	assert.Contains(t, out, "failed on rank 0 of 2: lost rank 1")
+	assert.Contains(t, out, "rank 0 exited with status 1; the other ranks were stopped (rank(s) 1 killed)")
+	noTemporaryFiles(t, runs)
 }
