@@ -404,7 +404,7 @@ func (c *Curves) OnEvent(ev Event, t *Trainer) error {
 		cols["val_loss"] = append(cols["val_loss"], r.ValLoss)
 		cols["val_acc"] = append(cols["val_acc"], r.ValAcc)
 	}
-	return curves.WritePNG(c.Path, curves.FromHistory(t.Config.Experiment, x, cols))
+	return curves.WritePNG(c.Path, curves.FromHistory(filepath.Base(t.RunDir), x, cols))
 }
 
 // LRMonitor records the learning rate of every parameter group after each optimizer

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gotrain/gotrain/amp"
 )
 
 // stopsAt feeds values to an EarlyStopping and returns the 1-based check at which it
@@ -56,26 +55,4 @@ func TestEarlyStoppingStateRoundTrips(t *testing.T) {
 	assert.Equal(t, a.Best, b.Best)
 	// Both continue identically: two more non-improving checks stop both.
 	assert.Equal(t, stopsAt(a, []float64{0.85, 0.81}), stopsAt(b, []float64{0.85, 0.81}))
-}
-
-func TestConfigFiles(t *testing.T) {
-	dir := t.TempDir()
-	y := dir + "/c.yaml"
-	require.NoError(t, writeFileAtomic(y, []byte("epochs: 3\nlr: 0.01\namp: bf16\n")))
-	c, err := LoadConfig(y, DefaultConfig())
-	require.NoError(t, err)
-	assert.Equal(t, 3, c.Epochs)
-	assert.Equal(t, 0.01, c.LR)
-	assert.Equal(t, amp.BF16, c.AMP)
-	assert.Equal(t, "cnn", c.Model, "unset keys keep the base's values")
-
-	bad := dir + "/bad.json"
-	require.NoError(t, writeFileAtomic(bad, []byte(`{"epochz": 3}`)))
-	_, err = LoadConfig(bad, DefaultConfig())
-	require.ErrorContains(t, err, "epochz")
-
-	bad = dir + "/amp.yaml"
-	require.NoError(t, writeFileAtomic(bad, []byte("amp: fp8\n")))
-	_, err = LoadConfig(bad, DefaultConfig())
-	require.ErrorContains(t, err, "amp")
 }

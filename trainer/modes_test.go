@@ -21,8 +21,9 @@ func TestModesKeepTheirConfigStrings(t *testing.T) {
 	for _, kv := range []string{`"amp":"bf16"`, `"scheduler_interval":"step"`, `"monitor_mode":"max"`} {
 		assert.Contains(t, string(b), kv)
 	}
-	back, err := ParseConfigJSON(string(b), DefaultConfig())
-	require.NoError(t, err)
+	back := DefaultConfig()
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.NoError(t, back.Validate())
 	assert.Equal(t, c, back)
 
 	var y Config
@@ -33,7 +34,11 @@ func TestModesKeepTheirConfigStrings(t *testing.T) {
 	assert.Contains(t, string(out), "amp: fp16")
 
 	for _, bad := range []string{`{"amp":"fp8"}`, `{"scheduler_interval":"hourly"}`, `{"monitor_mode":"up"}`} {
-		_, err := ParseConfigJSON(bad, DefaultConfig())
+		c := DefaultConfig()
+		err := json.Unmarshal([]byte(bad), &c)
+		if err == nil {
+			err = c.Validate()
+		}
 		assert.Error(t, err, bad)
 	}
 	assert.Equal(t, "none", amp.Off.String())
@@ -66,11 +71,9 @@ func TestDirectionOf(t *testing.T) {
 func TestValidateNamesTheField(t *testing.T) {
 	nan := func() float64 { z := 0.0; return z / z }()
 	for field, set := range map[string]func(c *Config){
-		"batch_size": func(c *Config) { c.BatchSize = 0 }, "epochs": func(c *Config) { c.Epochs = 0 },
-		"lr": func(c *Config) { c.LR = nan }, "grad_clip": func(c *Config) { c.GradClip = -1 },
-		"momentum": func(c *Config) { c.Momentum = 1.5 }, "accumulation": func(c *Config) { c.Accumulation = 0 },
-		"workers": func(c *Config) { c.Workers = -1 }, "val_split": func(c *Config) { c.ValSplit = 1 },
-		"weight_decay": func(c *Config) { c.WeightDecay = -1 }, "top_k": func(c *Config) { c.TopK = -1 },
+		"epochs": func(c *Config) { c.Epochs = 0 }, "grad_clip": func(c *Config) { c.GradClip = nan },
+		"accumulation": func(c *Config) { c.Accumulation = 0 }, "top_k": func(c *Config) { c.TopK = -1 },
+		"patience": func(c *Config) { c.Patience = -1 }, "log_every": func(c *Config) { c.LogEvery = -1 },
 	} {
 		c := DefaultConfig()
 		set(&c)

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"encoding/json"
 	"io"
 
 	"github.com/gotrain/gotrain/amp"
@@ -74,9 +75,22 @@ func WithEarlyStopping(patience int) Option {
 	return func(t *Trainer) error { t.Config.Patience = patience; return nil }
 }
 
-// WithModelConfig sets the checkpoint's model_config (default: the model's Go type name).
+// WithModelConfig names the model in the checkpoint's model_config and in config.json
+// (default: the model's Go type, "nn.Sequential"); cmd/train gives its --model name or
+// the Hugging Face model_type.
 func WithModelConfig(name string) Option {
 	return func(t *Trainer) error { t.modelConfig = name; return nil }
+}
+
+// WithRunConfig records a program's own configuration (anything encoding/json
+// writes: cmd/train's data path, model name, learning rate) in config.json and every
+// checkpoint, under "run" in the Trainer's record, so a run directory says how the run
+// was made and a resume can read it back (ReadRunConfig).
+func WithRunConfig(v any) Option {
+	return func(t *Trainer) (err error) {
+		t.runConfig, err = json.Marshal(v)
+		return err
+	}
 }
 
 // WithClassNames records the data's class names, in class-index order, in config.json

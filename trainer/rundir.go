@@ -3,32 +3,15 @@ package trainer
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
 )
-
-// NewExperimentID returns a run name from the model and the time: "cnn-20261201-134502".
-func NewExperimentID(model string) string {
-	if model == "" {
-		model = "run"
-	}
-	return model + "-" + time.Now().Format("20060102-150405")
-}
-
-// RunDirFor returns RunsDir/Experiment for a config, choosing an experiment id when
-// the config has none.
-func RunDirFor(c *Config) string {
-	if c.Experiment == "" {
-		c.Experiment = NewExperimentID(c.Model)
-	}
-	if c.RunsDir == "" {
-		c.RunsDir = "runs"
-	}
-	return filepath.Join(c.RunsDir, c.Experiment)
-}
 
 // setupRunDir creates the run directory, writes config.json and installs the run
 // directory's callbacks: history.jsonl, TensorBoard events and curves.png ahead of the
@@ -51,8 +34,81 @@ func (t *Trainer) setupRunDir() error {
 	return nil
 }
 
-type runInfo struct {
+// runRecord is what the Trainer was given, as config.json and every checkpoint's
+// "config" record it: its Config, the model's name, the optimizer's class and
+// param_groups, the scheduler's class ("none" without one) and the program's own
+// configuration (WithRunConfig).
+type runRecord struct {
 	Config
+	Model     string          `json:"model"`
+	Optimizer optimizerRecord `json:"optimizer"`
+	Scheduler string          `json:"scheduler"`
+	Run       json.RawMessage `json:"run,omitempty"`
+}
+
+// optimizerRecord names an optimizer and its param_groups without their parameters.
+type optimizerRecord struct {
+	Class       string           `json:"class"`
+	ParamGroups []map[string]any `json:"param_groups"`
+}
+
+// record returns what the Trainer was given.
+func (t *Trainer) record() runRecord {
+	r := runRecord{Config: t.Config, Model: t.modelConfig, Scheduler: "none", Run: t.runConfig,
+		Optimizer: optimizerRecord{Class: className(t.Optimizer)}}
+	if t.Scheduler != nil {
+		r.Scheduler = className(t.Scheduler)
+	}
+	if groups, ok := t.Optimizer.StateDict().Get("param_groups"); ok {
+		list, _ := groups.([]any)
+		for _, g := range list {
+			d, ok := g.(*checkpoint.Dict)
+			if !ok {
+				continue
+			}
+			rec := map[string]any{}
+			for k, v := range d.All() {
+				if name, ok := k.(string); ok && name != "params" {
+					rec[name] = jsonValue(v)
+				}
+			}
+			r.Optimizer.ParamGroups = append(r.Optimizer.ParamGroups, rec)
+		}
+	}
+	return r
+}
+
+// className is the name of v's type without its package: "AdamW", "CosineAnnealingLR".
+func className(v any) string {
+	name := fmt.Sprintf("%T", v)
+	return name[strings.LastIndexAny(name, ".*")+1:]
+}
+
+// jsonValue turns a state-dict value (numbers, strings, tuples, lists) into one
+// encoding/json writes; NaN and infinities become their names.
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return fmt.Sprint(x)
+		}
+		return x
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = jsonValue(e)
+		}
+		return out
+	case checkpoint.Tuple:
+		return jsonValue([]any(x))
+	case int64, bool, string, nil:
+		return x
+	}
+	return fmt.Sprint(v)
+}
+
+type runInfo struct {
+	runRecord
 	GotrainVersion string `json:"gotrain_version"`
 	TorchVersion   string `json:"torch_version"`
 	DeviceUsed     string `json:"device_used"`
@@ -60,7 +116,7 @@ type runInfo struct {
 }
 
 func (t *Trainer) writeConfig() error {
-	b, err := json.MarshalIndent(runInfo{Config: t.Config, GotrainVersion: Version, TorchVersion: torch.Version(),
+	b, err := json.MarshalIndent(runInfo{runRecord: t.record(), GotrainVersion: Version, TorchVersion: torch.Version(),
 		DeviceUsed: t.Device.String(), Started: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
 	if err != nil {
 		return err

@@ -114,7 +114,7 @@ func (t *Trainer) parts() []part {
 		dict("epoch_progress", t.progressDict, t.loadProgress),
 		dict("callbacks", t.callbackStates, t.loadCallbackStates),
 		{key: "config", save: func() (any, error) {
-			cfg, err := json.Marshal(t.Config)
+			cfg, err := json.Marshal(t.record())
 			return string(cfg), err
 		}, load: ignore},
 		value("versions", func() any {
@@ -397,4 +397,31 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	}
 	t.printf("resumed from %s: epoch %d, batch %d, global step %d, best %s %.4f\n", path, t.Epoch, t.BatchInEpoch, t.GlobalStep, t.Config.Monitor, t.BestMetric)
 	return nil
+}
+
+// ReadRunConfig reads into v the program's configuration that a checkpoint of a
+// Trainer built WithRunConfig records (cmd/train reads its flags back this way to
+// resume). It reports false, with no error, when the checkpoint records none.
+func ReadRunConfig(path string, v any) (bool, error) {
+	root, err := checkpoint.Read(path)
+	if err != nil {
+		return false, err
+	}
+	s, err := checkpoint.GetString(root, "config")
+	if err != nil {
+		return false, nil
+	}
+	var r struct {
+		Run json.RawMessage `json:"run"`
+	}
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return false, fmt.Errorf("%s: config: %w", path, err)
+	}
+	if len(r.Run) == 0 {
+		return false, nil
+	}
+	if err := json.Unmarshal(r.Run, v); err != nil {
+		return false, fmt.Errorf("%s: the run's config: %w", path, err)
+	}
+	return true, nil
 }

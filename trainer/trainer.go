@@ -29,6 +29,7 @@ package trainer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -118,6 +119,7 @@ type Trainer struct {
 	trainSums    *deviceSums
 	normSums     *deviceSums // the clipped gradients' norms, when clipping
 	modelConfig  string
+	runConfig    json.RawMessage // WithRunConfig
 	announced    bool
 	loss         nn.Loss    // New's loss when the training step is the default one
 	fuse         bool       // WithFusedStep
@@ -181,9 +183,6 @@ func New(model nn.Module, train, val *data.Loader, loss nn.Loss, opt optim.Optim
 	t.Device = dev
 	if t.modelConfig == "" {
 		t.modelConfig = strings.TrimPrefix(fmt.Sprintf("%T", model), "*")
-		if t.Config.Model != "" {
-			t.modelConfig = t.Config.Model
-		}
 	}
 	if t.Config.AMP == amp.FP16 && !dev.IsCUDA() {
 		return nil, errors.New("trainer: amp fp16 needs a CUDA device; on the CPU use bf16")
@@ -370,7 +369,7 @@ type InterruptedError struct {
 }
 
 func (e *InterruptedError) Error() string {
-	return fmt.Sprintf("interrupted at %s (%v); state saved to %s; resume with: go run ./cmd/train --resume %s (or Trainer.LoadCheckpoint)", e.Where, e.Cause, e.Checkpoint, e.Checkpoint)
+	return fmt.Sprintf("interrupted at %s (%v); state saved to %s; resume from it with Trainer.LoadCheckpoint", e.Where, e.Cause, e.Checkpoint)
 }
 
 // Unwrap returns the cause (context.Canceled, for example).

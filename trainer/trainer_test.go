@@ -146,7 +146,7 @@ func TestExactResume(t *testing.T) {
 				var ie *trainer.InterruptedError
 				require.True(t, errors.As(err, &ie), "got %v", err)
 				require.True(t, errors.Is(err, context.Canceled))
-				assert.Contains(t, err.Error(), "--resume")
+				assert.Contains(t, err.Error(), ie.Checkpoint, "the error names the checkpoint to resume from")
 
 				resumed := newCNN(t, dir)
 				require.NoError(t, resumed.LoadCheckpoint(ie.Checkpoint))
@@ -170,7 +170,7 @@ func TestRunDirectoryAndTensorBoard(t *testing.T) {
 	dir := t.TempDir()
 	tt := newCNN(t, dir, trainer.WithEpochs(2), trainer.WithConfig(func() trainer.Config {
 		c := trainer.DefaultConfig()
-		c.Epochs, c.Seed, c.Device, c.TopK, c.Experiment = 2, seed, "cpu", 1, "tb-test"
+		c.Epochs, c.Seed, c.Device, c.TopK = 2, seed, "cpu", 1
 		return c
 	}()))
 	require.NoError(t, tt.Run(context.Background()))
@@ -179,6 +179,35 @@ func TestRunDirectoryAndTensorBoard(t *testing.T) {
 		_, err := os.Stat(filepath.Join(dir, f))
 		require.NoError(t, err, f)
 	}
+	// config.json records what the Trainer was given: its config, the model, the
+	// optimizer with its param_groups and the scheduler; and so does every checkpoint.
+	var rec struct {
+		Epochs    int    `json:"epochs"`
+		Model     string `json:"model"`
+		Optimizer struct {
+			Class       string           `json:"class"`
+			ParamGroups []map[string]any `json:"param_groups"`
+		} `json:"optimizer"`
+		Scheduler string `json:"scheduler"`
+		LR        *float64
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &rec))
+	assert.Equal(t, 2, rec.Epochs)
+	assert.Equal(t, "nn.Sequential", rec.Model)
+	assert.Equal(t, "Adam", rec.Optimizer.Class)
+	require.Len(t, rec.Optimizer.ParamGroups, 1)
+	assert.Equal(t, 2e-3, rec.Optimizer.ParamGroups[0]["initial_lr"])
+	assert.Equal(t, "StepLR", rec.Scheduler)
+	assert.NotContains(t, string(raw), `"lr": 0.001`, "no learning rate the Trainer was not given")
+	v, err := checkpoint.Read(filepath.Join(dir, "checkpoints", "last.pt"))
+	require.NoError(t, err)
+	saved, err := checkpoint.GetString(v, "config")
+	require.NoError(t, err)
+	assert.Contains(t, saved, `"scheduler":"StepLR"`)
+	assert.Contains(t, saved, `"class":"Adam"`)
+
 	pf, err := os.Open(filepath.Join(dir, "curves.png"))
 	require.NoError(t, err)
 	img, err := png.Decode(pf)

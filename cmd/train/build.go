@@ -68,14 +68,14 @@ func model(name string, spec *dataSpec) (nn.Module, error) {
 	return nil, fmt.Errorf("unknown model %q (want mlp, cnn, resnet18, vit or gpt)", name)
 }
 
-func optimizer(c trainer.Config, params []*torch.Tensor) (optim.Optimizer, error) {
+func optimizer(c Config, params []*torch.Tensor) (optim.Optimizer, error) {
 	switch c.Optimizer {
 	case "sgd":
 		return optim.NewSGD(params, optim.SGDOptions{LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay})
 	case "adam":
-		return optim.NewAdam(params, optim.AdamOptions{LR: c.LR, WeightDecay: c.WeightDecay, Fused: c.Fused})
+		return optim.NewAdam(params, optim.AdamOptions{LR: c.LR, WeightDecay: c.WeightDecay, Fused: c.AdamKernel == "fused"})
 	case "adamw":
-		return optim.NewAdamW(params, optim.AdamOptions{LR: c.LR, WeightDecay: c.WeightDecay, Fused: c.Fused})
+		return optim.NewAdamW(params, optim.AdamOptions{LR: c.LR, WeightDecay: c.WeightDecay, Fused: c.AdamKernel == "fused"})
 	case "rmsprop":
 		return optim.NewRMSprop(params, optim.RMSpropOptions{LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay})
 	case "adagrad":
@@ -84,7 +84,7 @@ func optimizer(c trainer.Config, params []*torch.Tensor) (optim.Optimizer, error
 	return nil, fmt.Errorf("unknown optimizer %q (want sgd, adam, adamw, rmsprop or adagrad)", c.Optimizer)
 }
 
-func scheduler(c trainer.Config, opt optim.Optimizer, stepsPerEpoch int) (optim.Scheduler, trainer.Interval, error) {
+func scheduler(c Config, opt optim.Optimizer, stepsPerEpoch int) (optim.Scheduler, trainer.Interval, error) {
 	epochs := int64(max(c.Epochs, 1))
 	switch c.Scheduler {
 	case "", "none":
@@ -103,7 +103,7 @@ func scheduler(c trainer.Config, opt optim.Optimizer, stepsPerEpoch int) (optim.
 	return nil, 0, fmt.Errorf("unknown scheduler %q (want none, step, cosine, exponential, onecycle or plateau)", c.Scheduler)
 }
 
-func build(c trainer.Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trainer, error) {
+func build(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trainer, error) {
 	spec, err := loadData(c)
 	if err != nil {
 		return nil, err
@@ -129,7 +129,7 @@ func build(c trainer.Config, runDir string, pg *distributed.ProcessGroup) (*trai
 			return nil, err
 		}
 	}
-	if c.Model == trainer.DefaultConfig().Model { // the default image model reads neither text nor tables
+	if c.Model == defaultConfig().Model { // the default image model reads neither text nor tables
 		switch spec.kind {
 		case "text", "tokens":
 			c.Model = "gpt"
@@ -155,7 +155,8 @@ func build(c trainer.Config, runDir string, pg *distributed.ProcessGroup) (*trai
 	c.SchedulerInterval = interval
 	loss := &nn.CrossEntropyLoss{}
 	c.ClassNames = spec.names
-	opts := []trainer.Option{trainer.WithConfig(c), trainer.WithScheduler(sched, interval), trainer.WithRunDir(runDir)}
+	opts := []trainer.Option{trainer.WithConfig(c.Config), trainer.WithScheduler(sched, interval), trainer.WithRunDir(runDir),
+		trainer.WithModelConfig(c.Model), trainer.WithRunConfig(c)}
 	if pg != nil {
 		opts = append(opts, trainer.WithDistributed(pg))
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/gotrain/gotrain/torch/data"
-	"github.com/gotrain/gotrain/trainer"
 )
 
 // dataSpec is what a run trains on, and what the model must look like to take it.
@@ -27,7 +26,7 @@ type dataSpec struct {
 // with --val-split), a CSV file (--label-column), a token file (nanoGPT's train.bin,
 // with val.bin beside it or --val-split), a text file (byte-level windows of --block-size for a language
 // model), or the Fashion-MNIST directory (the default), or --synthetic data.
-func loadData(c trainer.Config) (*dataSpec, error) {
+func loadData(c Config) (*dataSpec, error) {
 	if err := checkDataSizes(c); err != nil {
 		return nil, err
 	}
@@ -96,7 +95,7 @@ const (
 
 // checkDataSizes range-checks the sizes that reach allocations of the data (and of the
 // model it sizes), each with an upper bound, before anything is read.
-func checkDataSizes(c trainer.Config) error {
+func checkDataSizes(c Config) error {
 	// The synthetic set holds Synthetic + Synthetic/5 samples (training and validation).
 	if limit := data.MaxSamples() / 6 * 5; c.Synthetic > limit {
 		return fmt.Errorf("--synthetic (synthetic in a config file) must be at most %d on this machine (an epoch's order takes 8 bytes a sample), got %d", limit, c.Synthetic)
@@ -112,7 +111,7 @@ func checkDataSizes(c trainer.Config) error {
 }
 
 // blockSize is a text's context length: --block-size, 128 by default.
-func blockSize(c trainer.Config) int {
+func blockSize(c Config) int {
 	if c.BlockSize > 0 {
 		return c.BlockSize
 	}
@@ -121,7 +120,7 @@ func blockSize(c trainer.Config) int {
 
 // csvTable reads a CSV file: --label-column holds the classes (integers, or names mapped
 // to their sorted order), every other column is a feature; --val-split holds out rows.
-func csvTable(c trainer.Config) (*dataSpec, error) {
+func csvTable(c Config) (*dataSpec, error) {
 	if c.LabelColumn == "" {
 		return nil, fmt.Errorf("--data %s: a CSV file needs --label-column NAME (the column of class labels)", c.DataDir)
 	}
@@ -143,7 +142,7 @@ func csvTable(c trainer.Config) (*dataSpec, error) {
 // --block-size; val.bin beside it validates, else the last --val-split of the windows.
 // The vocabulary is vocab_size from nanoGPT's meta.pkl beside it, else the largest id
 // + 1, found by one pass over the files that keeps none of the pages it reads.
-func tokenFile(c trainer.Config) (*dataSpec, error) {
+func tokenFile(c Config) (*dataSpec, error) {
 	dir := filepath.Dir(c.DataDir)
 	vocab, fromMeta, err := data.NanoGPTVocabSize(dir)
 	if err != nil {
@@ -198,7 +197,7 @@ func isFile(path string) bool {
 }
 
 // split holds out --val-split of ds for validation, drawn with the seed.
-func split(ds data.Dataset, c trainer.Config) (train, val data.Dataset, err error) {
+func split(ds data.Dataset, c Config) (train, val data.Dataset, err error) {
 	n := int(float64(ds.Len()) * c.ValSplit)
 	if n < 1 || n >= ds.Len() {
 		return nil, nil, fmt.Errorf("--val-split %g of %d samples leaves no training or no validation sample", c.ValSplit, ds.Len())
@@ -210,7 +209,7 @@ func split(ds data.Dataset, c trainer.Config) (train, val data.Dataset, err erro
 	return parts[0], parts[1], nil
 }
 
-func fashionMNIST(c trainer.Config) (*dataSpec, error) {
+func fashionMNIST(c Config) (*dataSpec, error) {
 	tr, err := data.FashionMNIST(c.DataDir, true)
 	if err != nil && c.DataDir != "" {
 		return nil, fmt.Errorf("--data %s is neither an ImageFolder tree (it has no class folders, root/<class>/<image>) nor a Fashion-MNIST directory: %w", c.DataDir, err)
@@ -261,7 +260,7 @@ func hasSubdirs(dir string) bool {
 // device; all are resized to --image-size (or to the first image's size, so that a tree
 // of mixed sizes still batches). The small CNN takes 28x28 grayscale images, the other
 // models RGB.
-func imageFolder(c trainer.Config) (*dataSpec, error) {
+func imageFolder(c Config) (*dataSpec, error) {
 	mode, mean, std := data.RGB, data.ImageNetMean, data.ImageNetStd
 	if c.Model == "cnn" {
 		mode, mean, std = data.Gray, []float32{0.5}, []float32{0.5}

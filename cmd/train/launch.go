@@ -42,7 +42,6 @@ import (
 
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/distributed"
-	"github.com/gotrain/gotrain/trainer"
 )
 
 // stopGraceEnv names the environment variable that sets stopGrace (a Go duration):
@@ -77,7 +76,7 @@ type launchPlan struct {
 	args []string
 	// config is the run's resolved configuration (flags over a config file or a
 	// checkpoint's), runDir rank 0's run directory ("" until chosen).
-	config  trainer.Config
+	config  Config
 	runDir  string
 	backend string // --dist-backend
 }
@@ -147,7 +146,7 @@ func launch(p launchPlan) error {
 	if runDir == "" {
 		c := p.config
 		generated := c.Experiment == ""
-		runDir = trainer.RunDirFor(&c)
+		runDir = c.runDir()
 		if generated {
 			args = append(append([]string(nil), args...), "--experiment", c.Experiment)
 		}

@@ -16,14 +16,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch/distributed"
@@ -35,6 +38,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		var ie *trainer.InterruptedError
 		if errors.As(err, &ie) {
+			fmt.Fprintf(os.Stderr, "train: resume with: go run ./cmd/train --resume %s\n", ie.Checkpoint)
 			os.Exit(130)
 		}
 		var le *launchError // --nproc-per-node (launch.go): a failed rank's status
@@ -45,48 +49,33 @@ func main() {
 	}
 }
 
-func run(args []string) error {
+// flags are the command's flags besides those of Config.
+type flags struct {
+	config, resume           string
+	nproc, masterPort        int
+	distBackend              string
+	distTimeout, rdzvTimeout time.Duration
+}
+
+// newFlagSet binds every flag: the config's to c's fields, the others to f's.
+func newFlagSet(c *Config, f *flags) *flag.FlagSet {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
-	c := trainer.DefaultConfig()
-	configPath := fs.String("config", "", "JSON or YAML config file (flags given too override it)")
-	resume := fs.String("resume", "", "checkpoint to resume from (its run directory and config are reused)")
-	fs.IntVar(&c.Synthetic, "synthetic", c.Synthetic, "train on N seeded synthetic samples instead of Fashion-MNIST (for machines without the data)")
-	fs.IntVar(&c.Limit, "limit", c.Limit, "use only the first N training samples (smoke runs)")
-	fs.StringVar(&c.Model, "model", c.Model, "model: mlp, cnn, resnet18, vit, or gpt (for a text file)")
-	fs.StringVar(&c.DataDir, "data", c.DataDir, "training data: an ImageFolder tree (with train/ and val/, or --val-split), a CSV file (--label-column), a text file (--model gpt) or the Fashion-MNIST directory (default: Debian's)")
-	fs.IntVar(&c.ImageSize, "image-size", c.ImageSize, "resize ImageFolder images to N x N (0: the data's size)")
-	fs.Float64Var(&c.ValSplit, "val-split", c.ValSplit, "hold out this fraction of a single folder or file for validation")
-	fs.StringVar(&c.LabelColumn, "label-column", c.LabelColumn, "a CSV's label column (the other columns are the features)")
-	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "a text file's context length in bytes (0: 128)")
-	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "epochs to train")
-	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "batch size")
-	fs.IntVar(&c.Workers, "workers", c.Workers, "data loader worker goroutines")
-	fs.StringVar(&c.Optimizer, "optimizer", c.Optimizer, "optimizer: sgd, adam, adamw, rmsprop, adagrad")
-	fs.Float64Var(&c.LR, "lr", c.LR, "learning rate")
-	fs.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "weight decay")
-	fs.BoolVar(&c.Fused, "fused", c.Fused, "fused Adam/AdamW kernels (PyTorch's fused=True); --fused=false for PyTorch's default arithmetic")
-	fs.Float64Var(&c.Momentum, "momentum", c.Momentum, "SGD momentum")
-	fs.StringVar(&c.Scheduler, "scheduler", c.Scheduler, "LR scheduler: none, step, cosine, exponential, onecycle, plateau")
-	fs.TextVar(&c.AMP, "amp", c.AMP, "mixed precision: none, bf16, fp16 (fp16 needs CUDA)")
-	fs.Float64Var(&c.GradClip, "grad-clip", c.GradClip, "clip the gradient norm to this value (0: off)")
-	fs.IntVar(&c.Accumulation, "accumulation", c.Accumulation, "micro-batches per optimizer step")
-	fs.IntVar(&c.Patience, "patience", c.Patience, "early-stopping patience in epochs (0: off)")
-	fs.StringVar(&c.Monitor, "monitor", c.Monitor, "metric for the best checkpoint and early stopping")
-	fs.TextVar(&c.MonitorMode, "monitor-mode", c.MonitorMode, "whether --monitor is minimised or maximised: auto (by its name), min, max")
-	fs.IntVar(&c.TopK, "top-k", c.TopK, "also keep the k best epochs' checkpoints")
-	fs.Int64Var(&c.Seed, "seed", c.Seed, "random seed")
-	fs.BoolVar(&c.Deterministic, "deterministic", c.Deterministic, "deterministic algorithms (bitwise-repeatable runs)")
-	fs.StringVar(&c.Device, "device", c.Device, "device: auto, cpu, cuda, cuda:N")
-	fs.IntVar(&c.Threads, "threads", c.Threads, "libtorch intra-op threads (0: libtorch's default)")
-	fs.StringVar(&c.Experiment, "experiment", c.Experiment, "experiment id (run directory name; default model-date-time)")
-	fs.StringVar(&c.RunsDir, "runs-dir", c.RunsDir, "parent directory of run directories")
-	fs.IntVar(&c.LogEvery, "log-every", c.LogEvery, "batches between progress lines when not on a terminal")
+	fs.StringVar(&f.config, "config", "", "JSON or YAML config file (flags given too override it)")
+	fs.StringVar(&f.resume, "resume", "", "checkpoint to resume from (its run directory and config are reused)")
+	bindFlags(fs, c)
 	// Multi-process training (launch.go).
-	nproc := fs.Int("nproc-per-node", 1, "start this many local ranks of data-parallel training (torchrun --standalone)")
-	masterPort := fs.Int("master-port", 0, "rendezvous port for --nproc-per-node (0: a free one)")
-	distBackend := fs.String("dist-backend", "auto", "process group backend: auto (nccl on GPUs when built with it, else gloo), gloo, nccl")
-	distTimeout := fs.Duration("dist-timeout", distributed.DefaultTimeout, "distributed collective timeout (a lost or hung rank fails the others after at most this)")
-	rdzvTimeout := fs.Duration("rdzv-timeout", 0, "distributed rendezvous and process-group start-up timeout; its error names the ranks that did not arrive (0: $GOTRAIN_RDZV_TIMEOUT, else 5m)")
+	fs.IntVar(&f.nproc, "nproc-per-node", 1, "start this many local ranks of data-parallel training (torchrun --standalone)")
+	fs.IntVar(&f.masterPort, "master-port", 0, "rendezvous port for --nproc-per-node (0: a free one)")
+	fs.StringVar(&f.distBackend, "dist-backend", "auto", "process group backend: auto (nccl on GPUs when built with it, else gloo), gloo, nccl")
+	fs.DurationVar(&f.distTimeout, "dist-timeout", distributed.DefaultTimeout, "distributed collective timeout (a lost or hung rank fails the others after at most this)")
+	fs.DurationVar(&f.rdzvTimeout, "rdzv-timeout", 0, "distributed rendezvous and process-group start-up timeout; its error names the ranks that did not arrive (0: $GOTRAIN_RDZV_TIMEOUT, else 5m)")
+	return fs
+}
+
+func run(args []string) error {
+	var f flags
+	c := defaultConfig()
+	fs := newFlagSet(&c, &f)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -94,51 +83,51 @@ func run(args []string) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	switch {
-	case *nproc < 1:
-		return fmt.Errorf("--nproc-per-node must be >= 1, got %d", *nproc)
-	case *masterPort < 0 || *masterPort > 65535:
-		return fmt.Errorf("--master-port must be in [0, 65535], got %d", *masterPort)
-	case *distTimeout <= 0:
-		return fmt.Errorf("--dist-timeout must be > 0, got %s", *distTimeout)
-	case *rdzvTimeout < 0:
-		return fmt.Errorf("--rdzv-timeout must be >= 0, got %s", *rdzvTimeout)
+	case f.nproc < 1:
+		return fmt.Errorf("--nproc-per-node must be >= 1, got %d", f.nproc)
+	case f.masterPort < 0 || f.masterPort > 65535:
+		return fmt.Errorf("--master-port must be in [0, 65535], got %d", f.masterPort)
+	case f.distTimeout <= 0:
+		return fmt.Errorf("--dist-timeout must be > 0, got %s", f.distTimeout)
+	case f.rdzvTimeout < 0:
+		return fmt.Errorf("--rdzv-timeout must be >= 0, got %s", f.rdzvTimeout)
 	}
-	flagged := c
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-
+	// A config file or a checkpoint gives the base configuration; the flags are parsed
+	// again over it, so that exactly the flags given override it.
 	runDir := ""
-	switch {
-	case *resume != "":
-		saved, dir, err := configFromCheckpoint(*resume)
+	if f.resume != "" || f.config != "" {
+		var err error
+		if f.resume != "" {
+			c, runDir, err = configFromCheckpoint(f.resume)
+		} else {
+			c, err = loadConfig(f.config, defaultConfig())
+		}
 		if err != nil {
 			return err
 		}
-		c, runDir = overlay(saved, flagged, set), dir
-	case *configPath != "":
-		fromFile, err := trainer.LoadConfig(*configPath, trainer.DefaultConfig())
-		if err != nil {
+		again := newFlagSet(&c, &flags{})
+		again.SetOutput(io.Discard)
+		if err := again.Parse(args); err != nil {
 			return err
 		}
-		c = overlay(fromFile, flagged, set)
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return flagError(err, fs)
 	}
-	if *nproc > 1 { // launch.go: the ranks, on this node
-		return launch(launchPlan{n: *nproc, port: *masterPort, args: stripLaunchFlags(args), config: c, runDir: runDir, backend: *distBackend})
+	if f.nproc > 1 { // launch.go: the ranks, on this node
+		return launch(launchPlan{n: f.nproc, port: f.masterPort, args: stripLaunchFlags(args), config: c, runDir: runDir, backend: f.distBackend})
 	}
 	if runDir == "" {
-		runDir = trainer.RunDirFor(&c)
+		runDir = c.runDir()
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	backend := *distBackend
+	backend := f.distBackend
 	if backend == "auto" && c.Device == "cpu" {
 		backend = distributed.Gloo
 	}
-	pg, err := joinProcessGroup(ctx, c.Device, backend, *distTimeout, *rdzvTimeout) // nil unless started by a launcher (launch.go)
+	pg, err := joinProcessGroup(ctx, c.Device, backend, f.distTimeout, f.rdzvTimeout) // nil unless started by a launcher (launch.go)
 	if err != nil {
 		return err
 	}
@@ -147,41 +136,12 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *resume != "" {
-		if err := t.LoadCheckpoint(*resume); err != nil {
+	if f.resume != "" {
+		if err := t.LoadCheckpoint(f.resume); err != nil {
 			return err
 		}
 	}
 	return t.Run(ctx)
-}
-
-// overlay applies the explicitly set flags over a config from a file or checkpoint.
-func overlay(base, flagged trainer.Config, set map[string]bool) trainer.Config {
-	fields := map[string]func(){
-		"model": func() { base.Model = flagged.Model }, "data": func() { base.DataDir = flagged.DataDir },
-		"epochs": func() { base.Epochs = flagged.Epochs }, "batch-size": func() { base.BatchSize = flagged.BatchSize },
-		"workers": func() { base.Workers = flagged.Workers }, "optimizer": func() { base.Optimizer = flagged.Optimizer },
-		"lr": func() { base.LR = flagged.LR }, "weight-decay": func() { base.WeightDecay = flagged.WeightDecay },
-		"momentum": func() { base.Momentum = flagged.Momentum }, "scheduler": func() { base.Scheduler = flagged.Scheduler },
-		"amp": func() { base.AMP = flagged.AMP }, "grad-clip": func() { base.GradClip = flagged.GradClip },
-		"accumulation": func() { base.Accumulation = flagged.Accumulation }, "patience": func() { base.Patience = flagged.Patience },
-		"monitor": func() { base.Monitor = flagged.Monitor }, "top-k": func() { base.TopK = flagged.TopK },
-		"seed": func() { base.Seed = flagged.Seed }, "deterministic": func() { base.Deterministic = flagged.Deterministic },
-		"device": func() { base.Device = flagged.Device }, "threads": func() { base.Threads = flagged.Threads },
-		"experiment": func() { base.Experiment = flagged.Experiment }, "runs-dir": func() { base.RunsDir = flagged.RunsDir },
-		"log-every": func() { base.LogEvery = flagged.LogEvery }, "synthetic": func() { base.Synthetic = flagged.Synthetic },
-		"limit": func() { base.Limit = flagged.Limit }, "fused": func() { base.Fused = flagged.Fused },
-		"image-size": func() { base.ImageSize = flagged.ImageSize }, "val-split": func() { base.ValSplit = flagged.ValSplit },
-		"block-size":   func() { base.BlockSize = flagged.BlockSize },
-		"label-column": func() { base.LabelColumn = flagged.LabelColumn },
-		"monitor-mode": func() { base.MonitorMode = flagged.MonitorMode },
-	}
-	for name := range set {
-		if f, ok := fields[name]; ok {
-			f()
-		}
-	}
-	return base
 }
 
 // flagError names the flag of an invalid config field too: "--batch-size (batch_size)
@@ -201,22 +161,30 @@ func flagError(err error, fs *flag.FlagSet) error {
 	return fmt.Errorf("--%s (%s in a config file) %s", name, fe.Field, fe.Msg)
 }
 
-// configFromCheckpoint reads the run config a gotrain checkpoint carries and the run
-// directory it belongs to (the parent of its checkpoints/ directory).
-func configFromCheckpoint(path string) (trainer.Config, string, error) {
-	v, err := checkpoint.Read(path)
+// configFromCheckpoint reads the command's configuration that a gotrain checkpoint
+// records and the run directory it belongs to (the parent of its checkpoints/
+// directory). A checkpoint of an earlier gotrain, which recorded one flat config, is
+// read as that.
+func configFromCheckpoint(path string) (Config, string, error) {
+	c := defaultConfig()
+	ok, err := trainer.ReadRunConfig(path, &c)
 	if err != nil {
-		return trainer.Config{}, "", fmt.Errorf("--resume: %w", err)
+		return c, "", fmt.Errorf("--resume: %w", err)
 	}
-	c := trainer.DefaultConfig()
-	if s, err := checkpoint.GetString(v, "config"); err == nil {
-		if c, err = trainer.ParseConfigJSON(s, c); err != nil {
-			return c, "", fmt.Errorf("--resume %s: %w", path, err)
+	if !ok {
+		v, err := checkpoint.Read(path)
+		if err != nil {
+			return c, "", fmt.Errorf("--resume: %w", err)
+		}
+		if s, err := checkpoint.GetString(v, "config"); err == nil {
+			if err := json.Unmarshal([]byte(s), &c); err != nil {
+				return c, "", fmt.Errorf("--resume %s: config: %w", path, err)
+			}
 		}
 	}
 	dir := filepath.Dir(filepath.Dir(path))
 	if filepath.Base(filepath.Dir(path)) != "checkpoints" {
 		dir = strings.TrimSuffix(path, filepath.Ext(path)) + "-resumed"
 	}
-	return c, dir, nil
+	return c, dir, c.validate()
 }

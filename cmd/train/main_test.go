@@ -18,7 +18,6 @@ import (
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
-	"github.com/gotrain/gotrain/trainer"
 )
 
 func TestMain(m *testing.M) {
@@ -133,7 +132,7 @@ func TestBadFlags(t *testing.T) {
 }
 
 // TestFusedAdamIsTheDefault: cmd/train's Adam and AdamW use the fused kernel unless
-// --fused=false, and the choice is in the optimizer's param groups as PyTorch's
+// --adam-kernel foreach, and the choice is in the optimizer's param groups as PyTorch's
 // "fused" option (True, or None for the default implementation).
 func TestFusedAdamIsTheDefault(t *testing.T) {
 	for _, c := range []struct {
@@ -141,8 +140,8 @@ func TestFusedAdamIsTheDefault(t *testing.T) {
 		fused bool
 		want  any
 	}{{"adam", true, true}, {"adamw", true, true}, {"adam", false, nil}} {
-		cfg := trainer.DefaultConfig()
-		cfg.Optimizer, cfg.Fused = c.opt, c.fused
+		cfg := defaultConfig()
+		cfg.Optimizer, cfg.AdamKernel = c.opt, map[bool]string{true: "fused", false: "foreach"}[c.fused]
 		torch.WithScope(func() {
 			o, err := optimizer(cfg, []*torch.Tensor{torch.Zeros([]int64{2}, torch.Float32, torch.CPU).SetRequiresGrad(true)})
 			require.NoError(t, err)
@@ -153,7 +152,7 @@ func TestFusedAdamIsTheDefault(t *testing.T) {
 			assert.Equal(t, c.want, f, "%s fused=%v", c.opt, c.fused)
 		})
 	}
-	assert.True(t, trainer.DefaultConfig().Fused)
+	assert.Equal(t, "fused", defaultConfig().AdamKernel)
 }
 
 // interruptAt runs cmd, sends it SIGINT when it prints a line containing marker, and

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gotrain/gotrain/trainer"
+)
+
+// Config is the command's configuration: what a --config file and the flags set. The
+// Trainer's own settings are the embedded trainer.Config; the rest (data, model,
+// optimizer, scheduler, run directory) is the command's, which it builds the Trainer
+// from and records in the run (trainer.WithRunConfig), so --resume reads it back.
+type Config struct {
+	// Experiment names the run: its directory is RunsDir/Experiment.
+	Experiment string `json:"experiment" yaml:"experiment"`
+	RunsDir    string `json:"runs_dir" yaml:"runs_dir"`
+
+	// Model is a built-in model's name (mlp, cnn, resnet18, vit, gpt).
+	Model string `json:"model" yaml:"model"`
+	// DataDir is the training data: the Fashion-MNIST directory (the default), an
+	// ImageFolder tree, a CSV file, a text file or a token file.
+	DataDir string `json:"data_dir" yaml:"data_dir"`
+	// ImageSize > 0 resizes ImageFolder images to ImageSize x ImageSize.
+	ImageSize int `json:"image_size,omitempty" yaml:"image_size"`
+	// ValSplit in (0, 1) holds out that fraction of a single folder or file for validation.
+	ValSplit float64 `json:"val_split,omitempty" yaml:"val_split"`
+	// LabelColumn names a CSV's label column; the other columns are features.
+	LabelColumn string `json:"label_column,omitempty" yaml:"label_column"`
+	// BlockSize is a text's context length.
+	BlockSize int `json:"block_size,omitempty" yaml:"block_size"`
+	// Synthetic > 0 trains on that many seeded synthetic samples instead of the data set;
+	// Limit > 0 uses only the first Limit samples (smoke runs).
+	Synthetic int `json:"synthetic,omitempty" yaml:"synthetic"`
+	Limit     int `json:"limit,omitempty" yaml:"limit"`
+	BatchSize int `json:"batch_size" yaml:"batch_size"`
+	Workers   int `json:"workers" yaml:"workers"`
+
+	Optimizer   string  `json:"optimizer" yaml:"optimizer"`
+	LR          float64 `json:"lr" yaml:"lr"`
+	WeightDecay float64 `json:"weight_decay" yaml:"weight_decay"`
+	Momentum    float64 `json:"momentum" yaml:"momentum"`
+	// AdamKernel is "fused" (PyTorch's fused=True Adam/AdamW kernels, one pass per
+	// parameter; the default) or "foreach" (PyTorch's default implementation, equal to
+	// it to the last bit).
+	AdamKernel string `json:"adam_kernel" yaml:"adam_kernel"`
+	Scheduler  string `json:"scheduler" yaml:"scheduler"`
+
+	trainer.Config `yaml:",inline"`
+}
+
+// defaultConfig is `make train`'s configuration: the small CNN on Fashion-MNIST with
+// Adam and a cosine schedule.
+func defaultConfig() Config {
+	return Config{
+		RunsDir:    "runs",
+		Model:      "cnn",
+		BatchSize:  128,
+		Workers:    2,
+		Optimizer:  "adam",
+		LR:         1e-3,
+		AdamKernel: "fused",
+		Scheduler:  "cosine",
+		Config:     trainer.DefaultConfig(),
+	}
+}
+
+// runDir returns RunsDir/Experiment, choosing an experiment id from the model and the
+// time ("cnn-20261201-134502") when there is none.
+func (c *Config) runDir() string {
+	if c.Experiment == "" {
+		c.Experiment = c.Model + "-" + time.Now().Format("20060102-150405")
+	}
+	if c.RunsDir == "" {
+		c.RunsDir = "runs"
+	}
+	return filepath.Join(c.RunsDir, c.Experiment)
+}
+
+// validate reports the first field out of its range, by its config name.
+func (c Config) validate() error {
+	ints := []struct {
+		name string
+		v    int
+		min  int
+	}{
+		{"batch_size", c.BatchSize, 1}, {"workers", c.Workers, 0}, {"synthetic", c.Synthetic, 0},
+		{"limit", c.Limit, 0}, {"image_size", c.ImageSize, 0}, {"block_size", c.BlockSize, 0},
+	}
+	for _, f := range ints {
+		if f.v < f.min {
+			return &trainer.FieldError{Field: f.name, Msg: fmt.Sprintf("must be >= %d, got %d", f.min, f.v)}
+		}
+	}
+	floats := []struct {
+		name string
+		v    float64
+		ok   bool
+		rng  string
+	}{
+		{"lr", c.LR, c.LR > 0 && !math.IsInf(c.LR, 1), "a finite number > 0"},
+		{"weight_decay", c.WeightDecay, c.WeightDecay >= 0 && !math.IsInf(c.WeightDecay, 1), "a finite number >= 0"},
+		{"momentum", c.Momentum, c.Momentum >= 0 && c.Momentum < 1, "in [0, 1)"},
+		{"val_split", c.ValSplit, c.ValSplit >= 0 && c.ValSplit < 1, "in [0, 1) (0: none)"},
+	}
+	for _, f := range floats {
+		if !f.ok { // NaN fails every comparison, so it lands here too
+			return &trainer.FieldError{Field: f.name, Msg: fmt.Sprintf("must be %s, got %g", f.rng, f.v)}
+		}
+	}
+	if c.AdamKernel != "fused" && c.AdamKernel != "foreach" {
+		return &trainer.FieldError{Field: "adam_kernel", Msg: fmt.Sprintf("must be fused or foreach, got %q", c.AdamKernel)}
+	}
+	return c.Config.Validate()
+}
+
+// bindFlags binds the command's flags to c's fields: parsing sets exactly the fields of
+// the flags given, so flags parsed over a config read from a file or a checkpoint
+// override just those.
+func bindFlags(fs *flag.FlagSet, c *Config) {
+	fs.IntVar(&c.Synthetic, "synthetic", c.Synthetic, "train on N seeded synthetic samples instead of Fashion-MNIST (for machines without the data)")
+	fs.IntVar(&c.Limit, "limit", c.Limit, "use only the first N training samples (smoke runs)")
+	fs.StringVar(&c.Model, "model", c.Model, "model: mlp, cnn, resnet18, vit, or gpt (for a text file)")
+	fs.StringVar(&c.DataDir, "data", c.DataDir, "training data: an ImageFolder tree (with train/ and val/, or --val-split), a CSV file (--label-column), a text file (--model gpt) or the Fashion-MNIST directory (default: Debian's)")
+	fs.IntVar(&c.ImageSize, "image-size", c.ImageSize, "resize ImageFolder images to N x N (0: the data's size)")
+	fs.Float64Var(&c.ValSplit, "val-split", c.ValSplit, "hold out this fraction of a single folder or file for validation")
+	fs.StringVar(&c.LabelColumn, "label-column", c.LabelColumn, "a CSV's label column (the other columns are the features)")
+	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "a text file's context length in bytes (0: 128)")
+	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "epochs to train")
+	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "batch size")
+	fs.IntVar(&c.Workers, "workers", c.Workers, "data loader worker goroutines")
+	fs.StringVar(&c.Optimizer, "optimizer", c.Optimizer, "optimizer: sgd, adam, adamw, rmsprop, adagrad")
+	fs.Float64Var(&c.LR, "lr", c.LR, "learning rate")
+	fs.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "weight decay")
+	fs.StringVar(&c.AdamKernel, "adam-kernel", c.AdamKernel, "Adam/AdamW kernels: fused (PyTorch's fused=True) or foreach (PyTorch's default arithmetic, to the last bit)")
+	fs.Float64Var(&c.Momentum, "momentum", c.Momentum, "SGD momentum")
+	fs.StringVar(&c.Scheduler, "scheduler", c.Scheduler, "LR scheduler: none, step, cosine, exponential, onecycle, plateau")
+	fs.TextVar(&c.AMP, "amp", c.AMP, "mixed precision: none, bf16, fp16 (fp16 needs CUDA)")
+	fs.Float64Var(&c.GradClip, "grad-clip", c.GradClip, "clip the gradient norm to this value (0: off)")
+	fs.IntVar(&c.Accumulation, "accumulation", c.Accumulation, "micro-batches per optimizer step")
+	fs.IntVar(&c.Patience, "patience", c.Patience, "early-stopping patience in epochs (0: off)")
+	fs.StringVar(&c.Monitor, "monitor", c.Monitor, "metric for the best checkpoint and early stopping")
+	fs.TextVar(&c.MonitorMode, "monitor-mode", c.MonitorMode, "whether --monitor is minimised or maximised: auto (by its name), min, max")
+	fs.IntVar(&c.TopK, "top-k", c.TopK, "also keep the k best epochs' checkpoints")
+	fs.Int64Var(&c.Seed, "seed", c.Seed, "random seed")
+	fs.BoolVar(&c.Deterministic, "deterministic", c.Deterministic, "deterministic algorithms (bitwise-repeatable runs)")
+	fs.StringVar(&c.Device, "device", c.Device, "device: auto, cpu, cuda, cuda:N")
+	fs.IntVar(&c.Threads, "threads", c.Threads, "libtorch intra-op threads (0: libtorch's default)")
+	fs.StringVar(&c.Experiment, "experiment", c.Experiment, "experiment id (run directory name; default model-date-time)")
+	fs.StringVar(&c.RunsDir, "runs-dir", c.RunsDir, "parent directory of run directories")
+	fs.IntVar(&c.LogEvery, "log-every", c.LogEvery, "batches between progress lines when not on a terminal")
+}
+
+// maxConfigFile bounds a --config file: real ones are a few hundred bytes.
+const maxConfigFile = 1 << 20
+
+// loadConfig reads a JSON or YAML config file (by extension; YAML otherwise) over base,
+// so unset fields keep base's values. Unknown keys, an empty file and a second YAML
+// document are errors; the file must be a regular file.
+func loadConfig(path string, base Config) (Config, error) {
+	b, err := readRegularFile(path, maxConfigFile)
+	if err != nil {
+		return base, fmt.Errorf("--config: %w", err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return base, fmt.Errorf("--config %s is empty", path)
+	}
+	c := base
+	if strings.EqualFold(filepath.Ext(path), ".json") {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err = dec.Decode(&c); err == nil && dec.More() {
+			err = errors.New("more than one JSON value")
+		}
+	} else {
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err = dec.Decode(&c); err == nil {
+			var extra any
+			if dec.Decode(&extra) != io.EOF {
+				err = errors.New("more than one YAML document")
+			}
+		}
+	}
+	if err != nil {
+		return base, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, c.validate()
+}
+
+// readRegularFile reads path, which must be a regular file of at most limit bytes.
+func readRegularFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Size() > limit {
+		return nil, fmt.Errorf("%s is %d bytes; a config has at most %d", path, fi.Size(), limit)
+	}
+	return io.ReadAll(io.LimitReader(f, limit))
+}
