@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
 )
 
 // stopsAt feeds values to an EarlyStopping and returns the 1-based check at which it
