@@ -38,7 +38,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		var ie *trainer.InterruptedError
 		if errors.As(err, &ie) {
-			fmt.Fprintf(os.Stderr, "train: resume with: go run ./cmd/train --resume %s\n", ie.Checkpoint)
+			if os.Getenv("WORLD_SIZE") == "" { // a rank's launcher prints its own resume command
+				fmt.Fprintf(os.Stderr, "train: resume with: go run ./cmd/train --resume %s\n", ie.Checkpoint)
+			}
 			os.Exit(130)
 		}
 		var le *launchError // --nproc-per-node (launch.go): a failed rank's status
