@@ -1,0 +1,486 @@
+// Command generate continues a prompt with a decoder language model from a Hugging Face
+// directory (config.json, model.safetensors or its shards, tokenizer.json), as
+// transformers' AutoModelForCausalLM and AutoTokenizer with generate() would.
+//
+// Usage:
+//
+//	generate --model DIR --prompt TEXT [--max-new-tokens N]
+//	         [--greedy | --temperature T --top-k K --top-p P --seed S]
+//	         [--repetition-penalty R] [--stop STR]... [--device cpu|cuda|cuda:N]
+//	         [--dtype float32|bfloat16|float16] [--adapter DIR] [--json]
+//
+//	go run ./cmd/generate --model ./Qwen2.5-0.5B --prompt "The capital of France is"
+//	go run ./cmd/generate --model ./gpt2 --prompt "Once" --temperature 0.8 --top-p 0.95 --seed 1
+//	go run ./cmd/generate --model ./gpt2 --prompt "Once" --greedy --json
+//
+// Decoding is greedy unless a sampling flag (--temperature, --top-k or --top-p) is
+// given; sampling then uses transformers' defaults for the flags not given (temperature
+// 1, top-k 50, top-p 1), and --seed makes it repeatable: the same seed draws the tokens
+// transformers draws after torch.manual_seed(seed). The sampling parameters come from
+// the flags only, not from generation_config.json. Generation stops after
+// --max-new-tokens (default 64) or at the model's end-of-sequence token:
+// generation_config.json's eos_token_id, else config.json's, else the tokenizer's EOS
+// (tokenizer_config.json's eos_token), as transformers' generate() chooses it. --stop
+// ends it as soon as the continuation's text (special tokens included) contains the
+// string (repeatable). The stopping token is part of the output.
+//
+// The text mode writes the prompt, then the continuation as its tokens arrive, with
+// special tokens left out. --json writes one JSON object instead:
+//
+//	{"prompt_ids": [...], "new_ids": [...], "text": "..."}
+//
+// where prompt_ids is the prompt as the model's tokenizer encodes it, special tokens
+// included (the BOS a Llama tokenizer adds), new_ids the generated tokens and text
+// their decoding without special tokens.
+//
+// The exit status is 2 for a usage error (a bad or conflicting flag) and 1 when the
+// model, its tokenizer or the generation fails.
+package main
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gotrain/gotrain/tokenizer"
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// usageLine is the synopsis printed with -h and after a usage error.
+const usageLine = `usage: generate --model DIR --prompt TEXT [--max-new-tokens N]
+                [--greedy | --temperature T --top-k K --top-p P --seed S]
+                [--repetition-penalty R] [--stop STR]... [--device cpu|cuda|cuda:N]
+                [--dtype float32|bfloat16|float16] [--adapter DIR] [--json]`
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitRuntime = 1
+	exitUsage   = 2
+)
+
+// config is what the command line sets; the flags are bound to its fields.
+type config struct {
+	Model        string // the Hugging Face model directory
+	Adapter      string // a LoRA adapter directory (issue 34)
+	Prompt       string
+	MaxNewTokens int
+
+	Greedy            bool
+	Temperature       float64
+	TopK              int
+	TopP              float64
+	Seed              int64
+	RepetitionPenalty float64
+	Stop              stopStrings
+
+	Device string
+	DType  string
+	JSON   bool
+
+	// Derived by validate from which flags were given.
+	sample  bool
+	seeded  bool
+	device  torch.Device
+	dtype   torch.DType
+	flagSet map[string]bool
+}
+
+// stopStrings is the repeatable --stop flag.
+type stopStrings []string
+
+func (s *stopStrings) String() string { return strings.Join(*s, ", ") }
+
+func (s *stopStrings) Set(v string) error {
+	if v == "" {
+		return errors.New("a stop string may not be empty")
+	}
+	*s = append(*s, v)
+	return nil
+}
+
+// usageError is a bad command line (exit status 2), as opposed to a failure of the model
+// or its files (1).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, a...)}
+}
+
+// run is the command: it parses args, writes the output to stdout and messages to
+// stderr, and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err == nil {
+		err = generate(cfg, stdout)
+	}
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(stderr, "generate:", err)
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintln(stderr, usageLine)
+		fmt.Fprintln(stderr, "run generate -h for the flags")
+		return exitUsage
+	}
+	return exitRuntime
+}
+
+// parseArgs reads the command line into a checked config.
+func parseArgs(args []string, stderr io.Writer) (*config, error) {
+	cfg := &config{}
+	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
+	// The flag package's own messages are left out: run prints each error once, with
+	// the synopsis; -h prints the synopsis and the flags.
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.Model, "model", "", "Hugging Face model `DIR`: config.json, model.safetensors (or shards), tokenizer.json (required)")
+	fs.StringVar(&cfg.Adapter, "adapter", "", "LoRA adapter `DIR` to apply to the model (not supported yet: issue 34)")
+	fs.StringVar(&cfg.Prompt, "prompt", "", "the `TEXT` to continue (required)")
+	fs.IntVar(&cfg.MaxNewTokens, "max-new-tokens", 64, "generate at most `N` tokens")
+	fs.BoolVar(&cfg.Greedy, "greedy", false, "take the most likely token at each step (the default without sampling flags)")
+	fs.Float64Var(&cfg.Temperature, "temperature", 1, "sample, dividing the logits by `T` (> 0; 1: the model's distribution)")
+	fs.IntVar(&cfg.TopK, "top-k", 50, "when sampling, draw from the `K` most likely tokens only (0: all; 50 as transformers' default)")
+	fs.Float64Var(&cfg.TopP, "top-p", 1, "sample from the smallest set of tokens whose probability reaches `P` (0 < P <= 1; 1: all)")
+	fs.Int64Var(&cfg.Seed, "seed", 0, "`SEED` of the sampling, for repeatable draws (default: a random one)")
+	fs.Float64Var(&cfg.RepetitionPenalty, "repetition-penalty", 1, "divide the scores of the tokens already in the sequence by `R` (> 1 makes them less likely), as transformers' repetition_penalty")
+	fs.Var(&cfg.Stop, "stop", "stop when the continuation contains `STR` (repeatable)")
+	fs.StringVar(&cfg.Device, "device", "cpu", "`DEVICE`: cpu, cuda or cuda:N")
+	fs.StringVar(&cfg.DType, "dtype", "float32", "`DTYPE` of the weights: float32 (fp32), bfloat16 (bf16) or float16 (fp16)")
+	fs.BoolVar(&cfg.JSON, "json", false, `print one JSON object {"prompt_ids", "new_ids", "text"} instead of streaming text`)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintln(stderr, usageLine)
+			fmt.Fprintln(stderr)
+			fs.PrintDefaults()
+			return nil, err
+		}
+		return nil, usagef("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("unexpected arguments %q (the prompt goes in --prompt)", fs.Args())
+	}
+	cfg.flagSet = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { cfg.flagSet[f.Name] = true })
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// validate checks the flags' values and combinations and fills the derived fields.
+func (c *config) validate() error {
+	set := c.flagSet
+	switch {
+	case c.Model == "":
+		return usagef("--model is required: a Hugging Face model directory")
+	case !set["prompt"]:
+		return usagef("--prompt is required")
+	case c.MaxNewTokens < 1:
+		return usagef("--max-new-tokens must be at least 1, got %d", c.MaxNewTokens)
+	}
+	if c.Adapter != "" {
+		// Issue 34: when package models can load a LoRA adapter, this check goes and
+		// loadModel applies it.
+		return usagef("--adapter: LoRA adapters are not supported yet (issue 34)")
+	}
+	var sampling []string
+	for _, name := range []string{"temperature", "top-k", "top-p"} {
+		if set[name] {
+			sampling = append(sampling, "--"+name)
+		}
+	}
+	c.sample, c.seeded = len(sampling) > 0, set["seed"]
+	switch {
+	case c.Greedy && c.sample:
+		return usagef("--greedy conflicts with %s: greedy decoding takes the most likely token, sampling draws one", strings.Join(sampling, ", "))
+	case c.seeded && !c.sample:
+		return usagef("--seed applies to sampling only; give --temperature, --top-k or --top-p too (--temperature 1 samples from the model's distribution as it is)")
+	case set["temperature"] && !(c.Temperature > 0 && !math.IsInf(c.Temperature, 1)):
+		return usagef("--temperature must be > 0, got %v", c.Temperature)
+	case c.TopK < 0:
+		return usagef("--top-k must be >= 0 (0: no top-k), got %d", c.TopK)
+	case set["top-p"] && !(c.TopP > 0 && c.TopP <= 1):
+		return usagef("--top-p must be in (0, 1], got %v", c.TopP)
+	case !(c.RepetitionPenalty > 0 && !math.IsInf(c.RepetitionPenalty, 1)):
+		return usagef("--repetition-penalty must be > 0 (1: none), got %v", c.RepetitionPenalty)
+	}
+	dev, err := torch.ParseDevice(c.Device)
+	if err != nil {
+		return usagef("--device: %v", err)
+	}
+	c.device = dev
+	dt, err := parseDType(c.DType)
+	if err != nil {
+		return usagef("--dtype: %v", err)
+	}
+	c.dtype = dt
+	return nil
+}
+
+// parseDType reads --dtype: a floating-point torch dtype by PyTorch's name or the short
+// names (bf16, fp16, fp32) the other commands take.
+func parseDType(s string) (torch.DType, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "bf16":
+		return torch.BFloat16, nil
+	case "fp16", "f16":
+		return torch.Float16, nil
+	case "fp32", "f32":
+		return torch.Float32, nil
+	}
+	dt, err := torch.ParseDType(strings.ToLower(strings.TrimSpace(s)))
+	if err != nil {
+		return 0, fmt.Errorf("unknown dtype %q: want float32, bfloat16 or float16 (fp32, bf16, fp16)", s)
+	}
+	if dt != torch.Float32 && dt != torch.BFloat16 && dt != torch.Float16 {
+		return 0, fmt.Errorf("the weights cannot be %s: want float32, bfloat16 or float16", dt)
+	}
+	return dt, nil
+}
+
+// output is what --json prints.
+type output struct {
+	PromptIDs []int64 `json:"prompt_ids"`
+	NewIDs    []int64 `json:"new_ids"`
+	Text      string  `json:"text"`
+}
+
+// generate loads the model and tokenizer of cfg.Model and continues the prompt.
+func generate(cfg *config, stdout io.Writer) (err error) {
+	// Ops panic with *torch.Error on libtorch failures (out of memory on the device);
+	// they end the command with a message, not a trace.
+	defer torch.Recover(&err, "generate")
+	if err := checkDevice(cfg.device); err != nil {
+		return err
+	}
+	tok, err := tokenizer.LoadDir(cfg.Model)
+	if err != nil {
+		return err
+	}
+	ids := tok.Encode(cfg.Prompt, true)
+	if len(ids) == 0 {
+		return fmt.Errorf("the prompt %q encodes to no tokens (the tokenizer adds no BOS), so there is nothing to continue", cfg.Prompt)
+	}
+	m, err := loadModel(cfg)
+	if err != nil {
+		return err
+	}
+	defer nn.Free(m)
+	dc := m.DecoderConfig()
+	if err := fitsContext(len(ids), cfg.MaxNewTokens, dc.MaxPositions); err != nil {
+		return err
+	}
+	stops, err := eosTokens(cfg.Model, dc, tok)
+	if err != nil {
+		return err
+	}
+	opts := models.GenerateOptions{
+		MaxNewTokens:      cfg.MaxNewTokens,
+		StopTokens:        stops,
+		RepetitionPenalty: cfg.RepetitionPenalty,
+	}
+	if pad, ok := tok.PAD(); ok && pad < dc.VocabSize {
+		opts.PadTokenID = pad
+	}
+	if cfg.sample {
+		opts.Sample, opts.Temperature, opts.TopK, opts.TopP = true, cfg.Temperature, cfg.TopK, cfg.TopP
+		seed := cfg.Seed
+		if !cfg.seeded {
+			seed = randomSeed()
+		}
+		opts.Seed = &seed
+	}
+	if len(cfg.Stop) > 0 {
+		// Stop strings are looked for in the text with special tokens, so that one can
+		// name an end-of-turn token that is not the EOS.
+		opts.StopStrings = cfg.Stop
+		opts.Decode = func(ids []int64) string { return tok.Decode(ids, false) }
+	}
+
+	var stream *textStream
+	if !cfg.JSON {
+		stream = newTextStream(stdout, tok, cfg.Prompt, ids)
+		if err := stream.err; err != nil {
+			return err
+		}
+		opts.Stream = func(_ int, id int64) { stream.step(id) }
+	}
+	out, err := models.Generate(m, [][]int64{ids}, opts)
+	if err != nil {
+		return err
+	}
+	newIDs := out[0]
+	if stream != nil {
+		return stream.finish()
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false) // "<|endoftext|>" stays readable
+	return enc.Encode(output{PromptIDs: ids, NewIDs: newIDs, Text: tok.Decode(newIDs, true)})
+}
+
+// checkDevice refuses a CUDA device this machine does not have before anything is
+// loaded.
+func checkDevice(d torch.Device) error {
+	if !d.IsCUDA() {
+		return nil
+	}
+	if !torch.CUDAIsAvailable() {
+		return fmt.Errorf("--device %s: CUDA is not available on this machine (no GPU, or libtorch built without CUDA; cmd/gpucheck says which)", d)
+	}
+	if n := torch.CUDADeviceCount(); d.Index >= n {
+		return fmt.Errorf("--device %s: this machine has %d CUDA device(s), cuda:0 to cuda:%d", d, n, n-1)
+	}
+	return nil
+}
+
+// loadModel opens the model directory in the asked dtype on the asked device.
+func loadModel(cfg *config) (models.CausalLM, error) {
+	m, err := models.LoadPretrained(cfg.Model, models.LoadOptions{DType: cfg.dtype, Device: cfg.device})
+	if err != nil {
+		return nil, err
+	}
+	// Issue 34: a LoRA adapter from cfg.Adapter is applied to m here.
+	return m, nil
+}
+
+// fitsContext checks that the prompt and the tokens to generate fit the model's context
+// before any is generated (transformers would fail in the middle, at the position
+// embedding past the last one).
+func fitsContext(promptLen, maxNew int, context int64) error {
+	if context <= 0 {
+		return nil
+	}
+	if int64(promptLen) >= context {
+		return fmt.Errorf("the prompt is %d tokens, which leaves no room in the model's context of %d positions (config.json); shorten it to at most %d tokens",
+			promptLen, context, context-1)
+	}
+	if int64(promptLen)+int64(maxNew) > context {
+		return fmt.Errorf("the prompt's %d tokens plus --max-new-tokens %d exceed the model's context of %d positions (config.json); give --max-new-tokens %d or less",
+			promptLen, maxNew, context, context-int64(promptLen))
+	}
+	return nil
+}
+
+// generationConfigFile holds the defaults of transformers' generate(), among them the
+// tokens that end a sequence (a chat model's end-of-turn besides its EOS).
+const generationConfigFile = "generation_config.json"
+
+// eosTokens returns the tokens that end the generation, as transformers' generate()
+// takes them: generation_config.json's eos_token_id, else config.json's (dc.EOS), else
+// the tokenizer's EOS. An empty (non-nil) list never stops early.
+func eosTokens(dir string, dc models.DecoderConfig, tok *tokenizer.Tokenizer) ([]int64, error) {
+	path := filepath.Join(dir, generationConfigFile)
+	data, err := readSmall(path, 1<<20)
+	switch {
+	case err == nil:
+		var gc struct {
+			EOS *models.TokenIDs `json:"eos_token_id"`
+		}
+		if err := json.Unmarshal(data, &gc); err != nil {
+			return nil, fmt.Errorf("%s: eos_token_id: %w", path, err)
+		}
+		if gc.EOS != nil && len(*gc.EOS) > 0 {
+			return *gc.EOS, nil
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, err
+	}
+	if len(dc.EOS) > 0 {
+		return dc.EOS, nil
+	}
+	if eos, ok := tok.EOS(); ok {
+		return []int64{eos}, nil
+	}
+	return []int64{}, nil
+}
+
+// readSmall reads a regular file of at most limit bytes.
+func readSmall(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d it may have", path, st.Size(), limit)
+	}
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+// randomSeed returns a seed for sampling without --seed, so that runs differ as they do
+// in Python (libtorch's own default seed is a constant).
+func randomSeed() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return int64(binary.LittleEndian.Uint64(b[:]) >> 1)
+}
+
+// textStream writes the prompt and then the continuation's text as its tokens arrive.
+type textStream struct {
+	w   io.Writer
+	dec *tokenizer.DecodeStream
+	err error // the first write or decode error; later steps do nothing
+}
+
+// newTextStream writes the prompt and primes the decoder with its ids, so that each new
+// token's text is what it adds to the prompt's (a SentencePiece token's leading space
+// included, which decoding the continuation alone would strip).
+func newTextStream(w io.Writer, tok *tokenizer.Tokenizer, prompt string, ids []int64) *textStream {
+	s := &textStream{w: w, dec: tok.NewDecodeStream(true)}
+	for _, id := range ids {
+		if _, err := s.dec.Step(id); err != nil {
+			s.err = err
+			return s
+		}
+	}
+	_, s.err = io.WriteString(w, prompt)
+	return s
+}
+
+func (s *textStream) step(id int64) {
+	if s.err != nil {
+		return
+	}
+	text, err := s.dec.Step(id)
+	if err == nil && text != "" {
+		_, err = io.WriteString(s.w, text)
+	}
+	s.err = err
+}
+
+// finish writes what the decoder held back (an incomplete character) and a newline.
+func (s *textStream) finish() error {
+	if s.err != nil {
+		return s.err
+	}
+	_, err := io.WriteString(s.w, s.dec.Flush()+"\n")
+	return err
+}

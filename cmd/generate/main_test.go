@@ -1,0 +1,529 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/internal/testpy"
+	"github.com/gotrain/gotrain/tokenizer"
+	"github.com/gotrain/gotrain/torch"
+)
+
+// fixturePy builds a tiny GPT-2 Hugging Face directory as a user would have one: a
+// byte-level BPE tokenizer.json trained with tokenizers (its post-processor adds
+// <|endoftext|> as BOS, so that prompt_ids has a special token) and a random
+// GPT2LMHeadModel saved with save_pretrained (config.json, generation_config.json,
+// model.safetensors). Then it answers each case as tokenizers and transformers do: the
+// prompt's ids, generate()'s new ids, and the decoded texts. Argument: a JSON file
+// {"dir", "corpus", "cases"}; the answers go to stdout as JSON.
+const fixturePy = `
+import json, sys, torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import GPT2Config, GPT2LMHeadModel
+
+args = json.load(open(sys.argv[1], encoding="utf-8"))
+d = args["dir"]
+tok = Tokenizer(models.BPE())
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+tok.train_from_iterator(args["corpus"] * 3, trainers.BpeTrainer(
+    vocab_size=420, min_frequency=2, special_tokens=["<|endoftext|>"],
+    initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+eos = tok.token_to_id("<|endoftext|>")
+tok.post_processor = processors.Sequence([
+    processors.ByteLevel(trim_offsets=False),
+    processors.TemplateProcessing(single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", eos)])])
+tok.save(d + "/tokenizer.json")
+
+torch.manual_seed(0)
+# A wide initialisation spreads the logits, so that greedy choices are not near-ties
+# that rounding could flip.
+cfg = GPT2Config(vocab_size=tok.get_vocab_size(), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                 initializer_range=0.3, bos_token_id=eos, eos_token_id=eos)
+m = GPT2LMHeadModel(cfg).eval()
+m.save_pretrained(d)
+half = {t: GPT2LMHeadModel.from_pretrained(d, dtype=getattr(torch, t)).eval() for t in ("bfloat16", "float16")}
+
+answers = []
+for c in args["cases"]:
+    ids = tok.encode(c["prompt"]).ids
+    x = torch.tensor([ids])
+    kw = dict(max_new_tokens=c["max_new"], attention_mask=torch.ones_like(x), pad_token_id=eos,
+              output_scores=True, return_dict_in_generate=True)
+    if c.get("repetition_penalty"):
+        kw["repetition_penalty"] = c["repetition_penalty"]
+    if c.get("sample"):
+        kw["do_sample"] = True
+        kw.update(c["sample"])
+        torch.manual_seed(c["seed"])
+    else:
+        kw["do_sample"] = False
+    model = half[c["dtype"]] if c.get("dtype") else m
+    with torch.no_grad():
+        out = model.generate(x, **kw)
+    new = out.sequences[0, len(ids):].tolist()
+    # The smallest gap between the two best scores of a step: greedy parity means
+    # something only when no step is a near-tie.
+    margin = min(float((s[0].float().topk(2).values[0] - s[0].float().topk(2).values[1])) for s in out.scores)
+    answers.append({"prompt_ids": ids, "new_ids": new,
+                    "text": tok.decode(new, skip_special_tokens=True),
+                    "prompt_text": tok.decode(ids, skip_special_tokens=True),
+                    "full_text": tok.decode(ids + new, skip_special_tokens=True),
+                    "margin": margin})
+print(json.dumps({"eos": eos, "answers": answers}))
+`
+
+// corpus trains the test tokenizer: enough English for merges, and the characters the
+// prompts use.
+var corpus = []string{
+	"The quick brown fox jumps over the lazy dog. The dog sleeps; the fox runs away.",
+	"Hello, world! Hello again, world. 12345 and 67890 are numbers, 2024 is a year.",
+	"In the beginning was the word, and the word was with the reader of the book.",
+	"Once upon a time there was a little model that generated text one token at a time.",
+	"naïve café résumé — déjà vu; 日本語のテキスト; emoji 🙂🚀 and tabs\tand  spaces.",
+}
+
+// genCase is one prompt and option set answered by transformers.
+type genCase struct {
+	Prompt            string         `json:"prompt"`
+	MaxNew            int            `json:"max_new"`
+	RepetitionPenalty float64        `json:"repetition_penalty,omitempty"`
+	Sample            map[string]any `json:"sample,omitempty"`
+	Seed              int64          `json:"seed,omitempty"`
+	DType             string         `json:"dtype,omitempty"` // bfloat16 or float16 weights
+	// args are the command's flags for the same generation (besides --model, --prompt,
+	// --max-new-tokens, --json).
+	args []string
+}
+
+type answer struct {
+	PromptIDs  []int64 `json:"prompt_ids"`
+	NewIDs     []int64 `json:"new_ids"`
+	Text       string  `json:"text"`
+	PromptText string  `json:"prompt_text"`
+	FullText   string  `json:"full_text"`
+	Margin     float64 `json:"margin"`
+}
+
+var greedyPrompts = []string{
+	"The quick brown fox",
+	"Hello, world! 12345",
+	"naïve café — 日本語 🙂",
+	"  leading spaces\tand a tab\n",
+}
+
+// cases are the generations checked against transformers: greedy on each prompt, with a
+// repetition penalty, in bfloat16 and float16, and seeded sampling with transformers' defaults and
+// with every sampling flag.
+var cases = func() []genCase {
+	var cs []genCase
+	for _, p := range greedyPrompts {
+		cs = append(cs, genCase{Prompt: p, MaxNew: 12, args: []string{"--greedy"}})
+	}
+	return append(cs,
+		genCase{Prompt: greedyPrompts[0], MaxNew: 16, RepetitionPenalty: 1.5, args: []string{"--greedy", "--repetition-penalty", "1.5"}},
+		genCase{Prompt: greedyPrompts[1], MaxNew: 10, DType: "bfloat16", args: []string{"--greedy", "--dtype", "bf16"}},
+		genCase{Prompt: greedyPrompts[2], MaxNew: 10, DType: "float16", args: []string{"--greedy", "--dtype", "float16"}},
+		// --temperature alone: transformers' default top-k of 50 applies.
+		genCase{Prompt: greedyPrompts[0], MaxNew: 16, Seed: 7, Sample: map[string]any{"temperature": 0.8},
+			args: []string{"--temperature", "0.8", "--seed", "7"}},
+		genCase{Prompt: greedyPrompts[2], MaxNew: 16, Seed: 11, Sample: map[string]any{"temperature": 1.3, "top_k": 0, "top_p": 0.9},
+			args: []string{"--temperature", "1.3", "--top-k", "0", "--top-p", "0.9", "--seed", "11"}},
+	)
+}()
+
+var fixture struct {
+	once    sync.Once
+	dir     string
+	eos     int64
+	answers []answer
+}
+
+// hfDir builds the model directory and transformers' answers once for the package.
+func hfDir(t *testing.T) (string, int64, []answer) {
+	t.Helper()
+	modules := []string{"torch", "transformers", "tokenizers"}
+	fixture.once.Do(func() {
+		dir, err := os.MkdirTemp("", "generate-gpt2-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := json.Marshal(map[string]any{"dir": dir, "corpus": corpus, "cases": cases})
+		require.NoError(t, err)
+		argsPath := filepath.Join(dir, "args.json")
+		require.NoError(t, os.WriteFile(argsPath, in, 0o644))
+		var res struct {
+			EOS     int64    `json:"eos"`
+			Answers []answer `json:"answers"`
+		}
+		start := time.Now()
+		out := testpy.Run(t, fixturePy, modules, argsPath)
+		t.Logf("the Python side took %v", time.Since(start).Round(time.Millisecond))
+		require.NoError(t, json.Unmarshal(out, &res), "%s", out)
+		require.NoError(t, os.Remove(argsPath))
+		fixture.dir, fixture.eos, fixture.answers = dir, res.EOS, res.Answers
+	})
+	if fixture.answers == nil {
+		// The first test skipped (no Python or module) or failed: skip as it did, or fail.
+		testpy.Python(t, modules...)
+		t.Fatal("the Python side failed in an earlier test")
+	}
+	return fixture.dir, fixture.eos, fixture.answers
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fixture.dir != "" {
+		os.RemoveAll(fixture.dir)
+	}
+	os.Exit(code)
+}
+
+// runCmd runs the command in-process and returns its exit status and output.
+func runCmd(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = run(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+// runJSON runs the command with --json and decodes its one object; it checks that the
+// output is exactly one JSON object with exactly the three keys.
+func runJSON(t *testing.T, args ...string) output {
+	t.Helper()
+	code, stdout, stderr := runCmd(append(args, "--json")...)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	assert.Empty(t, stderr)
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var keys map[string]json.RawMessage
+	require.NoError(t, dec.Decode(&keys), stdout)
+	assert.False(t, dec.More(), "one JSON object only: %s", stdout)
+	assert.Len(t, keys, 3, "prompt_ids, new_ids and text: %s", stdout)
+	var o output
+	require.NoError(t, json.Unmarshal([]byte(stdout), &o))
+	return o
+}
+
+// TestJSONMatchesTransformers is issue 33's acceptance 2 on GPT-2: with --json,
+// prompt_ids are tokenizers' ids for the prompt (the BOS the post-processor adds
+// included), new_ids are transformers' generate() for the same options (greedy,
+// repetition penalty, bfloat16 and float16 weights, seeded sampling with its defaults and with
+// every sampling flag), stopping at the model's EOS as it does, and text is tokenizers'
+// decoding of new_ids without special tokens.
+func TestJSONMatchesTransformers(t *testing.T) {
+	dir, eos, answers := hfDir(t)
+	for i, c := range cases {
+		want := answers[i]
+		t.Run(fmt.Sprintf("%d:%s", i, strings.Join(c.args, " ")), func(t *testing.T) {
+			if c.Sample == nil && c.DType == "" {
+				require.Greater(t, want.Margin, 1e-3, "a greedy step of transformers' is a near-tie; the test model should be changed")
+			}
+			args := append([]string{"--model", dir, "--prompt", c.Prompt, "--max-new-tokens", strconv.Itoa(c.MaxNew)}, c.args...)
+			got := runJSON(t, args...)
+			assert.Equal(t, want.PromptIDs, got.PromptIDs, "tokenizers' ids of %q", c.Prompt)
+			assert.Equal(t, eos, got.PromptIDs[0], "the BOS the post-processor adds")
+			assert.Equal(t, want.NewIDs, got.NewIDs, "transformers' generate()")
+			assert.Equal(t, want.Text, got.Text, "tokenizers' decode(skip_special_tokens=True)")
+			t.Logf("%q → %v %q", c.Prompt, got.NewIDs, got.Text)
+			if c.Sample != nil {
+				// Sampling that happened to draw the greedy tokens would check nothing.
+				greedy := answers[slices.Index(greedyPrompts, c.Prompt)].NewIDs
+				assert.NotEqual(t, greedy, got.NewIDs[:min(len(got.NewIDs), len(greedy))], "the draws differ from greedy decoding")
+			}
+		})
+	}
+}
+
+// TestStopsAtEOS: the model's EOS ends the generation (included in new_ids, not in
+// text), and generation_config.json's eos_token_id is the one that counts, as in
+// transformers' generate().
+func TestStopsAtEOS(t *testing.T) {
+	dir, eos, answers := hfDir(t)
+	full := answers[0].NewIDs
+	require.Len(t, full, 12, "the greedy continuation of the first prompt runs to --max-new-tokens")
+	require.NotContains(t, full, eos)
+	// A copy of the directory whose generation_config.json names the continuation's
+	// third token as its EOS.
+	stop := full[2]
+	cut := 0
+	for full[cut] != stop {
+		cut++
+	}
+	other := copyDir(t, dir)
+	writeJSON(t, filepath.Join(other, "generation_config.json"), map[string]any{"eos_token_id": []int64{stop, 99999}, "bos_token_id": eos})
+	got := runJSON(t, "--model", other, "--prompt", greedyPrompts[0], "--max-new-tokens", "12")
+	assert.Equal(t, full[:cut+1], got.NewIDs, "stops after generation_config.json's eos_token_id, which it includes")
+
+	// Without generation_config.json, config.json's eos_token_id counts.
+	require.NoError(t, os.Remove(filepath.Join(other, "generation_config.json")))
+	setConfig(t, other, map[string]any{"eos_token_id": stop})
+	got = runJSON(t, "--model", other, "--prompt", greedyPrompts[0], "--max-new-tokens", "12")
+	assert.Equal(t, full[:cut+1], got.NewIDs, "stops after config.json's eos_token_id")
+}
+
+// TestStopStrings: --stop ends the generation at the first token whose text completes
+// the string, whichever of several strings comes first.
+func TestStopStrings(t *testing.T) {
+	dir, _, answers := hfDir(t)
+	tok, err := tokenizer.LoadDir(dir)
+	require.NoError(t, err)
+	full := answers[1].NewIDs
+	require.Len(t, full, 12)
+	// The stop string is the last two bytes of the text of the first 6 tokens, and must
+	// not occur earlier; the expected cut is the first prefix whose text holds it.
+	var stop string
+	for n := 6; n <= len(full) && stop == ""; n++ {
+		text := tok.Decode(full[:n], false)
+		if len(text) >= 2 && !strings.Contains(tok.Decode(full[:n-1], false), text[len(text)-2:]) {
+			stop = text[len(text)-2:]
+		}
+	}
+	require.NotEmpty(t, stop, "no usable stop string in %q", tok.Decode(full, false))
+	want := 0
+	for !strings.Contains(tok.Decode(full[:want], false), stop) {
+		want++
+	}
+	got := runJSON(t, "--model", dir, "--prompt", greedyPrompts[1], "--max-new-tokens", "12",
+		"--stop", "a string it never produces \x01", "--stop", stop)
+	assert.Equal(t, full[:want], got.NewIDs, "stops at the token that completes %q", stop)
+	assert.Contains(t, tok.Decode(got.NewIDs, false), stop)
+	assert.Less(t, want, len(full), "the stop string ends the generation early")
+}
+
+// recorder keeps each write separately, to see the text arrive in pieces.
+type recorder struct{ writes []string }
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.writes = append(r.writes, string(p))
+	return len(p), nil
+}
+
+// TestTextModeStreams: without --json the command writes the prompt, then each token's
+// text as it arrives, then a newline; the whole is the prompt followed by what the
+// continuation adds to tokenizers' decoding of the prompt (so a multi-byte character
+// split over tokens comes out whole, and no space is lost at the seam).
+func TestTextModeStreams(t *testing.T) {
+	dir, _, answers := hfDir(t)
+	for i := range greedyPrompts {
+		want := answers[i]
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			require.True(t, strings.HasPrefix(want.FullText, want.PromptText))
+			var out recorder
+			var errb bytes.Buffer
+			code := run([]string{"--model", dir, "--prompt", greedyPrompts[i], "--max-new-tokens", "12"}, &out, &errb)
+			require.Equal(t, 0, code, errb.String())
+			assert.Equal(t, greedyPrompts[i]+want.FullText[len(want.PromptText):]+"\n", strings.Join(out.writes, ""))
+			require.NotEmpty(t, out.writes)
+			assert.Equal(t, greedyPrompts[i], out.writes[0], "the prompt comes first")
+			assert.Greater(t, len(out.writes), 3, "the continuation arrives token by token: %q", out.writes)
+		})
+	}
+}
+
+// TestSeedRepeats: sampling with the same --seed draws the same tokens; without --seed
+// each run draws its own seed.
+func TestSeedRepeats(t *testing.T) {
+	dir, _, _ := hfDir(t)
+	args := []string{"--model", dir, "--prompt", greedyPrompts[0], "--max-new-tokens", "16", "--temperature", "1.5", "--top-k", "0"}
+	a := runJSON(t, append(args, "--seed", "3")...)
+	b := runJSON(t, append(args, "--seed", "3")...)
+	assert.Equal(t, a.NewIDs, b.NewIDs)
+	// Two unseeded runs drawing the same 16 tokens from a ~420-token vocabulary at
+	// temperature 1.5 (or a third equal to a seeded one) would mean a fixed seed.
+	c := runJSON(t, args...)
+	d := runJSON(t, args...)
+	assert.False(t, slices.Equal(c.NewIDs, d.NewIDs) && slices.Equal(c.NewIDs, a.NewIDs), "unseeded runs draw differently: %v %v", c.NewIDs, d.NewIDs)
+}
+
+// TestHelp: -h prints the synopsis and every flag, and exits 0.
+func TestHelp(t *testing.T) {
+	code, stdout, stderr := runCmd("-h")
+	assert.Equal(t, 0, code)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, usageLine)
+	for _, f := range []string{"model", "adapter", "prompt", "max-new-tokens", "greedy", "temperature", "top-k", "top-p",
+		"seed", "repetition-penalty", "stop", "device", "dtype", "json"} {
+		assert.Regexp(t, `(?m)^  -`+f+`( [A-Z]+)?$`, stderr, f)
+	}
+}
+
+// TestUsageErrors: a bad or conflicting flag is exit status 2 with a message naming
+// it and the synopsis, before anything is loaded (the directory need not exist).
+func TestUsageErrors(t *testing.T) {
+	base := []string{"--model", "/nonexistent", "--prompt", "hi"}
+	for _, c := range []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"no model", []string{"--prompt", "hi"}, "--model is required"},
+		{"no prompt", []string{"--model", "/nonexistent"}, "--prompt is required"},
+		{"unknown flag", append(base, "--beams", "4"), "flag provided but not defined: -beams"},
+		{"positional", append(base, "extra"), `unexpected arguments ["extra"]`},
+		{"bad number", append(base, "--max-new-tokens", "many"), "invalid value \"many\" for flag -max-new-tokens"},
+		{"zero new tokens", append(base, "--max-new-tokens", "0"), "--max-new-tokens must be at least 1, got 0"},
+		{"greedy and temperature", append(base, "--greedy", "--temperature", "0.7"), "--greedy conflicts with --temperature"},
+		{"greedy and top-p", append(base, "--greedy", "--top-p", "0.9", "--top-k", "5"), "--greedy conflicts with --top-k, --top-p"},
+		{"seed without sampling", append(base, "--seed", "1"), "--seed applies to sampling only"},
+		{"zero temperature", append(base, "--temperature", "0"), "--temperature must be > 0, got 0"},
+		{"NaN temperature", append(base, "--temperature", "NaN"), "--temperature must be > 0, got NaN"},
+		{"negative top-k", append(base, "--top-k", "-1"), "--top-k must be >= 0"},
+		{"top-p above 1", append(base, "--top-p", "1.5"), "--top-p must be in (0, 1], got 1.5"},
+		{"zero top-p", append(base, "--top-p", "0"), "--top-p must be in (0, 1], got 0"},
+		{"zero repetition penalty", append(base, "--repetition-penalty", "0"), "--repetition-penalty must be > 0"},
+		{"empty stop", append(base, "--stop", ""), `invalid value "" for flag -stop: a stop string may not be empty`},
+		{"bad device", append(base, "--device", "tpu"), `--device: torch: unknown device "tpu"`},
+		{"integer dtype", append(base, "--dtype", "int64"), "--dtype: the weights cannot be int64"},
+		{"unknown dtype", append(base, "--dtype", "fp8"), `--dtype: unknown dtype "fp8"`},
+		{"adapter", append(base, "--adapter", "/some/lora"), "--adapter: LoRA adapters are not supported yet (issue 34)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, stdout, stderr := runCmd(c.args...)
+			assert.Equal(t, 2, code)
+			assert.Empty(t, stdout)
+			assert.Contains(t, stderr, "generate: "+c.msg)
+			assert.Contains(t, stderr, usageLine)
+			assert.Equal(t, 1, strings.Count(stderr, "generate: "), "one message: %s", stderr)
+		})
+	}
+}
+
+// TestRuntimeErrors: a directory, tokenizer or prompt the command cannot use is exit
+// status 1 with a message that says what and where, and nothing on stdout.
+func TestRuntimeErrors(t *testing.T) {
+	dir, _, _ := hfDir(t)
+	tok, err := tokenizer.LoadDir(dir)
+	require.NoError(t, err)
+	long := strings.Repeat("The quick brown fox. ", 40)
+	longN := len(tok.Encode(long, true))
+	require.Greater(t, longN, 64)
+	// A prompt that fits the context of 64 with room for a few tokens only.
+	fits := strings.Repeat("The dog. ", 20)
+	for len(tok.Encode(fits, true)) > 60 {
+		fits = fits[:len(fits)-4]
+	}
+	fitsN := len(tok.Encode(fits, true))
+	require.Greater(t, fitsN, 50)
+
+	for _, c := range []struct {
+		name  string
+		setup func(t *testing.T, dir string) // changes a copy of the directory
+		args  []string
+		msgs  []string
+	}{
+		{name: "no directory", args: []string{"--model", filepath.Join(t.TempDir(), "absent")},
+			msgs: []string{"tokenizer.json", "no such file or directory"}},
+		{name: "no tokenizer.json", setup: func(t *testing.T, d string) { require.NoError(t, os.Remove(filepath.Join(d, "tokenizer.json"))) },
+			msgs: []string{"tokenizer.json: no such file or directory"}},
+		{name: "malformed tokenizer.json", setup: func(t *testing.T, d string) {
+			require.NoError(t, os.WriteFile(filepath.Join(d, "tokenizer.json"), []byte("{\"model\": {\"type\": \"BPE\",\n  \"vocab\": {\"a\": 0,,}}}"), 0o644))
+		}, msgs: []string{"tokenizer.json", "malformed JSON at line 2"}},
+		{name: "unsupported tokenizer model", setup: func(t *testing.T, d string) {
+			writeJSON(t, filepath.Join(d, "tokenizer.json"), map[string]any{"version": "1.0",
+				"model": map[string]any{"type": "WordPiece", "vocab": map[string]int{"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"}})
+		}, msgs: []string{"tokenizer.json", "WordPiece", "not supported"}},
+		{name: "unknown model_type", setup: func(t *testing.T, d string) { setConfig(t, d, map[string]any{"model_type": "mamba9"}) },
+			msgs: []string{"config.json", `model_type "mamba9" is not supported (supported: `, "gpt2"}},
+		{name: "config disagrees with the weights", setup: func(t *testing.T, d string) { setConfig(t, d, map[string]any{"n_embd": 48}) },
+			msgs: []string{"shape"}},
+		{name: "no weights", setup: func(t *testing.T, d string) { require.NoError(t, os.Remove(filepath.Join(d, "model.safetensors"))) },
+			msgs: []string{"safetensors"}},
+		{name: "malformed generation_config.json", setup: func(t *testing.T, d string) {
+			require.NoError(t, os.WriteFile(filepath.Join(d, "generation_config.json"), []byte(`{"eos_token_id": "end"}`), 0o644))
+		}, msgs: []string{"generation_config.json: eos_token_id"}},
+		{name: "prompt of no tokens", setup: func(t *testing.T, d string) {
+			// Without the post-processor's BOS an empty prompt has no token to continue.
+			path := filepath.Join(d, "tokenizer.json")
+			var tj map[string]any
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal(b, &tj))
+			tj["post_processor"] = nil
+			writeJSON(t, path, tj)
+		}, args: []string{"--prompt", ""}, msgs: []string{`the prompt "" encodes to no tokens`}},
+		{name: "prompt longer than the context", args: []string{"--prompt", long},
+			msgs: []string{fmt.Sprintf("the prompt is %d tokens", longN), "context of 64 positions"}},
+		{name: "prompt and new tokens past the context", args: []string{"--prompt", fits, "--max-new-tokens", "20"},
+			msgs: []string{fmt.Sprintf("the prompt's %d tokens plus --max-new-tokens 20 exceed the model's context of 64 positions", fitsN),
+				fmt.Sprintf("give --max-new-tokens %d or less", 64-fitsN)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := dir
+			if c.setup != nil {
+				d = copyDir(t, dir)
+				c.setup(t, d)
+			}
+			args := append([]string{"--model", d, "--prompt", "hello", "--max-new-tokens", "4"}, c.args...)
+			code, stdout, stderr := runCmd(args...)
+			assert.Equal(t, 1, code, stderr)
+			assert.Empty(t, stdout)
+			assert.True(t, strings.HasPrefix(stderr, "generate: "), stderr)
+			for _, m := range c.msgs {
+				assert.Contains(t, stderr, m)
+			}
+			assert.NotContains(t, stderr, "goroutine", "no panic")
+		})
+	}
+}
+
+// TestNoCUDA: --device cuda on a machine without a GPU is a runtime error that says so.
+func TestNoCUDA(t *testing.T) {
+	if torch.CUDAIsAvailable() {
+		t.Skip("this machine has CUDA")
+	}
+	for _, dev := range []string{"cuda", "cuda:1"} {
+		code, stdout, stderr := runCmd("--model", t.TempDir(), "--prompt", "hi", "--device", dev)
+		assert.Equal(t, 1, code)
+		assert.Empty(t, stdout)
+		assert.Contains(t, stderr, "generate: --device "+dev+": CUDA is not available on this machine")
+	}
+}
+
+// copyDir copies the regular files of dir into a new temporary directory.
+func copyDir(t *testing.T, dir string) string {
+	t.Helper()
+	to := t.TempDir()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(to, e.Name()), b, 0o644))
+	}
+	return to
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+}
+
+// setConfig changes fields of dir's config.json.
+func setConfig(t *testing.T, dir string, fields map[string]any) {
+	t.Helper()
+	path := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal(b, &cfg))
+	for k, v := range fields {
+		cfg[k] = v
+	}
+	writeJSON(t, path, cfg)
+}
