@@ -10,7 +10,7 @@ const (
 	TrainBegin          Event = iota // Run starts (after a resume is restored)
 	EpochBegin                       // an epoch starts (also when resuming into its middle)
 	BeforeBackward                   // a micro-batch's loss is computed (Trainer.StepLoss, Trainer.Batch)
-	BatchEnd                         // a training micro-batch finished its backward pass (a fused step: its optimizer step too)
+	BatchEnd                         // a training micro-batch finished its backward pass (a one-call step: its optimizer step too)
 	Logged                           // a logging point's sums were read, after its batch's BatchEnd (Trainer.LastLoss, TrainMetrics; every Config.LogEvery batches and the epoch's last)
 	BeforeOptimizerStep              // gradients are complete (averaged, unscaled, clipped)
 	AfterOptimizerStep               // the optimizer stepped (or skipped), GlobalStep counts it
@@ -65,7 +65,7 @@ const allEvents = EventSet(1<<(TrainEnd+1) - 1)
 // Subscriber is implemented by callbacks that act at some events only: the Trainer calls
 // them at those alone. A callback without it is called at every event; a Trainer must
 // then stop at each, which keeps it from running its default step in one call into
-// libtorch (WithFusedStep), or a run of steps in one (WithStepsPerCall). All of this
+// libtorch (WithOneCallStep), or a run of steps in one (WithStepsPerCall). All of this
 // package's callbacks are Subscribers. The Trainer asks Events at every event and at the
 // start of every epoch, so a callback may stop listening once it has what it needs (a
 // recorder of the first epoch's losses), and the later epochs run as if it were not

@@ -96,7 +96,7 @@ func ExampleWithTrainStep() {
 }
 
 // A Resident loader keeps the dataset in libtorch memory, and the Trainer then runs its
-// fused steps in runs, several in one call into libtorch, as long as nothing listens
+// one-call steps in runs, several in one call into libtorch, as long as nothing listens
 // between steps: a callback at Logged (each logging point) is fine, one at BatchEnd
 // brings back one step per call. The results are the same to the bit either way.
 func ExampleWithStepsPerCall() {

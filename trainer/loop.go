@@ -43,7 +43,7 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 	}
 	began := time.Now()
 	nn.SetTraining(t.Model, true)
-	t.fused = t.planFused()
+	t.oneCall = t.planOneCall()
 	// The iterator gets its own context: a cancel is seen between optimizer steps (below),
 	// so a step and its accumulation window always complete before the state is saved.
 	it := t.Train.Iter(context.Background(), epoch, start)
@@ -97,11 +97,15 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 }
 
 // step runs one optimizer step over up to n micro-batches of the current window, inside
-// runEpoch's scope (renewed after it).
-// It returns false when the epoch's data ran out before any batch.
+// runEpoch's scope (renewed after it). It returns false when the epoch's data ran out
+// before any batch.
+//
+// Each micro-batch's BatchEnd fires once the next one has arrived, and the last one's
+// after the optimizer step, so that in every step path BatchEnd follows the optimizer
+// step of the batch that completes a window (Lightning's on_train_batch_end).
 func (t *Trainer) step(it *data.Iter, n, k int) (stepped bool, err error) {
-	if t.fused != nil {
-		return t.stepFused(it)
+	if t.oneCall != nil {
+		return t.stepOneCall(it)
 	}
 	if t.BatchInEpoch%k == 0 {
 		t.Optimizer.ZeroGrad(true)
@@ -112,20 +116,16 @@ func (t *Trainer) step(it *data.Iter, n, k int) (stepped bool, err error) {
 		if !ok {
 			break
 		}
+		if got > 0 {
+			if err := t.endBatch(); err != nil {
+				return false, err
+			}
+		}
 		if err := t.microStep(b, k); err != nil {
 			return false, err
 		}
 		got++
 		t.BatchInEpoch++
-		if t.progress.due(t.BatchInEpoch) {
-			if err := t.logPoint(); err != nil {
-				return false, err
-			}
-		}
-		err := t.fireBatchEnd()
-		if err != nil {
-			return false, err
-		}
 	}
 	if got == 0 {
 		return false, nil
@@ -133,7 +133,19 @@ func (t *Trainer) step(it *data.Iter, n, k int) (stepped bool, err error) {
 	if err := t.optimizerStep(); err != nil {
 		return false, err
 	}
-	return true, nil
+	return true, t.endBatch()
+}
+
+// endBatch is the bookkeeping every step path runs after a batch, whatever executed
+// it: the logging point when one is due (the progress line, the metrics read, the NaN
+// check), then BatchEnd and, at a logging point, Logged.
+func (t *Trainer) endBatch() error {
+	if t.progress.due(t.BatchInEpoch) {
+		if err := t.logPoint(); err != nil {
+			return err
+		}
+	}
+	return t.fireBatchEnd()
 }
 
 // stepError turns a *torch.Error panic in a step into an error naming where it

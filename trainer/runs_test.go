@@ -78,7 +78,7 @@ func TestStepsPerCall(t *testing.T) {
 			}, trainer.Logged)
 			tt := residentTrainer(t, shuffle, trainer.WithStepsPerCall(n), trainer.WithCallbacks(rec))
 			require.NoError(t, tt.Run(context.Background()))
-			require.True(t, tt.FusedStep())
+			require.True(t, tt.OneCallStep())
 			assert.Equal(t, n, tt.StepsPerCall(), "shuffle=%v", shuffle)
 			assert.Equal(t, int64(26), tt.GlobalStep)
 			losses := []float64{tt.History[0].TrainLoss, tt.History[1].TrainLoss}
@@ -113,7 +113,7 @@ func TestStepsPerCallWhen(t *testing.T) {
 			tt.Scheduler, tt.Config.SchedulerInterval = optim.NewStepLR(tt.Optimizer, 2, 0.5), trainer.PerStep
 			return nil
 		}}, 1},
-		{"steps not fused", []trainer.Option{trainer.WithFusedStep(false)}, 1},
+		{"steps not in one call", []trainer.Option{trainer.WithOneCallStep(false)}, 1},
 		{"one step per call", []trainer.Option{trainer.WithStepsPerCall(1)}, 1},
 	}
 	for _, c := range cases {
@@ -126,7 +126,7 @@ func TestStepsPerCallWhen(t *testing.T) {
 	// A loader that is not Resident hands out batches one by one.
 	tt := mlpTrainer(t, false, trainer.WithStepsPerCall(8))
 	require.NoError(t, tt.Run(context.Background()))
-	assert.True(t, tt.FusedStep())
+	assert.True(t, tt.OneCallStep())
 	assert.Equal(t, 1, tt.StepsPerCall())
 }
 

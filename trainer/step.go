@@ -13,7 +13,7 @@ import (
 // LossFunc adapts a function to an nn.Loss, as http.HandlerFunc does: New and the
 // default steps take the loss as an nn.Loss, so that nn's loss modules go in as they are
 // (&nn.CrossEntropyLoss{}) and the Trainer can tell a built-in loss it may run in one
-// call into libtorch (WithFusedStep).
+// call into libtorch (WithOneCallStep).
 type LossFunc func(output, target *torch.Tensor) *torch.Tensor
 
 // Forward calls f.

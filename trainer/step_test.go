@@ -173,11 +173,55 @@ func TestEventsOfAStep(t *testing.T) {
 	tt := mlpTrainer(t, true, trainer.WithAccumulation(2), trainer.WithCallbacks(rec))
 	require.NoError(t, tt.Run(context.Background()))
 	// Every batch of these 4 is a logging point (Config.LogEvery 0: a tenth of the epoch).
+	// The batch that completes a window ends after its optimizer step.
 	window := []trainer.Event{trainer.BeforeBackward, trainer.BatchEnd, trainer.Logged, trainer.BeforeBackward,
-		trainer.BatchEnd, trainer.Logged, trainer.BeforeOptimizerStep, trainer.AfterOptimizerStep}
+		trainer.BeforeOptimizerStep, trainer.AfterOptimizerStep, trainer.BatchEnd, trainer.Logged}
 	want := append(append([]trainer.Event{trainer.TrainBegin, trainer.EpochBegin}, window...), window...)
 	want = append(want, trainer.ValidationBatchEnd)
 	assert.Equal(t, want, got)
+}
+
+// TestEventOrderInEveryStepPath: one recorder, listening to the events a path can serve,
+// sees the same events at the same steps, with the same state, whether each step runs
+// op by op, in one call into libtorch, or in runs of steps in one call.
+func TestEventOrderInEveryStepPath(t *testing.T) {
+	type seen struct {
+		Event      trainer.Event
+		Step       int64
+		Batch      int
+		LogPoint   bool
+		LastLoss   float64
+		TrainCount int
+	}
+	record := func(events ...trainer.Event) (*[]seen, trainer.Callback) {
+		var got []seen
+		return &got, trainer.On(func(e trainer.Event, tt *trainer.Trainer) error {
+			got = append(got, seen{e, tt.GlobalStep, tt.BatchInEpoch, tt.LogPoint, tt.LastLoss, len(tt.TrainMetrics)})
+			return nil
+		}, events...)
+	}
+	run := func(events []trainer.Event, opts ...trainer.Option) ([]seen, *trainer.Trainer) {
+		got, cb := record(events...)
+		tt := residentTrainer(t, true, append(opts, trainer.WithCallbacks(cb))...)
+		require.NoError(t, tt.Run(context.Background()))
+		return *got, tt
+	}
+	// Everything but the two events only op-by-op steps serve.
+	stepEvents := []trainer.Event{trainer.TrainBegin, trainer.EpochBegin, trainer.BatchEnd, trainer.Logged,
+		trainer.AfterOptimizerStep, trainer.EpochEnd, trainer.TrainEnd}
+	perOp, tt := run(stepEvents, trainer.WithOneCallStep(false))
+	require.False(t, tt.OneCallStep())
+	oneCall, tt := run(stepEvents, trainer.WithStepsPerCall(1))
+	require.True(t, tt.OneCallStep())
+	assert.Equal(t, perOp, oneCall, "op by op and in one call")
+	require.NotEmpty(t, perOp)
+
+	// Runs of steps serve everyone who does not listen to each step.
+	runEvents := []trainer.Event{trainer.TrainBegin, trainer.EpochBegin, trainer.Logged, trainer.EpochEnd, trainer.TrainEnd}
+	perOp, _ = run(runEvents, trainer.WithOneCallStep(false))
+	runs, tt := run(runEvents, trainer.WithStepsPerCall(16))
+	require.Equal(t, 16, tt.StepsPerCall())
+	assert.Equal(t, perOp, runs, "op by op and in runs of steps")
 }
 
 // TestEarlyStoppingWithoutRunDir: early stopping is a policy, not a file writer.

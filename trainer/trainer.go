@@ -17,7 +17,7 @@
 // update; per-step scheduler (only when the optimizer stepped); global_step++.
 //
 // The default step over a built-in model, loss and optimizer runs as one call into
-// libtorch per step (WithFusedStep says when), with the same ATen calls and results;
+// libtorch per step (WithOneCallStep says when), with the same ATen calls and results;
 // over a Resident loader, with nothing listening between steps, a run of such steps is
 // one call (WithStepsPerCall).
 //
@@ -122,9 +122,9 @@ type Trainer struct {
 	runConfig    json.RawMessage // WithRunConfig
 	announced    bool
 	loss         nn.Loss    // New's loss when the training step is the default one
-	fuse         bool       // WithFusedStep
+	fuse         bool       // WithOneCallStep
 	stepsPerCall int        // WithStepsPerCall
-	fused        *fusedStep // the epoch's training steps run in one call each (nil: not)
+	oneCall      *oneCallStep // the epoch's training steps run in one call each (nil: not)
 }
 
 // New makes a trainer. The model is moved to the chosen device; build the optimizer
@@ -158,7 +158,7 @@ func New(model nn.Module, train, val *data.Loader, loss nn.Loss, opt optim.Optim
 		if t.trainStep, err = bind(LossStep(loss), model, "default training"); err != nil {
 			return nil, fmt.Errorf("%w (a model without a one-input Forward needs WithTrainStep)", err)
 		}
-		t.loss = loss // the default step: it may run fused
+		t.loss = loss // the default step: it may run in one call
 	}
 	if t.evalStep == nil {
 		if t.evalStep, err = bind(ClassificationStep(loss), model, "default evaluation"); err != nil {

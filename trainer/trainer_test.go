@@ -102,13 +102,13 @@ func snap(t *testing.T, tt *trainer.Trainer) snapshot {
 
 // TestExactResume stops a run at an epoch boundary and in the middle of an epoch, resumes
 // it from last.pt, and compares the result with an uninterrupted run bit for bit. The
-// uninterrupted run takes the fused step (no callback stops it at every event); the
+// uninterrupted run takes the one-call step (no callback stops it at every event); the
 // interrupted runs take it or not, as their stopper asks: so this also shows that the
 // fused step and the step made call by call train the same bits, across resumes.
 func TestExactResume(t *testing.T) {
 	ref := newCNN(t, t.TempDir())
 	require.NoError(t, ref.Run(context.Background()))
-	require.True(t, ref.FusedStep(), "the CNN's default step runs fused")
+	require.True(t, ref.OneCallStep(), "the CNN's default step runs fused")
 	want := snap(t, ref)
 	require.Len(t, ref.History, 3)
 
@@ -142,7 +142,7 @@ func TestExactResume(t *testing.T) {
 				}
 				first := newCNN(t, dir, trainer.WithCallbacks(stopper))
 				err := first.Run(ctx)
-				assert.Equal(t, fused, first.FusedStep())
+				assert.Equal(t, fused, first.OneCallStep())
 				var ie *trainer.InterruptedError
 				require.True(t, errors.As(err, &ie), "got %v", err)
 				require.True(t, errors.Is(err, context.Canceled))

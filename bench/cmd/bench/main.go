@@ -513,7 +513,7 @@ func loopResult(out, impl string, w loopio.Workload, threads int) (*loopio.Resul
 		return nil, fmt.Errorf("%s ran Adam %q, not %q", impl, res.Adam, want)
 	}
 	// The Trainer columns measure its default step as a user gets it: in one call into
-	// libtorch per step (trainer.WithFusedStep).
+	// libtorch per step (trainer.WithOneCallStep).
 	if (impl == "go" || impl == "go-unfused") && !w.BF16 && !res.FusedStep {
 		return nil, fmt.Errorf("%s %s: the Trainer did not run its fused step", impl, w.Name)
 	}

@@ -54,7 +54,7 @@ func main() {
 	device := flag.String("device", "cpu", "device for the Trainer run: cpu, cuda, cuda:N (scripts/gpu/run.sh)")
 	fused := flag.Bool("fused", true, "fused Adam (optim.AdamOptions.Fused, cmd/train's default); false: the multi-tensor (_foreach_*) arithmetic of Python's Adam(foreach=True)")
 	raw := flag.Bool("raw", false, "the loop written directly against package torch, narrowing each batch out of the in-memory tensors, without Trainer and Loader")
-	flag.BoolVar(&fuseStep, "fusedstep", true, "let the Trainer run its step as one call into libtorch (trainer.WithFusedStep); false: call by call")
+	flag.BoolVar(&fuseStep, "fusedstep", true, "let the Trainer run its step as one call into libtorch (trainer.WithOneCallStep); false: call by call")
 	flag.IntVar(&stepsPerCall, "steps-per-call", trainer.DefaultStepsPerCall, "the most fused steps the Trainer runs per call into libtorch (trainer.WithStepsPerCall); 1: one step per call")
 	pair := flag.Int("pair", 0, "1: take turns with another loop, waiting for a line on stdin before each epoch and printing \"epoch N\" after it (paired epochs, bench/README.md)")
 	flag.Parse()
@@ -201,7 +201,7 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 	}
 	tr, err := trainer.New(m, loader, nil, ce, opt,
 		trainer.WithOutput(io.Discard), trainer.WithDevice(device), trainer.WithSeed(seed),
-		trainer.WithAMP(precision), trainer.WithCallbacks(record), trainer.WithFusedStep(fuseStep), trainer.WithStepsPerCall(stepsPerCall),
+		trainer.WithAMP(precision), trainer.WithCallbacks(record), trainer.WithOneCallStep(fuseStep), trainer.WithStepsPerCall(stepsPerCall),
 		func(t *trainer.Trainer) error { t.Config.Threads = threads; return nil })
 	if err != nil {
 		return nil, err
@@ -265,7 +265,7 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 		res.GoAllocBytesPerStep = float64(ms.TotalAlloc-ms0.TotalAlloc) / float64(reps*res.Steps)
 		res.GoAllocsPerStep = float64(ms.Mallocs-ms0.Mallocs) / float64(reps*res.Steps)
 	}
-	res.FusedStep = !raw && tr.FusedStep()
+	res.FusedStep = !raw && tr.OneCallStep()
 	if !raw {
 		res.StepsPerCall = tr.StepsPerCall()
 	}

@@ -75,7 +75,7 @@ type Result struct {
 	GoAllocBytesPerStep float64 `json:"go_alloc_bytes_per_step,omitempty"`
 	GoAllocsPerStep     float64 `json:"go_allocs_per_step,omitempty"`
 	// FusedStep is true when the Trainer ran its steps as one call each
-	// (trainer.WithFusedStep).
+	// (trainer.WithOneCallStep).
 	FusedStep bool `json:"fused_step,omitempty"`
 	// StepsPerCall is the most steps the Trainer ran per call in the timed epochs
 	// (trainer.WithStepsPerCall).

@@ -24,9 +24,9 @@ type wrapped struct {
 
 func (w *wrapped) Forward(x *torch.Tensor) *torch.Tensor { return w.inner.Forward(x) }
 
-// TestFusedStepWhen: the default step runs fused exactly when nothing needs the Trainer
+// TestOneCallStepWhen: the default step runs in one call exactly when nothing needs the Trainer
 // between its parts, and the run's results do not depend on it.
-func TestFusedStepWhen(t *testing.T) {
+func TestOneCallStepWhen(t *testing.T) {
 	noop := func(trainer.Event, *trainer.Trainer) error { return nil }
 	cases := []struct {
 		name  string
@@ -34,7 +34,7 @@ func TestFusedStepWhen(t *testing.T) {
 		fused bool
 	}{
 		{"default", nil, true},
-		{"turned off", []trainer.Option{trainer.WithFusedStep(false)}, false},
+		{"turned off", []trainer.Option{trainer.WithOneCallStep(false)}, false},
 		{"callbacks at BatchEnd and EpochEnd", []trainer.Option{trainer.WithCallbacks(trainer.On(noop, trainer.BatchEnd, trainer.EpochEnd), &trainer.LRMonitor{})}, true},
 		{"a callback at every event", []trainer.Option{trainer.WithCallbacks(trainer.CallbackFunc(noop))}, false},
 		{"a callback at BeforeBackward", []trainer.Option{trainer.WithCallbacks(trainer.On(noop, trainer.BeforeBackward))}, false},
@@ -53,16 +53,16 @@ func TestFusedStepWhen(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			tt := mlpTrainer(t, true, append(c.opts, trainer.WithEpochs(2))...)
 			require.NoError(t, tt.Run(context.Background()))
-			assert.Equal(t, c.fused, tt.FusedStep())
+			assert.Equal(t, c.fused, tt.OneCallStep())
 			if c.name == "turned off" {
 				ref = []float64{tt.History[0].TrainLoss, tt.History[1].TrainLoss, tt.History[1].ValLoss}
 			}
 		})
 	}
-	// The same run fused and not: the same losses, to the bit.
+	// The same run in one call and not: the same losses, to the bit.
 	tt := mlpTrainer(t, true, trainer.WithEpochs(2))
 	require.NoError(t, tt.Run(context.Background()))
-	require.True(t, tt.FusedStep())
+	require.True(t, tt.OneCallStep())
 	require.NotNil(t, ref)
 	assert.Equal(t, ref, []float64{tt.History[0].TrainLoss, tt.History[1].TrainLoss, tt.History[1].ValLoss})
 
@@ -87,15 +87,15 @@ func TestFusedStepWhen(t *testing.T) {
 			tt, err := trainer.New(m, tr, va, loss, opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard), trainer.WithEpochs(1))
 			require.NoError(t, err)
 			require.NoError(t, tt.Run(context.Background()))
-			assert.False(t, tt.FusedStep())
+			assert.False(t, tt.OneCallStep())
 		})
 	}
 }
 
-// TestEventsOfAFusedStep: a fused step fires BatchEnd and AfterOptimizerStep, with
-// GlobalStep the step's own at BatchEnd as in a step made call by call, and a callback
-// made with On is called at its events alone.
-func TestEventsOfAFusedStep(t *testing.T) {
+// TestEventsOfAOneCallStep: a one-call step fires AfterOptimizerStep and then BatchEnd,
+// with GlobalStep counting the step just taken at BatchEnd as in a step made call by
+// call, and a callback made with On is called at its events alone.
+func TestEventsOfAOneCallStep(t *testing.T) {
 	var got []trainer.Event
 	var steps []int64
 	rec := trainer.On(func(e trainer.Event, tt *trainer.Trainer) error {
@@ -108,12 +108,12 @@ func TestEventsOfAFusedStep(t *testing.T) {
 	}, trainer.BatchEnd, trainer.AfterOptimizerStep, trainer.EpochEnd)
 	tt := mlpTrainer(t, true, trainer.WithCallbacks(rec))
 	require.NoError(t, tt.Run(context.Background()))
-	require.True(t, tt.FusedStep())
-	step := []trainer.Event{trainer.BatchEnd, trainer.AfterOptimizerStep}
+	require.True(t, tt.OneCallStep())
+	step := []trainer.Event{trainer.AfterOptimizerStep, trainer.BatchEnd}
 	var want []trainer.Event
 	for range 4 {
 		want = append(want, step...)
 	}
 	assert.Equal(t, append(want, trainer.EpochEnd), got)
-	assert.Equal(t, []int64{0, 1, 2, 3}, steps)
+	assert.Equal(t, []int64{1, 2, 3, 4}, steps)
 }

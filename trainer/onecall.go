@@ -10,7 +10,7 @@ import (
 	"github.com/gotrain/gotrain/torch/optim"
 )
 
-// WithFusedStep says whether the Trainer may run its default training step as one call
+// WithOneCallStep says whether the Trainer may run its default training step as one call
 // into libtorch (torch.TrainStep: zero_grad, forward, loss, the running loss sum,
 // backward and the optimizer step), which it does (default on) when all of these hold:
 //   - the training step is the default one (no WithTrainStep), over a loss that
@@ -21,13 +21,13 @@ import (
 //   - no callback acts at BeforeBackward or BeforeOptimizerStep (a callback acts at the
 //     events its Events method names, or at every event without one: see Subscriber).
 //
-// The fused step makes the same ATen calls in the same order as the step run call by
+// The one-call step makes the same ATen calls in the same order as the step run call by
 // call, so losses, weights, optimizer state, checkpoints and resumes are the same to the
 // bit; what it saves is the crossings and the Go code between them, several percent of a
 // small model's step. One thing differs: BatchEnd comes after the optimizer step, not
 // before it (GlobalStep is still the step's own then, as before). Turn it off to compare,
 // or for a callback that needs the parameters as they were before the step at BatchEnd.
-func WithFusedStep(on bool) Option { return func(t *Trainer) error { t.fuse = on; return nil } }
+func WithOneCallStep(on bool) Option { return func(t *Trainer) error { t.fuse = on; return nil } }
 
 // DefaultStepsPerCall is WithStepsPerCall's default.
 const DefaultStepsPerCall = 64
@@ -38,12 +38,12 @@ const DefaultStepsPerCall = 64
 // step, within [1, WithStepsPerCall's n].
 const runTime = 20 * time.Millisecond
 
-// WithStepsPerCall sets the most fused training steps (WithFusedStep) the Trainer runs in
+// WithStepsPerCall sets the most one-call training steps (WithOneCallStep) the Trainer runs in
 // one call into libtorch, over batches that libtorch slices itself from a Resident
 // loader's tensors (torch.TrainStep.RunBatches): between them no Go code runs, which
 // brings a small model's step to the speed of the same loop in C++. The Trainer does it
 // only where nothing could tell the steps apart from steps run one by one:
-//   - the steps are fused (WithFusedStep says when);
+//   - the steps run in one call (WithOneCallStep says when);
 //   - the training loader is Resident, without OnDevice;
 //   - no callback acts at BatchEnd or AfterOptimizerStep, and no scheduler steps per
 //     optimizer step (SchedulerInterval PerStep): nothing runs between the steps (a
@@ -64,19 +64,19 @@ func WithStepsPerCall(n int) Option {
 // the last one) runs per call into libtorch: 1 unless its steps run in runs
 // (WithStepsPerCall).
 func (t *Trainer) StepsPerCall() int {
-	if t.fused == nil || t.fused.runs < 2 {
+	if t.oneCall == nil || t.oneCall.runs < 2 {
 		return 1
 	}
-	return t.fused.runs
+	return t.oneCall.runs
 }
 
-// FusedStep reports whether the current epoch's training steps (or, between epochs, the
-// last epoch's) run as one call into libtorch each (WithFusedStep).
-func (t *Trainer) FusedStep() bool { return t.fused != nil }
+// OneCallStep reports whether the current epoch's training steps (or, between epochs, the
+// last epoch's) run as one call into libtorch each (WithOneCallStep).
+func (t *Trainer) OneCallStep() bool { return t.oneCall != nil }
 
-// fusedStep is the state of a fused epoch: its step, built once per epoch, and the
+// oneCallStep is the state of a one-call epoch: its step, built once per epoch, and the
 // optimizer whose arguments it takes for every step.
-type fusedStep struct {
+type oneCallStep struct {
 	step torch.TrainStep
 	opt  optim.Stepper
 	args torch.OptimizerArgs
@@ -89,10 +89,10 @@ type fusedStep struct {
 	next    int // the next run's length (runTime)
 }
 
-// planFused returns the epoch's fused step, or nil when the default step must run call
-// by call (WithFusedStep says when). It runs at the start of each epoch, once the model
+// planOneCall returns the epoch's one-call step, or nil when the default step must run call
+// by call (WithOneCallStep says when). It runs at the start of each epoch, once the model
 // is in training mode: the stages hold the layers' settings as they are then.
-func (t *Trainer) planFused() *fusedStep {
+func (t *Trainer) planOneCall() *oneCallStep {
 	if !t.fuse || t.loss == nil || t.Config.Accumulation > 1 || t.Config.GradClip > 0 || t.Scaler.Enabled() {
 		return nil
 	}
@@ -124,7 +124,7 @@ func (t *Trainer) planFused() *fusedStep {
 	if !ok {
 		return nil
 	}
-	f := &fusedStep{opt: opt}
+	f := &oneCallStep{opt: opt}
 	f.step = torch.TrainStep{Stages: stages, Loss: loss, SumFlags: torch.AccumulateTrack}
 	perStep := t.Scheduler != nil && t.Config.SchedulerInterval == PerStep
 	if t.stepsPerCall > 1 && !perStep && !heard.Has(BatchEnd) && !heard.Has(AfterOptimizerStep) {
@@ -133,10 +133,10 @@ func (t *Trainer) planFused() *fusedStep {
 	return f
 }
 
-// planRuns keeps the epoch's runs of steps (planFused) when its iterator can hand them
+// planRuns keeps the epoch's runs of steps (planOneCall) when its iterator can hand them
 // out (data.Iter.Runs).
 func (t *Trainer) planRuns(it *data.Iter) {
-	f := t.fused
+	f := t.oneCall
 	if f == nil || f.runs == 0 {
 		return
 	}
@@ -149,11 +149,11 @@ func (t *Trainer) planRuns(it *data.Iter) {
 	}
 }
 
-// stepRun trains a run of up to t.fused.runs batches, ending at the next logging point,
-// in one call (torch.TrainStep.RunBatches), with the bookkeeping of as many fused steps
-// and none of their events (planFused made sure that nobody listens to them).
+// stepRun trains a run of up to t.oneCall.runs batches, ending at the next logging point,
+// in one call (torch.TrainStep.RunBatches), with the bookkeeping of as many one-call steps
+// and none of their events (planOneCall made sure that nobody listens to them).
 func (t *Trainer) stepRun(it *data.Iter) (stepped bool, err error) {
-	f := t.fused
+	f := t.oneCall
 	n := min(max(f.next, 1), f.runs, t.progress.nextDue(t.BatchInEpoch)-t.BatchInEpoch)
 	first, ok := it.NextRun(n, data.Input, f.target, &f.batches)
 	if !ok {
@@ -179,14 +179,12 @@ func (t *Trainer) stepRun(it *data.Iter) (stepped bool, err error) {
 		t.Batch = data.Batch{Index: first + done - 1, Size: int(f.batches.Sizes[done-1])}
 	}
 	if t.progress.due(t.BatchInEpoch) {
-		// The run ends here: the state is the logging point's batch's, as Logged expects,
-		// and GlobalStep is its step's own, as at a fused step's BatchEnd.
-		t.GlobalStep--
+		// The run ends here: the state is the logging point's batch's, after its
+		// optimizer step, as at any other step path's Logged.
 		err := t.logPoint()
 		if err == nil {
 			err = t.fire(Logged)
 		}
-		t.GlobalStep++
 		t.LogPoint = false
 		if err != nil {
 			return false, err
@@ -196,7 +194,7 @@ func (t *Trainer) stepRun(it *data.Iter) (stepped bool, err error) {
 }
 
 func (t *Trainer) runBatches(first int) (err error) {
-	f := t.fused
+	f := t.oneCall
 	b := &f.batches
 	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d batch %d", t.Epoch+1, first+b.Done+1) },
 		int(b.Sizes[min(b.Done, len(b.Sizes)-1)]))
@@ -209,35 +207,30 @@ func (t *Trainer) runBatches(first int) (err error) {
 	return nil
 }
 
-// stepFused trains one batch with the fused step: the Trainer's step for a window of one
+// stepOneCall trains one batch with the one-call step: the Trainer's step for a window of one
 // micro-batch, with the same bookkeeping and events (less the two nobody listens to).
-func (t *Trainer) stepFused(it *data.Iter) (stepped bool, err error) {
-	if t.fused.runs > 1 {
+func (t *Trainer) stepOneCall(it *data.Iter) (stepped bool, err error) {
+	if t.oneCall.runs > 1 {
 		return t.stepRun(it)
 	}
 	b, ok := it.Next()
 	if !ok {
 		return false, nil
 	}
-	if err := t.runFused(b); err != nil {
+	if err := t.runOneCall(b); err != nil {
 		return false, err
 	}
 	t.BatchInEpoch++
-	if t.progress.due(t.BatchInEpoch) {
-		if err := t.logPoint(); err != nil {
-			return false, err
-		}
-	}
-	if err := t.fireBatchEnd(); err != nil {
+	if err := t.stepped(true); err != nil {
 		return false, err
 	}
-	return true, t.stepped(true)
+	return true, t.endBatch()
 }
 
-func (t *Trainer) runFused(b data.Batch) (err error) {
+func (t *Trainer) runOneCall(b data.Batch) (err error) {
 	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d batch %d", t.Epoch+1, t.BatchInEpoch+1) }, b.Size)
 	t.Batch = batchOn(t.Train, b, t.Device)
-	f := t.fused
+	f := t.oneCall
 	f.args = f.opt.StepArgs()
 	s := &f.step
 	s.Optimizer = &f.args
