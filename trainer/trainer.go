@@ -121,9 +121,9 @@ type Trainer struct {
 	modelConfig  string
 	runConfig    json.RawMessage // WithRunConfig
 	announced    bool
-	loss         nn.Loss    // New's loss when the training step is the default one
-	fuse         bool       // WithOneCallStep
-	stepsPerCall int        // WithStepsPerCall
+	loss         nn.Loss      // New's loss when the training step is the default one
+	fuse         bool         // WithOneCallStep
+	stepsPerCall int          // WithStepsPerCall
 	oneCall      *oneCallStep // the epoch's training steps run in one call each (nil: not)
 }
 
