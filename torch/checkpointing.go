@@ -1,0 +1,91 @@
+package torch
+
+import (
+	"fmt"
+
+	"github.com/gotrain/gotrain/cgotorch"
+)
+
+// Checkpoint returns f(inputs) with activation checkpointing, as PyTorch's
+// torch.utils.checkpoint.checkpoint(f, *inputs, use_reentrant=True): f runs with
+// gradient recording off, so none of its intermediate activations is kept — only its
+// inputs — and the backward pass runs f again over the same inputs, with recording on,
+// the same random-generator state (a dropout inside f draws the same mask) and the same
+// autocast state, and backpropagates through that recomputation, whose activations are
+// freed as soon as its gradients are out. The gradients are the ones f called plainly
+// gives; the price is f's forward computed twice.
+//
+// params are the tensors f reads, besides its inputs, that need gradients (a layer's
+// trainable weights; those that do not require one are skipped). They are declared so
+// that the gradients reach them even when no input requires a gradient — LoRA on a
+// frozen base, whose embeddings produce an input without one; transformers needs
+// enable_input_require_grads() for the same case. A tensor f reads that requires a
+// gradient and is neither an input nor in params gets none.
+//
+// f must compute the same thing both times (the same ops on the same shapes). Its
+// outputs belong to the current scope; the tensors f makes belong to a scope of its own
+// call. With gradient recording off, or nothing that requires a gradient, Checkpoint is
+// f(inputs). Gradients flow through Backward; autograd.grad-style calls on the outputs
+// are not supported, as for PyTorch's reentrant checkpoint.
+//
+// A panic in f during the forward pass panics out of Checkpoint with the same value;
+// during the backward pass it fails Backward with its message.
+func Checkpoint(f func(inputs []*Tensor) []*Tensor, inputs, params []*Tensor) []*Tensor {
+	if !GradEnabled() {
+		return f(inputs)
+	}
+	var trainable []*Tensor
+	for _, p := range params {
+		if p != nil && p.RequiresGrad() {
+			trainable = append(trainable, p)
+		}
+	}
+	need := len(trainable) > 0
+	for i, x := range inputs {
+		if x == nil {
+			panic(&Error{Op: "checkpoint", Msg: fmt.Sprintf("input %d is nil", i)})
+		}
+		need = need || x.RequiresGrad()
+	}
+	if !need {
+		return f(inputs)
+	}
+	var panicked any
+	run := func(hs []cgotorch.Tensor, collect func([]cgotorch.Tensor) error) (e *cgotorch.Error) {
+		s := NewScope()
+		defer s.Close()
+		defer func() {
+			if r := recover(); r != nil {
+				panicked = r
+				e = &cgotorch.Error{Code: cgotorch.CodeOther, Msg: fmt.Sprint(r)}
+				if te, ok := r.(*Error); ok {
+					e.Code = te.code
+				}
+			}
+		}()
+		// The C side owns hs; f gets aliases its scope owns, so that f may free them.
+		in := make([]*Tensor, len(hs))
+		for i, h := range hs {
+			in[i] = adopt("checkpoint", cgotorch.ShallowClone(h))
+		}
+		out := f(in)
+		oh := make([]cgotorch.Tensor, len(out))
+		for i, t := range out {
+			if t != nil {
+				oh[i] = t.handle()
+			}
+		}
+		check("checkpoint", collect(oh))
+		return nil
+	}
+	r := cgotorch.Checkpoint(run, handles(inputs), handles(trainable))
+	if r.Err != nil && panicked != nil {
+		panic(panicked)
+	}
+	return adoptN("checkpoint", r)
+}
+
+// LiveCheckpoints returns the number of Checkpoint calls whose autograd nodes are still
+// alive (their graph not yet freed), each holding its function for the backward pass.
+// Like LiveTensors, it lets a test check that a step leaves nothing behind.
+func LiveCheckpoints() int64 { return cgotorch.CheckpointsLive() }
