@@ -182,8 +182,6 @@ func ScopeDisown(t Tensor, slot int32) error { return st(C.cg_scope_disown(h(t),
 // TorchVersion returns the libtorch version compiled against, e.g. "2.14.1".
 func TorchVersion() string { return C.GoString(C.cg_torch_version()) }
 
-// TorchVersionNum returns major*10000 + minor*100 + patch.
-func TorchVersionNum() int { return int(C.cg_torch_version_num()) }
 
 // SetNumThreads sets libtorch's intra-op thread count.
 func SetNumThreads(n int) error { return st(C.cg_set_num_threads(C.int(n))) }
@@ -261,17 +259,11 @@ func RequiresGrad(t Tensor) bool { return C.cg_tensor_requires_grad(C.cg_tensor(
 // IsContiguous reports whether t is contiguous in memory.
 func IsContiguous(t Tensor) bool { return C.cg_tensor_is_contiguous(C.cg_tensor(t)) != 0 }
 
-// Defined reports whether the handle holds a tensor.
-func Defined(t Tensor) bool { return C.cg_tensor_defined(C.cg_tensor(t)) != 0 }
-
 // DataPtr returns the address of the first element.
 func DataPtr(t Tensor) unsafe.Pointer { return C.cg_tensor_data_ptr(C.cg_tensor(t)) }
 
 // StorageOffset returns the offset of the first element in its storage, in elements.
 func StorageOffset(t Tensor) int64 { return int64(C.cg_tensor_storage_offset(C.cg_tensor(t))) }
-
-// ElementSize returns the size of one element in bytes.
-func ElementSize(t Tensor) int64 { return int64(C.cg_tensor_element_size(C.cg_tensor(t))) }
 
 // ---- creation and conversion ----
 

@@ -95,7 +95,6 @@ cg_status cg_scope_disown(cg_tensor t, int32_t slot);
 
 // ---- versions, threads, seeding, determinism ----
 const char *cg_torch_version(void);  // static string, e.g. "2.14.1"
-int cg_torch_version_num(void);      // major*10000 + minor*100 + patch
 cg_status cg_set_num_threads(int n);
 int cg_get_num_threads(void);
 cg_status cg_manual_seed(uint64_t seed);
@@ -118,10 +117,8 @@ int cg_tensor_dtype(cg_tensor t);
 void cg_tensor_device(cg_tensor t, int *type, int *index);
 int cg_tensor_requires_grad(cg_tensor t);
 int cg_tensor_is_contiguous(cg_tensor t);
-int cg_tensor_defined(cg_tensor t);
 void *cg_tensor_data_ptr(cg_tensor t);
 int64_t cg_tensor_storage_offset(cg_tensor t);
-int64_t cg_tensor_element_size(cg_tensor t);
 
 // ---- creation from and copies to host memory ----
 // dtype uses gotrain's DType numbering (ScalarType values).

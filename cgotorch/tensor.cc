@@ -42,7 +42,6 @@ void cg_free_msg(cg_msg msg) { std::free(reinterpret_cast<void *>(msg)); }
 const char *cg_torch_version(void) {
   return CG_STR(TORCH_VERSION_MAJOR) "." CG_STR(TORCH_VERSION_MINOR) "." CG_STR(TORCH_VERSION_PATCH);
 }
-int cg_torch_version_num(void) { return TORCH_VERSION_MAJOR * 10000 + TORCH_VERSION_MINOR * 100 + TORCH_VERSION_PATCH; }
 
 cg_status cg_set_num_threads(int n) {
   CG_TRY at::set_num_threads(n);
@@ -134,10 +133,8 @@ void cg_tensor_device(cg_tensor t, int *type, int *index) {
 }
 int cg_tensor_requires_grad(cg_tensor t) { return T(t).requires_grad() ? 1 : 0; }
 int cg_tensor_is_contiguous(cg_tensor t) { return T(t).is_contiguous() ? 1 : 0; }
-int cg_tensor_defined(cg_tensor t) { return T(t).defined() ? 1 : 0; }
 void *cg_tensor_data_ptr(cg_tensor t) { return T(t).data_ptr(); }
 int64_t cg_tensor_storage_offset(cg_tensor t) { return T(t).storage_offset(); }
-int64_t cg_tensor_element_size(cg_tensor t) { return T(t).element_size(); }
 
 // ---- creation ----
 cg_result cg_from_blob(const void *data, const int64_t *shape, int ndim, int dtype, int pinned) {

@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 
-	"github.com/gotrain/gotrain/examples/resnet"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/data"
 	"github.com/gotrain/gotrain/torch/distributed"
@@ -59,9 +58,9 @@ func model(name string, spec *dataSpec) (nn.Module, error) {
 			return nil, fmt.Errorf("--model resnet18 takes images, the data's samples have shape %v", spec.shape)
 		}
 		if spec.shape[0] == 3 {
-			return resnet.ResNet18(classes), nil
+			return models.ResNet18(classes), nil
 		}
-		m := &channels3{inner: resnet.ResNet18(classes)}
+		m := &channels3{inner: models.ResNet18(classes)}
 		nn.Register(&m.Base, "net", m.inner)
 		return m, nil
 	}

@@ -19,10 +19,10 @@ import (
 	"path/filepath"
 
 	"github.com/gotrain/gotrain/checkpoint"
-	"github.com/gotrain/gotrain/examples/resnet"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/data"
 	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
 	"github.com/gotrain/gotrain/torch/optim"
 	"github.com/gotrain/gotrain/trainer"
 )
@@ -59,8 +59,8 @@ func loaders(o options) (train, val *data.Loader, classes []string, err error) {
 
 // pretrained returns ResNet-18 for the classes with torchvision's weights in every layer
 // but the classifier, which keeps its fresh initialisation.
-func pretrained(weights string, classes int) (*resnet.ResNet, error) {
-	model := resnet.ResNet18(int64(classes))
+func pretrained(weights string, classes int) (*models.ResNet, error) {
+	model := models.ResNet18(int64(classes))
 	if weights == "" {
 		return model, nil
 	}

@@ -1,4 +1,4 @@
-package resnet_test
+package models_test
 
 import (
 	"encoding/json"
@@ -9,16 +9,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotrain/gotrain/checkpoint"
-	"github.com/gotrain/gotrain/examples/resnet"
 	"github.com/gotrain/gotrain/internal/testpy"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
 )
 
 // TestMatchesTorchvision is issue 3, item 4: ResNet18's state dict has exactly the keys
 // and shapes of torchvision.models.resnet18(), and with torchvision's weights it gives
 // torchvision's logits.
-func TestMatchesTorchvision(t *testing.T) {
+func TestResNetMatchesTorchvision(t *testing.T) {
 	dir := t.TempDir()
 	out := testpy.Run(t, `
 import sys, json, torch, torchvision
@@ -45,7 +45,7 @@ print(json.dumps([[k, list(v.shape)] for k, v in m.state_dict().items()]))
 	require.NoError(t, json.Unmarshal(out, &want))
 
 	torch.ManualSeed(0)
-	m := resnet.ResNet18(1000)
+	m := models.ResNet18(1000)
 	defer nn.Free(m)
 	ref, err := checkpoint.Read(filepath.Join(dir, "tv.pt"))
 	require.NoError(t, err)
@@ -90,7 +90,7 @@ print(json.dumps([[k, list(v.shape)] for k, v in m.state_dict().items()]))
 }
 
 func TestResNet18(t *testing.T) {
-	m := resnet.ResNet18(10)
+	m := models.ResNet18(10)
 	defer nn.Free(m)
 	assert.Equal(t, int64(11181642), nn.NumParameters(m))
 	torch.WithScope(func() {

@@ -1,15 +1,15 @@
-package resnet_test
+package models_test
 
 import (
 	"fmt"
 
-	"github.com/gotrain/gotrain/examples/resnet"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
 )
 
 func ExampleResNet18() {
-	model := resnet.ResNet18(1000)
+	model := models.ResNet18(1000)
 	defer nn.Free(model)
 	nn.SetTraining(model, false)
 	fmt.Println(nn.NumParameters(model), "parameters")

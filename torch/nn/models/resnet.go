@@ -1,7 +1,8 @@
-// Package resnet is ResNet-18 (He et al., 2015) built from gotrain's torch/nn layers with
-// torchvision's structure and parameter names: its state dict has exactly the keys and
-// shapes of torchvision.models.resnet18(), so torchvision's weights load into it.
-package resnet
+package models
+
+// ResNet-18 (He et al., 2015) built from gotrain's torch/nn layers with torchvision's
+// structure and parameter names: its state dict has exactly the keys and shapes of
+// torchvision.models.resnet18(), so torchvision's weights load into it.
 
 import (
 	"github.com/gotrain/gotrain/torch"
@@ -21,13 +22,13 @@ type BasicBlock struct {
 // given stride.
 func NewBasicBlock(in, out, stride int64) *BasicBlock {
 	b := &BasicBlock{}
-	b.Conv1 = nn.Register(&b.Base, "conv1", conv(in, out, 3, stride, 1))
+	b.Conv1 = nn.Register(&b.Base, "conv1", resnetConv(in, out, 3, stride, 1))
 	b.BN1 = nn.Register(&b.Base, "bn1", nn.NewBatchNorm2d(out))
 	nn.Register(&b.Base, "relu", nn.NewReLU())
-	b.Conv2 = nn.Register(&b.Base, "conv2", conv(out, out, 3, 1, 1))
+	b.Conv2 = nn.Register(&b.Base, "conv2", resnetConv(out, out, 3, 1, 1))
 	b.BN2 = nn.Register(&b.Base, "bn2", nn.NewBatchNorm2d(out))
 	if stride != 1 || in != out {
-		b.Downsample = nn.Register(&b.Base, "downsample", nn.NewSequential(conv(in, out, 1, stride, 0), nn.NewBatchNorm2d(out)))
+		b.Downsample = nn.Register(&b.Base, "downsample", nn.NewSequential(resnetConv(in, out, 1, stride, 0), nn.NewBatchNorm2d(out)))
 	}
 	return b
 }
@@ -44,7 +45,7 @@ func (b *BasicBlock) Forward(x *torch.Tensor) *torch.Tensor {
 }
 
 // conv is a bias-free convolution; New re-initialises its weight.
-func conv(in, out, k, stride, pad int64) *nn.Conv2d {
+func resnetConv(in, out, k, stride, pad int64) *nn.Conv2d {
 	return nn.NewConv2d(in, out, k, nn.Stride(stride), nn.Padding(pad), nn.NoBias())
 }
 
@@ -62,13 +63,13 @@ type ResNet struct {
 // ResNet18 returns torchvision.models.resnet18(num_classes=numClasses), initialised as
 // torchvision does, drawing from torch's default generator in the same order: after the
 // same torch.ManualSeed it starts with torchvision's weights.
-func ResNet18(numClasses int64) *ResNet { return New([4]int{2, 2, 2, 2}, numClasses) }
+func ResNet18(numClasses int64) *ResNet { return NewResNet([4]int{2, 2, 2, 2}, numClasses) }
 
-// New returns a ResNet with the given number of BasicBlocks in each of its four stages
+// NewResNet returns a ResNet with the given number of BasicBlocks in each of its four stages
 // ({2, 2, 2, 2} is ResNet-18, {3, 4, 6, 3} ResNet-34).
-func New(blocks [4]int, numClasses int64) *ResNet {
+func NewResNet(blocks [4]int, numClasses int64) *ResNet {
 	r := &ResNet{}
-	r.Conv1 = nn.Register(&r.Base, "conv1", conv(3, 64, 7, 2, 3))
+	r.Conv1 = nn.Register(&r.Base, "conv1", resnetConv(3, 64, 7, 2, 3))
 	r.BN1 = nn.Register(&r.Base, "bn1", nn.NewBatchNorm2d(64))
 	nn.Register(&r.Base, "relu", nn.NewReLU())
 	r.MaxPool = nn.Register(&r.Base, "maxpool", nn.NewMaxPool2d(3, nn.Stride(2), nn.Padding(1)))
