@@ -82,6 +82,9 @@ func Stages(m Module) ([]torch.Stage, bool) {
 func appendStages(dst []torch.Stage, m Module) ([]torch.Stage, bool) {
 	switch m := m.(type) {
 	case *Linear:
+		if m.Wrapper != nil {
+			return dst, false
+		}
 		return append(dst, torch.LinearStage(m.Weight, m.Bias)), true
 	case *Conv2d:
 		return append(dst, torch.Conv2dStage(m.Weight, m.Bias, m.Options)), true

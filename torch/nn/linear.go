@@ -10,6 +10,11 @@ import (
 type Linear struct {
 	Base
 	Weight, Bias *torch.Tensor // Bias is nil with NoBias
+	// Wrapper, when set, is the layer that took this one's place in the module tree and
+	// wraps it (a LoRA layer; see ReplaceModule): Forward runs the wrapper, so that a
+	// model's own fields that point to this Linear reach it too. The wrapper computes
+	// x Wᵀ + b itself, with torch.Linear.
+	Wrapper Layer
 }
 
 // NewLinear returns nn.Linear(in, out) initialised as PyTorch does: weight and bias
@@ -27,8 +32,13 @@ func NewLinear(in, out int64, opts ...Option) *Linear {
 	return l
 }
 
-// Forward returns x Wᵀ + b.
-func (l *Linear) Forward(x *torch.Tensor) *torch.Tensor { return torch.Linear(x, l.Weight, l.Bias) }
+// Forward returns x Wᵀ + b, or what Wrapper returns when it is set.
+func (l *Linear) Forward(x *torch.Tensor) *torch.Tensor {
+	if l.Wrapper != nil {
+		return l.Wrapper.Forward(x)
+	}
+	return torch.Linear(x, l.Weight, l.Bias)
+}
 
 // Embedding is nn.Embedding: a lookup table "weight" [num, dim] indexed by int64 tensors.
 type Embedding struct {
