@@ -97,7 +97,12 @@ $(BENCH_BIN)/loop $(BENCH_BIN)/ops $(BENCH_BIN)/gpt: $(BENCH_BIN)/%: bench/cpp/%
 	@mkdir -p $(BENCH_BIN)
 	$(BENCH_CXX) -std=c++20 -O2 $(CGO_CXXFLAGS) $< -o $@ $(CGO_LDFLAGS) -ltorch -ltorch_cpu -lc10
 
-bench: libtorch-check $(BENCH_BIN)/loop $(BENCH_BIN)/ops $(BENCH_BIN)/gpt
+# libcpumem.so: cgotorch's counting CPU allocator alone, for bench/gpu's Python side (gpu mem).
+$(BENCH_BIN)/libcpumem.so: cgotorch/cpumem.cc cgotorch/cpumem.h $(TORCH_VERSION_H)
+	@mkdir -p $(BENCH_BIN)
+	$(BENCH_CXX) -std=c++20 -O2 -fPIC -shared $(CGO_CXXFLAGS) $< -o $@ $(CGO_LDFLAGS) -lc10
+
+bench: libtorch-check $(BENCH_BIN)/loop $(BENCH_BIN)/ops $(BENCH_BIN)/gpt $(BENCH_BIN)/libcpumem.so
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) build -tags cpu -o $(BENCH_BIN)/goloop ./bench/cmd/goloop
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) build -tags cpu -o $(BENCH_BIN)/opbench ./bench/cmd/opbench
 	$(GO) build -o $(BENCH_BIN)/checkpointbench ./bench/checkpoint
@@ -107,5 +112,7 @@ bench: libtorch-check $(BENCH_BIN)/loop $(BENCH_BIN)/ops $(BENCH_BIN)/gpt
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) run -tags cpu ./bench/gpt -threads 1 -python $(PYTHON)
 	@echo "=== the Loader on an ImageFolder of JPEGs against torch's DataLoader over torchvision's ImageFolder (bench/data)"
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) run -tags cpu ./bench/data -imagefolder -python $(PYTHON)
+	@echo "=== peak memory of a training step, gotrain against PyTorch, counted by the same allocator (bench/gpu mem)"
+	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) run -tags cpu ./bench/gpu mem -device cpu -cpumem $(BENCH_BIN)/libcpumem.so -python $(PYTHON)
 
 endif

@@ -1,16 +1,26 @@
 """The Python side of bench/gpu, on the same GPU and libtorch as the Go program:
 
-  bench.py train DIR            the training step of DIR/spec.json (written by `gpu train`):
+  bench.py train DIR [--modes eager,default,reduce-overhead] [--cpumem LIB]
+                                the training step of DIR/spec.json (written by `gpu train`):
                                 the same model (transformers' GPT2LMHeadModel loaded with
-                                from_pretrained, or torchvision's VisionTransformer with
-                                gotrain's state dict), batches, optimizer and timing
+                                from_pretrained, torchvision's VisionTransformer or resnet18,
+                                or the seed's CNN, with gotrain's state dict), batches,
+                                optimizer and timing, once per mode: eager, or the model
+                                compiled by torch.compile in its default mode or in
+                                "reduce-overhead" (CUDA graphs), compilation timed apart from
+                                the steps; one JSON line per mode. --cpumem loads LIB
+                                (cgotorch/cpumem.cc compiled with -shared) before the model is
+                                built, so that CPU memory is counted as gotrain counts it
   bench.py sdpa GO_JSON         the backend torch._fused_sdp_choice picks for each case of
                                 `gpu sdpa`'s output, for comparison with gotrain's choice
   bench.py matmul N DEVICE      an N×N matmul in float32, tf32 and bfloat16, timed as
                                 cmd/gpucheck times it (one warm-up, 5 synchronised reps)
 
-Each prints one JSON object.
+sdpa and matmul print one JSON object.
 """
+import argparse
+import ctypes
+import gc
 import json
 import os
 import statistics
@@ -41,53 +51,148 @@ def build(spec, d):
         torch.manual_seed(1)  # after the model, whose construction draws
         batches = [(torch.randint(0, vocab, (spec["batch"], spec["seq"])),) for _ in range(spec["pool"])]
         return m, lambda b: m(b[0], labels=b[0]).loss, batches, spec["batch"] * spec["seq"], "tokens/s"
-    from torchvision.models import VisionTransformer
+    if spec["model"] == "vit":
+        from torchvision.models import VisionTransformer
 
-    c = spec["vit"]
-    m = VisionTransformer(image_size=c["ImageSize"], patch_size=c["PatchSize"], num_layers=c["NumLayers"],
-                          num_heads=c["NumHeads"], hidden_dim=c["HiddenDim"], mlp_dim=c["MLPDim"],
-                          num_classes=c["NumClasses"])
+        c = spec["vit"]
+        m = VisionTransformer(image_size=c["ImageSize"], patch_size=c["PatchSize"], num_layers=c["NumLayers"],
+                              num_heads=c["NumHeads"], hidden_dim=c["HiddenDim"], mlp_dim=c["MLPDim"],
+                              num_classes=c["NumClasses"])
+        image, classes = (3, c["ImageSize"], c["ImageSize"]), c["NumClasses"]
+    elif spec["model"] == "resnet18":
+        from torchvision.models import resnet18
+
+        m = resnet18(num_classes=spec["classes"])
+        image, classes = (3, spec["side"], spec["side"]), spec["classes"]
+    elif spec["model"] == "cnn":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+        from seed_loop import make_model  # the seed's CNN, as bench/cmd/bench runs it
+
+        m = make_model("cnn")
+        image, classes = (1, 28, 28), spec["classes"]
+    else:
+        sys.exit("bench.py: unknown model %r in spec.json" % spec["model"])
     m.load_state_dict(torch.load(path, weights_only=True), strict=True)
-    s = c["ImageSize"]
     torch.manual_seed(1)
-    batches = [(torch.randn(spec["batch"], 3, s, s), torch.randint(0, c["NumClasses"], (spec["batch"],)))
+    batches = [(torch.randn(spec["batch"], *image), torch.randint(0, classes, (spec["batch"],)))
                for _ in range(spec["pool"])]
     return m, lambda b: torch.nn.functional.cross_entropy(m(b[0]), b[1]), batches, spec["batch"], "samples/s"
 
 
-def train(d):
+class CPUMemory:
+    """The counting CPU allocator of cgotorch/cpumem.cc, loaded from LIB (a shared object of
+    that file alone): from install on, every CPU storage libtorch allocates is counted."""
+
+    def __init__(self, lib):
+        self.lib = ctypes.CDLL(os.path.abspath(lib))  # after `import torch`: the same libc10
+        self.lib.cg_cpumem_install()
+
+    def stats(self):
+        out = (ctypes.c_int64 * 3)()
+        self.lib.cg_cpumem_stats(out)
+        return {"allocated": out[0], "peak": out[1], "allocations": out[2]}
+
+    def reset_peak(self):
+        self.lib.cg_cpumem_reset_peak()
+
+
+def reset_peak(dev, cpumem):
+    """Starts a peak measurement; returns the bytes allocated now (0 on a CPU without cpumem)."""
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+        return torch.cuda.memory_allocated(dev)
+    if cpumem:
+        cpumem.reset_peak()
+        return cpumem.stats()["allocated"]
+    return 0
+
+
+def peak(dev, cpumem):
+    if dev.type == "cuda":
+        return torch.cuda.max_memory_allocated(dev)
+    return cpumem.stats()["peak"] if cpumem else 0
+
+
+MODES = ("eager", "default", "reduce-overhead")
+
+
+def train(d, modes=("eager",), cpumem_lib=None):
+    """Runs the step of DIR/spec.json once per mode, each on freshly loaded weights and
+    batches: eager PyTorch, or the model compiled by torch.compile in that mode. One
+    process for all modes shares the imports and, between compile modes, inductor's caches
+    (as a user who compiles twice would); the memory of each is measured after the last
+    one's is freed."""
+    cpumem = CPUMemory(cpumem_lib) if cpumem_lib else None  # before the model, as gotrain
     with open(os.path.join(d, "spec.json")) as f:
         spec = json.load(f)
+    out = []
+    for mode in modes:
+        out.append(train_mode(spec, d, mode, cpumem))
+        gc.collect()
+        if spec["device"].startswith("cuda"):
+            torch.cuda.empty_cache()
+    return out
+
+
+def train_mode(spec, d, mode, cpumem):
     dev = torch.device(spec["device"])
     m, loss_of, batches, items, unit = build(spec, d)
     m.to(dev).train()
+    if cpumem:
+        # from_pretrained maps the safetensors file: those parameters' storages never went
+        # through the allocator, while gotrain's did. Copies into counted memory make the
+        # weights count on both sides (tied weights are one Parameter, copied once).
+        with torch.no_grad():
+            for p in m.parameters():
+                p.data = p.data.clone()
+            for mod in m.modules():
+                for k, b in mod._buffers.items():
+                    if b is not None:
+                        mod._buffers[k] = b.clone()
     batches = [tuple(t.to(dev) for t in b) for b in batches]
     opt = torch.optim.AdamW(m.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"], fused=True)
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
+    if mode != "eager":
+        # What a Python user writes: the model compiled, the loss and fused AdamW as they are.
+        # build's loss closes over the module object, which compile() compiles in place.
+        torch._dynamo.reset()
+        m.compile(mode=None if mode == "default" else mode)
+    graphs = mode == "reduce-overhead" and dev.type == "cuda"
     bf16 = spec["precision"] == "bf16"
-    times, first, last = [], None, None
+    times, warm, first, last, baseline = [], [], None, None, 0
     n = spec["warmup"] + spec["steps"]
     for i in range(n):
         sync(dev)
         t = time.perf_counter()
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # a new step: the last one's outputs may be overwritten
         opt.zero_grad(set_to_none=True)
+        if i == spec["warmup"]:
+            baseline = reset_peak(dev, cpumem)  # as gotrain: after zero_grad of the first timed step
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
             loss = loss_of(batches[i % len(batches)])
         loss.backward()
         opt.step()
         sync(dev)
-        if i >= spec["warmup"]:
-            times.append(time.perf_counter() - t)
+        (times if i >= spec["warmup"] else warm).append(time.perf_counter() - t)
         if i == 0:
             first = loss.item()
         if i == n - 1:
             last = loss.item()
     med = statistics.median(times)
-    peak = torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else 0.0
-    return {"impl": "python", "model": spec["model"], "precision": spec["precision"], "median_step_s": med,
-            "step_s": times, "items_per_s": items / med, "unit": unit, "peak_memory_mib": peak,
-            "first_loss": first, "last_loss": last}
+    pk = peak(dev, cpumem)
+    impl = {"eager": "python", "default": "python-compile"}.get(mode, "python-" + mode)
+    res = {"impl": impl, "mode": mode, "model": spec["model"], "precision": spec["precision"], "median_step_s": med,
+           "step_s": times, "items_per_s": items / med, "unit": unit,
+           "peak_memory_mib": pk / 2**20 if dev.type == "cuda" else 0.0,
+           "baseline_bytes": baseline, "peak_bytes": pk, "first_loss": first, "last_loss": last}
+    if mode != "eager":
+        # Compilation (and, with reduce-overhead on CUDA, graph recording) happens in the
+        # warm-up steps: their time beyond that many ordinary steps. The first step alone
+        # is most of it.
+        res["warmup_s"] = warm
+        res["compile_s"] = max(0.0, sum(warm) - len(warm) * med)
+    del m, opt, batches, loss
+    return res
 
 
 def sdpa(go_json):
@@ -127,13 +232,25 @@ def matmul(n, device):
 
 
 if __name__ == "__main__":
-    cmd = sys.argv[1]
+    cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "train":
-        res = train(sys.argv[2])
+        ap = argparse.ArgumentParser(prog="bench.py train")
+        ap.add_argument("dir")
+        ap.add_argument("--modes", default="eager",
+                        help="comma-separated: eager, default (torch.compile), reduce-overhead")
+        ap.add_argument("--cpumem", help="cgotorch/cpumem.cc compiled with -shared: count CPU memory as gotrain does")
+        a = ap.parse_args(sys.argv[2:])
+        modes = a.modes.split(",")
+        bad = [x for x in modes if x not in MODES]
+        if bad:
+            sys.exit("bench.py train: unknown mode %s (%s)" % (", ".join(bad), ", ".join(MODES)))
+        for r in train(a.dir, modes, a.cpumem):
+            print(json.dumps(r), flush=True)
+        sys.exit(0)
     elif cmd == "sdpa":
         res = sdpa(sys.argv[2])
     elif cmd == "matmul":
         res = matmul(int(sys.argv[2]), sys.argv[3])
     else:
-        sys.exit("usage: bench.py train DIR | sdpa GO_JSON | matmul N DEVICE")
+        sys.exit("usage: bench.py train DIR [--modes eager,default,reduce-overhead] [--cpumem LIB] | sdpa GO_JSON | matmul N DEVICE")
     print(json.dumps(res))

@@ -66,7 +66,7 @@ func runHostSync(o options) (any, bool, error) {
 	)
 	switch o.model {
 	case "gpt":
-		c, b, seq := gptSetup(o.smoke)
+		c, b, seq := gptSetup(o.size())
 		g, err := models.NewGPT2LMHeadModel(c)
 		if err != nil {
 			return nil, false, err
@@ -83,7 +83,7 @@ func runHostSync(o options) (any, bool, error) {
 			return g.Loss(b.Get(data.InputIDs)), nil
 		}))
 	case "vit":
-		c, b := vitSetup(o.smoke)
+		c, b := vitSetup(o.size())
 		// Images and labels: fields input and label, for the default classification step.
 		model, batch = models.NewVisionTransformer(c), b
 		ds = randomSamples{n: res.Batches * int(b), fill: func(r *rand.Rand, s *data.Sample) {

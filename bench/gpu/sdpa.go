@@ -38,8 +38,8 @@ type sdpaResult struct {
 var tolerances = map[torch.DType]float64{torch.BFloat16: 4 * math.Pow(2, -8), torch.Float16: 4 * math.Pow(2, -11)}
 
 func runSDPA(o options) (any, bool, error) {
-	gc, gb, gt := gptSetup(o.smoke)
-	vc, vb := vitSetup(o.smoke)
+	gc, gb, gt := gptSetup(o.size())
+	vc, vb := vitSetup(o.size())
 	vs := (vc.ImageSize/vc.PatchSize)*(vc.ImageSize/vc.PatchSize) + 1
 	shapes := []struct {
 		model  string

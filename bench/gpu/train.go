@@ -20,25 +20,54 @@ import (
 const batchPool = 4
 
 // gptSetup returns the GPT-2 benchmarked and its batch: GPT-2 small (124M parameters)
-// on 8 × 1024 tokens, without dropout so that both sides compute the same losses.
-func gptSetup(smoke bool) (c models.GPT2Config, batch, seq int64) {
+// on 8 × 1024 tokens, without dropout so that both sides compute the same losses; on 4 ×
+// 128 tokens for the CPU memory benchmark.
+func gptSetup(sz size) (c models.GPT2Config, batch, seq int64) {
 	c = models.DefaultGPT2Config()
 	c.ResidPdrop, c.EmbdPdrop, c.AttnPdrop = 0, 0, 0
-	if smoke {
+	switch sz {
+	case sizeSmoke:
 		c.VocabSize, c.NPositions, c.NEmbd, c.NLayer, c.NHead = 256, 64, 64, 2, 2
 		c.BOSTokenID, c.EOSTokenID = nil, nil // GPT-2's 50256 is outside a 256-token vocabulary
 		return c, 2, 32
+	case sizeMem:
+		return c, 4, 128 // activations above the gradients', as at 8 × 1024
 	}
 	return c, 8, 1024
 }
 
 // vitSetup returns the ViT benchmarked and its batch: torchvision's vit_b_16 (86M
-// parameters, 224² images, 197 tokens) on 64 images.
-func vitSetup(smoke bool) (c models.ViTConfig, batch int64) {
-	if smoke {
+// parameters, 224² images, 197 tokens) on 64 images; on 4 for the CPU memory benchmark.
+func vitSetup(sz size) (c models.ViTConfig, batch int64) {
+	c = models.ViTConfig{ImageSize: 224, PatchSize: 16, NumLayers: 12, NumHeads: 12, HiddenDim: 768, MLPDim: 3072, NumClasses: 1000}
+	switch sz {
+	case sizeSmoke:
 		return models.ViTConfig{ImageSize: 32, PatchSize: 8, NumLayers: 2, NumHeads: 2, HiddenDim: 32, MLPDim: 64, NumClasses: 10}, 4
+	case sizeMem:
+		return c, 4 // activations above the gradients', as at 64
 	}
-	return models.ViTConfig{ImageSize: 224, PatchSize: 16, NumLayers: 12, NumHeads: 12, HiddenDim: 768, MLPDim: 3072, NumClasses: 1000}, 64
+	return c, 64
+}
+
+// resnetSetup returns ResNet-18's classes, image side and batch: torchvision's
+// resnet18() on 64 images of 224² (8 for the CPU memory benchmark, 2 of 64² smoking).
+func resnetSetup(sz size) (classes, side, batch int64) {
+	switch sz {
+	case sizeSmoke:
+		return 10, 64, 2
+	case sizeMem:
+		return 1000, 224, 8
+	}
+	return 1000, 224, 64
+}
+
+// cnnSetup returns the default CNN's batch (models.SmallCNN on 1×28×28 images, 10
+// classes): the seed's 128, in every size but smoke.
+func cnnSetup(sz size) (batch int64) {
+	if sz == sizeSmoke {
+		return 8
+	}
+	return 128
 }
 
 // spec is DIR/spec.json: everything bench.py needs to build the same model, load the same
@@ -50,12 +79,17 @@ type spec struct {
 	Batch     int64             `json:"batch"`
 	Seq       int64             `json:"seq,omitempty"`
 	ViT       *models.ViTConfig `json:"vit,omitempty"`
-	Weights   string            `json:"weights"` // a Hugging Face directory (gpt) or a torch.save state dict (vit)
+	Classes   int64             `json:"classes,omitempty"` // resnet18, cnn
+	Side      int64             `json:"side,omitempty"`    // resnet18's image side
+	Weights   string            `json:"weights"`           // a Hugging Face directory (gpt) or a torch.save state dict
 	Pool      int               `json:"pool"`
 	Warmup    int               `json:"warmup"`
 	Steps     int               `json:"steps"`
-	LR        float64           `json:"lr"`
-	WD        float64           `json:"weight_decay"`
+	// KeepForward: gotrain's step keeps every tensor of the forward until the step's
+	// scope closes, as it did before issue 35 (-keep-forward; for before/after figures).
+	KeepForward bool    `json:"keep_forward,omitempty"`
+	LR          float64 `json:"lr"`
+	WD          float64 `json:"weight_decay"`
 }
 
 // trainResult is one side's numbers; bench.py prints the same fields.
@@ -68,8 +102,14 @@ type trainResult struct {
 	ItemsPerS     float64   `json:"items_per_s"` // tokens/s (gpt) or samples/s (vit)
 	Unit          string    `json:"unit"`
 	PeakMemoryMiB float64   `json:"peak_memory_mib"` // CUDA only
-	FirstLoss     float64   `json:"first_loss"`
-	LastLoss      float64   `json:"last_loss"`
+	// The memory of the first timed step (after warm-up, so the optimizer's state exists):
+	// the bytes allocated after its zero_grad and their peak until the timed steps end,
+	// from the CUDA caching allocator or, on the CPU, from the counting allocator when it
+	// is on (0 otherwise).
+	BaselineBytes int64   `json:"baseline_bytes"`
+	PeakBytes     int64   `json:"peak_bytes"`
+	FirstLoss     float64 `json:"first_loss"`
+	LastLoss      float64 `json:"last_loss"`
 }
 
 // benchModel is a model built for the benchmark with what the step needs.
@@ -90,7 +130,7 @@ func runTrain(o options) (any, bool, error) {
 		return nil, false, err
 	}
 	s := spec{Model: o.model, Precision: o.precision, Device: o.device.String(), Pool: batchPool,
-		Warmup: o.warmup, Steps: o.steps, LR: 1e-4, WD: 0.01}
+		Warmup: o.warmup, Steps: o.steps, LR: 1e-4, WD: 0.01, KeepForward: o.keepForward}
 	var bf16 bool
 	switch o.precision {
 	case "fp32":
@@ -118,7 +158,7 @@ func runTrain(o options) (any, bool, error) {
 func buildModel(o options, s *spec) (*benchModel, error) {
 	switch o.model {
 	case "gpt":
-		c, batch, seq := gptSetup(o.smoke)
+		c, batch, seq := gptSetup(o.size())
 		g, err := models.NewGPT2LMHeadModel(c)
 		if err != nil {
 			return nil, err
@@ -139,37 +179,52 @@ func buildModel(o options, s *spec) (*benchModel, error) {
 			free: func() { nn.Free(g) },
 		}, nil
 	case "vit":
-		c, batch := vitSetup(o.smoke)
+		c, batch := vitSetup(o.size())
 		v := models.NewVisionTransformer(c)
 		// torchvision's zero head would make every first loss ln(classes), whatever the
 		// other weights and the images; a random one makes it a check of both.
 		nn.InitNormal(v.Head.Weight, 0, 0.02)
 		s.Batch, s.ViT, s.Weights = batch, &v.Config, "vit.pt"
-		sd, err := nn.CheckpointStateDict(v)
-		if err != nil {
-			return nil, err
-		}
-		if err := checkpoint.Write(filepath.Join(o.dir, s.Weights), sd); err != nil {
-			return nil, err
-		}
-		return &benchModel{
-			module: v,
-			loss: func(b []*torch.Tensor) *torch.Tensor {
-				return torch.CrossEntropy(v.Forward(b[0]), b[1], torch.CrossEntropyOptions{})
-			},
-			batches: func() [][]*torch.Tensor {
-				return drawBatches(func() []*torch.Tensor {
-					return []*torch.Tensor{
-						torch.Randn([]int64{batch, 3, c.ImageSize, c.ImageSize}, torch.Float32, torch.CPU),
-						torch.Randint(0, c.NumClasses, []int64{batch}, torch.Int64, torch.CPU),
-					}
-				})
-			},
-			items: batch, unit: "samples/s",
-			free: func() { nn.Free(v) },
-		}, nil
+		return classifier(o, s, v, []int64{batch, 3, c.ImageSize, c.ImageSize}, c.NumClasses)
+	case "resnet18":
+		classes, side, batch := resnetSetup(o.size())
+		r := models.ResNet18(classes)
+		s.Batch, s.Classes, s.Side, s.Weights = batch, classes, side, "resnet18.pt"
+		return classifier(o, s, r, []int64{batch, 3, side, side}, classes)
+	case "cnn":
+		batch := cnnSetup(o.size())
+		s.Batch, s.Classes, s.Weights = batch, 10, "cnn.pt"
+		return classifier(o, s, models.SmallCNN(10), []int64{batch, 1, 28, 28}, 10)
 	}
-	return nil, fmt.Errorf("-model %q is not gpt or vit", o.model)
+	return nil, fmt.Errorf("-model %q is not gpt, vit, resnet18 or cnn", o.model)
+}
+
+// classifier writes m's state dict where bench.py reads it and returns the benchmark of
+// an image classifier on random images of the given shape and labels below classes.
+func classifier(o options, s *spec, m nn.Layer, image []int64, classes int64) (*benchModel, error) {
+	sd, err := nn.CheckpointStateDict(m)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkpoint.Write(filepath.Join(o.dir, s.Weights), sd); err != nil {
+		return nil, err
+	}
+	return &benchModel{
+		module: m,
+		loss: func(b []*torch.Tensor) *torch.Tensor {
+			return torch.CrossEntropy(m.Forward(b[0]), b[1], torch.CrossEntropyOptions{})
+		},
+		batches: func() [][]*torch.Tensor {
+			return drawBatches(func() []*torch.Tensor {
+				return []*torch.Tensor{
+					torch.Randn(image, torch.Float32, torch.CPU),
+					torch.Randint(0, classes, image[:1], torch.Int64, torch.CPU),
+				}
+			})
+		},
+		items: image[0], unit: "samples/s",
+		free: func() { nn.Free(m) },
+	}, nil
 }
 
 // drawBatches seeds the generator with 1 and draws batchPool batches in order, as
@@ -205,14 +260,24 @@ func timeSteps(m *benchModel, s spec, dev torch.Device, bf16 bool) (r *trainResu
 	if err != nil {
 		return nil, err
 	}
-	if dev.IsCUDA() {
-		if err := torch.CUDAResetPeakMemory(dev.Index); err != nil {
-			return nil, err
-		}
-	}
+	defer opt.Free() // its state would count in the next model's measurement
 	step := func(i int) (loss *torch.Tensor) {
 		opt.ZeroGrad(true)
-		fwd := func() { loss = m.loss(batches[i%len(batches)]) }
+		if i == s.Warmup {
+			// The memory of the first timed step, from here: the weights, the optimizer's
+			// state and the batches are the baseline; the peak is what forward, backward
+			// and the optimizer step add at most (the freed gradients no longer hide it).
+			var err error
+			if r.BaselineBytes, err = resetPeakMemory(dev); err != nil {
+				panic(err)
+			}
+		}
+		// The forward in its own scope, as the Trainer runs a step: when it returns, only
+		// the loss and what autograd saved remain, and backward frees the latter as it goes.
+		fwd := func() { loss = torch.Local(func() *torch.Tensor { return m.loss(batches[i%len(batches)]) }) }
+		if s.KeepForward {
+			fwd = func() { loss = m.loss(batches[i%len(batches)]) }
+		}
 		if bf16 {
 			amp.Autocast(dev, torch.BFloat16, fwd)
 		} else {
@@ -245,12 +310,35 @@ func timeSteps(m *benchModel, s spec, dev torch.Device, bf16 bool) (r *trainResu
 	}
 	r.MedianStepS = median(r.StepS)
 	r.ItemsPerS = float64(m.items) / r.MedianStepS
+	if r.PeakBytes, err = peakMemory(dev); err != nil {
+		return nil, err
+	}
 	if dev.IsCUDA() {
-		mem, err := torch.CUDAMemoryStats(dev.Index)
-		if err != nil {
-			return nil, err
-		}
-		r.PeakMemoryMiB = float64(mem.PeakAllocated) / (1 << 20)
+		r.PeakMemoryMiB = float64(r.PeakBytes) / (1 << 20)
 	}
 	return r, nil
+}
+
+// resetPeakMemory starts a peak measurement on dev and returns the bytes allocated now:
+// the CUDA caching allocator's figures, or the counting CPU allocator's (0 when it is
+// off). Python's side measures with torch.cuda's same statistics or the same allocator.
+func resetPeakMemory(dev torch.Device) (int64, error) {
+	if dev.IsCUDA() {
+		if err := torch.CUDAResetPeakMemory(dev.Index); err != nil {
+			return 0, err
+		}
+		mem, err := torch.CUDAMemoryStats(dev.Index)
+		return mem.Allocated, err
+	}
+	torch.ResetCPUPeakMemory()
+	return torch.CPUMemoryStats().Allocated, nil
+}
+
+// peakMemory returns the peak bytes allocated on dev since resetPeakMemory.
+func peakMemory(dev torch.Device) (int64, error) {
+	if dev.IsCUDA() {
+		mem, err := torch.CUDAMemoryStats(dev.Index)
+		return mem.PeakAllocated, err
+	}
+	return torch.CPUMemoryStats().PeakAllocated, nil
 }
