@@ -1,0 +1,278 @@
+package data
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+)
+
+// Encoder turns text into token ids: a model's tokenizer (tokenizer.Tokenizer's Encode
+// has this signature). Encode must be safe to call from several goroutines.
+type Encoder interface {
+	Encode(text string, addSpecialTokens bool) []int64
+}
+
+// IgnoreIndex is the label that the language-model loss skips (PyTorch's
+// cross-entropy ignore_index, transformers' -100): prompt tokens and padding.
+const IgnoreIndex = -100
+
+// LMOptions describe how a text or JSONL file becomes language-model samples.
+type LMOptions struct {
+	// BlockSize is the number of tokens of a packed window, and the most a
+	// prompt/completion sample may hold.
+	BlockSize int
+	// EOS is the end-of-sequence token put after each document when packing, and after
+	// each completion.
+	EOS int64
+	// MaxLineBytes bounds one line of the file (default 64 MiB); MaxFileBytes the file
+	// (default 8 GiB).
+	MaxLineBytes int
+	MaxFileBytes int64
+}
+
+// LM data are read from a file of at most this size and lines of at most this length
+// unless LMOptions say otherwise.
+const (
+	defaultMaxLineBytes = 64 << 20
+	defaultMaxLMFile    = 8 << 30
+)
+
+// LMKind is what a language-model file holds.
+type LMKind int
+
+const (
+	// Documents are plain text (a .txt file, one document a line) or JSONL lines
+	// {"text": ...}: packed into windows of BlockSize tokens.
+	Documents LMKind = iota
+	// PromptCompletion are JSONL lines {"prompt": ..., "completion": ...}: one padded
+	// sample each, with the loss on the completion only.
+	PromptCompletion
+)
+
+// lmLine is one record of a language-model file with where it came from.
+type lmLine struct {
+	line                     int
+	text, prompt, completion string
+}
+
+// readLMFile reads path (.jsonl or .json: one JSON object a line; anything else: one
+// document a line), skipping blank lines, and says which kind of records it holds; a
+// malformed line, a line of the other kind or an empty completion is an error naming
+// the file and line.
+func readLMFile(path string, o LMOptions) ([]lmLine, LMKind, error) {
+	f, size, err := OpenRegular(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	maxFile := o.MaxFileBytes
+	if maxFile <= 0 {
+		maxFile = defaultMaxLMFile
+	}
+	if size > maxFile {
+		return nil, 0, fmt.Errorf("%s is %d bytes, more than the %d a text file may have here", path, size, maxFile)
+	}
+	maxLine := o.MaxLineBytes
+	if maxLine <= 0 {
+		maxLine = defaultMaxLineBytes
+	}
+	jsonl := strings.EqualFold(filepath.Ext(path), ".jsonl") || strings.EqualFold(filepath.Ext(path), ".json")
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
+	var out []lmLine
+	kind := LMKind(-1)
+	for n := 1; sc.Scan(); n++ {
+		raw := bytes.TrimSuffix(sc.Bytes(), []byte("\r"))
+		if n == 1 {
+			raw = bytes.TrimPrefix(raw, []byte("\uFEFF"))
+		}
+		if len(bytes.TrimSpace(raw)) == 0 {
+			continue
+		}
+		if !jsonl {
+			out = append(out, lmLine{line: n, text: string(raw)})
+			kind = Documents
+			continue
+		}
+		rec, k, err := parseLMRecord(raw)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		if kind >= 0 && k != kind {
+			return nil, 0, fmt.Errorf("%s:%d: a %s record in a file of %s records", path, n, kindName(k), kindName(kind))
+		}
+		kind = k
+		rec.line = n
+		out = append(out, rec)
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, 0, fmt.Errorf("%s: line %d is longer than %d bytes", path, len(out)+1, maxLine)
+		}
+		return nil, 0, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(out) == 0 {
+		return nil, 0, fmt.Errorf("%s holds no text", path)
+	}
+	return out, kind, nil
+}
+
+func kindName(k LMKind) string {
+	if k == PromptCompletion {
+		return `{"prompt", "completion"}`
+	}
+	return `{"text"}`
+}
+
+// parseLMRecord reads one JSONL line: {"text": s} or {"prompt": s, "completion": s}.
+func parseLMRecord(raw []byte) (lmLine, LMKind, error) {
+	var r struct {
+		Text       *string `json:"text"`
+		Prompt     *string `json:"prompt"`
+		Completion *string `json:"completion"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&r); err != nil {
+		return lmLine{}, 0, fmt.Errorf("not a JSON object: %v", err)
+	}
+	if dec.More() {
+		return lmLine{}, 0, errors.New("more than one JSON value on the line")
+	}
+	switch {
+	case r.Text != nil && r.Prompt == nil && r.Completion == nil:
+		return lmLine{text: *r.Text}, Documents, nil
+	case r.Text == nil && r.Prompt != nil && r.Completion != nil:
+		if *r.Completion == "" {
+			return lmLine{}, 0, errors.New(`the completion is empty: there is nothing to learn from this line`)
+		}
+		return lmLine{prompt: *r.Prompt, completion: *r.Completion}, PromptCompletion, nil
+	}
+	return lmLine{}, 0, errors.New(`want {"text": "..."} or {"prompt": "...", "completion": "..."}`)
+}
+
+// LMDataset is a language-model data set read from a text or JSONL file: packed windows
+// of documents, or prompt/completion pairs. Each sample has int64 fields InputIDs and
+// Labels of the same length; a language model's loss shifts the labels by one.
+type LMDataset struct {
+	// Kind says which records the file held.
+	Kind LMKind
+	// windows are the packed token windows (Documents).
+	windows [][]int64
+	// pairs are the prompt/completion records, tokenized in Get (PromptCompletion).
+	pairs []lmLine
+	path  string
+	enc   Encoder
+	o     LMOptions
+}
+
+// NewLMDataset reads path with the model's tokenizer enc. Documents ({"text"} lines, or
+// a plain text file's lines) are tokenized here, in parallel, joined with EOS after
+// each, and cut into windows of BlockSize tokens (a last partial window is dropped, as
+// transformers' run_clm does). Prompt/completion pairs are tokenized in Get, so in the
+// loader's workers: prompt (with the tokenizer's special tokens) + completion + EOS,
+// with the prompt's labels IgnoreIndex; a pair longer than BlockSize keeps its first
+// BlockSize tokens, and a prompt that fills the block by itself is an error naming the
+// line (its completion would not be learned).
+func NewLMDataset(path string, enc Encoder, o LMOptions) (*LMDataset, error) {
+	if o.BlockSize < 2 {
+		return nil, fmt.Errorf("data: block size %d: a language-model sample needs at least 2 tokens", o.BlockSize)
+	}
+	if o.BlockSize > 1<<20 {
+		return nil, fmt.Errorf("data: block size %d is more than %d", o.BlockSize, 1<<20)
+	}
+	lines, kind, err := readLMFile(path, o)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	d := &LMDataset{Kind: kind, path: path, enc: enc, o: o}
+	if kind == PromptCompletion {
+		for _, l := range lines {
+			if n := len(enc.Encode(l.prompt, true)); n >= o.BlockSize {
+				return nil, fmt.Errorf("data: %s:%d: the prompt is %d tokens, and the block size is %d: no room for the completion (raise --block-size or shorten the prompt)",
+					path, l.line, n, o.BlockSize)
+			}
+		}
+		d.pairs = lines
+		return d, nil
+	}
+	ids := encodeAll(lines, enc, o.EOS)
+	for start := 0; start+o.BlockSize <= len(ids); start += o.BlockSize {
+		d.windows = append(d.windows, ids[start:start+o.BlockSize])
+	}
+	if len(d.windows) == 0 {
+		return nil, fmt.Errorf("data: %s: %d tokens make no window of %d (lower --block-size or add text)", path, len(ids), o.BlockSize)
+	}
+	return d, nil
+}
+
+// encodeAll tokenizes the documents on every CPU and joins them in order, EOS after each.
+func encodeAll(lines []lmLine, enc Encoder, eos int64) []int64 {
+	parts := make([][]int64, len(lines))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				parts[i] = append(enc.Encode(lines[i].text, true), eos)
+			}
+		}()
+	}
+	for i := range lines {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	ids := make([]int64, 0, n)
+	for _, p := range parts {
+		ids = append(ids, p...)
+	}
+	return ids
+}
+
+// Len returns the number of samples.
+func (d *LMDataset) Len() int {
+	if d.Kind == PromptCompletion {
+		return len(d.pairs)
+	}
+	return len(d.windows)
+}
+
+// Get writes sample i: InputIDs and Labels (a window's labels are its ids).
+func (d *LMDataset) Get(i int, s *Sample) error {
+	if d.Kind == Documents {
+		w := d.windows[i]
+		copy(SetValues[int64](s, InputIDs, int64(len(w))), w)
+		copy(SetValues[int64](s, Labels, int64(len(w))), w)
+		return nil
+	}
+	p := d.pairs[i]
+	prompt := d.enc.Encode(p.prompt, true)
+	ids := append(append(prompt, d.enc.Encode(p.completion, false)...), d.o.EOS)
+	ids = ids[:min(len(ids), d.o.BlockSize)]
+	copy(SetValues[int64](s, InputIDs, int64(len(ids))), ids)
+	labels := SetValues[int64](s, Labels, int64(len(ids)))
+	copy(labels, ids)
+	for j := range min(len(prompt), len(labels)) {
+		labels[j] = IgnoreIndex
+	}
+	return nil
+}
+
+// LMPad is the LoaderOptions.Pad of an LMDataset's batches: input ids padded with pad
+// (the mask MaskName(InputIDs) marks the real tokens, the attention mask) and labels
+// with IgnoreIndex, so padding is never learned.
+func LMPad(pad int64) map[string]float64 {
+	return map[string]float64{InputIDs: float64(pad), Labels: IgnoreIndex}
+}

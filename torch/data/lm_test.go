@@ -1,0 +1,129 @@
+package data_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/tokenizer"
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/data"
+)
+
+// tinyTokenizer is a Llama-2-style tokenizer.json with 24 tokens ("</s>" is 2).
+func tinyTokenizer(t *testing.T) *tokenizer.Tokenizer {
+	t.Helper()
+	tok, err := tokenizer.Load(filepath.Join("testdata", "tiny-llama-tokenizer.json"))
+	require.NoError(t, err)
+	return tok
+}
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
+	return p
+}
+
+// TestLMDocumentsArePacked: documents, from a text file or {"text"} lines, are
+// tokenized, joined with EOS after each and cut into windows of the block size.
+func TestLMDocumentsArePacked(t *testing.T) {
+	tok := tinyTokenizer(t)
+	docs := []string{"hello world", "hello", "world hello world", "hello hello"}
+	var want []int64
+	for _, d := range docs {
+		want = append(append(want, tok.Encode(d, true)...), 2)
+	}
+	jsonl := ""
+	for _, d := range docs {
+		jsonl += `{"text": "` + d + `"}` + "\r\n\n"
+	}
+	for name, text := range map[string]string{"docs.txt": strings.Join(docs, "\n") + "\n", "docs.jsonl": jsonl} {
+		ds, err := data.NewLMDataset(writeFile(t, name, text), tok, data.LMOptions{BlockSize: 4, EOS: 2})
+		require.NoError(t, err, name)
+		assert.Equal(t, data.Documents, ds.Kind)
+		require.Equal(t, len(want)/4, ds.Len(), name)
+		var got []int64
+		for i := range ds.Len() {
+			var s data.Sample
+			require.NoError(t, ds.Get(i, &s))
+			ids, labels := data.Values[int64](s.MustField(data.InputIDs)), data.Values[int64](s.MustField(data.Labels))
+			assert.Equal(t, ids, labels, "a window's labels are its ids (the loss shifts them)")
+			got = append(got, ids...)
+		}
+		assert.Equal(t, want[:len(got)], got, name)
+	}
+}
+
+// TestLMPromptCompletion: the loss is on the completion only, and padded batches carry
+// the attention mask and IgnoreIndex labels.
+func TestLMPromptCompletion(t *testing.T) {
+	tok := tinyTokenizer(t)
+	path := writeFile(t, "pc.jsonl", `{"prompt": "hello", "completion": " world"}
+{"prompt": "hello world hello", "completion": " world world"}
+`)
+	ds, err := data.NewLMDataset(path, tok, data.LMOptions{BlockSize: 16, EOS: 2})
+	require.NoError(t, err)
+	require.Equal(t, data.PromptCompletion, ds.Kind)
+	var s data.Sample
+	require.NoError(t, ds.Get(0, &s))
+	prompt := tok.Encode("hello", true)
+	completion := tok.Encode(" world", false)
+	wantIDs := append(append(append([]int64{}, prompt...), completion...), 2)
+	assert.Equal(t, wantIDs, data.Values[int64](s.MustField(data.InputIDs)))
+	wantLabels := append([]int64{}, wantIDs...)
+	for i := range prompt {
+		wantLabels[i] = data.IgnoreIndex
+	}
+	assert.Equal(t, wantLabels, data.Values[int64](s.MustField(data.Labels)))
+
+	l, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: 2, Pad: data.LMPad(0), Inline: true})
+	require.NoError(t, err)
+	torch.WithScope(func() {
+		it := l.Iter(context.Background(), 0, 0)
+		defer it.Close()
+		b, ok := it.Next()
+		require.True(t, ok)
+		ids, labels, mask := b.Get(data.InputIDs), b.Get(data.Labels), b.Get(data.MaskName(data.InputIDs))
+		assert.Equal(t, ids.Shape(), labels.Shape())
+		assert.Equal(t, ids.Shape(), mask.Shape())
+		n := int(ids.Size(1))
+		row0 := labels.Select(0, 0).Int64s()
+		for j := len(wantIDs); j < n; j++ {
+			assert.Equal(t, int64(data.IgnoreIndex), row0[j], "padding is not learned")
+			assert.False(t, mask.Select(0, 0).Bools()[j])
+		}
+	})
+}
+
+// TestLMDataErrors: what a user gets wrong is an error naming the file and line.
+func TestLMDataErrors(t *testing.T) {
+	tok := tinyTokenizer(t)
+	fifo := filepath.Join(t.TempDir(), "fifo.jsonl")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	for name, c := range map[string]struct {
+		path, want string
+		block      int
+	}{
+		"malformed line":   {writeFile(t, "a.jsonl", `{"text": "hello"}`+"\n"+`{"text": "hel`+"\n"), "a.jsonl:2: not a JSON object", 4},
+		"empty completion": {writeFile(t, "b.jsonl", `{"prompt": "hello", "completion": ""}`+"\n"), "b.jsonl:1: the completion is empty", 8},
+		"prompt too long":  {writeFile(t, "c.jsonl", `{"prompt": "hello world hello world", "completion": " world"}`+"\n"), "c.jsonl:1: the prompt is 5 tokens, and the block size is 4", 4},
+		"mixed kinds":      {writeFile(t, "d.jsonl", `{"text": "hello"}`+"\n"+`{"prompt": "a", "completion": "b"}`+"\n"), "d.jsonl:2:", 4},
+		"other keys":       {writeFile(t, "e.jsonl", `{"input": "hello"}`+"\n"), `want {"text"`, 4},
+		"empty file":       {writeFile(t, "f.txt", "\n\n"), "holds no text", 4},
+		"too little text":  {writeFile(t, "g.txt", "hello\n"), "make no window of 64", 64},
+		"block size 1":     {writeFile(t, "h.txt", "hello\n"), "at least 2 tokens", 1},
+		"a FIFO":           {fifo, "not a regular file", 4},
+		"a directory":      {t.TempDir(), "not a regular file", 4},
+	} {
+		_, err := data.NewLMDataset(c.path, tok, data.LMOptions{BlockSize: c.block, EOS: 2})
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), c.want, name)
+	}
+}
