@@ -2,8 +2,10 @@ package models
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 
 	"github.com/gotrain/gotrain/torch"
@@ -369,13 +371,35 @@ func decoderConfig(vocab, maxPos int64, bos *int64, eos TokenIDs) DecoderConfig 
 // file, and reads the rotary settings in either form (ropeFields).
 func parseConfigJSON(raw []byte, c any, maxPos func() int64) (RopeParameters, error) {
 	if err := json.Unmarshal(raw, c); err != nil {
-		return RopeParameters{}, fmt.Errorf("models: %s: %w", ConfigFile, err)
+		return RopeParameters{}, fmt.Errorf("models: %s: %w", ConfigFile, jsonFieldError(raw, c, err))
 	}
 	p, err := ropeFields(raw, maxPos())
 	if err != nil {
 		return RopeParameters{}, fmt.Errorf("models: %w", err)
 	}
 	return p, nil
+}
+
+// jsonFieldError names the config.json key whose value err is about, when err does not
+// (a custom unmarshaler's error, such as a token id that is not a number): it decodes
+// each top-level key alone into a fresh copy of c's type.
+func jsonFieldError(raw []byte, c any, err error) error {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) && typeErr.Field != "" {
+		return err
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return err
+	}
+	for k, v := range fields {
+		one, _ := json.Marshal(map[string]json.RawMessage{k: v})
+		fresh := reflect.New(reflect.TypeOf(c).Elem()).Interface()
+		if ferr := json.Unmarshal(one, fresh); ferr != nil {
+			return fmt.Errorf("%s: %w", k, ferr)
+		}
+	}
+	return err
 }
 
 // dtypeField reads config.json's dtype, or torch_dtype as transformers 4 wrote it.

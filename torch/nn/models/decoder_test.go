@@ -1,9 +1,9 @@
 package models_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -78,6 +78,27 @@ func newDecoder(t *testing.T, build decoderBuilder, raw []byte) models.Pretraine
 	return m
 }
 
+// requireState checks that m's state dict holds exactly the values of the reference's
+// state dict key, in the same order.
+func requireState(t *testing.T, ref any, key string, m nn.Module, msg string) {
+	t.Helper()
+	want, err := checkpoint.GetDict(ref, key)
+	require.NoError(t, err)
+	got := nn.StateDict(m)
+	require.Equal(t, want.Keys(), got.Keys(), msg)
+	for k, v := range got.All() {
+		w := refTensor(t, want, k)
+		g := v.(*torch.Tensor)
+		require.Equal(t, w.Shape(), g.Shape(), "%s %v", msg, k)
+		require.Equal(t, w.Float64s(), g.Float64s(), "%s %v", msg, k)
+	}
+}
+
+// bf16Tolerance is 2 bfloat16 ulps of the largest logit.
+func bf16Tolerance(logits *torch.Tensor) float64 {
+	return 2 * logits.Abs().Max().Item() / 128
+}
+
 func loadState(t *testing.T, m nn.Module, ref any, key string) {
 	t.Helper()
 	state, err := checkpoint.GetDict(ref, key)
@@ -113,6 +134,51 @@ func checkDecoderCase(t *testing.T, dir string, build decoderBuilder) {
 	m4 := newDecoder(t, build, raw4)
 	assert.Equal(t, m.PretrainedConfig(), m4.PretrainedConfig(), "the v4 and v5 forms of config.json are the same config")
 
+	t.Run("pretrained_dir", func(t *testing.T) {
+		// Both config forms, the sharded checkpoints and the tied ones load through the
+		// registry with every weight as saved.
+		for _, sub := range []string{"hf", "hf_v4"} {
+			defer torch.NewScope().Close()
+			lm, err := models.LoadPretrained(filepath.Join(dir, sub), models.LoadOptions{})
+			require.NoError(t, err, sub)
+			defer nn.Free(lm)
+			assert.IsType(t, m, lm, sub)
+			assert.Equal(t, m.PretrainedConfig(), lm.(models.Pretrained).PretrainedConfig(), sub)
+			requireState(t, ref, "state", lm, sub)
+			torch.NoGrad(func() {
+				requireClose(t, sub+" logits", refTensor(t, ref, "eval_logits"), lm.Forward(models.DecoderInput{InputIDs: ids}), 1e-5)
+			})
+		}
+	})
+	t.Run("bf16", func(t *testing.T) {
+		defer torch.NewScope().Close()
+		// bfloat16 weights load exactly, as bfloat16 or as float32, and float32 weights
+		// asked for in bfloat16 round as transformers rounds them.
+		for _, c := range []struct {
+			sub string
+			dt  torch.DType
+		}{{"bf16", torch.BFloat16}, {"bf16", torch.Float32}, {"hf", torch.BFloat16}} {
+			lm, err := models.LoadPretrained(filepath.Join(dir, c.sub), models.LoadOptions{DType: c.dt})
+			require.NoError(t, err, c.sub)
+			defer nn.Free(lm)
+			for _, p := range nn.NamedParameters(lm) {
+				require.Equal(t, c.dt, p.Tensor.DType(), p.Name)
+			}
+			requireState(t, ref, "bf16_state", lm, c.sub)
+		}
+		lm, err := models.LoadPretrained(filepath.Join(dir, "bf16"), models.LoadOptions{DType: torch.BFloat16})
+		require.NoError(t, err)
+		defer nn.Free(lm)
+		torch.NoGrad(func() {
+			got := lm.Forward(models.DecoderInput{InputIDs: ids})
+			require.Equal(t, torch.BFloat16, got.DType())
+			want := refTensor(t, ref, "bf16_logits")
+			// Both sides round every activation to bfloat16 (8 significant bits) with the same
+			// kernels, so the logits agree to the bit here; a kernel that rounds one
+			// activation differently elsewhere moves a logit by an ulp or two.
+			requireClose(t, "bf16 logits", want, got.ToDType(torch.Float32), bf16Tolerance(want))
+		})
+	})
 	t.Run("step", func(t *testing.T) {
 		defer torch.NewScope().Close()
 		stepMatches(t, m, ref, func() (*torch.Tensor, *torch.Tensor) {
@@ -169,4 +235,201 @@ func TestQwen2MatchesTransformers(t *testing.T) { runDecoderParity(t, "qwen2", b
 // window on every layer, against MistralForCausalLM.
 func TestMistralMatchesTransformers(t *testing.T) { runDecoderParity(t, "mistral", buildMistral) }
 
-var _ = slices.Equal[[]int64]
+const decodersCheckPy = `
+import sys, torch, transformers
+from transformers import AutoModelForCausalLM
+transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+d = sys.argv[1]
+got = torch.load(d + "/go.pt")
+for arch, cls in [("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"), ("mistral", "MistralForCausalLM")]:
+    m, info = AutoModelForCausalLM.from_pretrained(d + "/" + arch, output_loading_info=True)
+    assert type(m).__name__ == cls, type(m).__name__
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    m.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(m(got["ids"]).logits, got[arch + "_logits"], rtol=0, atol=1e-5)
+    prompt = got["prompt"][None]
+    new = m.generate(prompt, max_new_tokens=15, do_sample=False, pad_token_id=0)[0, prompt.shape[1]:].tolist()
+    want = got[arch + "_greedy"].tolist()
+    assert new == want, (arch, new, want)
+print("ok")
+`
+
+// TestDecodersSaveToTransformers: Llama (llama3 rope, tied, MLP biases, sharded), Qwen2
+// (a sliding layer) and Mistral (a head_dim other than hidden/heads) models built and
+// saved by gotrain load in AutoModelForCausalLM with no missing or unexpected weights,
+// as the same class, and give the same logits and greedy tokens.
+func TestDecodersSaveToTransformers(t *testing.T) {
+	dir := t.TempDir()
+	torch.ManualSeed(3)
+	ids := torch.Randint(0, 97, []int64{2, 9}, torch.Int64, torch.CPU)
+	prompt := []int64{5, 17, 42, 8}
+	out := checkpoint.NewDict()
+	// The checkpoint references the tensors' memory until it is written: they outlive
+	// the scopes that made them.
+	var kept []*torch.Tensor
+	defer func() {
+		for _, k := range kept {
+			k.Free()
+		}
+	}()
+	set := func(k string, v *torch.Tensor) {
+		v = v.Detach().Clone().Escape()
+		kept = append(kept, v)
+		ct, err := torch.TensorToCheckpoint(v)
+		require.NoError(t, err)
+		out.Set(k, ct)
+	}
+	set("ids", ids)
+	set("prompt", torch.FromSlice(prompt))
+
+	bos := int64(1)
+	lc := models.DefaultLlamaConfig()
+	lc.VocabSize, lc.HiddenSize, lc.IntermediateSize, lc.NumHiddenLayers = 97, 32, 48, 2
+	lc.NumAttentionHeads, lc.NumKeyValueHeads, lc.MaxPositionEmbeddings = 4, 2, 64
+	lc.TieWordEmbeddings, lc.MLPBias, lc.EOSTokenID = true, true, models.TokenIDs{95, 96}
+	lc.MaxPositionEmbeddings = 128
+	lc.RopeParameters = models.RopeParameters{RopeType: models.RopeLlama3, RopeTheta: 500000, Factor: 8,
+		LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 64}
+	qc := models.DefaultQwen2Config()
+	qc.VocabSize, qc.HiddenSize, qc.IntermediateSize, qc.NumHiddenLayers = 97, 32, 48, 2
+	qc.NumAttentionHeads, qc.NumKeyValueHeads, qc.MaxPositionEmbeddings = 4, 1, 64
+	window := int64(4)
+	qc.UseSlidingWindow, qc.SlidingWindow, qc.MaxWindowLayers = true, &window, 1
+	qc.BOSTokenID, qc.EOSTokenID = &bos, models.TokenIDs{96}
+	mc := models.DefaultMistralConfig()
+	mc.VocabSize, mc.HiddenSize, mc.IntermediateSize, mc.NumHiddenLayers = 97, 32, 48, 2
+	mc.NumAttentionHeads, mc.NumKeyValueHeads, mc.HeadDim, mc.MaxPositionEmbeddings = 4, 2, 16, 64
+	window5 := int64(5)
+	mc.SlidingWindow, mc.EOSTokenID = &window5, models.TokenIDs{96}
+
+	for _, c := range []struct {
+		arch  string
+		build func() (models.Pretrained, error)
+		shard int64
+	}{
+		{"llama", func() (models.Pretrained, error) { return models.NewLlamaForCausalLM(lc) }, 16 << 10},
+		{"qwen2", func() (models.Pretrained, error) { return models.NewQwen2ForCausalLM(qc) }, 0},
+		{"mistral", func() (models.Pretrained, error) { return models.NewMistralForCausalLM(mc) }, 0},
+	} {
+		torch.WithScope(func() {
+			m, err := c.build()
+			require.NoError(t, err, c.arch)
+			defer nn.Free(m)
+			for _, p := range nn.NamedParameters(m) {
+				if strings.Contains(p.Name, "norm") {
+					nn.InitNormal(p.Tensor, 1, 0.2)
+				} else {
+					nn.InitNormal(p.Tensor, 0, 0.3)
+				}
+			}
+			nn.SetTraining(m, false)
+			require.NoError(t, models.SavePretrained(filepath.Join(dir, c.arch), m, models.SaveOptions{MaxShardSize: c.shard}))
+			torch.NoGrad(func() { set(c.arch+"_logits", m.Forward(models.DecoderInput{InputIDs: ids})) })
+			greedy, err := generate1(m, prompt, models.GenerateOptions{MaxNewTokens: 15})
+			require.NoError(t, err)
+			set(c.arch+"_greedy", torch.FromSlice(greedy))
+			t.Logf("%s greedy: %v", c.arch, greedy)
+		})
+	}
+	_, err := os.Stat(filepath.Join(dir, "llama", "model.safetensors.index.json"))
+	require.NoError(t, err, "the llama checkpoint is sharded")
+	require.NoError(t, checkpoint.Write(filepath.Join(dir, "go.pt"), out))
+	res := testpy.Run(t, decodersCheckPy, []string{"torch", "transformers"}, dir)
+	assert.Equal(t, "ok", strings.TrimSpace(string(res)))
+}
+
+// tinyLlamaJSON is a small Llama config.json as a map, for editing.
+func tinyLlamaJSON() map[string]any {
+	return map[string]any{
+		"model_type": "llama", "vocab_size": 61, "hidden_size": 16, "intermediate_size": 24,
+		"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+		"max_position_embeddings": 32, "rope_theta": 10000.0,
+	}
+}
+
+// TestDecoderConfigErrors: configs gotrain cannot build are errors naming the field,
+// before anything is allocated; a config whose sizes disagree with the weights names
+// the tensor; an unknown model_type lists the supported ones.
+func TestDecoderConfigErrors(t *testing.T) {
+	write := func(t *testing.T, cfg map[string]any) string {
+		dir := t.TempDir()
+		raw, err := json.Marshal(cfg)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, models.ConfigFile), raw, 0o644))
+		return dir
+	}
+	edit := func(modelType string, kv ...any) map[string]any {
+		cfg := tinyLlamaJSON()
+		cfg["model_type"] = modelType
+		for i := 0; i < len(kv); i += 2 {
+			cfg[kv[i].(string)] = kv[i+1]
+		}
+		return cfg
+	}
+	for _, c := range []struct {
+		cfg  map[string]any
+		want string
+	}{
+		{edit("llama", "vocab_size", int64(1)<<40), "vocab_size"},
+		{edit("qwen2", "vocab_size", int64(1)<<40), "vocab_size"},
+		{edit("llama", "hidden_size", 18), "hidden_size 18 is not divisible by num_attention_heads 4"},
+		{edit("mistral", "hidden_size", 18), "hidden_size 18 is not divisible by num_attention_heads 4"},
+		{edit("llama", "hidden_size", int64(1)<<31), "hidden_size"},
+		{edit("llama", "intermediate_size", -4), "intermediate_size"},
+		{edit("llama", "num_hidden_layers", 100000), "num_hidden_layers"},
+		{edit("llama", "num_attention_heads", 0), "num_attention_heads"},
+		{edit("llama", "num_key_value_heads", 3), "num_key_value_heads 3"},
+		{edit("qwen2", "num_key_value_heads", 3), "num_key_value_heads 3"},
+		{edit("llama", "head_dim", 5), "head_dim 5 must be even"},
+		{edit("llama", "max_position_embeddings", int64(1)<<40), "max_position_embeddings"},
+		{edit("llama", "pad_token_id", 61), "pad_token_id"},
+		{edit("llama", "hidden_act", "mish"), "hidden_act"},
+		{edit("llama", "attention_dropout", 2), "attention_dropout"},
+		{edit("llama", "rope_scaling", map[string]any{"type": "yarn", "factor": 4}), `rope_type "yarn" is not supported`},
+		{edit("llama", "rope_parameters", map[string]any{"rope_type": "longrope"}), `rope_type "longrope" is not supported`},
+		{edit("llama", "rope_scaling", map[string]any{"rope_type": "linear"}), "factor"},
+		{edit("llama", "rope_parameters", map[string]any{"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1}), "high_freq_factor"},
+		{edit("llama", "rope_parameters", map[string]any{"rope_type": "default", "partial_rotary_factor": 0.5}), "partial_rotary_factor"},
+		{edit("llama", "rope_theta", -1), "rope_theta"},
+		{edit("llama", "eos_token_id", "two"), "eos_token_id"},
+		{edit("mistral", "sliding_window", 0), "sliding_window"},
+		{edit("qwen2", "layer_types", []string{"full_attention"}), "layer_types has 1 entries for 2 layers"},
+		{edit("qwen2", "layer_types", []string{"full_attention", "sliding_attention"}), "layer_types[1]"},
+		{edit("qwen2", "use_sliding_window", true, "layer_types", []string{"full_attention", "linear_attention"}), `"linear_attention" is not supported`},
+		{edit("llama", "vocab_size", "many"), "vocab_size"},
+	} {
+		_, err := models.LoadPretrained(write(t, c.cfg), models.LoadOptions{})
+		require.Error(t, err, "%v", c.cfg)
+		assert.Contains(t, err.Error(), c.want, "%v", c.cfg)
+	}
+
+	_, err := models.LoadPretrained(write(t, edit("gemma")), models.LoadOptions{})
+	require.Error(t, err)
+	for _, arch := range []string{"gpt2", "llama", "mistral", "qwen2"} {
+		assert.Contains(t, err.Error(), arch, "the supported types are listed")
+	}
+
+	// Sizes that disagree with the weights: the tensor is named.
+	torch.ManualSeed(4)
+	raw, err := json.Marshal(tinyLlamaJSON())
+	require.NoError(t, err)
+	m, err := models.ParseLlamaConfig(raw)
+	require.NoError(t, err)
+	lm, err := models.NewLlamaForCausalLM(m)
+	require.NoError(t, err)
+	defer nn.Free(lm)
+	dir := t.TempDir()
+	require.NoError(t, models.SavePretrained(dir, lm, models.SaveOptions{}))
+	for field, tensor := range map[string]string{"intermediate_size": "mlp.gate_proj.weight", "num_key_value_heads": "self_attn.k_proj.weight", "vocab_size": "embed_tokens.weight"} {
+		cfg := tinyLlamaJSON()
+		cfg[field] = map[string]int{"intermediate_size": 32, "num_key_value_heads": 4, "vocab_size": 64}[field]
+		raw, err := json.Marshal(cfg)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, models.ConfigFile), raw, 0o644))
+		_, err = models.LoadPretrained(dir, models.LoadOptions{})
+		require.Error(t, err, field)
+		assert.Contains(t, err.Error(), tensor, field)
+	}
+}

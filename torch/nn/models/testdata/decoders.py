@@ -45,6 +45,7 @@ CASES = {
         # Llama 3.1 rope scaling (with high, medium and low frequencies) and tied embeddings.
         "llama3_tied": (LlamaConfig, LlamaForCausalLM,
                         dict(SMALL, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
+                             max_position_embeddings=128,
                              eos_token_id=[95, 96],
                              rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0,
                                                   low_freq_factor=1.0, high_freq_factor=4.0,
