@@ -103,6 +103,9 @@ func scheduler(c Config, opt optim.Optimizer, stepsPerEpoch int) (optim.Schedule
 }
 
 func build(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trainer, error) {
+	if isHFDir(c.Model) {
+		return buildHF(c, runDir, pg)
+	}
 	spec, err := loadData(c)
 	if err != nil {
 		return nil, err

@@ -27,8 +27,21 @@ type Config struct {
 	Experiment string `json:"experiment" yaml:"experiment"`
 	RunsDir    string `json:"runs_dir" yaml:"runs_dir"`
 
-	// Model is a built-in model's name (mlp, cnn, resnet18, vit, gpt).
+	// Model is a built-in model's name (mlp, cnn, resnet18, vit, gpt) or a Hugging Face
+	// model directory (config.json, safetensors, tokenizer.json) to fine-tune.
 	Model string `json:"model" yaml:"model"`
+	// DType is the dtype of a Hugging Face model's weights while training ("" or
+	// float32, bfloat16, float16).
+	DType string `json:"dtype,omitempty" yaml:"dtype"`
+	// LoRA: rank (0: no adapters, the whole model trains), alpha, dropout and the
+	// target modules ("q_proj,v_proj" or "all-linear"), with PEFT's meanings.
+	LoraR       int     `json:"lora_r,omitempty" yaml:"lora_r"`
+	LoraAlpha   float64 `json:"lora_alpha,omitempty" yaml:"lora_alpha"`
+	LoraDropout float64 `json:"lora_dropout,omitempty" yaml:"lora_dropout"`
+	LoraTargets string  `json:"lora_targets,omitempty" yaml:"lora_targets"`
+	// GradientCheckpointing recomputes each decoder layer's activations in the
+	// backward pass instead of keeping them.
+	GradientCheckpointing bool `json:"gradient_checkpointing,omitempty" yaml:"gradient_checkpointing"`
 	// DataDir is the training data: the Fashion-MNIST directory (the default), an
 	// ImageFolder tree, a CSV file, a text file or a token file.
 	DataDir string `json:"data_dir" yaml:"data_dir"`
@@ -64,15 +77,17 @@ type Config struct {
 // Adam and a cosine schedule.
 func defaultConfig() Config {
 	return Config{
-		RunsDir:    "runs",
-		Model:      "cnn",
-		BatchSize:  128,
-		Workers:    2,
-		Optimizer:  "adam",
-		LR:         1e-3,
-		AdamKernel: "fused",
-		Scheduler:  "cosine",
-		Config:     trainer.DefaultConfig(),
+		RunsDir:     "runs",
+		Model:       "cnn",
+		LoraAlpha:   16,
+		LoraTargets: "q_proj,v_proj",
+		BatchSize:   128,
+		Workers:     2,
+		Optimizer:   "adam",
+		LR:          1e-3,
+		AdamKernel:  "fused",
+		Scheduler:   "cosine",
+		Config:      trainer.DefaultConfig(),
 	}
 }
 
@@ -96,7 +111,7 @@ func (c Config) validate() error {
 		min  int
 	}{
 		{"batch_size", c.BatchSize, 1}, {"workers", c.Workers, 0}, {"synthetic", c.Synthetic, 0},
-		{"limit", c.Limit, 0}, {"image_size", c.ImageSize, 0}, {"block_size", c.BlockSize, 0},
+		{"limit", c.Limit, 0}, {"image_size", c.ImageSize, 0}, {"block_size", c.BlockSize, 0}, {"lora_r", c.LoraR, 0},
 	}
 	for _, f := range ints {
 		if f.v < f.min {
@@ -113,6 +128,8 @@ func (c Config) validate() error {
 		{"weight_decay", c.WeightDecay, c.WeightDecay >= 0 && !math.IsInf(c.WeightDecay, 1), "a finite number >= 0"},
 		{"momentum", c.Momentum, c.Momentum >= 0 && c.Momentum < 1, "in [0, 1)"},
 		{"val_split", c.ValSplit, c.ValSplit >= 0 && c.ValSplit < 1, "in [0, 1) (0: none)"},
+		{"lora_alpha", c.LoraAlpha, c.LoraAlpha > 0 && !math.IsInf(c.LoraAlpha, 1), "a finite number > 0"},
+		{"lora_dropout", c.LoraDropout, c.LoraDropout >= 0 && c.LoraDropout < 1, "in [0, 1)"},
 	}
 	for _, f := range floats {
 		if !f.ok { // NaN fails every comparison, so it lands here too
@@ -131,7 +148,13 @@ func (c Config) validate() error {
 func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.IntVar(&c.Synthetic, "synthetic", c.Synthetic, "train on N seeded synthetic samples instead of Fashion-MNIST (for machines without the data)")
 	fs.IntVar(&c.Limit, "limit", c.Limit, "use only the first N training samples (smoke runs)")
-	fs.StringVar(&c.Model, "model", c.Model, "model: mlp, cnn, resnet18, vit, or gpt (for a text file)")
+	fs.StringVar(&c.Model, "model", c.Model, "model: mlp, cnn, resnet18, vit, gpt (for a text file), or a Hugging Face model directory to fine-tune")
+	fs.StringVar(&c.DType, "dtype", c.DType, "a Hugging Face model's weight dtype while training: float32, bfloat16, float16")
+	fs.IntVar(&c.LoraR, "lora-r", c.LoraR, "LoRA rank for a Hugging Face model (0: train the whole model)")
+	fs.Float64Var(&c.LoraAlpha, "lora-alpha", c.LoraAlpha, "LoRA alpha (scaling alpha/r)")
+	fs.Float64Var(&c.LoraDropout, "lora-dropout", c.LoraDropout, "LoRA dropout")
+	fs.StringVar(&c.LoraTargets, "lora-targets", c.LoraTargets, "LoRA target modules: names (q_proj,v_proj) or all-linear")
+	fs.BoolVar(&c.GradientCheckpointing, "gradient-checkpointing", c.GradientCheckpointing, "recompute each decoder layer's activations in backward (less memory, more time)")
 	fs.StringVar(&c.DataDir, "data", c.DataDir, "training data: an ImageFolder tree (with train/ and val/, or --val-split), a CSV file (--label-column), a text file (--model gpt) or the Fashion-MNIST directory (default: Debian's)")
 	fs.IntVar(&c.ImageSize, "image-size", c.ImageSize, "resize ImageFolder images to N x N (0: the data's size)")
 	fs.Float64Var(&c.ValSplit, "val-split", c.ValSplit, "hold out this fraction of a single folder or file for validation")

@@ -154,3 +154,21 @@ func (in DecoderInput) SDPAMask() (mask *torch.Tensor, causal bool) {
 	self := torch.Eye(past+t, torch.Bool, dev).Narrow(0, past, t) // [T, S]
 	return allowed.LogicalOr(self), false
 }
+
+// GradientCheckpointer is a CausalLM whose decoder layers can recompute their
+// activations in the backward pass instead of keeping them (transformers'
+// gradient_checkpointing_enable), trading time for memory; gradients are unchanged.
+type GradientCheckpointer interface {
+	SetGradientCheckpointing(on bool)
+}
+
+// SetGradientCheckpointing switches m's activation checkpointing on or off, or says
+// that m's architecture has none.
+func SetGradientCheckpointing(m CausalLM, on bool) error {
+	g, ok := m.(GradientCheckpointer)
+	if !ok {
+		return fmt.Errorf("models: %T has no gradient checkpointing", m)
+	}
+	g.SetGradientCheckpointing(on)
+	return nil
+}

@@ -1,0 +1,275 @@
+package main
+
+// Fine-tuning a Hugging Face decoder directory (--model DIR): the model by its
+// config.json's model_type, its own tokenizer.json, text or JSONL data, LoRA adapters,
+// activation checkpointing, and the run directory's Hugging Face copies of the result.
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gotrain/gotrain/tokenizer"
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/data"
+	"github.com/gotrain/gotrain/torch/distributed"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
+	"github.com/gotrain/gotrain/trainer"
+)
+
+// defaultLMBlock is --block-size for a Hugging Face model when none is given, and
+// defaultLMValSplit its validation fraction.
+const (
+	defaultLMBlock    = 512
+	defaultLMValSplit = 0.1
+)
+
+// isHFDir reports whether --model names a Hugging Face model directory.
+func isHFDir(model string) bool {
+	fi, err := os.Stat(filepath.Join(model, models.ConfigFile))
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// hfRun is what buildHF made besides the Trainer: for the callbacks and the tests.
+type hfRun struct {
+	model models.CausalLM
+	tok   *tokenizer.Tokenizer
+	eos   int64
+}
+
+// buildHF builds the Trainer that fine-tunes the decoder in directory c.Model on the
+// text or JSONL file c.DataDir.
+func buildHF(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trainer, error) {
+	if err := checkDataSizes(c); err != nil {
+		return nil, err
+	}
+	if c.DataDir == "" {
+		return nil, fmt.Errorf("--model %s needs --data: a .txt file (one document a line) or a .jsonl file of {\"text\"} or {\"prompt\", \"completion\"} lines", c.Model)
+	}
+	tok, err := tokenizer.LoadDir(c.Model)
+	if err != nil {
+		return nil, fmt.Errorf("--model %s: %w", c.Model, err)
+	}
+	dev, err := trainer.ResolveDevice(rankDevice(c.Device, pg))
+	if err != nil {
+		return nil, err
+	}
+	dtype := torch.Float32
+	if c.DType != "" {
+		if dtype, err = torch.ParseDType(c.DType); err != nil {
+			return nil, fmt.Errorf("--dtype: %w", err)
+		}
+	}
+	torch.ManualSeed(c.Seed) // LoRA's initial weights depend on the seed only
+	m, err := models.LoadPretrained(c.Model, models.LoadOptions{DType: dtype, Device: dev})
+	if err != nil {
+		return nil, err
+	}
+	cfg := m.DecoderConfig()
+	eos, ok := tok.EOS()
+	if len(cfg.EOS) > 0 {
+		eos, ok = cfg.EOS[0], true
+	}
+	if !ok {
+		return nil, fmt.Errorf("--model %s: neither config.json nor the tokenizer names an end-of-sequence token", c.Model)
+	}
+	block := c.BlockSize
+	if block == 0 {
+		block = defaultLMBlock
+		if cfg.MaxPositions > 0 {
+			block = min(block, int(cfg.MaxPositions))
+		}
+	}
+	if cfg.MaxPositions > 0 && int64(block) > cfg.MaxPositions {
+		return nil, fmt.Errorf("--block-size %d is longer than the model's context of %d positions", block, cfg.MaxPositions)
+	}
+	ds, err := data.NewLMDataset(c.DataDir, tok, data.LMOptions{BlockSize: block, EOS: eos})
+	if err != nil {
+		return nil, err
+	}
+	if c.Limit > 0 && c.Limit < ds.Len() {
+		sub := &data.Subset{Dataset: ds, Indices: seq(0, c.Limit)}
+		return buildHFOn(c, runDir, pg, m, tok, eos, sub, dev)
+	}
+	return buildHFOn(c, runDir, pg, m, tok, eos, ds, dev)
+}
+
+func buildHFOn(c Config, runDir string, pg *distributed.ProcessGroup, m models.CausalLM, tok *tokenizer.Tokenizer, eos int64,
+	ds data.Dataset, dev torch.Device) (*trainer.Trainer, error) {
+	if c.ValSplit == 0 {
+		c.ValSplit = defaultLMValSplit
+	}
+	train, val, err := split(ds, c)
+	if err != nil {
+		return nil, err
+	}
+	pad := eos
+	if p, ok := tok.PAD(); ok {
+		pad = p
+	}
+	lo := data.LoaderOptions{BatchSize: c.BatchSize, Shuffle: true, Workers: c.Workers, Seed: c.Seed, Device: dev,
+		Pad: data.LMPad(pad), Rank: pg.Rank(), WorldSize: pg.WorldSize()}
+	trainLoader, err := data.NewLoader(train, lo)
+	if err != nil {
+		return nil, err
+	}
+	lo.Shuffle, lo.Rank, lo.WorldSize = false, 0, 0
+	valLoader, err := data.NewLoader(val, lo)
+	if err != nil {
+		return nil, err
+	}
+	adapter, err := applyLoRA(m, c)
+	if err != nil {
+		return nil, err
+	}
+	if c.GradientCheckpointing {
+		if err := models.SetGradientCheckpointing(m, true); err != nil {
+			return nil, err
+		}
+	}
+	nn.SetTraining(m, true)
+	opt, err := optimizer(c, nn.TrainableParameters(m))
+	if err != nil {
+		return nil, err
+	}
+	steps := (trainLoader.Len() + max(c.Accumulation, 1) - 1) / max(c.Accumulation, 1)
+	sched, interval, err := scheduler(c, opt, steps)
+	if err != nil {
+		return nil, err
+	}
+	c.SchedulerInterval = interval
+	if c.Monitor == defaultConfig().Monitor {
+		c.Monitor, c.MonitorMode = "val_loss", trainer.Min
+	}
+	out := io.Writer(os.Stdout)
+	if pg != nil && !pg.IsMain() {
+		out = io.Discard
+	}
+	cb := &hfCallback{run: hfRun{model: m, tok: tok, eos: eos}, adapter: adapter, dir: filepath.Join(runDir, "hf"),
+		prompt: samplePrompt(train), tokens: 32, out: out, main: pg == nil || pg.IsMain()}
+	opts := []trainer.Option{trainer.WithConfig(c.Config), trainer.WithScheduler(sched, interval), trainer.WithRunDir(runDir),
+		trainer.WithModelConfig(modelType(c.Model)), trainer.WithRunConfig(c), trainer.WithTrainStep(maskedLMStep),
+		trainer.WithCallbacks(cb)}
+	if pg != nil {
+		opts = append(opts, trainer.WithDistributed(pg))
+	}
+	return trainer.New(m, trainLoader, valLoader, nil, opt, opts...)
+}
+
+// modelType is the model_type of the directory's config.json, for the run's record.
+func modelType(dir string) string {
+	if _, t, err := models.ReadConfig(dir); err == nil {
+		return t
+	}
+	return filepath.Base(dir)
+}
+
+// samplePrompt is the start of the first training sample, for the epoch's sample: its
+// first 8 tokens.
+func samplePrompt(ds data.Dataset) []int64 {
+	var s data.Sample
+	if ds.Len() == 0 || ds.Get(0, &s) != nil {
+		return nil
+	}
+	ids := data.Values[int64](s.MustField(data.InputIDs))
+	return append([]int64{}, ids[:min(8, len(ids))]...)
+}
+
+// maskedLMStep is the fine-tuning step: the next-token cross-entropy of the logits for
+// the batch's input_ids against its labels (IgnoreIndex on prompts and padding), with the
+// padding masked out of attention.
+func maskedLMStep(m models.CausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+	in := models.DecoderInput{InputIDs: b.Get(data.InputIDs)}
+	if mask := data.MaskName(data.InputIDs); b.Has(mask) {
+		in.AttentionMask = b.Get(mask)
+	}
+	return models.CausalLMLoss(m.Forward(in), b.Get(data.Labels)), nil
+}
+
+// hfCallback, after each epoch, records the validation perplexity, prints a sample
+// generated with the model's tokenizer, and writes the adapter (or, without LoRA, the
+// whole model) in Hugging Face's layout to dir/last and, when the epoch is the best so
+// far, to dir/best.
+type hfCallback struct {
+	run     hfRun
+	adapter adapterSaver // nil without LoRA
+	dir     string
+	prompt  []int64
+	tokens  int
+	out     io.Writer
+	main    bool // only the main process writes
+}
+
+// adapterSaver writes a model's LoRA adapter as PEFT's files.
+type adapterSaver interface {
+	Save(dir string) error
+}
+
+// Events says which events hfCallback acts at.
+func (h *hfCallback) Events() trainer.EventSet { return trainer.Events(trainer.EpochEnd) }
+
+// OnEvent acts at EpochEnd.
+func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
+	if e != trainer.EpochEnd || len(t.History) == 0 {
+		return nil
+	}
+	rec := &t.History[len(t.History)-1]
+	if rec.Metrics == nil {
+		rec.Metrics = map[string]float64{}
+	}
+	rec.Metrics["val_perplexity"] = math.Exp(rec.ValLoss)
+	if !h.main {
+		return nil
+	}
+	training := h.run.model.ModuleBase().Training()
+	nn.SetTraining(h.run.model, false)
+	defer nn.SetTraining(h.run.model, training)
+	sample := ""
+	if len(h.prompt) > 0 {
+		gen, err := models.Generate(h.run.model, [][]int64{h.prompt}, models.GenerateOptions{MaxNewTokens: h.tokens, StopTokens: []int64{h.run.eos}})
+		if err != nil {
+			return err
+		}
+		sample = h.run.tok.Decode(append(append([]int64{}, h.prompt...), gen[0]...), true)
+	}
+	fmt.Fprintf(h.out, "epoch %d: val loss %.4f, perplexity %.2f; sample: %q\n", rec.Epoch, rec.ValLoss, rec.Metrics["val_perplexity"], sample)
+	if err := h.save(filepath.Join(h.dir, "last")); err != nil {
+		return err
+	}
+	if v, ok := t.Metrics[t.Config.Monitor]; ok && v == t.BestMetric {
+		return h.save(filepath.Join(h.dir, "best"))
+	}
+	return nil
+}
+
+// save writes the adapter, or the whole model, to dir in Hugging Face's layout.
+func (h *hfCallback) save(dir string) error {
+	if h.adapter != nil {
+		return h.adapter.Save(dir)
+	}
+	return models.SavePretrained(dir, h.run.model, models.SaveOptions{MaxShardSize: 5 << 30})
+}
+
+// parseTargets splits --lora-targets: "q_proj,v_proj" or "all-linear".
+func parseTargets(s string) []string {
+	var out []string
+	for _, t := range strings.Split(s, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// applyLoRA puts LoRA adapters on m's target modules when --lora-r is set and freezes
+// the rest; it returns what saves the adapter, or nil without LoRA.
+func applyLoRA(m models.CausalLM, c Config) (adapterSaver, error) {
+	if c.LoraR == 0 {
+		return nil, nil
+	}
+	return nil, fmt.Errorf("--lora-r: LoRA is not wired yet")
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/internal/testpy"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
+)
+
+// tinyLlamaPy saves a tiny random LlamaForCausalLM (vocabulary 32) with transformers.
+const tinyLlamaPy = `
+import sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                  bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+LlamaForCausalLM(cfg).save_pretrained(sys.argv[1])
+print("ok")
+`
+
+// tinyLlamaDir is a Hugging Face directory: a tiny Llama and a Llama-2-style
+// tokenizer.json of 24 tokens.
+func tinyLlamaDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tiny-llama")
+	out := testpy.Run(t, tinyLlamaPy, []string{"torch", "transformers"}, dir)
+	require.Equal(t, "ok", strings.TrimSpace(string(out)))
+	tok, err := os.ReadFile(filepath.Join("..", "..", "torch", "data", "testdata", "tiny-llama-tokenizer.json"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"bos_token": "<s>", "eos_token": "</s>"}`), 0o644))
+	return dir
+}
+
+// pairsFile is a JSONL file of prompt/completion pairs the tiny tokenizer knows.
+func pairsFile(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	for i := range 48 {
+		if i%2 == 0 {
+			b.WriteString(`{"prompt": "hello", "completion": " world"}` + "\n")
+		} else {
+			b.WriteString(`{"prompt": "hello world", "completion": " hello world"}` + "\n")
+		}
+	}
+	p := filepath.Join(t.TempDir(), "pairs.jsonl")
+	require.NoError(t, os.WriteFile(p, []byte(b.String()), 0o644))
+	return p
+}
+
+// TestFineTuneHFDirectory: --model DIR fine-tunes a Hugging Face decoder on JSONL
+// pairs, prints each epoch's validation loss, perplexity and a sample, writes the model
+// in Hugging Face's layout after each epoch, and a run resumed from an epoch's last.pt
+// ends bitwise equal to an uninterrupted one.
+func TestFineTuneHFDirectory(t *testing.T) {
+	model, pairs := tinyLlamaDir(t), pairsFile(t)
+	runs := t.TempDir()
+	args := []string{"--model", model, "--data", pairs, "--batch-size", "4", "--optimizer", "adamw", "--lr", "1e-2",
+		"--scheduler", "none", "--deterministic", "--threads", "1", "--workers", "2", "--runs-dir", runs}
+	out, err := child(append(args, "--epochs", "2", "--experiment", "ref")...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "perplexity")
+	assert.Contains(t, string(out), "sample:")
+	ref := filepath.Join(runs, "ref")
+	for _, f := range []string{"hf/last/config.json", "hf/last/model.safetensors", "hf/best/model.safetensors", "checkpoints/last.pt"} {
+		_, err := os.Stat(filepath.Join(ref, f))
+		require.NoError(t, err, f)
+	}
+	m, err := models.LoadPretrained(filepath.Join(ref, "hf", "last"), models.LoadOptions{})
+	require.NoError(t, err, "the fine-tuned directory loads as the model it came from")
+	nn.Free(m)
+
+	out, err = child(append(args, "--epochs", "1", "--experiment", "split")...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	last := filepath.Join(runs, "split", "checkpoints", "last.pt")
+	out, err = child("--resume", last, "--epochs", "2").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	sameState(t, filepath.Join(ref, "checkpoints", "last.pt"), last)
+}
+
+// TestFineTuneErrors: what cannot be fine-tuned says why.
+func TestFineTuneErrors(t *testing.T) {
+	model := tinyLlamaDir(t)
+	bad := filepath.Join(t.TempDir(), "bad.jsonl")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"prompt": "hello", "completion": " world"}`+"\n"+`{"prompt": "hello"`+"\n"), 0o644))
+	for name, c := range map[string]struct {
+		args []string
+		want string
+	}{
+		"no data":          {[]string{"--model", model}, "needs --data"},
+		"malformed line":   {[]string{"--model", model, "--data", bad}, "bad.jsonl:2:"},
+		"block too long":   {[]string{"--model", model, "--data", bad, "--block-size", "100"}, "context of 64"},
+		"unknown dtype":    {[]string{"--model", model, "--data", bad, "--dtype", "float8"}, "--dtype"},
+		"negative lora r":  {[]string{"--model", model, "--data", bad, "--lora-r", "-1"}, "lora_r"},
+		"lora dropout 1.5": {[]string{"--model", model, "--data", bad, "--lora-dropout", "1.5"}, "lora_dropout"},
+	} {
+		out, err := child(append(c.args, "--runs-dir", t.TempDir(), "--epochs", "1")...).CombinedOutput()
+		require.Error(t, err, name)
+		assert.Contains(t, string(out), c.want, name)
+		assert.NotContains(t, string(out), "panic", name)
+	}
+}
