@@ -104,9 +104,21 @@ func WithEvalStep[M nn.Module](s Step[M]) Option {
 	}
 }
 
-// runStep runs s on b under the trainer's autocast setting.
+// runStep runs s on b under the trainer's autocast setting, in a scope of its own that
+// keeps only the loss and the metrics: every other tensor the step made (the model's
+// intermediate outputs, the logits) is freed when it returns, as eager PyTorch frees a
+// forward's locals. Autograd holds what it saved, and backward then frees that as it goes,
+// so a step's peak memory is PyTorch's rather than every activation until the step ends.
 func (t *Trainer) runStep(s boundStep, b data.Batch) (loss *torch.Tensor, ms Metrics) {
-	run := func() { loss, ms = s(b) }
+	run := func() {
+		sc := torch.NewScope()
+		defer sc.Close()
+		loss, ms = s(b)
+		sc.Keep(loss)
+		for _, m := range ms {
+			sc.Keep(m)
+		}
+	}
 	if dt, ok := t.Config.AMP.DType(); ok {
 		amp.Autocast(t.Device, dt, run)
 	} else {

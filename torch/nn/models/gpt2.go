@@ -205,7 +205,10 @@ func (g *GPT2Model) Forward(in DecoderInput) *torch.Tensor {
 	at := attention{cache: in.Cache}
 	at.mask, at.causal = in.SDPAMask()
 	for _, b := range g.H {
-		x = b.forward(x, at)
+		// A block's temporaries autograd did not save (the projections' outputs before
+		// the residual adds) are freed when it returns, as in PyTorch. The cache's
+		// buffers are its own (escaped), so they stay.
+		x = torch.Local(func() *torch.Tensor { return b.forward(x, at) })
 	}
 	in.Cache.Advance(in.InputIDs.Size(1))
 	return g.LnF.Forward(x)
@@ -300,7 +303,8 @@ func (m *GPT2LMHeadModel) DecoderConfig() DecoderConfig {
 // mean cross-entropy of the logits at each position against the next token, with
 // -100 labels ignored.
 func (m *GPT2LMHeadModel) Loss(ids *torch.Tensor) *torch.Tensor {
-	return CausalLMLoss(m.Forward(DecoderInput{InputIDs: ids}), ids)
+	// The logits, which the loss does not save, are freed before it returns.
+	return torch.Local(func() *torch.Tensor { return CausalLMLoss(m.Forward(DecoderInput{InputIDs: ids}), ids) })
 }
 
 // CausalLMLoss is the next-token cross-entropy of logits [B, T, V] against labels

@@ -34,14 +34,24 @@ func NewBasicBlock(in, out, stride int64) *BasicBlock {
 }
 
 // Forward returns relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)).
+//
+// It keeps what torchvision's block keeps: the batch norms' outputs, which autograd does
+// not save, are freed as soon as the ReLU has read them (torchvision's ReLU(inplace=True)
+// overwrites them), the residual is added in place as torchvision's `out += identity`, and
+// the rest of the block's temporaries go when it returns (torch.Local).
 func (b *BasicBlock) Forward(x *torch.Tensor) *torch.Tensor {
-	out := b.BN1.Forward(b.Conv1.Forward(x)).ReLU()
-	out = b.BN2.Forward(b.Conv2.Forward(out))
-	identity := x
-	if b.Downsample != nil {
-		identity = b.Downsample.Forward(x)
-	}
-	return out.Add(identity).ReLU()
+	return torch.Local(func() *torch.Tensor {
+		bn := b.BN1.Forward(b.Conv1.Forward(x))
+		out := bn.ReLU()
+		bn.Free()
+		out = b.BN2.Forward(b.Conv2.Forward(out))
+		identity := x
+		if b.Downsample != nil {
+			identity = b.Downsample.Forward(x)
+		}
+		out.AddInPlace(identity, 1)
+		return out.ReLU()
+	})
 }
 
 // conv is a bias-free convolution; New re-initialises its weight.
@@ -100,7 +110,8 @@ func NewResNet(blocks [4]int, numClasses int64) *ResNet {
 
 // Forward maps images [N, 3, H, W] to logits [N, numClasses].
 func (r *ResNet) Forward(x *torch.Tensor) *torch.Tensor {
-	x = r.MaxPool.Forward(r.BN1.Forward(r.Conv1.Forward(x)).ReLU())
+	// The stem's batch norm output goes once ReLU and max pooling have read it.
+	x = torch.Local(func() *torch.Tensor { return r.MaxPool.Forward(r.BN1.Forward(r.Conv1.Forward(x)).ReLU()) })
 	x = r.Layer4.Forward(r.Layer3.Forward(r.Layer2.Forward(r.Layer1.Forward(x))))
 	return r.FC.Forward(r.AvgPool.Forward(x).Flatten(1, -1))
 }

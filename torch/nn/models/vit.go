@@ -51,7 +51,10 @@ type ViTEncoder struct {
 func (e *ViTEncoder) Forward(x *torch.Tensor) *torch.Tensor {
 	x = e.dropout.Forward(x.Add(e.PosEmbedding))
 	for _, l := range e.Layers {
-		x = l.Forward(x)
+		// Each block's temporaries that autograd did not save (the attention projection's
+		// and the MLP's outputs before the residual adds, a LayerNorm's output cast for a
+		// bf16 matmul) are freed when it returns, as in PyTorch: not held to the step's end.
+		x = torch.Local(func() *torch.Tensor { return l.Forward(x) })
 	}
 	return e.Ln.Forward(x)
 }
@@ -136,8 +139,11 @@ func (v *VisionTransformer) Forward(x *torch.Tensor) *torch.Tensor {
 	if x.Size(2) != v.Config.ImageSize || x.Size(3) != v.Config.ImageSize {
 		panic(&torch.Error{Op: "vit", Msg: fmt.Sprintf("expected %d×%d images, got %v", v.Config.ImageSize, v.Config.ImageSize, x.Shape())})
 	}
-	p := v.ConvProj.Forward(x)
-	p = p.Reshape(n, v.Config.HiddenDim, -1).Permute(0, 2, 1)
-	tokens := torch.Cat([]*torch.Tensor{v.ClassToken.Expand(n, -1, -1), p}, 1)
+	// The patch embedding's output is not saved by the concatenation: freed at once.
+	tokens := torch.Local(func() *torch.Tensor {
+		p := v.ConvProj.Forward(x)
+		p = p.Reshape(n, v.Config.HiddenDim, -1).Permute(0, 2, 1)
+		return torch.Cat([]*torch.Tensor{v.ClassToken.Expand(n, -1, -1), p}, 1)
+	})
 	return v.Head.Forward(v.Encoder.Forward(tokens).Select(1, 0))
 }
