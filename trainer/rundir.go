@@ -78,8 +78,12 @@ func (t *Trainer) record() runRecord {
 	return r
 }
 
-// className is the name of v's type without its package: "AdamW", "CosineAnnealingLR".
+// className is v's class name: its Name() when it has one (an optim.Algorithm's
+// optimizer), else its type's name without the package: "AdamW", "CosineAnnealingLR".
 func className(v any) string {
+	if n, ok := v.(interface{ Name() string }); ok {
+		return n.Name()
+	}
 	name := fmt.Sprintf("%T", v)
 	return name[strings.LastIndexAny(name, ".*")+1:]
 }
