@@ -283,7 +283,6 @@ func (in DecoderInput) slidingSDPAMask(window int64) (mask *torch.Tensor, causal
 type decoderLM struct {
 	model  *DecoderModel
 	lmHead *nn.Linear
-	spec   decoderSpec
 }
 
 // buildDecoder registers "model" and "lm_head" on base as transformers'
@@ -350,7 +349,7 @@ func buildDecoder(base *nn.Base, cfg string, s decoderSpec) (lm decoderLM, err e
 		head = newLinear(s.hidden, s.vocab, false, s.initStd)
 	}
 	nn.Register(base, "lm_head", head)
-	return decoderLM{model: d, lmHead: head, spec: s}, nil
+	return decoderLM{model: d, lmHead: head}, nil
 }
 
 // forward returns the logits [B, T, vocab].

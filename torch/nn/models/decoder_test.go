@@ -241,6 +241,7 @@ from transformers import AutoModelForCausalLM
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
 d = sys.argv[1]
+torch.set_num_threads(1)
 got = torch.load(d + "/go.pt")
 for arch, cls in [("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"), ("mistral", "MistralForCausalLM")]:
     m, info = AutoModelForCausalLM.from_pretrained(d + "/" + arch, output_loading_info=True)
@@ -431,5 +432,40 @@ func TestDecoderConfigErrors(t *testing.T) {
 		_, err = models.LoadPretrained(dir, models.LoadOptions{})
 		require.Error(t, err, field)
 		assert.Contains(t, err.Error(), tensor, field)
+	}
+}
+
+// TestLlamaOlderCheckpointNames: checkpoints saved by older transformers versions with
+// the rotary inv_freq buffers, or from the bare LlamaModel (no "model." prefix), load
+// into the same model.
+func TestLlamaOlderCheckpointNames(t *testing.T) {
+	torch.ManualSeed(6)
+	raw, err := json.Marshal(tinyLlamaJSON())
+	require.NoError(t, err)
+	c, err := models.ParseLlamaConfig(raw)
+	require.NoError(t, err)
+	m, err := models.NewLlamaForCausalLM(c)
+	require.NoError(t, err)
+	defer nn.Free(m)
+	dir := t.TempDir()
+	require.NoError(t, models.SavePretrained(dir, m, models.SaveOptions{}))
+	weights, _, err := checkpoint.ReadSafetensors(filepath.Join(dir, "model.safetensors"))
+	require.NoError(t, err)
+	old := checkpoint.NewDict()
+	for k, v := range weights.All() {
+		old.Set(strings.TrimPrefix(k.(string), "model."), v)
+	}
+	inv, err := torch.TensorToCheckpoint(m.Model.RotaryEmb.InvFreq)
+	require.NoError(t, err)
+	old.Set("layers.0.self_attn.rotary_emb.inv_freq", inv)
+	require.NoError(t, checkpoint.WriteSafetensors(filepath.Join(dir, "model.safetensors"), old, map[string]string{"format": "pt"}))
+	lm, err := models.LoadPretrained(dir, models.LoadOptions{})
+	require.NoError(t, err)
+	defer nn.Free(lm)
+	want := nn.StateDict(m)
+	for k, v := range nn.StateDict(lm).All() {
+		w, ok := want.Get(k)
+		require.True(t, ok, k)
+		assert.Equal(t, w.(*torch.Tensor).Float64s(), v.(*torch.Tensor).Float64s(), k)
 	}
 }
