@@ -48,7 +48,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/torch"
@@ -291,6 +294,12 @@ func generate(cfg *config, stdout io.Writer) (err error) {
 	if err := fitsContext(len(ids), cfg.MaxNewTokens, dc.MaxPositions); err != nil {
 		return err
 	}
+	for _, id := range ids {
+		if id >= dc.VocabSize {
+			return fmt.Errorf("the tokenizer gives the prompt token id %d, outside the model's vocabulary of %d (config.json vocab_size): %s/tokenizer.json does not belong to this model",
+				id, dc.VocabSize, cfg.Model)
+		}
+	}
 	stops, err := eosTokens(cfg.Model, dc, tok)
 	if err != nil {
 		return err
@@ -321,9 +330,6 @@ func generate(cfg *config, stdout io.Writer) (err error) {
 	var stream *textStream
 	if !cfg.JSON {
 		stream = newTextStream(stdout, tok, cfg.Prompt, ids)
-		if err := stream.err; err != nil {
-			return err
-		}
 		opts.Stream = func(_ int, id int64) { stream.step(id) }
 	}
 	out, err := models.Generate(m, [][]int64{ids}, opts)
@@ -444,23 +450,27 @@ func randomSeed() int64 {
 }
 
 // textStream writes the prompt and then the continuation's text as its tokens arrive.
+// Like tokenizers' DecodeStream it decodes a window of ids, the last piece printed as
+// context and then the ids not printed yet, and prints what the window's text adds to
+// the context's: a character whose bytes span several tokens comes out whole, and a
+// decoder that strips the first space of a text (Llama 2's, Mistral's) keeps the space
+// at the seam with the prompt. It adds one rule: text is held back while the window ends
+// in a byte-fallback token (<0xNN>), because a run of byte tokens that is valid UTF-8
+// turns into U+FFFD replacements when an invalid byte follows; DecodeStream (here and in
+// tokenizers) fails at that point, having printed the valid text already.
 type textStream struct {
-	w   io.Writer
-	dec *tokenizer.DecodeStream
-	err error // the first write or decode error; later steps do nothing
+	w       io.Writer
+	tok     *tokenizer.Tokenizer
+	window  []int64
+	printed int    // window[:printed] is printed
+	prefix  string // the text of window[:printed]
+	err     error  // the first write error; later steps do nothing
 }
 
-// newTextStream writes the prompt and primes the decoder with its ids, so that each new
-// token's text is what it adds to the prompt's (a SentencePiece token's leading space
-// included, which decoding the continuation alone would strip).
+// newTextStream writes the prompt; its ids are the first context.
 func newTextStream(w io.Writer, tok *tokenizer.Tokenizer, prompt string, ids []int64) *textStream {
-	s := &textStream{w: w, dec: tok.NewDecodeStream(true)}
-	for _, id := range ids {
-		if _, err := s.dec.Step(id); err != nil {
-			s.err = err
-			return s
-		}
-	}
+	s := &textStream{w: w, tok: tok, window: slices.Clone(ids), printed: len(ids)}
+	s.prefix = tok.Decode(s.window, true)
 	_, s.err = io.WriteString(w, prompt)
 	return s
 }
@@ -469,18 +479,61 @@ func (s *textStream) step(id int64) {
 	if s.err != nil {
 		return
 	}
-	text, err := s.dec.Step(id)
-	if err == nil && text != "" {
-		_, err = io.WriteString(s.w, text)
+	s.window = append(s.window, id)
+	if s.isByteToken(id) {
+		return
 	}
-	s.err = err
+	text := s.tok.Decode(s.window, true)
+	if strings.HasSuffix(text, "\uFFFD") { // a character whose last bytes are to come
+		return
+	}
+	s.err = s.write(text)
+	s.window = s.window[s.printed:]
+	s.printed = len(s.window)
+	s.prefix = s.tok.Decode(s.window, true)
 }
 
-// finish writes what the decoder held back (an incomplete character) and a newline.
+// write prints what text adds to the printed context. Should a decoder change text it
+// printed already (none supported does), the part that differs is printed again rather
+// than lost.
+func (s *textStream) write(text string) error {
+	out, ok := strings.CutPrefix(text, s.prefix)
+	if !ok {
+		n := 0
+		for n < len(text) && n < len(s.prefix) && text[n] == s.prefix[n] {
+			n++
+		}
+		for n > 0 && !utf8.RuneStart(text[n]) {
+			n--
+		}
+		out = text[n:]
+	}
+	if out == "" {
+		return nil
+	}
+	_, err := io.WriteString(s.w, out)
+	return err
+}
+
+// isByteToken reports whether id is a byte-fallback token, "<0xNN>".
+func (s *textStream) isByteToken(id int64) bool {
+	t, ok := s.tok.IDToToken(id)
+	if !ok || len(t) != 6 || !strings.HasPrefix(t, "<0x") || t[5] != '>' {
+		return false
+	}
+	_, err := strconv.ParseUint(t[3:5], 16, 8)
+	return err == nil
+}
+
+// finish writes what was held back (bytes that never completed a character, as U+FFFD)
+// and a newline.
 func (s *textStream) finish() error {
 	if s.err != nil {
 		return s.err
 	}
-	_, err := io.WriteString(s.w, s.dec.Flush()+"\n")
+	if err := s.write(s.tok.Decode(s.window, true)); err != nil {
+		return err
+	}
+	_, err := io.WriteString(s.w, "\n")
 	return err
 }
