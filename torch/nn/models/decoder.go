@@ -250,7 +250,9 @@ func (d *DecoderModel) Forward(in DecoderInput) *torch.Tensor {
 				windowed[w] = at
 			}
 		}
-		x = l.forward(x, cos, sin, at)
+		// A layer's temporaries autograd did not save are freed when it returns, as in
+		// PyTorch (the cache's buffers are its own, escaped).
+		x = torch.Local(func() *torch.Tensor { return l.forward(x, cos, sin, at) })
 	}
 	in.Cache.Advance(in.InputIDs.Size(1))
 	return d.Norm.Forward(x)

@@ -212,7 +212,8 @@ func (m *Qwen2ForCausalLM) DecoderConfig() DecoderConfig {
 // Loss returns the language-modelling loss transformers computes for labels=ids
 // (CausalLMLoss).
 func (m *Qwen2ForCausalLM) Loss(ids *torch.Tensor) *torch.Tensor {
-	return CausalLMLoss(m.Forward(DecoderInput{InputIDs: ids}), ids)
+	// The logits, which the loss does not save, are freed before it returns.
+	return torch.Local(func() *torch.Tensor { return CausalLMLoss(m.Forward(DecoderInput{InputIDs: ids}), ids) })
 }
 
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form, with
