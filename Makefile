@@ -87,8 +87,8 @@ train: libtorch-check
 
 # bench: gotrain's Trainer against the seed's Python loop and libtorch C++ loops running the
 # same Adam kernels, and the per-op cost in Go, C++ and Python, all on $(LIBTORCH) (see
-# bench/README.md); prints the tables, writes bench/results/ and, on a full run, README's
-# performance section. BENCH_QUICK=1 is a smoke run (3 to 5 minutes).
+# bench/README.md); prints the tables, writes bench/results/ and, on a full run, docs/performance.md's
+# table block. BENCH_QUICK=1 is a smoke run (3 to 5 minutes).
 BENCH_QUICK ?=
 BENCH_ARGS ?=
 BENCH_BIN := build/bench
@@ -107,7 +107,7 @@ bench: libtorch-check $(BENCH_BIN)/loop $(BENCH_BIN)/ops $(BENCH_BIN)/gpt $(BENC
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) build -tags cpu -o $(BENCH_BIN)/opbench ./bench/cmd/opbench
 	$(GO) build -o $(BENCH_BIN)/checkpointbench ./bench/checkpoint
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) build -tags cpu -o $(BENCH_BIN)/databench ./bench/data
-	$(GO) run ./bench/cmd/bench -python $(PYTHON) -bin $(BENCH_BIN) $(if $(BENCH_QUICK),-quick,-readme README.md) $(BENCH_ARGS)
+	$(GO) run ./bench/cmd/bench -python $(PYTHON) -bin $(BENCH_BIN) $(if $(BENCH_QUICK),-quick,-readme docs/performance.md) $(BENCH_ARGS)
 	@echo "=== the GPT training step and generation against transformers and C++ (bench/gpt)"
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) run -tags cpu ./bench/gpt -threads 1 -python $(PYTHON)
 	@echo "=== the Loader on an ImageFolder of JPEGs against torch's DataLoader over torchvision's ImageFolder (bench/data)"
