@@ -1,0 +1,286 @@
+package lora
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/nn"
+)
+
+// filePrefix comes before a module's path in PEFT's adapter files: the PeftModel's
+// base_model (the LoraModel) and its model.
+const filePrefix = "base_model.model."
+
+// maxConfigSize bounds adapter_config.json (PEFT's are a few KiB).
+const maxConfigSize = 1 << 20
+
+// fileKey is the name of a layer's A ("A") or B ("B") weight in adapter_model.safetensors.
+func fileKey(path, ab string) string { return filePrefix + path + ".lora_" + ab + ".weight" }
+
+// StateDict returns the adapter's weights as adapter_model.safetensors holds them
+// (PEFT's get_peft_model_state_dict): "base_model.model.<path>.lora_A.weight" and
+// "...lora_B.weight" for each layer, in module order, as CPU copies in
+// *checkpoint.Tensor form.
+func (a *Adapter) StateDict() (sd *checkpoint.Dict, err error) {
+	if len(a.layers) == 0 {
+		return nil, errEmpty
+	}
+	defer torch.Recover(&err, "lora: state dict")
+	sd = checkpoint.NewDict()
+	torch.WithScope(func() {
+		for _, l := range a.layers {
+			for _, w := range []struct {
+				ab string
+				t  *torch.Tensor
+			}{{"A", l.A.Weight}, {"B", l.B.Weight}} {
+				var ct *checkpoint.Tensor
+				if ct, err = torch.TensorToCheckpoint(w.t.Detach().Contiguous().To(torch.CPU, false)); err != nil {
+					return
+				}
+				ct.RequiresGrad = false
+				sd.Set(fileKey(l.Path, w.ab), ct)
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sd, nil
+}
+
+// LoadStateDict copies an adapter file's tensors (PEFT's keys; values *checkpoint.Tensor
+// or *torch.Tensor) into the layers' A and B, converting dtype and device. Every A and
+// B must be there with its shape, and nothing else: otherwise the error, an
+// *nn.StateDictError, names every key missing, unexpected or of another shape, and
+// nothing is copied.
+func (a *Adapter) LoadStateDict(sd *checkpoint.Dict) (err error) {
+	if len(a.layers) == 0 {
+		return errEmpty
+	}
+	defer torch.Recover(&err, "lora: load")
+	type pending struct {
+		dst *torch.Tensor
+		src any
+	}
+	var copies []pending
+	serr := &nn.StateDictError{}
+	known := map[string]bool{}
+	for _, l := range a.layers {
+		for _, w := range []struct {
+			ab string
+			t  *torch.Tensor
+		}{{"A", l.A.Weight}, {"B", l.B.Weight}} {
+			key := fileKey(l.Path, w.ab)
+			known[key] = true
+			v, ok := sd.Get(key)
+			if !ok {
+				serr.Missing = append(serr.Missing, key)
+				continue
+			}
+			var shape []int64
+			switch x := v.(type) {
+			case *checkpoint.Tensor:
+				shape = x.Shape
+			case *torch.Tensor:
+				shape = x.Shape()
+			default:
+				serr.Mismatched = append(serr.Mismatched, nn.ShapeMismatch{Key: key, Description: fmt.Sprintf("expected a tensor, got %T", v)})
+				continue
+			}
+			if want := w.t.Shape(); !slices.Equal(want, shape) {
+				serr.Mismatched = append(serr.Mismatched, nn.ShapeMismatch{Key: key, Checkpoint: shape, Model: want})
+				continue
+			}
+			copies = append(copies, pending{w.t, v})
+		}
+	}
+	for k := range sd.All() {
+		if s, ok := k.(string); !ok || !known[s] {
+			serr.Unexpected = append(serr.Unexpected, fmt.Sprint(k))
+		}
+	}
+	if len(serr.Missing)+len(serr.Unexpected)+len(serr.Mismatched) > 0 {
+		return serr
+	}
+	torch.WithScope(func() {
+		torch.NoGrad(func() {
+			for _, c := range copies {
+				src, ok := c.src.(*torch.Tensor)
+				if !ok {
+					var e error
+					if src, e = torch.TensorFromCheckpoint(c.src.(*checkpoint.Tensor), torch.CPU); e != nil {
+						err = e
+						return
+					}
+				}
+				c.dst.CopyFrom(src, false)
+			}
+		})
+	})
+	return err
+}
+
+// Save writes the adapter to dir as PEFT's save_pretrained does:
+// adapter_model.safetensors (StateDict, with the metadata {"format": "pt"}) and
+// adapter_config.json (PEFT's keys; AllLinear expanded into the adapted modules'
+// names, as PEFT writes it), which peft.PeftModel.from_pretrained(base, dir) loads.
+// dir is created if needed. Both files are written to synced temporary files first;
+// the weights replace the previous ones and then the config does, so a failed save
+// leaves the previous adapter (or none) and no temporary file.
+func (a *Adapter) Save(dir string) error {
+	if len(a.layers) == 0 {
+		return errEmpty
+	}
+	targets := a.Config.TargetModules
+	if strings.EqualFold(targets.Pattern, AllLinear) {
+		var names []string
+		for _, l := range a.layers {
+			names = append(names, l.Path)
+		}
+		targets = Targets{Names: sortedNames(names)}
+	}
+	raw, err := a.Config.marshal(targets)
+	if err != nil {
+		return fmt.Errorf("lora: %s: %w", ConfigFile, err)
+	}
+	sd, err := a.StateDict()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return fmt.Errorf("lora: %w", err)
+	}
+	tmp, err := stage(dir, ConfigFile, raw)
+	if err != nil {
+		return fmt.Errorf("lora: %w", err)
+	}
+	if err := checkpoint.WriteSafetensorsDir(dir, checkpoint.AdapterWeights, sd, map[string]string{"format": "pt"}, 0); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("lora: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, ConfigFile)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("lora: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// stage writes b to a synced temporary file in dir for name and returns its path. The
+// file gets the permissions os.Create gives (0666 less the umask).
+func stage(dir, name string, b []byte) (string, error) {
+	var f *os.File
+	var err error
+	for try := 0; ; try++ {
+		f, err = os.OpenFile(filepath.Join(dir, fmt.Sprintf(".%s.tmp-%d-%d", name, os.Getpid(), rand.Uint32())), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if !errors.Is(err, fs.ErrExist) || try >= 100 {
+			break
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+// ReadConfig reads dir's adapter_config.json. Errors name the file and the field.
+func ReadConfig(dir string) (Config, error) {
+	path := filepath.Join(dir, ConfigFile)
+	raw, err := readSmall(path, maxConfigSize)
+	if err != nil {
+		return Config{}, fmt.Errorf("lora: %w", err)
+	}
+	c, err := ParseConfig(raw)
+	if err == nil {
+		err = c.validate(false)
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("lora: %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// readSmall reads a regular file of at most limit bytes.
+func readSmall(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return b, nil
+}
+
+// LoadOptions control Load.
+type LoadOptions struct {
+	// Trainable keeps the adapter's weights trainable, to train it further (PEFT's
+	// is_trainable=True); by default they are frozen too, for inference, as
+	// PeftModel.from_pretrained loads them.
+	Trainable bool
+}
+
+// Load adds the adapter saved in dir (by Save or by PEFT's save_pretrained:
+// adapter_config.json and adapter_model.safetensors) to m, as
+// peft.PeftModel.from_pretrained(m, dir) does: the base is frozen, the targeted layers
+// wrapped and their A and B read from the file, which must hold exactly those. Reading
+// does not draw random numbers. An error leaves m as it was.
+func Load(m nn.Module, dir string, o LoadOptions) (*Adapter, error) {
+	c, err := ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	sd, _, err := checkpoint.ReadSafetensorsDir(dir, checkpoint.AdapterWeights)
+	if err != nil {
+		return nil, fmt.Errorf("lora: %w", err)
+	}
+	a, err := inject(m, c, false)
+	if err != nil {
+		return nil, fmt.Errorf("lora: %s: %w", filepath.Join(dir, ConfigFile), err)
+	}
+	if err := a.LoadStateDict(sd); err != nil {
+		a.unwrap()
+		return nil, fmt.Errorf("lora: %s: %w", dir, err)
+	}
+	if !o.Trainable {
+		for _, p := range a.Parameters() {
+			p.SetRequiresGrad(false)
+		}
+	}
+	return a, nil
+}

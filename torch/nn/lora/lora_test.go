@@ -1,0 +1,381 @@
+package lora_test
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/testpy"
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/lora"
+	"github.com/gotrain/gotrain/torch/nn/models"
+)
+
+var pyModules = []string{"torch", "transformers", "peft", "safetensors"}
+
+func script(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "peft_ref.py"))
+	require.NoError(t, err)
+	return string(b)
+}
+
+func refTensor(t *testing.T, ref any, key string) *torch.Tensor {
+	t.Helper()
+	ct, err := checkpoint.GetTensor(ref, key)
+	require.NoError(t, err, key)
+	x, err := torch.TensorFromCheckpoint(ct, torch.CPU)
+	require.NoError(t, err)
+	return x
+}
+
+func requireClose(t *testing.T, name string, want, got *torch.Tensor, tol float64) {
+	t.Helper()
+	require.Equal(t, want.Shape(), got.Shape(), name)
+	require.InDeltaSlice(t, want.Float64s(), got.Float64s(), tol, name)
+}
+
+func loadBase(t *testing.T, dir string) models.CausalLM {
+	t.Helper()
+	m, err := models.LoadPretrained(dir, models.LoadOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { nn.Free(m) })
+	return m
+}
+
+func logits(m models.CausalLM, ids *torch.Tensor) *torch.Tensor {
+	var out *torch.Tensor
+	torch.NoGrad(func() { out = m.Forward(models.DecoderInput{InputIDs: ids}) })
+	return out
+}
+
+// TestPEFTAdapters loads adapters PEFT wrote onto a tiny random Llama: the logits are
+// PEFT's, the merged weights and logits are merge_and_unload's, and one training
+// forward gives PEFT's loss and adapter gradients — with activation checkpointing too,
+// where the decoder has it.
+func TestPEFTAdapters(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer torch.NewScope().Close()
+	dir := t.TempDir()
+	testpy.Run(t, script(t), pyModules, "build", dir)
+	ref, err := checkpoint.Read(filepath.Join(dir, "ref.pt"))
+	require.NoError(t, err)
+	ids := refTensor(t, ref, "ids")
+	base := filepath.Join(dir, "base")
+
+	for _, c := range []string{"qv", "all_rs"} {
+		m := loadBase(t, base)
+		plain := logits(m, ids)
+		a, err := lora.Load(m, filepath.Join(dir, c), lora.LoadOptions{})
+		require.NoError(t, err, c)
+		assert.Empty(t, nn.TrainableParameters(m), "%s: loaded for inference, nothing trains", c)
+		got := logits(m, ids)
+		requireClose(t, c+" logits", refTensor(t, ref, c+".logits"), got, 1e-5)
+		assert.Greater(t, got.Sub(plain).Abs().Max().Item(), 1e-3, "%s: the adapter changes the logits", c)
+		if c == "all_rs" {
+			// all-linear: every projection of both layers, not lm_head.
+			assert.Len(t, a.Layers(), 14)
+			assert.InDelta(t, 5/math.Sqrt(2), a.Layers()[0].Scaling, 1e-12, "use_rslora: alpha/√r")
+		}
+
+		require.NoError(t, a.Merge(), c)
+		for _, e := range nn.StateTensors(m) {
+			requireClose(t, c+" merged "+e.Name, refTensor(t, ref, c+".merged."+e.Name), e.Tensor, 1e-7)
+		}
+		requireClose(t, c+" merged logits", refTensor(t, ref, c+".merged_logits"), logits(m, ids), 1e-5)
+		assert.ErrorContains(t, a.Save(t.TempDir()), "merged or unloaded")
+	}
+
+	grads := func(t *testing.T, checkpointing bool) (float64, map[string]*torch.Tensor) {
+		m := loadBase(t, base)
+		if checkpointing {
+			if err := models.SetGradientCheckpointing(m, true); err != nil {
+				t.Skipf("checkpointed gradients: %v", err)
+			}
+		}
+		a, err := lora.Load(m, filepath.Join(dir, "qv"), lora.LoadOptions{Trainable: true})
+		require.NoError(t, err)
+		assert.Equal(t, a.Parameters(), nn.TrainableParameters(m), "only the adapters train")
+		nn.SetTraining(m, true)
+		loss := models.CausalLMLoss(m.Forward(models.DecoderInput{InputIDs: ids}), ids)
+		loss.Backward()
+		out := map[string]*torch.Tensor{}
+		for _, p := range a.NamedParameters() {
+			out[p.Name] = p.Tensor.Grad()
+		}
+		for _, p := range nn.NamedParameters(m) {
+			if !p.Tensor.RequiresGrad() {
+				assert.Nil(t, p.Tensor.Grad(), "the frozen %s has no gradient", p.Name)
+			}
+		}
+		return loss.Item(), out
+	}
+	loss, plain := grads(t, false)
+	assert.InDelta(t, refTensor(t, ref, "qv.loss").Item(), loss, 1e-5)
+	assert.Len(t, plain, 8)
+	for name, g := range plain {
+		require.NotNil(t, g, name)
+		requireClose(t, "gradient of "+name, refTensor(t, ref, "qv.grad."+name), g, 1e-5)
+	}
+	t.Run("checkpointed", func(t *testing.T) {
+		defer torch.NewScope().Close()
+		ckLoss, ck := grads(t, true)
+		assert.Equal(t, loss, ckLoss)
+		for name, g := range plain {
+			assert.Equal(t, g.Float32s(), ck[name].Float32s(), "gradient of %s with checkpointing", name)
+		}
+	})
+}
+
+// tinyLlama returns a random tiny Llama built in Go.
+func tinyLlama(t *testing.T) *models.LlamaForCausalLM {
+	t.Helper()
+	c := models.DefaultLlamaConfig()
+	c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 97, 32, 48, 2
+	c.NumAttentionHeads, c.NumKeyValueHeads, c.MaxPositionEmbeddings = 4, 2, 64
+	c.EOSTokenID = models.TokenIDs{96}
+	c.InitializerRange = 0.1
+	m, err := models.NewLlamaForCausalLM(c)
+	require.NoError(t, err)
+	t.Cleanup(func() { nn.Free(m) })
+	return m
+}
+
+// TestAdapterLoadsInPEFT saves an adapter made in gotrain (all-linear, dropout, A and B
+// both random) and the model merged with it: PEFT loads the adapter onto the same base
+// to gotrain's logits, transformers loads the merged directory to gotrain's merged
+// logits, and PEFT's own merge agrees.
+func TestAdapterLoadsInPEFT(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer torch.NewScope().Close()
+	dir := t.TempDir()
+	torch.ManualSeed(3)
+	m := tinyLlama(t)
+	require.NoError(t, models.SavePretrained(filepath.Join(dir, "base"), m, models.SaveOptions{}))
+	ids := torch.FromSlice([]int64{1, 5, 17, 42, 8, 93, 60, 2, 33, 1, 70, 4, 4, 81, 12, 9, 55, 20}, 2, 9)
+	a, err := lora.Inject(m, lora.Config{R: 4, Alpha: 16, Dropout: 0.05, TargetModules: lora.Targets{Pattern: lora.AllLinear},
+		Init: lora.InitNone, BaseModelNameOrPath: "tiny-llama"})
+	require.NoError(t, err)
+	nn.SetTraining(m, false)
+	adapted := logits(m, ids)
+	require.NoError(t, a.Save(filepath.Join(dir, "go_adapter")))
+	require.NoError(t, a.Merge())
+	merged := logits(m, ids)
+	require.NoError(t, models.SavePretrained(filepath.Join(dir, "go_merged"), m, models.SaveOptions{}))
+	out := checkpoint.NewDict()
+	for name, x := range map[string]*torch.Tensor{"adapter": adapted, "merged": merged} {
+		ct, err := torch.TensorToCheckpoint(x)
+		require.NoError(t, err)
+		out.Set(name, ct)
+	}
+	require.NoError(t, checkpoint.WriteSafetensors(filepath.Join(dir, "go_logits.safetensors"), out, nil))
+
+	var res struct {
+		AdapterDiff   float64  `json:"adapter_diff"`
+		MergedDiff    float64  `json:"merged_diff"`
+		PEFTMergeDiff float64  `json:"peft_merge_diff"`
+		R             int      `json:"r"`
+		Alpha         float64  `json:"lora_alpha"`
+		RSLoRA        bool     `json:"use_rslora"`
+		Targets       []string `json:"target_modules"`
+		TaskType      string   `json:"task_type"`
+		Trainable     int      `json:"trainable"`
+	}
+	require.NoError(t, json.Unmarshal(testpy.Run(t, script(t), pyModules, "check", dir), &res))
+	assert.LessOrEqual(t, res.AdapterDiff, 1e-5)
+	assert.LessOrEqual(t, res.MergedDiff, 1e-5)
+	assert.LessOrEqual(t, res.PEFTMergeDiff, 1e-5)
+	assert.Equal(t, 4, res.R)
+	assert.Equal(t, 16.0, res.Alpha)
+	assert.False(t, res.RSLoRA)
+	assert.Len(t, res.Targets, 14)
+	assert.Contains(t, res.Targets, "model.layers.1.mlp.down_proj")
+	assert.Equal(t, "CAUSAL_LM", res.TaskType)
+	assert.Zero(t, res.Trainable)
+	entries, err := os.ReadDir(filepath.Join(dir, "go_adapter"))
+	require.NoError(t, err)
+	var files []string
+	for _, e := range entries {
+		files = append(files, e.Name())
+	}
+	assert.Equal(t, []string{"adapter_config.json", "adapter_model.safetensors"}, files, "no temporary file is left")
+}
+
+// Inject wraps the targeted layers with PEFT's names, changes nothing until B moves,
+// freezes the rest; Unload gives the model back as it was.
+func TestInject(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer torch.NewScope().Close()
+	m := tinyLlama(t)
+	ids := torch.FromSlice([]int64{1, 5, 17, 42, 8}, 1, 5)
+	before := logits(m, ids).Float32s()
+	var names []string
+	for _, p := range nn.NamedParameters(m) {
+		names = append(names, p.Name)
+	}
+	a, err := lora.Inject(m, lora.Config{R: 8, Alpha: 16, TargetModules: lora.Modules("q_proj", "v_proj"), Dropout: 0.1})
+	require.NoError(t, err)
+	assert.Equal(t, before, logits(m, ids).Float32s(), "B starts at zero")
+	assert.Equal(t, a.Parameters(), nn.TrainableParameters(m))
+	var got []string
+	for _, p := range nn.NamedParameters(m) {
+		if strings.HasPrefix(p.Name, "model.layers.0.self_attn.") {
+			got = append(got, p.Name)
+		}
+	}
+	assert.Equal(t, []string{
+		"model.layers.0.self_attn.q_proj.base_layer.weight",
+		"model.layers.0.self_attn.q_proj.lora_A.default.weight",
+		"model.layers.0.self_attn.q_proj.lora_B.default.weight",
+		"model.layers.0.self_attn.k_proj.weight",
+		"model.layers.0.self_attn.v_proj.base_layer.weight",
+		"model.layers.0.self_attn.v_proj.lora_A.default.weight",
+		"model.layers.0.self_attn.v_proj.lora_B.default.weight",
+		"model.layers.0.self_attn.o_proj.weight",
+	}, got)
+	l := a.Layers()[0]
+	assert.Equal(t, []int64{8, 32}, l.A.Weight.Shape())
+	assert.Equal(t, []int64{32, 8}, l.B.Weight.Shape())
+	assert.Equal(t, 2.0, l.Scaling)
+	// A is Kaiming-uniform with a = √5: within ±1/√in.
+	assert.LessOrEqual(t, l.A.Weight.Abs().Max().Item(), 1/math.Sqrt(32))
+	assert.Greater(t, l.A.Weight.Abs().Max().Item(), 0.0)
+
+	_, err = lora.Inject(m, lora.Config{R: 2, Alpha: 2, TargetModules: lora.Modules("k_proj")})
+	assert.ErrorContains(t, err, "already has a LoRA adapter")
+	require.NoError(t, a.Unload())
+	var after []string
+	for _, p := range nn.NamedParameters(m) {
+		after = append(after, p.Name)
+		assert.True(t, p.Tensor.RequiresGrad(), p.Name)
+	}
+	assert.Equal(t, names, after)
+	assert.Equal(t, before, logits(m, ids).Float32s())
+}
+
+func TestInjectErrors(t *testing.T) {
+	m := tinyLlama(t)
+	for _, c := range []struct {
+		cfg  lora.Config
+		want string
+	}{
+		{lora.Config{R: 0, Alpha: 1, TargetModules: lora.Modules("q_proj")}, "r 0"},
+		{lora.Config{R: 2, Alpha: 1, TargetModules: lora.Modules("nothing")}, `target_modules ["nothing"] matched no module`},
+		{lora.Config{R: 2, Alpha: 1, TargetModules: lora.Modules("mlp")}, "model.layers.0.mlp is a *models.GatedMLP"},
+		{lora.Config{R: 2, Alpha: 1}, "target_modules is empty"},
+		{lora.Config{R: 2, Alpha: 1, Dropout: 1.5, TargetModules: lora.Modules("q_proj")}, "lora_dropout"},
+		{lora.Config{R: 2, Alpha: 1, TargetModules: lora.Targets{Pattern: "(?<=x)q"}}, "not a regular expression"},
+		{lora.Config{R: 2, Alpha: 1, TargetModules: lora.Modules("q_proj"), Init: "pissa"}, "not implemented"},
+	} {
+		_, err := lora.Inject(m, c.cfg)
+		assert.ErrorContains(t, err, c.want)
+	}
+	assert.Len(t, nn.TrainableParameters(m), len(nn.NamedParameters(m)), "a failed Inject freezes nothing")
+
+	// A regular expression over the whole name, and exclude_modules.
+	a, err := lora.Inject(m, lora.Config{R: 2, Alpha: 1, TargetModules: lora.Targets{Pattern: `.*\.(q|k)_proj`},
+		ExcludeModules: lora.Modules("model.layers.1.self_attn.k_proj")})
+	require.NoError(t, err)
+	var paths []string
+	for _, l := range a.Layers() {
+		paths = append(paths, l.Path)
+	}
+	assert.Equal(t, []string{"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj", "model.layers.1.self_attn.q_proj"}, paths)
+	require.NoError(t, a.Unload())
+	assert.ErrorContains(t, a.Unload(), "merged or unloaded")
+}
+
+// adapter_config.json: PEFT's file parses, unknown keys survive a round trip, and what
+// gotrain does not implement is refused by name.
+func TestParseConfig(t *testing.T) {
+	raw := `{"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 16, "lora_alpha": 32, "lora_dropout": 0.05,
+	  "target_modules": ["v_proj", "q_proj"], "use_rslora": true, "bias": "none", "use_dora": false,
+	  "fan_in_fan_out": false, "init_lora_weights": "gaussian", "modules_to_save": null, "rank_pattern": {},
+	  "alpha_pattern": {}, "peft_version": "0.21.2", "megatron_core": "megatron.core", "base_model_name_or_path": "org/model"}`
+	c, err := lora.ParseConfig([]byte(raw))
+	require.NoError(t, err)
+	assert.Equal(t, 16, c.R)
+	assert.Equal(t, 32.0, c.Alpha)
+	assert.Equal(t, 0.05, c.Dropout)
+	assert.Equal(t, lora.Modules("v_proj", "q_proj"), c.TargetModules)
+	assert.True(t, c.UseRSLoRA)
+	assert.Equal(t, lora.InitGaussian, c.Init)
+	assert.Equal(t, "org/model", c.BaseModelNameOrPath)
+	assert.Equal(t, 32/4.0, c.Scaling())
+	assert.Contains(t, c.Extra, "peft_version")
+
+	for key, val := range map[string]string{
+		"use_dora": "true", "modules_to_save": `["lm_head"]`, "rank_pattern": `{"q_proj": 4}`,
+		"bias": `"all"`, "lora_bias": "true", "layers_to_transform": "[0]", "peft_type": `"IA3"`,
+	} {
+		var m map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(raw), &m))
+		m[key] = json.RawMessage(val)
+		b, _ := json.Marshal(m)
+		_, err := lora.ParseConfig(b)
+		assert.ErrorContains(t, err, key, key)
+	}
+	_, err = lora.ParseConfig([]byte(`{"peft_type": "LORA"}`))
+	assert.ErrorContains(t, err, "target_modules is missing")
+}
+
+// Save writes PEFT's two files; a second save replaces them; Load reads them back to
+// the same weights, and refuses a file whose tensors do not fit the model.
+func TestSaveLoadRoundTrip(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer torch.NewScope().Close()
+	m := tinyLlama(t)
+	a, err := lora.Inject(m, lora.Config{R: 2, Alpha: 4, TargetModules: lora.Modules("o_proj"), Init: lora.InitNone})
+	require.NoError(t, err)
+	dir := filepath.Join(t.TempDir(), "adapter")
+	require.NoError(t, a.Save(dir))
+	require.NoError(t, a.Save(dir))
+	sd, meta, err := checkpoint.ReadSafetensorsDir(dir, checkpoint.AdapterWeights)
+	require.NoError(t, err)
+	assert.Equal(t, "pt", meta["format"])
+	var keys []string
+	for k := range sd.All() {
+		keys = append(keys, k.(string))
+	}
+	assert.ElementsMatch(t, []string{
+		"base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight", "base_model.model.model.layers.0.self_attn.o_proj.lora_B.weight",
+		"base_model.model.model.layers.1.self_attn.o_proj.lora_A.weight", "base_model.model.model.layers.1.self_attn.o_proj.lora_B.weight",
+	}, keys)
+	want := a.Parameters()[3].Float32s()
+	require.NoError(t, a.Unload())
+
+	b, err := lora.Load(m, dir, lora.LoadOptions{Trainable: true})
+	require.NoError(t, err)
+	assert.Equal(t, want, b.Parameters()[3].Float32s())
+	assert.Equal(t, b.Parameters(), nn.TrainableParameters(m))
+	require.NoError(t, b.Unload())
+
+	// A model whose o_proj has other sizes cannot take the adapter; the model is untouched.
+	other := models.DefaultLlamaConfig()
+	other.VocabSize, other.HiddenSize, other.IntermediateSize, other.NumHiddenLayers = 97, 16, 24, 2
+	other.NumAttentionHeads, other.MaxPositionEmbeddings = 2, 64
+	om, err := models.NewLlamaForCausalLM(other)
+	require.NoError(t, err)
+	defer nn.Free(om)
+	_, err = lora.Load(om, dir, lora.LoadOptions{})
+	var serr *nn.StateDictError
+	require.ErrorAs(t, err, &serr)
+	assert.Len(t, serr.Mismatched, 4)
+	assert.Len(t, nn.TrainableParameters(om), len(nn.NamedParameters(om)))
+	for _, p := range nn.NamedParameters(om) {
+		assert.NotContains(t, p.Name, "lora_")
+	}
+}
