@@ -155,20 +155,26 @@ func (in DecoderInput) SDPAMask() (mask *torch.Tensor, causal bool) {
 	return allowed.LogicalOr(self), false
 }
 
-// GradientCheckpointer is a CausalLM whose decoder layers can recompute their
-// activations in the backward pass instead of keeping them (transformers'
+// GradientCheckpointer is a module whose layers can recompute their activations in
+// the backward pass instead of keeping them (transformers'
 // gradient_checkpointing_enable), trading time for memory; gradients are unchanged.
+// The decoder bodies (DecoderModel, GPT2Model) are.
 type GradientCheckpointer interface {
 	SetGradientCheckpointing(on bool)
 }
 
-// SetGradientCheckpointing switches m's activation checkpointing on or off, or says
-// that m's architecture has none.
+// SetGradientCheckpointing switches activation checkpointing on or off in every
+// submodule of m that has it, or says that m's architecture has none.
 func SetGradientCheckpointing(m CausalLM, on bool) error {
-	g, ok := m.(GradientCheckpointer)
-	if !ok {
+	found := false
+	for _, nm := range nn.NamedModules(m) {
+		if g, ok := nm.Module.(GradientCheckpointer); ok {
+			g.SetGradientCheckpointing(on)
+			found = true
+		}
+	}
+	if !found {
 		return fmt.Errorf("models: %T has no gradient checkpointing", m)
 	}
-	g.SetGradientCheckpointing(on)
 	return nil
 }

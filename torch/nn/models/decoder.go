@@ -231,7 +231,13 @@ type DecoderModel struct {
 	Layers      []*DecoderLayer
 	Norm        *RMSNorm
 	RotaryEmb   *RotaryEmbedding
+	// checkpointing recomputes each layer's activations in backward (GradientCheckpointer).
+	checkpointing bool
 }
+
+// SetGradientCheckpointing makes each layer recompute its activations in the backward
+// pass of training instead of keeping them (GradientCheckpointer).
+func (d *DecoderModel) SetGradientCheckpointing(on bool) { d.checkpointing = on }
 
 // Forward returns the final hidden states [B, T, hidden] of in's tokens.
 func (d *DecoderModel) Forward(in DecoderInput) *torch.Tensor {
@@ -252,7 +258,12 @@ func (d *DecoderModel) Forward(in DecoderInput) *torch.Tensor {
 		}
 		// A layer's temporaries autograd did not save are freed when it returns, as in
 		// PyTorch (the cache's buffers are its own, escaped).
-		x = torch.Local(func() *torch.Tensor { return l.forward(x, cos, sin, at) })
+		layer := func(x *torch.Tensor) *torch.Tensor { return l.forward(x, cos, sin, at) }
+		if d.checkpointing && in.Cache == nil && l.Training() {
+			x = torch.Local(func() *torch.Tensor { return nn.Checkpoint(l, x, layer) })
+		} else {
+			x = torch.Local(func() *torch.Tensor { return layer(x) })
+		}
 	}
 	in.Cache.Advance(in.InputIDs.Size(1))
 	return d.Norm.Forward(x)

@@ -197,7 +197,13 @@ type GPT2Model struct {
 	H        []*GPT2Block
 	LnF      *nn.LayerNorm
 	drop     *nn.Dropout
+	// checkpointing recomputes each block's activations in backward (GradientCheckpointer).
+	checkpointing bool
 }
+
+// SetGradientCheckpointing makes each block recompute its activations in the backward
+// pass of training instead of keeping them (GradientCheckpointer).
+func (g *GPT2Model) SetGradientCheckpointing(on bool) { g.checkpointing = on }
 
 // Forward returns the final hidden states [B, T, E] of in's tokens.
 func (g *GPT2Model) Forward(in DecoderInput) *torch.Tensor {
@@ -208,7 +214,13 @@ func (g *GPT2Model) Forward(in DecoderInput) *torch.Tensor {
 		// A block's temporaries autograd did not save (the projections' outputs before
 		// the residual adds) are freed when it returns, as in PyTorch. The cache's
 		// buffers are its own (escaped), so they stay.
-		x = torch.Local(func() *torch.Tensor { return b.forward(x, at) })
+		if g.checkpointing && in.Cache == nil && b.Training() {
+			x = torch.Local(func() *torch.Tensor {
+				return nn.Checkpoint(b, x, func(x *torch.Tensor) *torch.Tensor { return b.forward(x, at) })
+			})
+		} else {
+			x = torch.Local(func() *torch.Tensor { return b.forward(x, at) })
+		}
 	}
 	in.Cache.Advance(in.InputIDs.Size(1))
 	return g.LnF.Forward(x)
