@@ -193,7 +193,9 @@ func checkDecoderCase(t *testing.T, dir string, build decoderBuilder) {
 		torch.NoGrad(func() {
 			logits := m4.Forward(models.DecoderInput{InputIDs: ids})
 			requireClose(t, "eval logits", refTensor(t, ref, "eval_logits"), logits, 1e-5)
-			lossOf := m4.(interface{ Loss(*torch.Tensor) *torch.Tensor })
+			lossOf := m4.(interface {
+				Loss(*torch.Tensor) *torch.Tensor
+			})
 			requireClose(t, "Loss", refTensor(t, ref, "loss"), lossOf.Loss(ids), 1e-5)
 			last := logits.Narrow(1, ids.Size(1)-1, 1)
 			requireClose(t, "last-position logits", refTensor(t, ref, "eval_logits").Narrow(1, ids.Size(1)-1, 1), last, 1e-5)
