@@ -38,10 +38,11 @@ type Points struct {
 	labels []int64
 }
 
-// OpenPoints reads a points file. A line that is not "label x y" is an error naming the
-// file and line.
+// OpenPoints reads a points file. It must be a regular file (data.OpenRegular refuses a
+// directory, a FIFO or a device at once), and a line that is not "label x y" is an error
+// naming the file and line.
 func OpenPoints(path string) (*Points, error) {
-	f, err := os.Open(path)
+	f, _, err := data.OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}
@@ -178,6 +179,9 @@ func TestExtendDataFormatAndCallback(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("# label x y\n1 0.5 0.25\n0 0.5\n"), 0o644))
 	_, err := OpenPoints(bad)
 	require.ErrorContains(t, err, "bad.txt:3: want \"label x y\", got 2 fields")
+	_, err = OpenPoints(dir)
+	var notRegular *data.NotRegularError
+	require.ErrorAs(t, err, &notRegular, "a directory is not a points file")
 
 	trainPath, valPath := filepath.Join(dir, "train.txt"), filepath.Join(dir, "val.txt")
 	writePoints(t, trainPath, 512, 1)
