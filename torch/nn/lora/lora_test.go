@@ -96,6 +96,23 @@ func TestPEFTAdapters(t *testing.T) {
 		assert.ErrorContains(t, a.Save(t.TempDir()), "merged or unloaded")
 	}
 
+	// On a bfloat16 base the adapter stays float32, as PEFT keeps it, and trains.
+	bf16, err := models.LoadPretrained(base, models.LoadOptions{DType: torch.BFloat16})
+	require.NoError(t, err)
+	defer nn.Free(bf16)
+	a, err := lora.Load(bf16, filepath.Join(dir, "qv"), lora.LoadOptions{Trainable: true})
+	require.NoError(t, err)
+	assert.Equal(t, torch.Float32, a.Parameters()[0].DType())
+	want := refTensor(t, ref, "qv.bf16_logits")
+	got := logits(bf16, ids)
+	assert.Equal(t, torch.BFloat16, got.DType())
+	requireClose(t, "bfloat16 logits", want, got.ToDType(torch.Float32), 2*want.Abs().Max().Item()/128)
+	models.CausalLMLoss(bf16.Forward(models.DecoderInput{InputIDs: ids}), ids).Backward()
+	for _, p := range a.Parameters() {
+		require.NotNil(t, p.Grad())
+		assert.Equal(t, torch.Float32, p.Grad().DType())
+	}
+
 	grads := func(t *testing.T, checkpointing bool) (float64, map[string]*torch.Tensor) {
 		m := loadBase(t, base)
 		if checkpointing {
@@ -378,4 +395,35 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	for _, p := range nn.NamedParameters(om) {
 		assert.NotContains(t, p.Name, "lora_")
 	}
+}
+
+// A save that fails while writing the weights leaves the previous adapter's files and
+// no temporary file.
+func TestFailedSaveLeavesPrevious(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer torch.NewScope().Close()
+	m := tinyLlama(t)
+	a, err := lora.Inject(m, lora.Config{R: 2, Alpha: 4, TargetModules: lora.Modules("q_proj")})
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, a.Save(dir))
+	prev, err := os.ReadFile(filepath.Join(dir, lora.ConfigFile))
+	require.NoError(t, err)
+	// The weights cannot be renamed into place over a non-empty directory.
+	weights := filepath.Join(dir, "adapter_model.safetensors")
+	require.NoError(t, os.Remove(weights))
+	require.NoError(t, os.MkdirAll(filepath.Join(weights, "x"), 0o755))
+	a.Config.Alpha = 8
+	assert.ErrorContains(t, a.Save(dir), "adapter_model.safetensors")
+	now, err := os.ReadFile(filepath.Join(dir, lora.ConfigFile))
+	require.NoError(t, err)
+	assert.Equal(t, string(prev), string(now), "the config is not replaced when the weights fail")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.Equal(t, []string{"adapter_config.json", "adapter_model.safetensors"}, names)
 }

@@ -4,7 +4,8 @@ usage:
   python peft_ref.py build DIR   tiny random Llama in DIR/base; for each case, a PEFT
                                  adapter in DIR/CASE (A and B both non-zero) and, in
                                  DIR/ref.pt, PEFT's logits, its merge_and_unload weights
-                                 and logits, and the loss and adapter gradients of one
+                                 and logits, the logits of adapter "qv" on the base in
+                                 bfloat16, and the loss and adapter gradients of one
                                  training forward (case "qv", no dropout)
   python peft_ref.py check DIR   loads gotrain's adapter DIR/go_adapter onto DIR/base with
                                  PeftModel.from_pretrained and gotrain's merged model
@@ -69,6 +70,12 @@ def build():
             ref[case + ".merged_logits"] = merged(input_ids=IDS).logits
             for k, v in merged.state_dict().items():
                 ref[case + ".merged." + k] = v.clone()
+    # The "qv" adapter on the base in bfloat16: PEFT keeps the adapter in float32.
+    bf16 = LlamaForCausalLM.from_pretrained(os.path.join(d, "base"), dtype=torch.bfloat16).eval()
+    pm = PeftModel.from_pretrained(bf16, os.path.join(d, "qv")).eval()
+    assert pm.base_model.model.model.layers[0].self_attn.q_proj.lora_A["default"].weight.dtype == torch.float32
+    with torch.no_grad():
+        ref["qv.bf16_logits"] = pm(input_ids=IDS).logits.float()
     # One training forward of the "qv" adapter as PEFT loads it for training.
     pm = PeftModel.from_pretrained(base_model(), os.path.join(d, "qv"), is_trainable=True)
     pm.train()
