@@ -79,6 +79,13 @@ func TestPEFTAdapters(t *testing.T) {
 		a, err := lora.Load(m, filepath.Join(dir, c), lora.LoadOptions{})
 		require.NoError(t, err, c)
 		assert.Empty(t, nn.TrainableParameters(m), "%s: loaded for inference, nothing trains", c)
+		keys, err := checkpoint.GetList(ref, c+".keys")
+		require.NoError(t, err)
+		var live []any
+		for _, e := range nn.StateTensors(m) {
+			live = append(live, e.Name)
+		}
+		assert.Equal(t, keys, live, "%s: the model's state-dict keys are those of the model inside PEFT's PeftModel", c)
 		got := logits(m, ids)
 		requireClose(t, c+" logits", refTensor(t, ref, c+".logits"), got, 1e-5)
 		assert.Greater(t, got.Sub(plain).Abs().Max().Item(), 1e-3, "%s: the adapter changes the logits", c)

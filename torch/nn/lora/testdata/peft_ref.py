@@ -63,6 +63,7 @@ def build():
                 if "lora_B" in n:
                     p.normal_(0, 0.1)
         pm.save_pretrained(os.path.join(d, case))
+        ref[case + ".keys"] = list(pm.base_model.model.state_dict().keys())
         pm.eval()
         with torch.no_grad():
             ref[case + ".logits"] = pm(input_ids=IDS).logits
