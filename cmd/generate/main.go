@@ -56,6 +56,7 @@ import (
 	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/lora"
 	"github.com/gotrain/gotrain/torch/nn/models"
 )
 
@@ -79,7 +80,8 @@ const (
 // config is what the command line sets; the flags are bound to its fields.
 type config struct {
 	Model        string // the Hugging Face model directory
-	Adapter      string // a LoRA adapter directory (issue 34)
+	Adapter      string // a LoRA adapter directory (PEFT's files)
+	MergeTo      string // where to write the base with the adapter merged in
 	Prompt       string
 	MaxNewTokens int
 
@@ -157,7 +159,8 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	// the synopsis; -h prints the synopsis and the flags.
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.Model, "model", "", "Hugging Face model `DIR`: config.json, model.safetensors (or shards), tokenizer.json (required)")
-	fs.StringVar(&cfg.Adapter, "adapter", "", "LoRA adapter `DIR` to apply to the model (not supported yet: issue 34)")
+	fs.StringVar(&cfg.Adapter, "adapter", "", "LoRA adapter `DIR` (adapter_config.json, adapter_model.safetensors, as PEFT or cmd/train writes it) to apply to the model")
+	fs.StringVar(&cfg.MergeTo, "merge-to", "", "merge --adapter into the model and write the result to `DIR` as a Hugging Face model directory (then generate from it if --prompt is given)")
 	fs.StringVar(&cfg.Prompt, "prompt", "", "the `TEXT` to continue (required)")
 	fs.IntVar(&cfg.MaxNewTokens, "max-new-tokens", 64, "generate at most `N` tokens")
 	fs.BoolVar(&cfg.Greedy, "greedy", false, "take the most likely token at each step (the default without sampling flags)")
@@ -197,15 +200,12 @@ func (c *config) validate() error {
 	switch {
 	case c.Model == "":
 		return usagef("--model is required: a Hugging Face model directory")
-	case !set["prompt"]:
+	case !set["prompt"] && c.MergeTo == "":
 		return usagef("--prompt is required")
+	case c.MergeTo != "" && c.Adapter == "":
+		return usagef("--merge-to needs --adapter: the adapter to merge")
 	case c.MaxNewTokens < 1:
 		return usagef("--max-new-tokens must be at least 1, got %d", c.MaxNewTokens)
-	}
-	if c.Adapter != "" {
-		// Issue 34: when package models can load a LoRA adapter, this check goes and
-		// loadModel applies it.
-		return usagef("--adapter: LoRA adapters are not supported yet (issue 34)")
 	}
 	var sampling []string
 	for _, name := range []string{"temperature", "top-k", "top-p"} {
@@ -282,7 +282,7 @@ func generate(cfg *config, stdout io.Writer) (err error) {
 		return err
 	}
 	ids := tok.Encode(cfg.Prompt, true)
-	if len(ids) == 0 {
+	if len(ids) == 0 && cfg.Prompt != "" {
 		return fmt.Errorf("the prompt %q encodes to no tokens (the tokenizer adds no BOS), so there is nothing to continue", cfg.Prompt)
 	}
 	m, err := loadModel(cfg)
@@ -290,6 +290,12 @@ func generate(cfg *config, stdout io.Writer) (err error) {
 		return err
 	}
 	defer nn.Free(m)
+	if cfg.MergeTo != "" && cfg.Prompt == "" {
+		return nil // merged and written; nothing to continue
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("the prompt %q encodes to no tokens (the tokenizer adds no BOS), so there is nothing to continue", cfg.Prompt)
+	}
 	dc := m.DecoderConfig()
 	if err := fitsContext(len(ids), cfg.MaxNewTokens, dc.MaxPositions); err != nil {
 		return err
@@ -366,8 +372,47 @@ func loadModel(cfg *config) (models.CausalLM, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Issue 34: a LoRA adapter from cfg.Adapter is applied to m here.
+	if cfg.Adapter == "" {
+		return m, nil
+	}
+	a, err := lora.Load(m, cfg.Adapter, lora.LoadOptions{})
+	if err != nil {
+		nn.Free(m)
+		return nil, fmt.Errorf("--adapter: %w", err)
+	}
+	if cfg.MergeTo == "" {
+		return m, nil
+	}
+	if err := a.Merge(); err != nil {
+		nn.Free(m)
+		return nil, fmt.Errorf("--merge-to: %w", err)
+	}
+	if err := writeMerged(cfg, m); err != nil {
+		nn.Free(m)
+		return nil, err
+	}
 	return m, nil
+}
+
+// writeMerged saves the merged model to cfg.MergeTo with the base directory's tokenizer
+// and generation files, so the result is a complete Hugging Face directory.
+func writeMerged(cfg *config, m models.CausalLM) error {
+	if err := models.SavePretrained(cfg.MergeTo, m, models.SaveOptions{MaxShardSize: 5 << 30}); err != nil {
+		return fmt.Errorf("--merge-to: %w", err)
+	}
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"} {
+		b, err := os.ReadFile(filepath.Join(cfg.Model, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(cfg.MergeTo, name), b, 0o644)
+		}
+		if err != nil {
+			return fmt.Errorf("--merge-to: %w", err)
+		}
+	}
+	return nil
 }
 
 // fitsContext checks that the prompt and the tokens to generate fit the model's context

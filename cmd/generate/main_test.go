@@ -534,7 +534,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad device", append(base, "--device", "tpu"), `--device: torch: unknown device "tpu"`},
 		{"integer dtype", append(base, "--dtype", "int64"), "--dtype: the weights cannot be int64"},
 		{"unknown dtype", append(base, "--dtype", "fp8"), `--dtype: unknown dtype "fp8"`},
-		{"adapter", append(base, "--adapter", "/some/lora"), "--adapter: LoRA adapters are not supported yet (issue 34)"},
+		{"merge without adapter", append(base, "--merge-to", "/some/dir"), "--merge-to needs --adapter"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, stdout, stderr := runCmd(c.args...)
@@ -587,6 +587,8 @@ func TestRuntimeErrors(t *testing.T) {
 			msgs: []string{"shape"}},
 		{name: "no weights", setup: func(t *testing.T, d string) { require.NoError(t, os.Remove(filepath.Join(d, "model.safetensors"))) },
 			msgs: []string{"safetensors"}},
+		{name: "no adapter", args: []string{"--adapter", filepath.Join(t.TempDir(), "absent")},
+			msgs: []string{"--adapter", "adapter_config.json"}},
 		{name: "malformed generation_config.json", setup: func(t *testing.T, d string) {
 			require.NoError(t, os.WriteFile(filepath.Join(d, "generation_config.json"), []byte(`{"eos_token_id": "end"}`), 0o644))
 		}, msgs: []string{"generation_config.json: eos_token_id"}},
@@ -714,4 +716,52 @@ func TestTextStreamByteFallback(t *testing.T) {
 	assert.True(t, strings.HasPrefix(out.writes[1], "\uFFFD\uFFFD\uFFFD "), "the bytes' text waits for the word: %q", out.writes)
 	assert.NotContains(t, strings.Join(out.writes, ""), "Ұ", "the valid run is never printed")
 	assert.Equal(t, []string{"\uFFFD", "\n"}, out.writes[len(out.writes)-2:], "the incomplete last byte, at the end")
+}
+
+// peftPy puts a random (non-zero) LoRA adapter on a base model with peft, saves it, and
+// prints PEFT's greedy continuation of a prompt.
+const peftPy = `
+import json, sys, torch
+from transformers import AutoModelForCausalLM
+from tokenizers import Tokenizer
+from peft import LoraConfig, get_peft_model
+base_dir, adapter_dir, prompt = sys.argv[1], sys.argv[2], sys.argv[3]
+torch.manual_seed(0)
+base = AutoModelForCausalLM.from_pretrained(base_dir)
+cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+m = get_peft_model(base, cfg)
+with torch.no_grad():
+    for n, p in m.named_parameters():
+        if "lora_" in n:
+            p.normal_(0, 0.5)
+m.save_pretrained(adapter_dir)
+m.eval()
+ids = Tokenizer.from_file(base_dir + "/tokenizer.json").encode(prompt).ids
+out = m.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, pad_token_id=0)
+print(json.dumps({"prompt_ids": ids, "new_ids": out[0, len(ids):].tolist()}))
+`
+
+// TestAdapterMatchesPEFT: --adapter runs the base with a PEFT adapter to PEFT's greedy
+// continuation, and --merge-to writes a merged directory that continues the same way.
+func TestAdapterMatchesPEFT(t *testing.T) {
+	root, _ := hfAnswers(t)
+	base := filepath.Join(root, "llama")
+	adapter := filepath.Join(t.TempDir(), "adapter")
+	prompt := greedyPrompts[0]
+	var want output
+	out := testpy.Run(t, peftPy, []string{"torch", "transformers", "tokenizers", "peft"}, base, adapter, prompt)
+	require.NoError(t, json.Unmarshal(out, &want), "%s", out)
+	require.NotEmpty(t, want.NewIDs)
+
+	got := runJSON(t, "--model", base, "--adapter", adapter, "--prompt", prompt, "--greedy", "--max-new-tokens", "12", "--json")
+	assert.Equal(t, want.PromptIDs, got.PromptIDs)
+	assert.Equal(t, want.NewIDs, got.NewIDs, "PEFT's greedy continuation")
+	plain := runJSON(t, "--model", base, "--prompt", prompt, "--greedy", "--max-new-tokens", "12", "--json")
+	assert.NotEqual(t, plain.NewIDs, got.NewIDs, "the adapter changes the continuation")
+
+	merged := filepath.Join(t.TempDir(), "merged")
+	code, _, stderr := runCmd("--model", base, "--adapter", adapter, "--merge-to", merged)
+	require.Equal(t, 0, code, stderr)
+	again := runJSON(t, "--model", merged, "--prompt", prompt, "--greedy", "--max-new-tokens", "12", "--json")
+	assert.Equal(t, want.NewIDs, again.NewIDs, "the merged model continues as base + adapter")
 }

@@ -95,7 +95,7 @@ func defaultConfig() Config {
 // time ("cnn-20261201-134502") when there is none.
 func (c *Config) runDir() string {
 	if c.Experiment == "" {
-		c.Experiment = c.Model + "-" + time.Now().Format("20060102-150405")
+		c.Experiment = filepath.Base(c.Model) + "-" + time.Now().Format("20060102-150405")
 	}
 	if c.RunsDir == "" {
 		c.RunsDir = "runs"

@@ -17,6 +17,7 @@ import (
 	"github.com/gotrain/gotrain/torch/data"
 	"github.com/gotrain/gotrain/torch/distributed"
 	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/lora"
 	"github.com/gotrain/gotrain/torch/nn/models"
 	"github.com/gotrain/gotrain/trainer"
 )
@@ -265,11 +266,25 @@ func parseTargets(s string) []string {
 	return out
 }
 
-// applyLoRA puts LoRA adapters on m's target modules when --lora-r is set and freezes
-// the rest; it returns what saves the adapter, or nil without LoRA.
+// applyLoRA puts LoRA adapters on m's target modules when --lora-r is set, freezing
+// the rest; it returns the adapter, which saves itself as PEFT's files, or nil without
+// LoRA.
 func applyLoRA(m models.CausalLM, c Config) (adapterSaver, error) {
 	if c.LoraR == 0 {
 		return nil, nil
 	}
-	return nil, fmt.Errorf("--lora-r: LoRA is not wired yet")
+	targets := lora.Modules(parseTargets(c.LoraTargets)...)
+	if strings.TrimSpace(c.LoraTargets) == lora.AllLinear {
+		targets = lora.Targets{Pattern: lora.AllLinear}
+	}
+	base := c.Model
+	if abs, err := filepath.Abs(c.Model); err == nil {
+		base = abs
+	}
+	a, err := lora.Inject(m, lora.Config{R: c.LoraR, Alpha: c.LoraAlpha, Dropout: c.LoraDropout, TargetModules: targets,
+		BaseModelNameOrPath: base})
+	if err != nil {
+		return nil, fmt.Errorf("--lora-targets %s: %w", c.LoraTargets, err)
+	}
+	return a, nil
 }

@@ -258,11 +258,14 @@ func (d *DecoderModel) Forward(in DecoderInput) *torch.Tensor {
 		}
 		// A layer's temporaries autograd did not save are freed when it returns, as in
 		// PyTorch (the cache's buffers are its own, escaped).
-		layer := func(x *torch.Tensor) *torch.Tensor { return l.forward(x, cos, sin, at) }
 		if d.checkpointing && in.Cache == nil && l.Training() {
-			x = torch.Local(func() *torch.Tensor { return nn.Checkpoint(l, x, layer) })
+			x = torch.Local(func() *torch.Tensor {
+				return checkpointed(l, func(x *torch.Tensor, ex []*torch.Tensor) *torch.Tensor {
+					return l.forward(x, ex[0], ex[1], attention{mask: ex[2], causal: at.causal})
+				}, x, cos, sin, at.mask)
+			})
 		} else {
-			x = torch.Local(func() *torch.Tensor { return layer(x) })
+			x = torch.Local(func() *torch.Tensor { return l.forward(x, cos, sin, at) })
 		}
 	}
 	in.Cache.Advance(in.InputIDs.Size(1))
