@@ -53,6 +53,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
@@ -442,7 +443,7 @@ const generationConfigFile = "generation_config.json"
 // the tokenizer's EOS. An empty (non-nil) list never stops early.
 func eosTokens(dir string, dc models.DecoderConfig, tok *tokenizer.Tokenizer) ([]int64, error) {
 	path := filepath.Join(dir, generationConfigFile)
-	data, err := readSmall(path, 1<<20)
+	data, err := fsutil.ReadFile(path, 1<<20)
 	switch {
 	case err == nil:
 		var gc struct {
@@ -464,26 +465,6 @@ func eosTokens(dir string, dc models.DecoderConfig, tok *tokenizer.Tokenizer) ([
 		return []int64{eos}, nil
 	}
 	return []int64{}, nil
-}
-
-// readSmall reads a regular file of at most limit bytes.
-func readSmall(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if st.Size() > limit {
-		return nil, fmt.Errorf("%s is %d bytes, more than the %d it may have", path, st.Size(), limit)
-	}
-	return io.ReadAll(io.LimitReader(f, limit))
 }
 
 // randomSeed returns a seed for sampling without --seed, so that runs differ as they do

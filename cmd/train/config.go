@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/trainer"
 )
 
@@ -192,7 +192,7 @@ const maxConfigFile = 1 << 20
 // so unset fields keep base's values. Unknown keys, an empty file and a second YAML
 // document are errors; the file must be a regular file.
 func loadConfig(path string, base Config) (Config, error) {
-	b, err := readRegularFile(path, maxConfigFile)
+	b, err := fsutil.ReadFile(path, maxConfigFile)
 	if err != nil {
 		return base, fmt.Errorf("--config: %w", err)
 	}
@@ -220,24 +220,4 @@ func loadConfig(path string, base Config) (Config, error) {
 		return base, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, c.validate()
-}
-
-// readRegularFile reads path, which must be a regular file of at most limit bytes.
-func readRegularFile(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if fi.Size() > limit {
-		return nil, fmt.Errorf("%s is %d bytes; a config has at most %d", path, fi.Size(), limit)
-	}
-	return io.ReadAll(io.LimitReader(f, limit))
 }

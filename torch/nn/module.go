@@ -253,16 +253,7 @@ func ZeroGrad(m Module) {
 // held elsewhere follow the move. Gradients are dropped. Move the model before building
 // its optimizer: optimizer state already created on the old device does not move.
 func ToDevice(m Module, dev torch.Device) {
-	var all []*torch.Tensor
-	walk(m, "", func(_ string, m Module) {
-		b := m.ModuleBase()
-		for _, p := range b.params {
-			all = append(all, p.Tensor)
-		}
-		for _, p := range b.buffers {
-			all = append(all, p.Tensor)
-		}
-	})
+	all := ownTensors(m)
 	torch.WithScope(func() {
 		torch.NoGrad(func() {
 			for _, t := range all {
@@ -279,11 +270,9 @@ func ToDevice(m Module, dev torch.Device) {
 	})
 }
 
-// ToDType converts m's floating-point parameters and buffers to dt in place, as
-// model.to(dtype): each *torch.Tensor keeps its identity, gradients are dropped, and
-// integer buffers (num_batches_tracked) stay as they are. Convert before building the
-// optimizer.
-func ToDType(m Module, dt torch.DType) {
+// ownTensors lists the parameters and buffers of m and its submodules, as registered
+// (a tied tensor once per name).
+func ownTensors(m Module) []*torch.Tensor {
 	var all []*torch.Tensor
 	walk(m, "", func(_ string, m Module) {
 		b := m.ModuleBase()
@@ -294,6 +283,15 @@ func ToDType(m Module, dt torch.DType) {
 			all = append(all, p.Tensor)
 		}
 	})
+	return all
+}
+
+// ToDType converts m's floating-point parameters and buffers to dt in place, as
+// model.to(dtype): each *torch.Tensor keeps its identity, gradients are dropped, and
+// integer buffers (num_batches_tracked) stay as they are. Convert before building the
+// optimizer.
+func ToDType(m Module, dt torch.DType) {
+	all := ownTensors(m)
 	torch.WithScope(func() {
 		torch.NoGrad(func() {
 			seen := map[*torch.Tensor]bool{}

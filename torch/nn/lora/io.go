@@ -3,7 +3,6 @@ package lora
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 )
@@ -209,7 +209,7 @@ func stage(dir, name string, b []byte) (string, error) {
 // ReadConfig reads dir's adapter_config.json. Errors name the file and the field.
 func ReadConfig(dir string) (Config, error) {
 	path := filepath.Join(dir, ConfigFile)
-	raw, err := readSmall(path, maxConfigSize)
+	raw, err := fsutil.ReadFile(path, maxConfigSize)
 	if err != nil {
 		return Config{}, fmt.Errorf("lora: %w", err)
 	}
@@ -221,30 +221,6 @@ func ReadConfig(dir string) (Config, error) {
 		return Config{}, fmt.Errorf("lora: %s: %w", path, err)
 	}
 	return c, nil
-}
-
-// readSmall reads a regular file of at most limit bytes.
-func readSmall(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
-	}
-	return b, nil
 }
 
 // LoadOptions control Load.

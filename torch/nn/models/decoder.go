@@ -369,8 +369,16 @@ func buildDecoder(base *nn.Base, cfg string, s decoderSpec) (lm decoderLM, err e
 }
 
 // forward returns the logits [B, T, vocab].
-func (lm decoderLM) forward(in DecoderInput) *torch.Tensor {
+// Forward returns the logits [B, T, vocab] of in's tokens (CausalLM).
+func (lm decoderLM) Forward(in DecoderInput) *torch.Tensor {
 	return lm.lmHead.Forward(lm.model.Forward(in))
+}
+
+// Loss returns the language-modelling loss transformers computes for labels=ids
+// (CausalLMLoss).
+func (lm decoderLM) Loss(ids *torch.Tensor) *torch.Tensor {
+	// The logits, which the loss does not save, are freed before it returns.
+	return torch.Local(func() *torch.Tensor { return CausalLMLoss(lm.Forward(DecoderInput{InputIDs: ids}), ids) })
 }
 
 // decoderConfig is DecoderConfig for a Llama-family model.

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 )
@@ -102,7 +103,7 @@ type LoadOptions struct {
 // bytes and model_type.
 func ReadConfig(dir string) (raw []byte, modelType string, err error) {
 	path := filepath.Join(dir, ConfigFile)
-	raw, err = readRegular(path, maxConfigBytes)
+	raw, err = fsutil.ReadFile(path, maxConfigBytes)
 	if err != nil {
 		return nil, "", fmt.Errorf("models: %w", err)
 	}
@@ -116,27 +117,6 @@ func ReadConfig(dir string) (raw []byte, modelType string, err error) {
 		return nil, "", fmt.Errorf("models: %s has no model_type (supported: %s)", path, strings.Join(Architectures(), ", "))
 	}
 	return raw, head.ModelType, nil
-}
-
-// readRegular reads path, which must be a regular file of at most limit bytes (not a
-// FIFO that would block, nor a device without end).
-func readRegular(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if fi.Size() > limit {
-		return nil, fmt.Errorf("%s is %d bytes, more than the %d a config may have", path, fi.Size(), limit)
-	}
-	return io.ReadAll(io.LimitReader(f, limit+1))
 }
 
 // LoadPretrained opens the Hugging Face model directory dir as transformers'

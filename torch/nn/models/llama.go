@@ -3,7 +3,6 @@ package models
 import (
 	"fmt"
 
-	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 )
 
@@ -119,7 +118,7 @@ type LlamaForCausalLM struct {
 	Config LlamaConfig
 	Model  *DecoderModel
 	LMHead *nn.Linear
-	lm     decoderLM
+	decoderLM
 }
 
 // NewLlamaForCausalLM returns LlamaForCausalLM(config) initialised as transformers
@@ -133,10 +132,10 @@ func NewLlamaForCausalLM(c LlamaConfig) (*LlamaForCausalLM, error) {
 		return nil, fmt.Errorf("models: %w", err)
 	}
 	m := &LlamaForCausalLM{Config: c}
-	if m.lm, err = buildDecoder(&m.Base, "LlamaConfig", s); err != nil {
+	if m.decoderLM, err = buildDecoder(&m.Base, "LlamaConfig", s); err != nil {
 		return nil, err
 	}
-	m.Model, m.LMHead = m.lm.model, m.lm.lmHead
+	m.Model, m.LMHead = m.model, m.lmHead
 	return m, nil
 }
 
@@ -154,20 +153,10 @@ func newLlamaFromJSON(raw []byte) (CausalLM, error) {
 	return NewLlamaForCausalLM(c)
 }
 
-// Forward returns the logits [B, T, vocab] of in's tokens (CausalLM).
-func (m *LlamaForCausalLM) Forward(in DecoderInput) *torch.Tensor { return m.lm.forward(in) }
-
 // DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
 // (CausalLM).
 func (m *LlamaForCausalLM) DecoderConfig() DecoderConfig {
 	return decoderConfig(m.Config.VocabSize, m.Config.MaxPositionEmbeddings, m.Config.BOSTokenID, m.Config.EOSTokenID)
-}
-
-// Loss returns the language-modelling loss transformers computes for labels=ids
-// (CausalLMLoss).
-func (m *LlamaForCausalLM) Loss(ids *torch.Tensor) *torch.Tensor {
-	// The logits, which the loss does not save, are freed before it returns.
-	return torch.Local(func() *torch.Tensor { return CausalLMLoss(m.Forward(DecoderInput{InputIDs: ids}), ids) })
 }
 
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form), with

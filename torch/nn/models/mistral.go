@@ -3,7 +3,6 @@ package models
 import (
 	"fmt"
 
-	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 )
 
@@ -123,7 +122,7 @@ type MistralForCausalLM struct {
 	Config MistralConfig
 	Model  *DecoderModel
 	LMHead *nn.Linear
-	lm     decoderLM
+	decoderLM
 }
 
 // NewMistralForCausalLM returns MistralForCausalLM(config) initialised as transformers
@@ -135,10 +134,10 @@ func NewMistralForCausalLM(c MistralConfig) (*MistralForCausalLM, error) {
 		return nil, fmt.Errorf("models: %w", err)
 	}
 	m := &MistralForCausalLM{Config: c}
-	if m.lm, err = buildDecoder(&m.Base, "MistralConfig", s); err != nil {
+	if m.decoderLM, err = buildDecoder(&m.Base, "MistralConfig", s); err != nil {
 		return nil, err
 	}
-	m.Model, m.LMHead = m.lm.model, m.lm.lmHead
+	m.Model, m.LMHead = m.model, m.lmHead
 	return m, nil
 }
 
@@ -156,20 +155,10 @@ func newMistralFromJSON(raw []byte) (CausalLM, error) {
 	return NewMistralForCausalLM(c)
 }
 
-// Forward returns the logits [B, T, vocab] of in's tokens (CausalLM).
-func (m *MistralForCausalLM) Forward(in DecoderInput) *torch.Tensor { return m.lm.forward(in) }
-
 // DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
 // (CausalLM).
 func (m *MistralForCausalLM) DecoderConfig() DecoderConfig {
 	return decoderConfig(m.Config.VocabSize, m.Config.MaxPositionEmbeddings, m.Config.BOSTokenID, m.Config.EOSTokenID)
-}
-
-// Loss returns the language-modelling loss transformers computes for labels=ids
-// (CausalLMLoss).
-func (m *MistralForCausalLM) Loss(ids *torch.Tensor) *torch.Tensor {
-	// The logits, which the loss does not save, are freed before it returns.
-	return torch.Local(func() *torch.Tensor { return CausalLMLoss(m.Forward(DecoderInput{InputIDs: ids}), ids) })
 }
 
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form), with

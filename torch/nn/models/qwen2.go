@@ -3,7 +3,6 @@ package models
 import (
 	"fmt"
 
-	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 )
 
@@ -167,7 +166,7 @@ type Qwen2ForCausalLM struct {
 	Config Qwen2Config
 	Model  *DecoderModel
 	LMHead *nn.Linear
-	lm     decoderLM
+	decoderLM
 }
 
 // NewQwen2ForCausalLM returns Qwen2ForCausalLM(config) initialised as transformers
@@ -179,10 +178,10 @@ func NewQwen2ForCausalLM(c Qwen2Config) (*Qwen2ForCausalLM, error) {
 		return nil, fmt.Errorf("models: %w", err)
 	}
 	m := &Qwen2ForCausalLM{Config: c}
-	if m.lm, err = buildDecoder(&m.Base, "Qwen2Config", s); err != nil {
+	if m.decoderLM, err = buildDecoder(&m.Base, "Qwen2Config", s); err != nil {
 		return nil, err
 	}
-	m.Model, m.LMHead = m.lm.model, m.lm.lmHead
+	m.Model, m.LMHead = m.model, m.lmHead
 	return m, nil
 }
 
@@ -200,20 +199,10 @@ func newQwen2FromJSON(raw []byte) (CausalLM, error) {
 	return NewQwen2ForCausalLM(c)
 }
 
-// Forward returns the logits [B, T, vocab] of in's tokens (CausalLM).
-func (m *Qwen2ForCausalLM) Forward(in DecoderInput) *torch.Tensor { return m.lm.forward(in) }
-
 // DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
 // (CausalLM).
 func (m *Qwen2ForCausalLM) DecoderConfig() DecoderConfig {
 	return decoderConfig(m.Config.VocabSize, m.Config.MaxPositionEmbeddings, m.Config.BOSTokenID, m.Config.EOSTokenID)
-}
-
-// Loss returns the language-modelling loss transformers computes for labels=ids
-// (CausalLMLoss).
-func (m *Qwen2ForCausalLM) Loss(ids *torch.Tensor) *torch.Tensor {
-	// The logits, which the loss does not save, are freed before it returns.
-	return torch.Local(func() *torch.Tensor { return CausalLMLoss(m.Forward(DecoderInput{InputIDs: ids}), ids) })
 }
 
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form, with
