@@ -84,6 +84,9 @@ func cgotorchCheckpointRun(fn C.uintptr_t, inputs *C.cg_tensor, n C.int, sink C.
 		return st(C.cg_checkpoint_collect(sink, handles(out), C.int(len(out))))
 	}
 	if e := f(in, collect); e != nil {
+		if e.Code == 0 {
+			e.Code = CodeOther
+		}
 		return fail(e.Code, e.Msg)
 	}
 	return C.CG_OK

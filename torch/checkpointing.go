@@ -22,11 +22,17 @@ import (
 // enable_input_require_grads() for the same case. A tensor f reads that requires a
 // gradient and is neither an input nor in params gets none.
 //
-// f must compute the same thing both times (the same ops on the same shapes). Its
-// outputs belong to the current scope; the tensors f makes belong to a scope of its own
-// call. With gradient recording off, or nothing that requires a gradient, Checkpoint is
-// f(inputs). Gradients flow through Backward; autograd.grad-style calls on the outputs
-// are not supported, as for PyTorch's reentrant checkpoint.
+// f must read every other tensor through its inputs, never as a tensor captured from
+// its caller: the backward pass reruns f later, when the caller's scopes (a torch.Local
+// around the forward pass, the Trainer's forward scope) may have freed it — using it
+// then fails Backward. Inputs may need no gradient (a rotary table, an attention mask)
+// and may be nil (f gets nil in its place). A module's own parameters and buffers are
+// never freed and may be read directly. f must compute the same thing both times (the
+// same ops on the same shapes). Its outputs belong to the current scope; the tensors f
+// makes belong to a scope of its own call. With gradient recording off, or nothing that
+// requires a gradient, Checkpoint is f(inputs). Gradients flow through Backward;
+// autograd.grad-style calls on the outputs are not supported, as for PyTorch's
+// reentrant checkpoint.
 //
 // A panic in f during the forward pass panics out of Checkpoint with the same value;
 // during the backward pass it fails Backward with its message.
@@ -41,15 +47,19 @@ func Checkpoint(f func(inputs []*Tensor) []*Tensor, inputs, params []*Tensor) []
 		}
 	}
 	need := len(trainable) > 0
+	// The C side gets the non-nil inputs; at[k] is the place of the k-th among all.
+	var present []*Tensor
+	var at []int
 	for i, x := range inputs {
-		if x == nil {
-			panic(&Error{Op: "checkpoint", Msg: fmt.Sprintf("input %d is nil", i)})
+		if x != nil {
+			present, at = append(present, x), append(at, i)
+			need = need || x.RequiresGrad()
 		}
-		need = need || x.RequiresGrad()
 	}
 	if !need {
 		return f(inputs)
 	}
+	n := len(inputs)
 	var panicked any
 	run := func(hs []cgotorch.Tensor, collect func([]cgotorch.Tensor) error) (e *cgotorch.Error) {
 		s := NewScope()
@@ -58,15 +68,15 @@ func Checkpoint(f func(inputs []*Tensor) []*Tensor, inputs, params []*Tensor) []
 			if r := recover(); r != nil {
 				panicked = r
 				e = &cgotorch.Error{Code: cgotorch.CodeOther, Msg: fmt.Sprint(r)}
-				if te, ok := r.(*Error); ok {
+				if te, ok := r.(*Error); ok && te.code != 0 {
 					e.Code = te.code
 				}
 			}
 		}()
 		// The C side owns hs; f gets aliases its scope owns, so that f may free them.
-		in := make([]*Tensor, len(hs))
-		for i, h := range hs {
-			in[i] = adopt("checkpoint", cgotorch.ShallowClone(h))
+		in := make([]*Tensor, n)
+		for k, h := range hs {
+			in[at[k]] = adopt("checkpoint", cgotorch.ShallowClone(h))
 		}
 		out := f(in)
 		oh := make([]cgotorch.Tensor, len(out))
@@ -78,7 +88,7 @@ func Checkpoint(f func(inputs []*Tensor) []*Tensor, inputs, params []*Tensor) []
 		check("checkpoint", collect(oh))
 		return nil
 	}
-	r := cgotorch.Checkpoint(run, handles(inputs), handles(trainable))
+	r := cgotorch.Checkpoint(run, handles(present), handles(trainable))
 	if r.Err != nil && panicked != nil {
 		panic(panicked)
 	}

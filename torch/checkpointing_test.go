@@ -173,3 +173,48 @@ func TestActivationCheckpointPeakMemory(t *testing.T) {
 	t.Logf("peak above the weights: plain %d bytes, checkpointed %d bytes", plain, ckpt)
 	assert.Less(t, ckpt, plain)
 }
+
+// Tensors passed as inputs — one that needs no gradient, a nil one — reach the
+// function in both passes, also when the forward pass ran in a torch.Local whose
+// tensors are gone by the backward pass. A tensor the function captures instead is gone
+// too: Backward fails with a message, not a crash.
+func TestActivationCheckpointInputsOutliveLocal(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	live := torch.LiveTensors()
+	torch.WithScope(func() {
+		torch.ManualSeed(5)
+		w := torch.Randn([]int64{4, 4}, torch.Float32, torch.CPU).Detach().SetRequiresGrad(true)
+		x := torch.Randn([]int64{3, 4}, torch.Float32, torch.CPU)
+		grad := func(checkpoint, captured bool) (g []float32, err error) {
+			w.SetGrad(nil)
+			defer torch.Recover(&err, "step")
+			loss := torch.Local(func() *torch.Tensor {
+				mask := torch.Ones([]int64{3, 4}, torch.Float32, torch.CPU).Tril(0) // freed when Local returns
+				f := func(in []*torch.Tensor) []*torch.Tensor {
+					m := in[1]
+					if captured {
+						m = mask
+					}
+					require.Nil(t, in[2])
+					return []*torch.Tensor{in[0].Matmul(w).Tanh().Mul(m)}
+				}
+				in := []*torch.Tensor{x, mask, nil}
+				if !checkpoint {
+					return f(in)[0].Square().Sum()
+				}
+				return torch.Checkpoint(f, in, []*torch.Tensor{w})[0].Square().Sum()
+			})
+			loss.Backward()
+			return w.Grad().Float32s(), nil
+		}
+		plain, err := grad(false, false)
+		require.NoError(t, err)
+		ckpt, err := grad(true, false)
+		require.NoError(t, err)
+		assert.Equal(t, plain, ckpt)
+		_, err = grad(true, true)
+		assert.ErrorContains(t, err, "tensor used after Free or after its scope closed")
+	})
+	assert.Equal(t, live, torch.LiveTensors())
+}

@@ -26,27 +26,28 @@ func Freeze(m Module) {
 	}
 }
 
-// Checkpoint returns f(x) with activation checkpointing (torch.Checkpoint): the
+// Checkpoint returns f(x, extra) with activation checkpointing (torch.Checkpoint): the
 // activations inside f are not kept but recomputed in the backward pass, with the same
-// random draws, and the gradients are those of f(x) called plainly. m is the module f
-// runs — its parameters that require gradients receive them, even when x needs none
-// (LoRA on frozen embeddings). f must read no other tensor that needs a gradient.
+// random draws, and the gradients are those of f called plainly. m is the module f
+// runs: its parameters that require gradients receive them, even when x needs none
+// (LoRA on frozen embeddings). extra are the other tensors f reads (rotary tables, an
+// attention mask; nil ones reach f as nil): f must take them from its argument, not
+// from its enclosing function, whose scopes may have freed them by the time the
+// backward pass reruns f. m's own parameters and buffers may be read directly.
 //
 // This is transformers' gradient checkpointing when a decoder calls it around each
 // layer while training:
 //
-//	x = nn.Checkpoint(layer, x, func(x *torch.Tensor) *torch.Tensor { return layer.forward(x, cos, sin, mask) })
+//	x = nn.Checkpoint(layer, func(x *torch.Tensor, ex []*torch.Tensor) *torch.Tensor {
+//		return layer.forward(x, ex[0], ex[1], ex[2])
+//	}, x, cos, sin, mask)
 //
-// With gradient recording off (evaluation, generation) it is f(x).
-func Checkpoint(m Module, x *torch.Tensor, f func(x *torch.Tensor) *torch.Tensor) *torch.Tensor {
+// With gradient recording off (evaluation, generation) it is f(x, extra).
+func Checkpoint(m Module, f func(x *torch.Tensor, extra []*torch.Tensor) *torch.Tensor, x *torch.Tensor, extra ...*torch.Tensor) *torch.Tensor {
 	if !torch.GradEnabled() {
-		return f(x)
-	}
-	var params []*torch.Tensor
-	for _, p := range NamedParameters(m) {
-		params = append(params, p.Tensor)
+		return f(x, extra)
 	}
 	return torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
-		return []*torch.Tensor{f(in[0])}
-	}, []*torch.Tensor{x}, params)[0]
+		return []*torch.Tensor{f(in[0], in[1:])}
+	}, append([]*torch.Tensor{x}, extra...), Parameters(m))[0]
 }
