@@ -110,6 +110,8 @@ bench: libtorch-check $(BENCH_BIN)/loop $(BENCH_BIN)/ops $(BENCH_BIN)/gpt $(BENC
 	$(GO) run ./bench/cmd/bench -python $(PYTHON) -bin $(BENCH_BIN) $(if $(BENCH_QUICK),-quick,-readme docs/performance.md) $(BENCH_ARGS)
 	@echo "=== the GPT training step and generation against transformers and C++ (bench/gpt)"
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) run -tags cpu ./bench/gpt -threads 1 -python $(PYTHON)
+	@echo "=== a small Llama: training, LoRA, generation and the tokenizer against transformers, peft and tokenizers (bench/llm)"
+	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) run -tags cpu ./bench/llm -python $(PYTHON) -cpumem $(BENCH_BIN)/libcpumem.so -results bench/results
 	@echo "=== the Loader on an ImageFolder of JPEGs against torch's DataLoader over torchvision's ImageFolder (bench/data)"
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) run -tags cpu ./bench/data -imagefolder -python $(PYTHON)
 	@echo "=== peak memory of a training step, gotrain against PyTorch, counted by the same allocator (bench/gpu mem)"
