@@ -5,12 +5,13 @@ import "github.com/gotrain/gotrain/checkpoint"
 // Event is a point in training where callbacks run.
 type Event int
 
-// The events, in the order a run meets them.
+// The events. A window of micro-batches meets BeforeBackward and BatchEnd for each but
+// the last, then BeforeBackward, BeforeOptimizerStep, AfterOptimizerStep, BatchEnd.
 const (
 	TrainBegin          Event = iota // Run starts (after a resume is restored)
 	EpochBegin                       // an epoch starts (also when resuming into its middle)
 	BeforeBackward                   // a micro-batch's loss is computed (Trainer.StepLoss, Trainer.Batch)
-	BatchEnd                         // a training micro-batch finished its backward pass (a one-call step: its optimizer step too)
+	BatchEnd                         // a training micro-batch is done: after its backward pass and, when it completes a window, after AfterOptimizerStep (in every step path)
 	Logged                           // a logging point's sums were read, after its batch's BatchEnd (Trainer.LastLoss, TrainMetrics; every Config.LogEvery batches and the epoch's last)
 	BeforeOptimizerStep              // gradients are complete (averaged, unscaled, clipped)
 	AfterOptimizerStep               // the optimizer stepped (or skipped), GlobalStep counts it

@@ -224,6 +224,10 @@ func (o *base) syncState() {
 // ParamGroups returns the live parameter groups.
 func (o *base) ParamGroups() []*ParamGroup { return o.groups }
 
+// Name returns PyTorch's class name of the optimizer ("AdamW"), which the Trainer
+// records.
+func (o *base) Name() string { return o.k.name }
+
 // Params returns every parameter, group by group.
 func (o *base) Params() []*torch.Tensor { return slices.Clone(o.params()) }
 

@@ -98,8 +98,7 @@ type AdamOptions struct {
 	Maximize    bool
 	// Fused is torch.optim.Adam's fused=True: each parameter and its state are updated
 	// in one pass of ATen's fused kernel (CPU and CUDA) instead of seven multi-tensor
-	// operations. Several times faster for small parameters (see README's performance
-	// section); its arithmetic matches the fused kernel in PyTorch, and differs from the
+	// operations. Several times faster for small parameters (see docs/performance.md); its arithmetic matches the fused kernel in PyTorch, and differs from the
 	// default implementation in the last bit.
 	Fused bool
 }

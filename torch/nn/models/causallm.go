@@ -178,26 +178,3 @@ func SetGradientCheckpointing(m CausalLM, on bool) error {
 	}
 	return nil
 }
-
-// checkpointed is f(x, extra) under activation checkpointing (torch.Checkpoint): x and
-// the other tensors f reads (the rotary tables, the attention mask; nil ones stay nil)
-// go in as the checkpoint's inputs, so that its autograd node keeps them for the
-// recomputation in backward. A closure over them would not do: they belong to the
-// step's scope, which the Trainer closes before the backward pass.
-func checkpointed(m nn.Module, f func(x *torch.Tensor, extra []*torch.Tensor) *torch.Tensor, x *torch.Tensor, extra ...*torch.Tensor) *torch.Tensor {
-	inputs := []*torch.Tensor{x}
-	var at []int
-	for i, t := range extra {
-		if t != nil {
-			inputs = append(inputs, t)
-			at = append(at, i)
-		}
-	}
-	return torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
-		ex := make([]*torch.Tensor, len(extra))
-		for j, i := range at {
-			ex[i] = in[j+1]
-		}
-		return []*torch.Tensor{f(in[0], ex)}
-	}, inputs, nn.Parameters(m))[0]
-}

@@ -260,7 +260,7 @@ func (d *DecoderModel) Forward(in DecoderInput) *torch.Tensor {
 		// PyTorch (the cache's buffers are its own, escaped).
 		if d.checkpointing && in.Cache == nil && l.Training() {
 			x = torch.Local(func() *torch.Tensor {
-				return checkpointed(l, func(x *torch.Tensor, ex []*torch.Tensor) *torch.Tensor {
+				return nn.Checkpoint(l, func(x *torch.Tensor, ex []*torch.Tensor) *torch.Tensor {
 					return l.forward(x, ex[0], ex[1], attention{mask: ex[2], causal: at.causal})
 				}, x, cos, sin, at.mask)
 			})

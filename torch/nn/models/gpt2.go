@@ -216,7 +216,7 @@ func (g *GPT2Model) Forward(in DecoderInput) *torch.Tensor {
 		// buffers are its own (escaped), so they stay.
 		if g.checkpointing && in.Cache == nil && b.Training() {
 			x = torch.Local(func() *torch.Tensor {
-				return checkpointed(b, func(x *torch.Tensor, ex []*torch.Tensor) *torch.Tensor {
+				return nn.Checkpoint(b, func(x *torch.Tensor, ex []*torch.Tensor) *torch.Tensor {
 					return b.forward(x, attention{mask: ex[0], causal: at.causal})
 				}, x, at.mask)
 			})
