@@ -6,7 +6,7 @@
 GO ?= go
 GOTEST_FLAGS ?= -count=1 -timeout 30m
 
-NEEDS_SETUP := all build vet env test test-cpu test-cuda-link test-race train bench fuzz print-env
+NEEDS_SETUP := all build vet env test test-cpu test-cuda-link test-race train bench fuzz print-env gpu-dryrun
 .PHONY: $(NEEDS_SETUP) setup test-libtorch2.6 clean libtorch-check
 
 # test-libtorch2.6 runs `go vet -tags cpu` and `go test -tags cpu` against the oldest
@@ -96,6 +96,15 @@ BENCH_CXX ?= g++
 $(BENCH_BIN)/loop $(BENCH_BIN)/ops $(BENCH_BIN)/gpt: $(BENCH_BIN)/%: bench/cpp/%.cpp $(TORCH_VERSION_H)
 	@mkdir -p $(BENCH_BIN)
 	$(BENCH_CXX) -std=c++20 -O2 $(CGO_CXXFLAGS) $< -o $@ $(CGO_LDFLAGS) -ltorch -ltorch_cpu -lc10
+
+# gpu-dryrun: scripts/gpu/run.sh's dry run here, on the CPU: the GPU run's steps at tiny
+# shapes (PyTorch eager, torch.compile and reduce-overhead included), the bench/gpu tests,
+# the summary; run.log and results.tar.gz in build/gpu-dryrun. The first dry run compiles
+# cgotorch into its own build cache (up to 15 minutes on a busy 2-core machine); later
+# ones take about 5 minutes, most of it torch.compile.
+gpu-dryrun:
+	scripts/gpu/pack.sh
+	scripts/gpu/run.sh --dry-run build/gpu-dryrun
 
 # libcpumem.so: cgotorch's counting CPU allocator alone, for bench/gpu's Python side (gpu mem).
 $(BENCH_BIN)/libcpumem.so: cgotorch/cpumem.cc cgotorch/cpumem.h $(TORCH_VERSION_H)

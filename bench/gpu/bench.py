@@ -11,6 +11,10 @@
                                 the steps; one JSON line per mode. --cpumem loads LIB
                                 (cgotorch/cpumem.cc compiled with -shared) before the model is
                                 built, so that CPU memory is counted as gotrain counts it
+  bench.py profile DIR [--modes eager,default]
+                                the same step under torch.profiler, each mode's raw events
+                                (name, kind, device, thread, start, duration) as one JSON
+                                line, which `gpu profile` classifies as it does gotrain's
   bench.py sdpa GO_JSON         the backend torch._fused_sdp_choice picks for each case of
                                 `gpu sdpa`'s output, for comparison with gotrain's choice
   bench.py matmul N DEVICE      an N×N matmul in float32, tf32 and bfloat16, timed as
@@ -134,44 +138,68 @@ def train(d, modes=("eager",), cpumem_lib=None):
     return out
 
 
+class Run:
+    """One mode's model, batches, optimizer and step on freshly loaded weights."""
+
+    def __init__(self, spec, d, mode, cpumem=None):
+        self.spec, self.mode = spec, mode
+        self.dev = dev = torch.device(spec["device"])
+        m, self.loss_of, batches, self.items, self.unit = build(spec, d)
+        m.to(dev).train()
+        if cpumem:
+            # from_pretrained maps the safetensors file: those parameters' storages never
+            # went through the allocator, while gotrain's did. Copies into counted memory
+            # make the weights count on both sides (tied weights are one Parameter, copied
+            # once).
+            with torch.no_grad():
+                for p in m.parameters():
+                    p.data = p.data.clone()
+                for mod in m.modules():
+                    for k, b in mod._buffers.items():
+                        if b is not None:
+                            mod._buffers[k] = b.clone()
+        self.batches = [tuple(t.to(dev) for t in b) for b in batches]
+        self.opt = torch.optim.AdamW(m.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"], fused=True)
+        if mode != "eager":
+            # What a Python user writes: the model compiled, the loss and fused AdamW as
+            # they are. build's loss closes over the module object, which compile()
+            # compiles in place.
+            torch._dynamo.reset()
+            m.compile(mode=None if mode == "default" else mode)
+        self.m = m
+        self.graphs = mode == "reduce-overhead" and dev.type == "cuda"
+        self.bf16 = spec["precision"] == "bf16"
+
+    def step(self, i, after_zero_grad=None):
+        """Runs step i (batch i of the pool, cycled) and returns its loss."""
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # a new step: the last one's outputs may be overwritten
+        self.opt.zero_grad(set_to_none=True)
+        if after_zero_grad:
+            after_zero_grad()
+        with torch.autocast(self.dev.type, dtype=torch.bfloat16, enabled=self.bf16):
+            loss = self.loss_of(self.batches[i % len(self.batches)])
+        loss.backward()
+        self.opt.step()
+        return loss
+
+
 def train_mode(spec, d, mode, cpumem):
-    dev = torch.device(spec["device"])
-    m, loss_of, batches, items, unit = build(spec, d)
-    m.to(dev).train()
-    if cpumem:
-        # from_pretrained maps the safetensors file: those parameters' storages never went
-        # through the allocator, while gotrain's did. Copies into counted memory make the
-        # weights count on both sides (tied weights are one Parameter, copied once).
-        with torch.no_grad():
-            for p in m.parameters():
-                p.data = p.data.clone()
-            for mod in m.modules():
-                for k, b in mod._buffers.items():
-                    if b is not None:
-                        mod._buffers[k] = b.clone()
-    batches = [tuple(t.to(dev) for t in b) for b in batches]
-    opt = torch.optim.AdamW(m.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"], fused=True)
-    if mode != "eager":
-        # What a Python user writes: the model compiled, the loss and fused AdamW as they are.
-        # build's loss closes over the module object, which compile() compiles in place.
-        torch._dynamo.reset()
-        m.compile(mode=None if mode == "default" else mode)
-    graphs = mode == "reduce-overhead" and dev.type == "cuda"
-    bf16 = spec["precision"] == "bf16"
+    r = Run(spec, d, mode, cpumem)
+    dev = r.dev
     times, warm, first, last, baseline = [], [], None, None, 0
     n = spec["warmup"] + spec["steps"]
     for i in range(n):
         sync(dev)
         t = time.perf_counter()
-        if graphs:
-            torch.compiler.cudagraph_mark_step_begin()  # a new step: the last one's outputs may be overwritten
-        opt.zero_grad(set_to_none=True)
         if i == spec["warmup"]:
-            baseline = reset_peak(dev, cpumem)  # as gotrain: after zero_grad of the first timed step
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = loss_of(batches[i % len(batches)])
-        loss.backward()
-        opt.step()
+            # as gotrain: the peak from after zero_grad of the first timed step
+            def mark():
+                nonlocal baseline
+                baseline = reset_peak(dev, cpumem)
+            loss = r.step(i, mark)
+        else:
+            loss = r.step(i)
         sync(dev)
         (times if i >= spec["warmup"] else warm).append(time.perf_counter() - t)
         if i == 0:
@@ -182,7 +210,7 @@ def train_mode(spec, d, mode, cpumem):
     pk = peak(dev, cpumem)
     impl = {"eager": "python", "default": "python-compile"}.get(mode, "python-" + mode)
     res = {"impl": impl, "mode": mode, "model": spec["model"], "precision": spec["precision"], "median_step_s": med,
-           "step_s": times, "items_per_s": items / med, "unit": unit,
+           "step_s": times, "items_per_s": r.items / med, "unit": r.unit,
            "peak_memory_mib": pk / 2**20 if dev.type == "cuda" else 0.0,
            "baseline_bytes": baseline, "peak_bytes": pk, "first_loss": first, "last_loss": last}
     if mode != "eager":
@@ -191,8 +219,41 @@ def train_mode(spec, d, mode, cpumem):
         # is most of it.
         res["warmup_s"] = warm
         res["compile_s"] = max(0.0, sum(warm) - len(warm) * med)
-    del m, opt, batches, loss
+    del r, loss
     return res
+
+
+# Kineto's activity types as `gpu profile` reads them (torch.ProfileKind).
+PROFILE_KINDS = {"cpu_op": 0, "kernel": 1, "gpu_memcpy": 2, "gpu_memset": 3, "cuda_runtime": 4, "cuda_driver": 4}
+
+
+def profile(d, modes):
+    """Profiles spec["steps"] steps after spec["warmup"] of each mode with torch.profiler
+    and prints each mode's raw events as one JSON line, for `gpu profile` to classify as
+    it classifies gotrain's."""
+    from torch.profiler import ProfilerActivity
+    with open(os.path.join(d, "spec.json")) as f:
+        spec = json.load(f)
+    for mode in modes:
+        r = Run(spec, d, mode)
+        for i in range(spec["warmup"]):
+            r.step(i)
+        sync(r.dev)
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if r.dev.type == "cuda" else [])
+        with torch.profiler.profile(activities=acts) as prof:
+            for i in range(spec["steps"]):
+                r.step(spec["warmup"] + i)
+            sync(r.dev)
+        events = []
+        for e in prof.profiler.kineto_results.events():
+            kind = PROFILE_KINDS.get(str(e.activity_type()).lower(), 5)
+            events.append([e.name(), kind, "cuda" in str(e.device_type()).lower(), e.start_thread_id(),
+                           e.start_ns(), e.duration_ns()])
+        impl = {"eager": "python", "default": "python-compile"}.get(mode, "python-" + mode)
+        print(json.dumps({"impl": impl, "mode": mode, "model": spec["model"], "precision": spec["precision"],
+                          "device": spec["device"], "events": events}), flush=True)
+        del r
+        gc.collect()
 
 
 def sdpa(go_json):
@@ -247,10 +308,17 @@ if __name__ == "__main__":
         for r in train(a.dir, modes, a.cpumem):
             print(json.dumps(r), flush=True)
         sys.exit(0)
+    elif cmd == "profile":
+        ap = argparse.ArgumentParser(prog="bench.py profile")
+        ap.add_argument("dir")
+        ap.add_argument("--modes", default="eager")
+        a = ap.parse_args(sys.argv[2:])
+        profile(a.dir, a.modes.split(","))
+        sys.exit(0)
     elif cmd == "sdpa":
         res = sdpa(sys.argv[2])
     elif cmd == "matmul":
         res = matmul(int(sys.argv[2]), sys.argv[3])
     else:
-        sys.exit("usage: bench.py train DIR [--modes eager,default,reduce-overhead] [--cpumem LIB] | sdpa GO_JSON | matmul N DEVICE")
+        sys.exit("usage: bench.py train DIR [--modes eager,default,reduce-overhead] [--cpumem LIB] | profile DIR [--modes ...] | sdpa GO_JSON | matmul N DEVICE")
     print(json.dumps(res))

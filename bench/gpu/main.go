@@ -20,6 +20,14 @@
 //	                                          counted the same way on both sides (on the
 //	                                          CPU by cgotorch/cpumem.cc, LIB being it
 //	                                          compiled for Python to load)
+//	gpu profile  -model gpt|vit|resnet18|cnn -precision fp32|bf16 [-device cuda] [-smoke]
+//	             [-python PY] [-modes eager,default]
+//	                                          kernels per training step and time per
+//	                                          kernel class (matmul, attention, norm,
+//	                                          elementwise, loss, optimizer, ...) in
+//	                                          gotrain (torch.Profile) and in PyTorch's
+//	                                          modes (torch.profiler); on a CPU, ATen ops
+//	                                          by self time
 //
 // -smoke shrinks every shape to one that runs in seconds on a CPU (the dry run of
 // scripts/gpu/run.sh). Each subcommand prints one JSON object on stdout and exits 1
@@ -57,7 +65,7 @@ func main() {
 	log.SetFlags(0)
 	log.SetPrefix("bench/gpu: ")
 	if len(os.Args) < 2 {
-		log.Fatal("usage: gpu sdpa|train|hostsync|mem [flags]")
+		log.Fatal("usage: gpu sdpa|train|hostsync|mem|profile [flags]")
 	}
 	cmd := os.Args[1]
 	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
@@ -77,8 +85,19 @@ func main() {
 	fs.StringVar(&mo.python, "python", ".venv/bin/python", "the Python with torch, torchvision and transformers (mem)")
 	fs.StringVar(&mo.cpumem, "cpumem", "", "cgotorch/cpumem.cc compiled into a shared object, which Python loads to count CPU memory (mem on the CPU)")
 	fs.BoolVar(&mo.requireLE, "require-le", true, "exit 1 when gotrain's peak exceeds PyTorch's (mem)")
+	modes := fs.String("modes", "eager,default", "PyTorch's modes to profile beside gotrain: eager, default (torch.compile), reduce-overhead (profile)")
 	_ = fs.Parse(os.Args[2:])
 	mo.models, mo.precisions = strings.Split(*memModels, ","), strings.Split(*memPrecisions, ",")
+	if cmd == "profile" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["warmup"] {
+			o.warmup = 3 // torch.compile compiles (and reduce-overhead records) in these
+		}
+		if !set["steps"] {
+			o.steps = 3
+		}
+	}
 	if cmd == "mem" {
 		// One warm-up step makes the optimizer's state; one measured step is the figure.
 		set := map[string]bool{}
@@ -113,13 +132,15 @@ func main() {
 		res, ok, err = runTrain(o)
 	case "hostsync":
 		res, ok, err = runHostSync(o)
+	case "profile":
+		res, ok, err = runProfile(o, mo, *modes)
 	case "mem":
 		if !dev.IsCUDA() {
 			o.sz = sizeMem
 		}
 		res, ok, err = runMem(o, mo)
 	default:
-		log.Fatalf("unknown subcommand %q (sdpa, train, hostsync, mem)", cmd)
+		log.Fatalf("unknown subcommand %q (sdpa, train, hostsync, mem, profile)", cmd)
 	}
 	if err != nil {
 		log.Fatal(err)

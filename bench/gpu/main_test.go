@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -89,4 +90,60 @@ func TestCountReadsSeesAReadInTheStep(t *testing.T) {
 			assert.Zero(t, res.BetweenReads)
 		}
 	}
+}
+
+// The classes issue 35 reads a profile by: CUDA kernel names of cuBLAS, cuDNN, FlashAttention,
+// ATen and Triton (torch.compile), and ATen op names on a CPU.
+func TestClassOf(t *testing.T) {
+	for name, want := range map[string]string{
+		"aten::addmm": "matmul",
+		"aten::mm":    "matmul",
+		"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64":                             "matmul",
+		"nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN":                                               "matmul",
+		"triton_tem_fused_mm_3":                                                                   "matmul",
+		"void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>":      "norm",
+		"triton_red_fused_native_layer_norm_2":                                                    "norm",
+		"void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128>>":                  "attention",
+		"aten::_scaled_dot_product_flash_attention_for_cpu":                                       "attention",
+		"aten::_fused_adamw_":                                                                     "optimizer",
+		"void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>": "optimizer",
+		"aten::_log_softmax":                                                                      "loss",
+		"aten::nll_loss_forward":                                                                  "loss",
+		"triton_per_fused__log_softmax_nll_loss_4":                                                "loss",
+		"aten::cudnn_convolution":                                                                 "conv",
+		"void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>":       "elementwise",
+		"triton_poi_fused_add_gelu_0":                                                             "elementwise",
+		"aten::copy_":                                                                             "copy",
+		"aten::empty_strided":                                                                     "other",
+	} {
+		assert.Equal(t, want, classOf(name), name)
+	}
+}
+
+// selfTimes takes each host op's children's time out of its own, thread by thread.
+func TestSelfTimes(t *testing.T) {
+	op := func(name string, thread uint64, start, dur int) torch.ProfileEvent {
+		return torch.ProfileEvent{Name: name, Kind: torch.ProfiledOp, Thread: thread,
+			Start: time.Duration(start), Duration: time.Duration(dur)}
+	}
+	evs := []torch.ProfileEvent{
+		op("aten::linear", 1, 0, 100),
+		op("aten::addmm", 1, 10, 50), // inside linear
+		op("aten::empty", 1, 12, 5),  // inside addmm
+		op("aten::add", 1, 70, 10),   // inside linear, after addmm
+		op("aten::mul", 1, 200, 7),   // on its own
+		op("aten::relu", 2, 20, 30),  // another thread, overlapping in time
+		{Name: "kernel", Kind: torch.ProfiledKernel, Start: 15, Duration: 40},
+	}
+	got := map[string]time.Duration{}
+	for _, x := range selfTimes(evs) {
+		got[x.name] = x.dur
+	}
+	assert.Equal(t, map[string]time.Duration{"aten::linear": 40, "aten::addmm": 45, "aten::empty": 5, "aten::add": 10,
+		"aten::mul": 7, "aten::relu": 30}, got)
+	// With kernels recorded, the kernels are what is counted.
+	s := summarize(evs, 1)
+	assert.Equal(t, "kernels", s.Counted)
+	assert.Equal(t, 1.0, s.PerStep)
+	assert.Equal(t, 6.0, s.HostOps)
 }
