@@ -5,7 +5,7 @@
 // tokenizer's encode throughput (MB/s) on the same tokenizer.json. Run it from the module
 // root:
 //
-//	go run -tags cpu ./bench/llm [-rounds 2] [-cpumem build/bench/libcpumem.so] [-results bench/results]
+//	go run -tags cpu ./bench/llm [-rounds 5] [-cpumem build/bench/libcpumem.so] [-results bench/results]
 //
 // bench.py setup trains a Llama-3-style byte-level BPE on the corpus with tokenizers and
 // saves a LlamaForCausalLM with random weights next to it; both sides load that
@@ -129,9 +129,9 @@ func main() {
 	flag.IntVar(&s.Threads, "threads", 1, "libtorch intra-op threads in every process")
 	flag.IntVar(&s.Prompt, "prompt", 16, "prompt tokens for generation")
 	flag.IntVar(&s.NewTokens, "new", 128, "tokens to generate")
-	flag.IntVar(&s.GenReps, "gen-reps", 2, "timed generation runs per process (the best is scored)")
+	flag.IntVar(&s.GenReps, "gen-reps", 5, "timed generation runs per process (the best is scored)")
 	flag.StringVar(&s.Corpus, "corpus", ".cache/corpus/kjv.txt", "text the tokenizer is trained on and encodes, and the training data (scripts/setup.sh downloads the KJV)")
-	rounds := flag.Int("rounds", 2, "rounds of every workload in both implementations, taken in turns")
+	rounds := flag.Int("rounds", 3, "rounds of every workload in both implementations, taken in turns")
 	only := flag.String("workloads", strings.Join(workloads, ","), "workloads to run")
 	python := flag.String("python", ".venv/bin/python", "Python with torch, transformers, peft and tokenizers")
 	flag.StringVar(&s.CPUMemLibrary, "cpumem", "", "cgotorch/cpumem.cc as a shared object (make bench builds build/bench/libcpumem.so): count tensor memory in both processes")
@@ -339,7 +339,8 @@ func best(runs []*result) result {
 	return b
 }
 
-// row is one line of the table: gotrain's and Python's figure, their ratio and the goal.
+// row is one line of the table: gotrain's and Python's figure (the best of the rounds for
+// speeds, the highest for memory), their ratio and the goal.
 type row struct {
 	What   string  `json:"what"`
 	Go     float64 `json:"gotrain"`
@@ -350,11 +351,14 @@ type row struct {
 	Goal   float64 `json:"goal,omitempty"`
 	Higher bool    `json:"higher_is_better"`
 	Met    *bool   `json:"met,omitempty"`
-	Format string  `json:"-"`
+	// Rounds are the speed ratios of each round's two neighbouring processes.
+	Rounds []float64 `json:"rounds,omitempty"`
+	Format string    `json:"-"`
 }
 
 func summarize(rep *report) {
 	rep.Best = map[string][2]result{}
+	byWorkload := map[string][2][]*result{}
 	for _, w := range workloads {
 		var g, p []*result
 		for _, r := range rep.Runs {
@@ -366,10 +370,21 @@ func summarize(rep *report) {
 		}
 		if len(g) > 0 && len(p) > 0 {
 			rep.Best[w] = [2]result{best(g), best(p)}
+			byWorkload[w] = [2][]*result{g, p}
 		}
 	}
-	add := func(what string, g, p, goal float64, higher bool, format string) {
-		r := row{What: what, Go: g, Python: p, Ratio: g / p, Goal: goal, Higher: higher, Format: format}
+	// rounds returns gotrain ÷ Python of f in each round: two processes that ran one
+	// after the other, on much the same machine.
+	rounds := func(w string, f func(*result) float64) []float64 {
+		var out []float64
+		rs := byWorkload[w]
+		for i := range min(len(rs[0]), len(rs[1])) {
+			out = append(out, f(rs[0][i])/f(rs[1][i]))
+		}
+		return out
+	}
+	add := func(what string, g, p, goal float64, higher bool, format string, perRound ...float64) {
+		r := row{What: what, Go: g, Python: p, Ratio: g / p, Goal: goal, Higher: higher, Format: format, Rounds: perRound}
 		if goal > 0 {
 			met := (higher && r.Ratio >= goal) || (!higher && r.Ratio <= goal)
 			r.Met = &met
@@ -396,8 +411,10 @@ func summarize(rep *report) {
 		if w == "lora-ckpt" {
 			goal, memGoal = 0, 0
 		}
-		add(names[w]+", tokens/s", g.TokensPerS, p.TokensPerS, goal, true, "%.0f")
-		add(names[w]+", tokens per CPU-second", g.TokensPerCPUS, p.TokensPerCPUS, goal, true, "%.0f")
+		add(names[w]+", tokens/s", g.TokensPerS, p.TokensPerS, goal, true, "%.0f",
+			rounds(w, func(r *result) float64 { return r.TokensPerS })...)
+		add(names[w]+", tokens per CPU-second", g.TokensPerCPUS, p.TokensPerCPUS, goal, true, "%.0f",
+			rounds(w, func(r *result) float64 { return r.TokensPerCPUS })...)
 		add(names[w]+", peak RSS (VmHWM), MiB", g.PeakRSSMB, p.PeakRSSMB, memGoal, false, "%.0f")
 		add(names[w]+", peak RSS − start-up RSS, MiB", g.PeakRSSMB-g.BaseRSSMB, p.PeakRSSMB-p.BaseRSSMB, 0, false, "%.0f")
 		if g.TensorPeakMB > 0 && p.TensorPeakMB > 0 {
@@ -411,10 +428,13 @@ func summarize(rep *report) {
 	if b, ok := rep.Best["gen"]; ok {
 		g, p := b[0], b[1]
 		add(fmt.Sprintf("greedy generation with KV cache, new tokens/s (batch 1, %d-token prompt, %d new)", rep.Spec.Prompt, rep.Spec.NewTokens),
-			g.GenTokensPerS, p.GenTokensPerS, 2, true, "%.0f")
-		add("the same, new tokens per CPU-second", g.GenTokensPerCPUS, p.GenTokensPerCPUS, 2, true, "%.0f")
-		add("tokenizer encode, MB/s (one thread, fresh tokenizer, whole corpus)", g.TokMBPerS, p.TokMBPerS, 1, true, "%.2f")
-		add("the same, MB per CPU-second", g.TokMBPerCPUS, p.TokMBPerCPUS, 1, true, "%.2f")
+			g.GenTokensPerS, p.GenTokensPerS, 2, true, "%.0f", rounds("gen", func(r *result) float64 { return r.GenTokensPerS })...)
+		add("the same, new tokens per CPU-second", g.GenTokensPerCPUS, p.GenTokensPerCPUS, 2, true, "%.0f",
+			rounds("gen", func(r *result) float64 { return r.GenTokensPerCPUS })...)
+		add("tokenizer encode, MB/s (one thread, fresh tokenizer, whole corpus)", g.TokMBPerS, p.TokMBPerS, 1, true, "%.2f",
+			rounds("gen", func(r *result) float64 { return r.TokMBPerS })...)
+		add("the same, MB per CPU-second", g.TokMBPerCPUS, p.TokMBPerCPUS, 1, true, "%.2f",
+			rounds("gen", func(r *result) float64 { return r.TokMBPerCPUS })...)
 		check(fmt.Sprint(g.Generated) == fmt.Sprint(p.Generated), "greedy generation: the same %d tokens on both sides", len(g.Generated))
 		sha, _ := rep.Setup["sha256"].(string)
 		check(g.TokSHA256 == sha && p.TokSHA256 == sha, "tokenizer: gotrain's ids of the whole corpus equal tokenizers' (%v tokens)", rep.Setup["tokens"])
@@ -438,7 +458,7 @@ func markdown(rep report) string {
 		s.Layers, s.Hidden, s.Intermediate, s.Heads, s.KVHeads, s.Vocab, rep.Setup["params"], s.Batch, s.Seq, s.LoraR, s.LoraAlpha,
 		strings.Join(s.LoraTargets, ","), s.Threads, rep.Torch, len(rep.Runs)/max(1, 2*len(rep.Best)), rep.LoadStart, rep.LoadEnd, rep.CPUs, rep.WallS)
 	fmt.Fprintf(&b, "`%s`\n\n", rep.Command)
-	b.WriteString("| | gotrain | Python | gotrain ÷ Python | goal |\n|---|---|---|---|---|\n")
+	b.WriteString("| | gotrain | Python | gotrain ÷ Python | each round's pair | goal |\n|---|---|---|---|---|---|\n")
 	for _, r := range rep.Rows {
 		goal := ""
 		if r.Goal > 0 {
@@ -451,7 +471,11 @@ func markdown(rep report) string {
 			}
 			goal = fmt.Sprintf("%s %.1f×: %s", op, r.Goal, verdict)
 		}
-		fmt.Fprintf(&b, "| %s | "+r.Format+" | "+r.Format+" | %.2f× | %s |\n", r.What, r.Go, r.Python, r.Ratio, goal)
+		var pairs []string
+		for _, x := range r.Rounds {
+			pairs = append(pairs, fmt.Sprintf("%.2f", x))
+		}
+		fmt.Fprintf(&b, "| %s | "+r.Format+" | "+r.Format+" | %.2f× | %s | %s |\n", r.What, r.Go, r.Python, r.Ratio, strings.Join(pairs, ", "), goal)
 	}
 	b.WriteString("\n")
 	for _, c := range rep.Checks {
