@@ -46,11 +46,13 @@
 #                     mode; the profiles; host reads), tests.json (go test -json) and the
 #                     JSON of every benchmark (train-*, profile-*, sdpa-*, hostsync-*,
 #                     gpubench-*, matmul-python, graphs-*)
-# The archive is written also when a step fails or the run is stopped (SIGTERM, SIGINT).
-# Exits non-zero if any step or check failed. The whole run stays under
+# The archive is rewritten after every step, so a run stopped from outside keeps what it
+# measured. Exits non-zero if any step or check failed. The whole run stays under
 # GOTRAIN_GPU_BUDGET seconds (default 470: 8 minutes of device time once the machine is
 # up; 1800 for a dry run, whose first build alone can take 15 minutes on a busy 2-core
-# machine): each step runs under `timeout` with what is left.
+# machine): each step runs under `timeout` with what is left, and after the build every
+# step but the tests leaves the test step GOTRAIN_GPU_TEST_RESERVE seconds (default 120;
+# 60 for a dry run). Each step's seconds are in the summary: tune the caps with them.
 # When the build fails, the run stops there.
 #
 # vendor/ holds only the packages imported when pack.sh ran: run pack.sh right before
@@ -145,6 +147,9 @@ log() { echo "run.sh: $*"; }
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$STEPS"; }
 skip() { log "SKIP $1: $2"; record "$1" skipped 0 "$2"; }
 
+# HOLD is the time step keeps back for the test step: its reserve, once the build is done.
+HOLD=0
+
 # optional NAME CAP CMD...: step, when CAP seconds fit before the test step's reserve;
 # else skipped with the reason. For the figures that matter less than the tests.
 optional() {
@@ -166,9 +171,9 @@ step() {
     return 0
     ;;
   esac
-  left=$((BUDGET - SECONDS - 5))
+  left=$((BUDGET - SECONDS - 5 - HOLD))
   if [ "$left" -lt 10 ]; then
-    log "FAIL $name: no time left in the ${BUDGET}s budget"
+    log "FAIL $name: no time left in the ${BUDGET}s budget (${HOLD}s of it kept for the tests)"
     record "$name" timeout 0 "no time left"
     return 1
   fi
@@ -435,6 +440,7 @@ main() {
     log "no build: the remaining steps are skipped"
     return 1
   fi
+  HOLD=$TEST_RESERVE
 
   if has_go_files cmd/gpucheck; then
     # shellcheck disable=SC2086
@@ -482,6 +488,7 @@ main() {
     optional gpubench 120 gpubench
   fi
 
+  HOLD=0
   local left=$((BUDGET - SECONDS - 10))
   [ "$left" -gt 30 ] || left=30
   # shellcheck disable=SC2086

@@ -227,7 +227,8 @@ def main(work, stage, dryrun, tags, seconds):
         for k, t in rows:
             py = t["python"]
             # (a peak of 0: not measured, as on a CPU without the counting allocator)
-            f = lambda mode, key, fmt, scale=1: fmt % (py[mode][key] / scale) if py.get(mode, {}).get(key) else "—"
+            f = lambda mode, key, fmt, scale=1: fmt % (py[mode][key] / scale) if py.get(mode, {}).get(key) is not None and (
+                key != "peak_bytes" or py[mode][key]) else "—"
             p("| %s | %s | %.0f | %s | %s | %s | %.2f× (%s) | %s | %s | %s | %s | %s | %s |" % (
                 k, t["unit"], t["gotrain"]["items_per_s"],
                 *(f(mo, "items_per_s", "%.0f") for mo in modes), t["ratio_to_best"], t["best_python_mode"],
