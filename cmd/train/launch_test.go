@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/torch/distributed/disttest"
 )
 
 // Test hooks, read in every process of the test binary (the launcher and its ranks run
@@ -215,6 +216,7 @@ type launched struct {
 
 func startLaunch(t *testing.T, env []string, args ...string) *launched {
 	t.Helper()
+	disttest.SkipMultiRank(t)
 	l := &launched{t: t, cmd: child(args...), line: make(chan string, 1024), done: make(chan error, 1)}
 	withEnv(l.cmd, env)
 	out, err := l.cmd.StdoutPipe()
