@@ -55,6 +55,7 @@ var small = []string{"--synthetic", "512", "--epochs", "1", "--workers", "1", "-
 // TestLaunchTwoRanks: --nproc-per-node 2 trains the default CNN on two local processes
 // and rank 0 alone writes one run directory.
 func TestLaunchTwoRanks(t *testing.T) {
+	disttest.SkipMultiRank(t)
 	runs := t.TempDir()
 	cmd := child(append([]string{"--nproc-per-node", "2", "--runs-dir", runs}, small...)...)
 	out, err := cmd.CombinedOutput()
@@ -110,6 +111,7 @@ func TestBadLaunchEnvironment(t *testing.T) {
 // last.pt, and --resume with the same world size ends bitwise equal to an uninterrupted
 // two-rank run.
 func TestLaunchSIGINTThenResumeIsExact(t *testing.T) {
+	disttest.SkipMultiRank(t)
 	runs := t.TempDir()
 	args := []string{"--nproc-per-node", "2", "--runs-dir", runs, "--synthetic", "4096", "--model", "mlp", "--epochs", "3",
 		"--batch-size", "32", "--workers", "1", "--deterministic", "--seed", "5", "--log-every", "1", "--threads", "1"}
@@ -357,6 +359,7 @@ var launchArgs = []string{"--synthetic", "4096", "--model", "mlp", "--batch-size
 // at the rendezvous timeout, naming it; the launcher reports rank 0's failure and kills
 // the hung rank, which ignores SIGTERM.
 func TestLaunchRankNeverJoins(t *testing.T) {
+	disttest.SkipMultiRank(t)
 	runs := t.TempDir()
 	l := startLaunch(t, []string{"TRAIN_TEST_LATE_RANK=1"},
 		append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--epochs", "1", "--rdzv-timeout", "3s"}, launchArgs...)...)
@@ -374,6 +377,7 @@ func TestLaunchRankNeverJoins(t *testing.T) {
 // before joining stops both within the deadline: rank 0 at once, the hung one by the
 // kill after the grace period; the launcher exits 130 and nothing was written.
 func TestLaunchSIGTERMDuringRendezvous(t *testing.T) {
+	disttest.SkipMultiRank(t)
 	runs := t.TempDir()
 	l := startLaunch(t, []string{"TRAIN_TEST_LATE_RANK=1"},
 		append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--epochs", "1", "--rdzv-timeout", "60s"}, launchArgs...)...)
