@@ -46,6 +46,18 @@ struct PG {
 
 PG &P(cg_pg p) { return *static_cast<PG *>(p); }
 
+// gloo_set_timeout: whether this libtorch's ProcessGroupGloo can change its timeout
+// after start-up (2.6's cannot).
+template <class G>
+constexpr bool gloo_set_timeout = requires(G &g) { g.setTimeout(std::chrono::milliseconds(1)); };
+
+// set_timeout sets g's timeout where this libtorch can (a template, so that the call
+// is not compiled where it cannot).
+template <class G>
+void set_timeout(G &g, std::chrono::milliseconds d) {
+  if constexpr (gloo_set_timeout<G>) g.setTimeout(d);
+}
+
 std::string message(const std::exception &e) {
   if (auto *ce = dynamic_cast<const c10::Error *>(&e)) return ce->what_without_backtrace();
   return e.what();
@@ -93,14 +105,21 @@ void arrive(PG &pg, steady::time_point deadline, ms limit) {
     throw std::invalid_argument("rank " + std::to_string(pg.rank) + " arrived twice: " + text(got) +
                                 " already joined as rank " + std::to_string(pg.rank) +
                                 " (is RANK the same for two processes?)");
+  // The gate is decided by compareSet, which the classic TCPStore backend (Debian's 2.6,
+  // built without libuv) does not report to waiting clients; so whoever decides it also
+  // sets "opened", a plain key that every backend wakes waiters on, and ranks wait on that.
+  std::string opened = k + "opened";
   int64_t n = pg.store->add(k + "count", 1);
-  if (n == pg.world) pg.store->compareSet(gate, {}, bytes("ok"));
+  if (n == pg.world) {
+    pg.store->compareSet(gate, {}, bytes("ok"));
+    pg.store->set(opened, bytes("1"));
+  }
   auto left = [&](ms extra) { return std::max(ms(1), std::chrono::duration_cast<ms>(deadline - steady::now()) + extra); };
   auto failed = [&](const std::string &v) { return v.rfind("fail:", 0) == 0; };
   std::string where = pg.addr + ":" + std::to_string(pg.port);
   try {
     // Rank 0 decides; the others wait a little longer for its decision.
-    pg.store->wait({gate}, left(pg.rank == 0 ? ms(0) : ms(10000)));
+    pg.store->wait({opened}, left(pg.rank == 0 ? ms(0) : ms(10000)));
   } catch (const std::exception &e) {
     std::vector<int> missing;
     try {
@@ -119,6 +138,7 @@ void arrive(PG &pg, steady::time_point deadline, ms limit) {
         << ")";
     if (pg.rank != 0) throw std::runtime_error(s.str());
     std::string v = text(pg.store->compareSet(gate, {}, bytes("fail:" + s.str())));
+    pg.store->set(opened, bytes("1"));
     if (v == "ok") return;  // the last rank arrived just now
     auto linger = steady::now() + ms(3000);
     while (pg.store->add(k + "read", 0) < static_cast<int64_t>(pg.world - missing.size()) - 1 && steady::now() < linger)
@@ -281,14 +301,21 @@ cg_status cg_dist_init(const struct cg_dist_opts *o, cg_pg *out) {
     if (o->backend == CG_DIST_NCCL) {
       pg->backend = cg_make_nccl_backend(prefixed, rank, world, pg->timeout);
     } else {
-      auto opts = c10d::ProcessGroupGloo::Options::create(left);
+      // Gloo's context timeout bounds its start-up and, in libtorch without
+      // ProcessGroupGloo::setTimeout (2.6), every receive of every collective too,
+      // whatever the collective's own timeout says: there the start-up gets the
+      // collective timeout, lest a peer's late collective fail at what is left of the
+      // rendezvous budget.
+      auto opts = c10d::ProcessGroupGloo::Options::create(gloo_set_timeout<c10d::ProcessGroupGloo> ? left : std::max(left, pg->timeout));
       // Gloo connects to peers on the address they resolve for MASTER_ADDR's side of the
       // network; the loopback address keeps single-node runs off the hostname lookup.
       if (pg->addr == "127.0.0.1" || pg->addr == "localhost")
         opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       else
         opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      pg->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world, opts);
+      auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world, opts);
+      set_timeout(*gloo, pg->timeout);
+      pg->backend = gloo;
     }
   } catch (const std::exception &e) {
     std::string m = message(e);

@@ -22,7 +22,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotrain/gotrain/checkpoint"
-	"github.com/gotrain/gotrain/torch/distributed/disttest"
 )
 
 // Test hooks, read in every process of the test binary (the launcher and its ranks run
@@ -55,7 +54,6 @@ var small = []string{"--synthetic", "512", "--epochs", "1", "--workers", "1", "-
 // TestLaunchTwoRanks: --nproc-per-node 2 trains the default CNN on two local processes
 // and rank 0 alone writes one run directory.
 func TestLaunchTwoRanks(t *testing.T) {
-	disttest.SkipMultiRank(t)
 	runs := t.TempDir()
 	cmd := child(append([]string{"--nproc-per-node", "2", "--runs-dir", runs}, small...)...)
 	out, err := cmd.CombinedOutput()
@@ -111,7 +109,6 @@ func TestBadLaunchEnvironment(t *testing.T) {
 // last.pt, and --resume with the same world size ends bitwise equal to an uninterrupted
 // two-rank run.
 func TestLaunchSIGINTThenResumeIsExact(t *testing.T) {
-	disttest.SkipMultiRank(t)
 	runs := t.TempDir()
 	args := []string{"--nproc-per-node", "2", "--runs-dir", runs, "--synthetic", "4096", "--model", "mlp", "--epochs", "3",
 		"--batch-size", "32", "--workers", "1", "--deterministic", "--seed", "5", "--log-every", "1", "--threads", "1"}
@@ -218,7 +215,6 @@ type launched struct {
 
 func startLaunch(t *testing.T, env []string, args ...string) *launched {
 	t.Helper()
-	disttest.SkipMultiRank(t)
 	l := &launched{t: t, cmd: child(args...), line: make(chan string, 1024), done: make(chan error, 1)}
 	withEnv(l.cmd, env)
 	out, err := l.cmd.StdoutPipe()
@@ -359,7 +355,6 @@ var launchArgs = []string{"--synthetic", "4096", "--model", "mlp", "--batch-size
 // at the rendezvous timeout, naming it; the launcher reports rank 0's failure and kills
 // the hung rank, which ignores SIGTERM.
 func TestLaunchRankNeverJoins(t *testing.T) {
-	disttest.SkipMultiRank(t)
 	runs := t.TempDir()
 	l := startLaunch(t, []string{"TRAIN_TEST_LATE_RANK=1"},
 		append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--epochs", "1", "--rdzv-timeout", "3s"}, launchArgs...)...)
@@ -377,7 +372,6 @@ func TestLaunchRankNeverJoins(t *testing.T) {
 // before joining stops both within the deadline: rank 0 at once, the hung one by the
 // kill after the grace period; the launcher exits 130 and nothing was written.
 func TestLaunchSIGTERMDuringRendezvous(t *testing.T) {
-	disttest.SkipMultiRank(t)
 	runs := t.TempDir()
 	l := startLaunch(t, []string{"TRAIN_TEST_LATE_RANK=1"},
 		append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--epochs", "1", "--rdzv-timeout", "60s"}, launchArgs...)...)

@@ -21,8 +21,3 @@ test: libtorch-check
 	@test -f $(DATA_REQUIRED) || { echo "test-libtorch2.6: $(DATA_REQUIRED) is missing (dataset-fashion-mnist)"; exit 1; }
 	$(GO) vet -tags cpu ./...
 	$(GO) test -tags cpu $(GOTEST_FLAGS) ./...
-
-# Two ranks do not rendezvous over Debian 2.6's TCPStore (classic backend): a known
-# fault of the rendezvous gotrain added for 2.14 (cgotorch/dist.cc arrive), left to be
-# fixed; the multi-rank tests skip here instead of waiting for their timeouts.
-export GOTRAIN_TEST_NO_MULTIRANK := 1

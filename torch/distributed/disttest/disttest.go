@@ -65,27 +65,10 @@ func Spawn(t testing.TB, name string, world int, env []string) []Result {
 	return SpawnRanks(t, name, world, ranks, env)
 }
 
-// NoMultiRankEnv, when set, skips the tests that start several ranks (SkipMultiRank).
-// The libtorch 2.6 matrix sets it: there the rendezvous over Debian 2.6's TCPStore
-// (classic backend) hangs with two ranks — a known fault, left to be fixed — and the
-// tests would only wait for their timeouts.
-const NoMultiRankEnv = "GOTRAIN_TEST_NO_MULTIRANK"
-
-// SkipMultiRank skips t when NoMultiRankEnv is set.
-func SkipMultiRank(t testing.TB) {
-	t.Helper()
-	if os.Getenv(NoMultiRankEnv) != "" {
-		t.Skipf("%s is set: several ranks do not rendezvous over this libtorch's TCPStore", NoMultiRankEnv)
-	}
-}
-
 // SpawnRanks is Spawn for the given ranks of a world of world ranks: a rank left out
 // never joins, and one given twice is started twice. Result i is ranks[i]'s.
 func SpawnRanks(t testing.TB, name string, world int, ranks []int, env []string) []Result {
 	t.Helper()
-	if world > 1 {
-		SkipMultiRank(t)
-	}
 	port := FreePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
