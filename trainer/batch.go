@@ -29,21 +29,13 @@ func batchOn(l *data.Loader, b data.Batch, dev torch.Device) data.Batch {
 // toDevice moves a batch's fields to dev unless the loader put them there already
 // (data.LoaderOptions.Device, which copies through pinned memory on CUDA).
 func toDevice(b data.Batch, dev torch.Device) data.Batch {
-	var moved map[string]*torch.Tensor
+	moved := make(map[string]*torch.Tensor, len(b.Fields))
 	for name, x := range b.Fields {
-		if x.Device() == dev {
-			continue
+		if x.Device() != dev {
+			x = x.To(dev, true)
 		}
-		if moved == nil {
-			moved = make(map[string]*torch.Tensor, len(b.Fields))
-			for n, y := range b.Fields {
-				moved[n] = y
-			}
-		}
-		moved[name] = x.To(dev, true)
+		moved[name] = x
 	}
-	if moved != nil {
-		b.Fields = moved
-	}
+	b.Fields = moved
 	return b
 }

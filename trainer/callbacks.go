@@ -6,10 +6,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/internal/curves"
 	"github.com/gotrain/gotrain/tensorboard"
 )
@@ -59,9 +59,9 @@ func (e *EarlyStopping) OnEvent(ev Event, t *Trainer) error {
 	if ev != EpochEnd {
 		return nil
 	}
-	v, ok := t.Metrics[e.Monitor]
-	if !ok {
-		return fmt.Errorf("EarlyStopping: metric %q is not recorded (have %s)", e.Monitor, metricNames(t.Metrics))
+	v, err := monitored(t, "EarlyStopping", e.Monitor)
+	if err != nil {
+		return err
 	}
 	stop, why := e.Check(v)
 	if stop {
@@ -116,13 +116,14 @@ func (e *EarlyStopping) LoadStateDict(d *checkpoint.Dict) error {
 	return nil
 }
 
-func metricNames(m map[string]float64) string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
+// monitored is the epoch's value of metric name, or an error for who naming the
+// metrics there are.
+func monitored(t *Trainer, who, name string) (float64, error) {
+	v, ok := t.Metrics[name]
+	if !ok {
+		return 0, fmt.Errorf("%s: metric %q is not recorded (have %s)", who, name, strings.Join(sortedKeys(t.Metrics), ", "))
 	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
+	return v, nil
 }
 
 // ModelCheckpoint saves the training state: last.pt after every epoch, best_model.pth
@@ -162,9 +163,9 @@ func (m *ModelCheckpoint) OnEvent(ev Event, t *Trainer) error {
 	if ev != EpochEnd {
 		return nil
 	}
-	v, ok := t.Metrics[m.Monitor]
-	if !ok {
-		return fmt.Errorf("ModelCheckpoint: metric %q is not recorded (have %s)", m.Monitor, metricNames(t.Metrics))
+	v, err := monitored(t, "ModelCheckpoint", m.Monitor)
+	if err != nil {
+		return err
 	}
 	// Update the table first, so every file of this epoch carries the updated state.
 	var same []string
@@ -190,7 +191,7 @@ func (m *ModelCheckpoint) OnEvent(ev Event, t *Trainer) error {
 	// serializing the state again. last.pt is replaced by a rename, so a link keeps
 	// this epoch's version.
 	for _, p := range same {
-		if err := linkAtomic(last, p); err != nil {
+		if err := fsutil.LinkAtomic(last, p); err != nil {
 			return err
 		}
 	}
@@ -229,12 +230,7 @@ func (m *ModelCheckpoint) StateDict() *checkpoint.Dict {
 	d.Set("best_model_score", m.BestScore)
 	d.Set("best_model_path", m.BestPath)
 	k := checkpoint.NewDict()
-	paths := make([]string, 0, len(m.Kept))
-	for p := range m.Kept {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
+	for _, p := range sortedKeys(m.Kept) {
 		k.Set(p, m.Kept[p])
 	}
 	d.Set("best_k_models", k)
@@ -288,10 +284,10 @@ func (h *HistoryWriter) OnEvent(ev Event, t *Trainer) error {
 			b.WriteByte('\n')
 		}
 	}
-	return writeFileAtomic(h.Path, []byte(b.String()))
+	return fsutil.WriteFileAtomic(h.Path, []byte(b.String()))
 }
 
-// jsonRecord is the record's history dict (recordDict) for JSON: NaN and infinities,
+// jsonRecord is the record's history dict (fieldsDict) for JSON: NaN and infinities,
 // which JSON cannot hold, become null, and user metrics sit beside the built-in keys.
 func jsonRecord(r Record) map[string]any {
 	m := map[string]any{}
@@ -312,7 +308,7 @@ func jsonRecord(r Record) map[string]any {
 			m[k] = v
 		}
 	}
-	for k, v := range recordDict(r).All() {
+	for k, v := range fieldsDict(&r).All() {
 		put(k.(string), v)
 	}
 	return m

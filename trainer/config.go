@@ -78,19 +78,8 @@ func (c Config) Validate() error {
 			return &FieldError{Field: f.name, Msg: fmt.Sprintf("must be >= %d, got %d", f.min, f.v)}
 		}
 	}
-	// Each float field is checked against its range, written as in the message.
-	floats := []struct {
-		name string
-		v    float64
-		ok   bool
-		rng  string
-	}{
-		{"grad_clip", c.GradClip, c.GradClip >= 0 && !math.IsInf(c.GradClip, 1), "a finite number >= 0 (0: off)"},
-	}
-	for _, f := range floats {
-		if !f.ok { // NaN fails every comparison, so it lands here too
-			return &FieldError{Field: f.name, Msg: fmt.Sprintf("must be %s, got %g", f.rng, f.v)}
-		}
+	if !(c.GradClip >= 0 && !math.IsInf(c.GradClip, 1)) { // NaN fails the comparison too
+		return &FieldError{Field: "grad_clip", Msg: fmt.Sprintf("must be a finite number >= 0 (0: off), got %g", c.GradClip)}
 	}
 	if _, err := c.AMP.MarshalText(); err != nil {
 		return &FieldError{Field: "amp", Msg: "must be none, bf16 or fp16"}

@@ -20,14 +20,14 @@ import (
 // the device until a read); it is saved in mid-epoch checkpoints so a resumed epoch
 // reports the same averages.
 type epochStats struct {
-	Sums        map[string]float64 // the steps' sums as of the last read (loss, metrics)
-	Batches     int
-	Samples     int64
-	GradNormSum float64
-	Steps       int
-	Skipped     int
-	Elapsed     float64
-	Wait        float64
+	Sums        map[string]float64 `json:"sums"` // the steps' sums as of the last read (loss, metrics)
+	Batches     int                `json:"batches"`
+	Samples     int64              `json:"samples"`
+	GradNormSum float64            `json:"grad_norm_sum"`
+	Steps       int                `json:"steps"`
+	Skipped     int                `json:"skipped"`
+	Elapsed     float64            `json:"elapsed"`
+	Wait        float64            `json:"wait"`
 }
 
 func (t *Trainer) runEpoch(ctx context.Context, target int) error {
@@ -199,18 +199,30 @@ func (t *Trainer) fireBatchEnd() error {
 // logPoint reads the training sums from the device: the progress line, LastLoss,
 // TrainMetrics and the NaN check.
 func (t *Trainer) logPoint() error {
-	r := t.trainSums.read()
-	t.epochStats.Sums = r.Sums
-	t.readGradNorm()
+	r, err := t.readSums(fmt.Sprintf("epoch %d, read at batch %d", t.Epoch+1, t.BatchInEpoch))
+	if err != nil {
+		return err
+	}
 	t.LastLoss = r.Last
 	t.LogPoint = true
-	if t.terminateNaN && r.FirstBad > 0 {
-		return fmt.Errorf("training loss is not finite (%v) from global step %d on (epoch %d, read at batch %d): stopping (TerminateOnNaN); lower the learning rate, clip gradients, or check the data",
-			r.Last, r.FirstBad, t.Epoch+1, t.BatchInEpoch)
-	}
 	t.TrainMetrics = means("train_", t.epochStats.Sums, float64(t.epochStats.Samples))
 	t.progress.update(t.BatchInEpoch, t.TrainMetrics["train_loss"])
 	return nil
+}
+
+// readSums reads the training sums and the gradient norms' sum from the device into
+// the epoch's statistics, and stops on a loss that was not finite (TerminateOnNaN).
+func (t *Trainer) readSums(where string) (sumsRead, error) {
+	r := t.trainSums.read()
+	t.epochStats.Sums = r.Sums
+	if t.Config.GradClip > 0 {
+		t.epochStats.GradNormSum = t.normSums.read().Sums[gradNormKey]
+	}
+	if t.terminateNaN && r.FirstBad > 0 {
+		return r, fmt.Errorf("training loss is not finite (%v) from global step %d on (%s): stopping (TerminateOnNaN); lower the learning rate, clip gradients, or check the data",
+			r.Last, r.FirstBad, where)
+	}
+	return r, nil
 }
 
 // means divides sums by n and names them with prefix.
@@ -224,14 +236,6 @@ func means(prefix string, sums map[string]float64, n float64) map[string]float64
 
 // gradNormKey is the clipped gradients' norm sum in normSums.
 const gradNormKey = "grad_norm"
-
-// readGradNorm brings the epoch's gradient-norm sum back from the device (with the
-// training sums, at logging points and the epoch's end).
-func (t *Trainer) readGradNorm() {
-	if t.Config.GradClip > 0 {
-		t.epochStats.GradNormSum = t.normSums.read().Sums[gradNormKey]
-	}
-}
 
 func (t *Trainer) optimizerStep() error {
 	if err := t.strategy.ReduceGradients(t.params); err != nil {
@@ -277,30 +281,35 @@ func (t *Trainer) stepped(stepped bool) error {
 // up, times the slowest process's. Gradients are averaged before clipping, so every
 // process saw the same norms and steps: those sums are divided back.
 func (t *Trainer) globalStats(st epochStats) (epochStats, error) {
-	names := sortedKeys(st.Sums)
-	vs := []float64{float64(st.Batches), float64(st.Samples), st.GradNormSum, float64(st.Steps), float64(st.Skipped)}
-	for _, n := range names {
-		vs = append(vs, st.Sums[n])
-	}
-	sums, err := t.strategy.AllReduce(vs, distributed.Sum)
-	if err != nil {
-		return st, fmt.Errorf("epoch %d: reducing training metrics: %w", t.Epoch+1, err)
-	}
-	maxes, err := t.strategy.AllReduce([]float64{st.Elapsed, st.Wait}, distributed.Max)
-	if err != nil {
+	h, sums, err := t.sumNamed([]float64{float64(st.Batches), float64(st.Samples), st.GradNormSum, float64(st.Steps), float64(st.Skipped)}, st.Sums)
+	maxes, err2 := t.strategy.AllReduce([]float64{st.Elapsed, st.Wait}, distributed.Max)
+	if err = firstErr(err, err2); err != nil {
 		return st, fmt.Errorf("epoch %d: reducing training metrics: %w", t.Epoch+1, err)
 	}
 	w := float64(t.strategy.WorldSize())
-	out := epochStats{Batches: int(sums[0]), Samples: int64(sums[1]), GradNormSum: sums[2] / w,
-		Steps: int(math.Round(sums[3] / w)), Skipped: int(math.Round(sums[4] / w)), Elapsed: maxes[0], Wait: maxes[1],
-		Sums: map[string]float64{}}
-	for i, n := range names {
-		out.Sums[n] = sums[5+i]
-	}
-	return out, nil
+	return epochStats{Batches: int(h[0]), Samples: int64(h[1]), GradNormSum: h[2] / w, Steps: int(math.Round(h[3] / w)),
+		Skipped: int(math.Round(h[4] / w)), Elapsed: maxes[0], Wait: maxes[1], Sums: sums}, nil
 }
 
-func sortedKeys(m map[string]float64) []string {
+// sumNamed adds up head and the named sums over the processes.
+func (t *Trainer) sumNamed(head []float64, sums map[string]float64) ([]float64, map[string]float64, error) {
+	names := sortedKeys(sums)
+	vs := slices.Clone(head)
+	for _, n := range names {
+		vs = append(vs, sums[n])
+	}
+	out, err := t.strategy.AllReduce(vs, distributed.Sum)
+	if err != nil {
+		return nil, nil, err
+	}
+	total := make(map[string]float64, len(names))
+	for i, n := range names {
+		total[n] = out[len(head)+i]
+	}
+	return out, total, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
 	names := make([]string, 0, len(m))
 	for k := range m {
 		names = append(names, k)
@@ -314,8 +323,7 @@ func sortedKeys(m map[string]float64) []string {
 // whole job's progress; a resume gives them back to the main process alone.
 func (t *Trainer) interrupted(cause error) error {
 	where := fmt.Sprintf("epoch %d, batch %d of %d (global step %d)", t.Epoch+1, t.BatchInEpoch, t.Train.Len(), t.GlobalStep)
-	t.epochStats.Sums = t.trainSums.read().Sums
-	t.readGradNorm()
+	t.readSums("") // a loss that was not finite is found by the resumed run
 	st, err := t.globalStats(t.epochStats)
 	if err != nil {
 		return fmt.Errorf("interrupted at %s: %w; %v", where, cause, err)
@@ -335,13 +343,9 @@ func (t *Trainer) interrupted(cause error) error {
 }
 
 func (t *Trainer) finishEpoch() error {
-	r := t.trainSums.read()
-	if t.terminateNaN && r.FirstBad > 0 {
-		return fmt.Errorf("training loss is not finite (%v) from global step %d on (epoch %d): stopping (TerminateOnNaN); lower the learning rate, clip gradients, or check the data",
-			r.Last, r.FirstBad, t.Epoch+1)
+	if _, err := t.readSums(fmt.Sprintf("epoch %d", t.Epoch+1)); err != nil {
+		return err
 	}
-	t.epochStats.Sums = r.Sums
-	t.readGradNorm()
 	st, err := t.globalStats(t.epochStats)
 	if err != nil {
 		return err
@@ -473,18 +477,9 @@ func (t *Trainer) validationStep(b data.Batch, batch int, sums *deviceSums) (err
 // The means are ratios of sums, so they are right whether the validation loader is
 // split by rank or not.
 func (t *Trainer) reduceSums(sums map[string]float64, n int64) (map[string]float64, error) {
-	names := sortedKeys(sums)
-	vs := []float64{float64(n)}
-	for _, name := range names {
-		vs = append(vs, sums[name])
-	}
-	out, err := t.strategy.AllReduce(vs, distributed.Sum)
+	h, total, err := t.sumNamed([]float64{float64(n)}, sums)
 	if err != nil {
 		return nil, fmt.Errorf("epoch %d: reducing validation metrics: %w", t.Epoch+1, err)
 	}
-	total := map[string]float64{}
-	for i, name := range names {
-		total[name] = out[1+i]
-	}
-	return means("val_", total, out[0]), nil
+	return means("val_", total, h[0]), nil
 }

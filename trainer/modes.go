@@ -3,6 +3,7 @@ package trainer
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -16,36 +17,16 @@ const (
 	PerStep                  // after each optimizer step that was not skipped
 )
 
-var intervalNames = [...]string{"epoch", "step"}
+var intervalText = enumText{typ: "Interval", what: "scheduler interval", field: "scheduler_interval", names: []string{"epoch", "step"}}
 
 // String returns the config name.
-func (i Interval) String() string {
-	if i >= 0 && int(i) < len(intervalNames) {
-		return intervalNames[i]
-	}
-	return fmt.Sprintf("trainer.Interval(%d)", int(i))
-}
+func (i Interval) String() string { return intervalText.str(int(i)) }
 
 // MarshalText writes the config name.
-func (i Interval) MarshalText() ([]byte, error) {
-	if i < 0 || int(i) >= len(intervalNames) {
-		return nil, fmt.Errorf("trainer: invalid scheduler interval %d", int(i))
-	}
-	return []byte(i.String()), nil
-}
+func (i Interval) MarshalText() ([]byte, error) { return intervalText.marshal(int(i)) }
 
 // UnmarshalText reads "epoch" (or "") and "step".
-func (i *Interval) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "", "epoch":
-		*i = PerEpoch
-	case "step":
-		*i = PerStep
-	default:
-		return fmt.Errorf("scheduler_interval must be epoch or step, got %q", b)
-	}
-	return nil
-}
+func (i *Interval) UnmarshalText(b []byte) error { return intervalText.unmarshal(b, (*int)(i)) }
 
 // Direction says whether a monitored metric is better when smaller or larger. It
 // marshals to "auto", "min" and "max" (PyTorch Lightning's mode names).
@@ -59,38 +40,16 @@ const (
 	Max
 )
 
-var directionNames = [...]string{"auto", "min", "max"}
+var directionText = enumText{typ: "Direction", what: "monitor direction", field: "monitor_mode", names: []string{"auto", "min", "max"}}
 
 // String returns the config name.
-func (d Direction) String() string {
-	if d >= 0 && int(d) < len(directionNames) {
-		return directionNames[d]
-	}
-	return fmt.Sprintf("trainer.Direction(%d)", int(d))
-}
+func (d Direction) String() string { return directionText.str(int(d)) }
 
 // MarshalText writes the config name.
-func (d Direction) MarshalText() ([]byte, error) {
-	if d < 0 || int(d) >= len(directionNames) {
-		return nil, fmt.Errorf("trainer: invalid monitor direction %d", int(d))
-	}
-	return []byte(d.String()), nil
-}
+func (d Direction) MarshalText() ([]byte, error) { return directionText.marshal(int(d)) }
 
 // UnmarshalText reads "auto" (or ""), "min" and "max".
-func (d *Direction) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "", "auto":
-		*d = Auto
-	case "min":
-		*d = Min
-	case "max":
-		*d = Max
-	default:
-		return fmt.Errorf("monitor_mode must be auto, min or max, got %q", b)
-	}
-	return nil
-}
+func (d *Direction) UnmarshalText(b []byte) error { return directionText.unmarshal(b, (*int)(d)) }
 
 // knownDirections lists metric names whose direction is unambiguous. A monitored name is
 // looked up as is and without a train_/val_/test_ prefix.
@@ -122,7 +81,8 @@ func (d Direction) resolve(name string) (Direction, error) {
 		return d, nil
 	}
 	if d != Auto {
-		return d, fmt.Errorf("trainer: invalid monitor direction %d", int(d))
+		_, err := directionText.marshal(int(d))
+		return d, err
 	}
 	known, ok := DirectionOf(name)
 	if !ok {
@@ -148,4 +108,38 @@ func (d Direction) worst() float64 {
 		return math.Inf(-1)
 	}
 	return math.Inf(1)
+}
+
+// enumText is an enum's config names, by value: its String, MarshalText and
+// UnmarshalText ("" reads as the zero value).
+type enumText struct {
+	typ, what, field string
+	names            []string
+}
+
+func (e enumText) str(i int) string {
+	if i >= 0 && i < len(e.names) {
+		return e.names[i]
+	}
+	return fmt.Sprintf("trainer.%s(%d)", e.typ, i)
+}
+
+func (e enumText) marshal(i int) ([]byte, error) {
+	if i < 0 || i >= len(e.names) {
+		return nil, fmt.Errorf("trainer: invalid %s %d", e.what, i)
+	}
+	return []byte(e.names[i]), nil
+}
+
+func (e enumText) unmarshal(b []byte, out *int) error {
+	i := slices.Index(e.names, string(b))
+	if len(b) == 0 {
+		i = 0
+	}
+	if i < 0 {
+		last := len(e.names) - 1
+		return fmt.Errorf("%s must be %s or %s, got %q", e.field, strings.Join(e.names[:last], ", "), e.names[last], b)
+	}
+	*out = i
+	return nil
 }

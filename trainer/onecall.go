@@ -12,21 +12,14 @@ import (
 
 // WithOneCallStep says whether the Trainer may run its default training step as one call
 // into libtorch (torch.TrainStep: zero_grad, forward, loss, the running loss sum,
-// backward and the optimizer step), which it does (default on) when all of these hold:
-//   - the training step is the default one (no WithTrainStep), over a loss that
-//     nn.LossStageOf knows (*nn.CrossEntropyLoss, *nn.NLLLoss, *nn.MSELoss);
-//   - the whole model is built-in layers that nn.Stages covers (a Sequential of them);
-//   - the optimizer is one of package optim's (optim.Stepper);
-//   - one process (SingleProcess), no AMP, no gradient clipping, no accumulation;
-//   - no callback acts at BeforeBackward or BeforeOptimizerStep (a callback acts at the
-//     events its Events method names, or at every event without one: see Subscriber).
-//
-// The one-call step makes the same ATen calls in the same order as the step run call by
-// call, so losses, weights, optimizer state, checkpoints and resumes are the same to the
-// bit; what it saves is the crossings and the Go code between them, several percent of a
-// small model's step. One thing differs: BatchEnd comes after the optimizer step, not
-// before it (GlobalStep is still the step's own then, as before). Turn it off to compare,
-// or for a callback that needs the parameters as they were before the step at BatchEnd.
+// backward and the optimizer step); it does (default on) when the training step is the
+// default one over a loss nn.LossStageOf knows, the model is built-in layers nn.Stages
+// covers, the optimizer is an optim.Stepper, and there is one process, no AMP, clipping
+// or accumulation, and no callback acting at BeforeBackward or BeforeOptimizerStep (see
+// Subscriber). The calls and their order are the step's own, so losses, weights,
+// optimizer state, checkpoints and resumes are the same to the bit, and the events come
+// at the same points; what it saves is the crossings, several percent of a small
+// model's step.
 func WithOneCallStep(on bool) Option { return func(t *Trainer) error { t.fuse = on; return nil } }
 
 // DefaultStepsPerCall is WithStepsPerCall's default.
@@ -38,24 +31,16 @@ const DefaultStepsPerCall = 64
 // step, within [1, WithStepsPerCall's n].
 const runTime = 20 * time.Millisecond
 
-// WithStepsPerCall sets the most one-call training steps (WithOneCallStep) the Trainer runs in
-// one call into libtorch, over batches that libtorch slices itself from a Resident
-// loader's tensors (torch.TrainStep.RunBatches): between them no Go code runs, which
-// brings a small model's step to the speed of the same loop in C++. The Trainer does it
-// only where nothing could tell the steps apart from steps run one by one:
-//   - the steps run in one call (WithOneCallStep says when);
-//   - the training loader is Resident, without OnDevice;
-//   - no callback acts at BatchEnd or AfterOptimizerStep, and no scheduler steps per
-//     optimizer step (SchedulerInterval PerStep): nothing runs between the steps (a
-//     callback at Logged is fine: a run ends at each logging point);
-//
-// and a run of steps ends at every logging point (Config.LogEvery), so the progress
-// lines, TrainMetrics, LastLoss and the NaN check are read at the same batches as
-// before. The losses, parameters, optimizer state, checkpoints and resumes are the same
-// to the bit, wherever the runs end. A cancel (or a signal) is seen between runs instead
-// of between steps: a run is as many steps as take about 20 ms (from the last run's time
-// per step), at most n, so a slow step runs alone and a cancel is seen as soon as before.
-// n < 2 runs each step in its own call; the default is DefaultStepsPerCall.
+// WithStepsPerCall sets the most one-call steps (WithOneCallStep) the Trainer runs in
+// one call into libtorch, over batches libtorch slices itself from a Resident loader's
+// tensors (torch.TrainStep.RunBatches), which brings a small model's step to the speed
+// of the same loop in C++. It does so only where nothing could tell: the loader is
+// Resident without OnDevice, no callback acts at BatchEnd or AfterOptimizerStep, and no
+// scheduler steps PerStep. A run ends at every logging point (Config.LogEvery), so the
+// progress, metrics and NaN check are read at the same batches, and lasts about 20 ms
+// of steps (from the last run's time per step), so a cancel is seen as soon as before.
+// Results are the same to the bit wherever runs end. n < 2 runs each step in its own
+// call; the default is DefaultStepsPerCall.
 func WithStepsPerCall(n int) Option {
 	return func(t *Trainer) error { t.stepsPerCall = max(n, 1); return nil }
 }
@@ -194,17 +179,19 @@ func (t *Trainer) stepRun(it *data.Iter) (stepped bool, err error) {
 }
 
 func (t *Trainer) runBatches(first int) (err error) {
-	f := t.oneCall
-	b := &f.batches
+	b := &t.oneCall.batches
 	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d batch %d", t.Epoch+1, first+b.Done+1) },
 		int(b.Sizes[min(b.Done, len(b.Sizes)-1)]))
-	f.args = f.opt.StepArgs()
-	s := &f.step
-	s.Optimizer = &f.args
-	s.Sums = t.trainSums.lossOnly()
-	s.SumStep = t.GlobalStep + 1
-	t.StepLoss = s.RunBatches(b)
+	t.StepLoss = t.oneCall.prepare(t).RunBatches(b)
 	return nil
+}
+
+// prepare readies the step for the next call: the optimizer's arguments as they are
+// now (its LR), the loss sum and the global step it counts from.
+func (f *oneCallStep) prepare(t *Trainer) *torch.TrainStep {
+	f.args = f.opt.StepArgs()
+	f.step.Optimizer, f.step.Sums, f.step.SumStep = &f.args, t.trainSums.lossOnly(), t.GlobalStep+1
+	return &f.step
 }
 
 // stepOneCall trains one batch with the one-call step: the Trainer's step for a window of one
@@ -230,12 +217,8 @@ func (t *Trainer) stepOneCall(it *data.Iter) (stepped bool, err error) {
 func (t *Trainer) runOneCall(b data.Batch) (err error) {
 	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d batch %d", t.Epoch+1, t.BatchInEpoch+1) }, b.Size)
 	t.Batch = batchOn(t.Train, b, t.Device)
-	f := t.oneCall
-	f.args = f.opt.StepArgs()
-	s := &f.step
-	s.Optimizer = &f.args
-	s.Sums = t.trainSums.lossOnly()
-	s.SumWeight, s.SumStep = float64(b.Size), t.GlobalStep+1
+	s := t.oneCall.prepare(t)
+	s.SumWeight = float64(b.Size)
 	t.StepLoss = s.Run(batchInput(t.Batch), batchTarget(t.Batch))
 	t.epochStats.Batches++
 	t.epochStats.Samples += int64(b.Size)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/torch"
 )
 
@@ -125,60 +126,7 @@ func (t *Trainer) writeConfig() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(t.RunDir, "config.json"), append(b, '\n'))
-}
-
-// writeFileAtomic writes via a temp file in the same directory, fsync and a rename, so
-// readers see the old file or the new one.
-func writeFileAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(b)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := firstErr(werr, serr, cerr); err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-// linkAtomic makes dst another name for src's current contents: a hard link under a
-// temporary name, renamed over dst, so readers see the old dst or the new one. Where the
-// file system has no hard links it copies.
-func linkAtomic(src, dst string) error {
-	tmp := dst + ".tmp-link"
-	os.Remove(tmp)
-	if err := os.Link(src, tmp); err != nil {
-		b, rerr := os.ReadFile(src)
-		if rerr != nil {
-			return err
-		}
-		return writeFileAtomic(dst, b)
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(filepath.Dir(dst))
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return fsutil.WriteFileAtomic(filepath.Join(t.RunDir, "config.json"), append(b, '\n'))
 }
 
 func firstErr(errs ...error) error {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -65,14 +66,7 @@ func (t *Trainer) parts() []part {
 			}
 			return t.Scheduler.LoadStateDict(d)
 		}},
-		value("epoch", func() any { return int64(t.Epoch) }, func(v any) error {
-			e, ok := v.(int64)
-			if !ok {
-				return fmt.Errorf("epoch is %T, want an int", v)
-			}
-			t.Epoch = int(e)
-			return nil
-		}),
+		intPart("epoch", &t.Epoch),
 		value("best_metric", func() any { return t.BestMetric }, func(v any) error {
 			if f, err := checkpoint.GetFloat(v); err == nil {
 				t.BestMetric = f
@@ -81,37 +75,23 @@ func (t *Trainer) parts() []part {
 		}),
 		value("history", func() any {
 			hist := make([]any, len(t.History))
-			for i, r := range t.History {
-				hist[i] = recordDict(r)
+			for i := range t.History {
+				hist[i] = fieldsDict(&t.History[i])
 			}
 			return hist
 		}, func(v any) error {
 			h, _ := v.([]any)
-			t.History = nil
-			for _, r := range h {
-				t.History = append(t.History, recordFrom(r))
+			t.History = make([]Record, len(h))
+			for i, r := range h {
+				loadFields(r, &t.History[i], math.NaN())
 			}
 			return nil
 		}),
 		value("model_config", func() any { return t.modelConfig }, ignore),
 		dict("scaler_state_dict", t.Scaler.StateDict, t.Scaler.LoadStateDict),
-		value("global_step", func() any { return t.GlobalStep }, func(v any) error {
-			g, ok := v.(int64)
-			if !ok {
-				return fmt.Errorf("global_step is %T, want an int", v)
-			}
-			t.GlobalStep = g
-			return nil
-		}),
-		value("batch_in_epoch", func() any { return int64(t.BatchInEpoch) }, func(v any) error {
-			b, ok := v.(int64)
-			if !ok {
-				return fmt.Errorf("batch_in_epoch is %T, want an int", v)
-			}
-			t.BatchInEpoch = int(b)
-			return nil
-		}),
-		dict("epoch_progress", t.progressDict, t.loadProgress),
+		intPart("global_step", &t.GlobalStep),
+		intPart("batch_in_epoch", &t.BatchInEpoch),
+		dict("epoch_progress", func() *checkpoint.Dict { return fieldsDict(&t.epochStats) }, t.loadProgress),
 		dict("callbacks", t.callbackStates, t.loadCallbackStates),
 		{key: "config", save: func() (any, error) {
 			cfg, err := json.Marshal(t.record())
@@ -136,6 +116,18 @@ func (t *Trainer) parts() []part {
 		ps = append(ps, part{key: "class_names", load: ignore})
 	}
 	return append(ps, part{key: "rng_state", save: rngStates, load: loadRNGStates, raw: true})
+}
+
+// intPart is an integer part of the state.
+func intPart[T int | int64](key string, p *T) part {
+	return part{key: key, save: func() (any, error) { return int64(*p), nil }, load: func(v any) error {
+		x, ok := v.(int64)
+		if !ok {
+			return fmt.Errorf("%s is %T, want an int", key, v)
+		}
+		*p = T(x)
+		return nil
+	}}
 }
 
 // ignore is the load of a part that is only a record (the config: cmd/train reads it
@@ -173,39 +165,13 @@ func (t *Trainer) SaveCheckpoint(path string) (err error) {
 	return checkpoint.Write(path, cv)
 }
 
-func (t *Trainer) progressDict() *checkpoint.Dict {
-	st := checkpoint.NewDict()
-	sums := checkpoint.NewDict()
-	for _, n := range sortedKeys(t.epochStats.Sums) {
-		sums.Set(n, t.epochStats.Sums[n])
-	}
-	st.Set("sums", sums)
-	st.Set("batches", int64(t.epochStats.Batches))
-	st.Set("samples", t.epochStats.Samples)
-	st.Set("grad_norm_sum", t.epochStats.GradNormSum)
-	st.Set("steps", int64(t.epochStats.Steps))
-	st.Set("skipped", int64(t.epochStats.Skipped))
-	st.Set("elapsed", t.epochStats.Elapsed)
-	st.Set("wait", t.epochStats.Wait)
-	return st
-}
-
 // loadProgress restores a mid-epoch checkpoint's running statistics. They are the whole
 // job's (see interrupted), and the epoch's end adds the processes' sums up again, so
 // only the main process keeps the summed counts. The per-step averages (grad norm,
 // steps, skipped) and the times are the same on every process and stay.
 func (t *Trainer) loadProgress(st *checkpoint.Dict) error {
-	fl := func(k string) float64 { x, _ := checkpoint.GetFloat(st, k); return x }
-	in := func(k string) int64 { x, _ := checkpoint.GetInt(st, k); return x }
-	t.epochStats = epochStats{Batches: int(in("batches")), Samples: in("samples"),
-		GradNormSum: fl("grad_norm_sum"), Steps: int(in("steps")), Skipped: int(in("skipped")),
-		Elapsed: fl("elapsed"), Wait: fl("wait"), Sums: map[string]float64{}}
-	if sums, err := checkpoint.GetDict(st, "sums"); err == nil {
-		for k, v := range sums.All() {
-			ks, _ := k.(string)
-			t.epochStats.Sums[ks], _ = checkpoint.GetFloat(v)
-		}
-	}
+	t.epochStats = epochStats{}
+	loadFields(st, &t.epochStats, 0)
 	if !t.IsMain() {
 		t.epochStats.Sums, t.epochStats.Batches, t.epochStats.Samples = map[string]float64{}, 0, 0
 	}
@@ -283,55 +249,68 @@ func loadRNGStates(v any) error {
 	return nil
 }
 
-func recordDict(r Record) *checkpoint.Dict {
+// fieldsDict stores the numbers of the struct *v under their JSON names (ints as
+// int64), and its map[string]float64 as a dict in key order (left out when empty and
+// omitempty).
+func fieldsDict(v any) *checkpoint.Dict {
 	d := checkpoint.NewDict()
-	d.Set("epoch", int64(r.Epoch))
-	d.Set("train_loss", r.TrainLoss)
-	d.Set("val_loss", r.ValLoss)
-	d.Set("val_acc", r.ValAcc)
-	d.Set("elapsed_sec", r.Elapsed)
-	d.Set("lr", r.LR)
-	d.Set("samples_per_sec", r.SamplesPerSec)
-	d.Set("grad_norm", r.GradNorm)
-	d.Set("loss_scale", r.LossScale)
-	d.Set("skipped_steps", int64(r.SkippedSteps))
-	d.Set("data_wait_frac", r.DataWait)
-	if len(r.Metrics) > 0 {
-		m := checkpoint.NewDict()
-		for k, v := range r.Metrics {
-			m.Set(k, v)
+	rv := reflect.ValueOf(v).Elem()
+	for i := range rv.NumField() {
+		key, omit := jsonName(rv.Type().Field(i))
+		switch f := rv.Field(i); f.Kind() {
+		case reflect.Int, reflect.Int64:
+			d.Set(key, f.Int())
+		case reflect.Float64:
+			d.Set(key, f.Float())
+		case reflect.Map:
+			m := f.Interface().(map[string]float64)
+			if len(m) == 0 && omit {
+				continue
+			}
+			md := checkpoint.NewDict()
+			for _, k := range sortedKeys(m) {
+				md.Set(k, m[k])
+			}
+			d.Set(key, md)
 		}
-		d.Set("metrics", m)
 	}
 	return d
 }
 
-func recordFrom(v any) Record {
-	f := func(k string) float64 {
-		x, err := checkpoint.GetFloat(v, k)
-		if err != nil {
-			return math.NaN()
-		}
-		return x
-	}
-	i := func(k string) int {
-		x, _ := checkpoint.GetInt(v, k)
-		return int(x)
-	}
-	r := Record{Epoch: i("epoch"), TrainLoss: f("train_loss"), ValLoss: f("val_loss"), ValAcc: f("val_acc"),
-		Elapsed: f("elapsed_sec"), LR: f("lr"), SamplesPerSec: f("samples_per_sec"), GradNorm: f("grad_norm"),
-		LossScale: f("loss_scale"), SkippedSteps: i("skipped_steps"), DataWait: f("data_wait_frac")}
-	if m, err := checkpoint.GetDict(v, "metrics"); err == nil {
-		r.Metrics = map[string]float64{}
-		for k, x := range m.All() {
-			if s, ok := k.(string); ok {
-				if fv, ok := x.(float64); ok {
-					r.Metrics[s] = fv
+// loadFields is fieldsDict's inverse, into the struct *v: an absent or non-numeric
+// float is missing, an absent int 0, and an absent map nil.
+func loadFields(d any, v any, missing float64) {
+	rv := reflect.ValueOf(v).Elem()
+	for i := range rv.NumField() {
+		key, _ := jsonName(rv.Type().Field(i))
+		switch f := rv.Field(i); f.Kind() {
+		case reflect.Int, reflect.Int64:
+			x, _ := checkpoint.GetInt(d, key)
+			f.SetInt(x)
+		case reflect.Float64:
+			x, err := checkpoint.GetFloat(d, key)
+			if err != nil {
+				x = missing
+			}
+			f.SetFloat(x)
+		case reflect.Map:
+			if md, err := checkpoint.GetDict(d, key); err == nil {
+				m := map[string]float64{}
+				for k, x := range md.All() {
+					if ks, ok := k.(string); ok {
+						m[ks], _ = checkpoint.GetFloat(x)
+					}
 				}
+				f.Set(reflect.ValueOf(m))
 			}
 		}
 	}
-	return r
+}
+
+// jsonName is a field's JSON name and whether it is omitempty.
+func jsonName(f reflect.StructField) (string, bool) {
+	name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+	return name, opts == "omitempty"
 }
 
 // LoadCheckpoint restores the training state from a checkpoint written by SaveCheckpoint

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -239,7 +238,7 @@ func SavePretrained(dir string, m CausalLM, o SaveOptions) (err error) {
 	if err := checkpoint.WriteSafetensorsDir(dir, checkpoint.ModelWeights, tensors, map[string]string{"format": "pt"}, o.MaxShardSize); err != nil {
 		return fmt.Errorf("models: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(dir, ConfigFile), append(raw, '\n'))
+	return fsutil.WriteFileAtomic(filepath.Join(dir, ConfigFile), append(raw, '\n'))
 }
 
 // pretrainedTensors copies m's state dict to the CPU as checkpoint tensors, each tied
@@ -263,32 +262,6 @@ func pretrainedTensors(m nn.Module) (out *checkpoint.Dict, err error) {
 		}
 	})
 	return out, err
-}
-
-// writeFileAtomic writes b to path through a synced temporary file and a rename.
-func writeFileAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("models: %w", err)
-	}
-	_, werr := io.Copy(f, bytes.NewReader(b))
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Chmod(f.Name(), 0o644)
-	}
-	if werr == nil {
-		werr = os.Rename(f.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("models: %w", werr)
-	}
-	return nil
 }
 
 // TokenIDs is a config's bos_token_id or eos_token_id: one id, a list of ids, or null.
