@@ -141,20 +141,16 @@ func (p *stParser) header() error {
 		return headerErr(err)
 	}
 	for more := !empty; more; {
-		key, err := s.readString(maxSafetensorsName)
+		name, err := readKey(s, p.seen)
 		if errors.Is(err, errLong) {
 			return fmt.Errorf("header: a name of more than %d bytes at byte %d", maxSafetensorsName, s.off)
 		}
 		if err != nil {
 			return headerErr(err)
 		}
-		if _, dup := p.seen[string(key)]; dup {
-			return fmt.Errorf("header: %s appears twice", cutName(string(key)))
-		}
-		if err := p.count(int64(len(key))); err != nil {
+		if err := p.count(int64(len(name))); err != nil {
 			return err
 		}
-		name := string(key)
 		p.seen[name] = struct{}{}
 		if err := s.expect(':', "':'"); err != nil {
 			return headerErr(err)
@@ -178,6 +174,20 @@ func (p *stParser) header() error {
 }
 
 func headerErr(err error) error { return fmt.Errorf("header: %w", err) }
+
+// readKey reads an object's next key, a name of at most maxSafetensorsName bytes, and
+// refuses one that is already a key of seen ("NAME appears twice").
+func readKey[V any](s *jsonScanner, seen map[string]V) (string, error) {
+	b, err := s.readString(maxSafetensorsName)
+	if err != nil {
+		return "", err
+	}
+	key := string(b)
+	if _, dup := seen[key]; dup {
+		return "", fmt.Errorf("%s appears twice", cutName(key))
+	}
+	return key, nil
+}
 
 // count charges one more header entry (a tensor or a metadata key) of the given name
 // length, refusing the one past ReadOptions.MaxHeaderEntries.
@@ -209,13 +219,9 @@ func (p *stParser) metadata() error {
 	}
 	p.meta = map[string]string{}
 	for more := !empty; more; {
-		kb, err := s.readString(maxSafetensorsName)
+		key, err := readKey(s, p.meta)
 		if err != nil {
 			return fmt.Errorf("__metadata__: %w", err)
-		}
-		key := string(kb)
-		if _, dup := p.meta[key]; dup {
-			return fmt.Errorf("__metadata__: %s appears twice", cutName(key))
 		}
 		if err := s.expect(':', "':'"); err != nil {
 			return fmt.Errorf("__metadata__: %w", err)

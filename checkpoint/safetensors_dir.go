@@ -163,13 +163,9 @@ func parseIndex(s *jsonScanner, b *budget) (*shardIndex, error) {
 		return nil, err
 	}
 	for more := !empty; more; {
-		kb, err := s.readString(maxSafetensorsName)
+		key, err := readKey(s, seen)
 		if err != nil {
 			return nil, err
-		}
-		key := string(kb)
-		if seen[key] {
-			return nil, fmt.Errorf("%s appears twice", cutName(key))
 		}
 		seen[key] = true
 		if err := s.expect(':', "':'"); err != nil {
@@ -201,13 +197,9 @@ func (idx *shardIndex) weightMap(s *jsonScanner, b *budget, interned map[string]
 		return fmt.Errorf("weight_map: %w", err)
 	}
 	for more := !empty; more; {
-		nb, err := s.readString(maxSafetensorsName)
+		name, err := readKey(s, idx.shard)
 		if err != nil {
 			return fmt.Errorf("weight_map: %w", err)
-		}
-		name := string(nb)
-		if _, dup := idx.shard[name]; dup {
-			return fmt.Errorf("weight_map: %s appears twice", cutName(name))
 		}
 		if int64(len(idx.names)) >= b.maxEntries {
 			b.err = &LimitError{"header entries", b.maxEntries, "MaxHeaderEntries"}

@@ -5,10 +5,11 @@ package checkpoint
 import (
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/internal/testsupport"
 )
 
 // TestSpecialFiles: a FIFO (which would block the open until a writer came), a device
@@ -16,8 +17,7 @@ import (
 // every reader that takes a path.
 func TestSpecialFiles(t *testing.T) {
 	dir := t.TempDir()
-	fifo := filepath.Join(dir, "fifo.pt")
-	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	fifo := testsupport.FIFO(t, dir, "fifo.pt")
 	for _, path := range []string{fifo, "/dev/zero", dir} {
 		_, err := Read(path)
 		require.ErrorContains(t, err, path+" is not a regular file")
@@ -30,7 +30,7 @@ func TestSpecialFiles(t *testing.T) {
 	require.ErrorContains(t, err, fifo+" is not a regular file")
 	sub := filepath.Join(dir, "sub")
 	require.NoError(t, os.Mkdir(sub, 0o755))
-	require.NoError(t, syscall.Mkfifo(filepath.Join(sub, "model.safetensors.index.json"), 0o644))
+	testsupport.FIFO(t, sub, "model.safetensors.index.json")
 	_, _, err = ReadSafetensorsDir(sub, "")
 	require.ErrorContains(t, err, "model.safetensors.index.json is not a regular file")
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"go/parser"
 	"go/token"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,14 +18,10 @@ import (
 // (The op's numbers are then checked against PyTorch in torch/numerics_test.go; building
 // libtorch's headers is too slow for a unit test.)
 func TestExtendOp(t *testing.T) {
-	table, err := os.ReadFile("../ops.tab")
-	require.NoError(t, err)
+	table := opsTable(t)
 	const row = "Cube | pow | self | tensor | at::pow(self, 3) | returns t**3, elementwise.\n"
-	before, err := generate(table, "../ops.tab", "..", "../../torch")
-	require.NoError(t, err)
-	after, err := generate(append(table, row...), "../ops.tab", "..", "../../torch")
-	require.NoError(t, err)
-	require.Len(t, after, 4)
+	before := generateFrom(t, table)
+	after := generateFrom(t, append(table, row...))
 
 	line := strings.Count(string(table), "\n") + 1
 	want := map[string][]string{

@@ -10,13 +10,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/testsupport"
 
 	"github.com/stretchr/testify/require"
 )
@@ -204,7 +204,7 @@ func TestBoundedOutput(t *testing.T) {
 		{json: true, maxItems: 0, maxString: 0, maxOutput: 1 << 20},
 	} {
 		var out bytes.Buffer
-		total := allocated(t, func() { require.NoError(t, run(&out, p, o)) })
+		total := testsupport.AllocatedBy(func() { require.NoError(t, run(&out, p, o)) })
 		t.Logf("%+v: %d bytes printed, %d MB allocated", o, out.Len(), total>>20)
 		require.Less(t, out.Len(), int(o.maxOutput)+(64<<10), "%+v", o)
 		require.Less(t, total, uint64(64<<20)+40*uint64(o.maxOutput), "%+v", o)
@@ -217,18 +217,6 @@ func TestBoundedOutput(t *testing.T) {
 			require.NoError(t, json.Unmarshal(out.Bytes(), &v), "%+v", o)
 		}
 	}
-}
-
-// allocated runs f and returns the bytes it allocated (runtime.MemStats.TotalAlloc:
-// garbage included).
-func allocated(t *testing.T, f func()) uint64 {
-	t.Helper()
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
 }
 
 // writeHeaderFile writes a header-only safetensors file whose header is exactly size
@@ -309,7 +297,7 @@ func TestHostileFiles(t *testing.T) {
 			// counted as ptinspect's memory.
 			f, err := os.Create(filepath.Join(dir, "out"))
 			require.NoError(t, err)
-			total := allocated(t, func() { err = run(f, tc.path, o) })
+			total := testsupport.AllocatedBy(func() { err = run(f, tc.path, o) })
 			require.NoError(t, f.Close())
 			b, rerr := os.ReadFile(f.Name())
 			require.NoError(t, rerr)

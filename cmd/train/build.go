@@ -102,6 +102,23 @@ func scheduler(c Config, opt optim.Optimizer, stepsPerEpoch int) (optim.Schedule
 	return nil, 0, fmt.Errorf("unknown scheduler %q (want none, step, cosine, exponential, onecycle or plateau)", c.Scheduler)
 }
 
+// optimization makes c's optimizer over params and its learning-rate scheduler for
+// epochs of the given number of batches (c.Accumulation of them to an optimizer step),
+// and sets c.SchedulerInterval to the interval the scheduler steps at.
+func optimization(c *Config, params []*torch.Tensor, batches int) (optim.Optimizer, optim.Scheduler, error) {
+	opt, err := optimizer(*c, params)
+	if err != nil {
+		return nil, nil, err
+	}
+	steps := (batches + max(c.Accumulation, 1) - 1) / max(c.Accumulation, 1)
+	sched, interval, err := scheduler(*c, opt, steps)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.SchedulerInterval = interval
+	return opt, sched, nil
+}
+
 func build(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trainer, error) {
 	if isHFDir(c.Model) {
 		return buildHF(c, runDir, pg)
@@ -145,19 +162,13 @@ func build(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trai
 		return nil, err
 	}
 	nn.ToDevice(m, dev)
-	opt, err := optimizer(c, nn.Parameters(m))
+	opt, sched, err := optimization(&c, nn.Parameters(m), trainLoader.Len())
 	if err != nil {
 		return nil, err
 	}
-	steps := (trainLoader.Len() + max(c.Accumulation, 1) - 1) / max(c.Accumulation, 1)
-	sched, interval, err := scheduler(c, opt, steps)
-	if err != nil {
-		return nil, err
-	}
-	c.SchedulerInterval = interval
 	loss := &nn.CrossEntropyLoss{}
 	c.ClassNames = spec.names
-	opts := []trainer.Option{trainer.WithConfig(c.Config), trainer.WithScheduler(sched, interval), trainer.WithRunDir(runDir),
+	opts := []trainer.Option{trainer.WithConfig(c.Config), trainer.WithScheduler(sched, c.SchedulerInterval), trainer.WithRunDir(runDir),
 		trainer.WithModelConfig(c.Model), trainer.WithRunConfig(c)}
 	if pg != nil {
 		opts = append(opts, trainer.WithDistributed(pg))

@@ -8,9 +8,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/internal/testpy"
+	"github.com/gotrain/gotrain/internal/testsupport"
 	"github.com/gotrain/gotrain/torch/data"
 )
 
@@ -159,7 +158,7 @@ func TestRangeChecks(t *testing.T) {
 			args = args[2:]
 		}
 		var err error
-		alloc := allocatedBy(func() { err = run(args) })
+		alloc := testsupport.AllocatedBy(func() { err = run(args) })
 		require.Error(t, err, "%s %s was accepted", c.flag, c.value)
 		assert.Less(t, alloc, uint64(64<<20), "%s %s: refused before anything is allocated", c.flag, c.value)
 		assert.Contains(t, err.Error(), c.want, "%s %s", c.flag, c.value)
@@ -264,24 +263,13 @@ func TestDataTokens(t *testing.T) {
 	assert.Equal(t, []int64{int64(maxID + 1), 128}, shapes["transformer.wte.weight"])
 }
 
-// allocatedBy returns the bytes the Go heap allocated while f ran.
-func allocatedBy(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
 // TestDataInputErrors: data a user gets wrong ends in an error naming the input, at
 // once and before a run directory is made: special files as --data, a flat folder of
 // images, a directory that is neither layout, sizes from a config file, a CSV label
 // beyond the class limit, a class folder whose name is not UTF-8.
 func TestDataInputErrors(t *testing.T) {
 	dir := t.TempDir()
-	fifo := filepath.Join(dir, "fifo.csv")
-	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	fifo := testsupport.FIFO(t, dir, "fifo.csv")
 	flat := filepath.Join(dir, "flat")
 	require.NoError(t, os.MkdirAll(flat, 0o755))
 	for _, name := range []string{"1.png", "2.png"} {
@@ -332,7 +320,7 @@ func TestDataInputErrors(t *testing.T) {
 			done := make(chan result, 1)
 			go func() {
 				var r result
-				r.alloc = allocatedBy(func() { r.err = run(append(c.args, "--epochs", "1", "--threads", "1", "--runs-dir", runs)) })
+				r.alloc = testsupport.AllocatedBy(func() { r.err = run(append(c.args, "--epochs", "1", "--threads", "1", "--runs-dir", runs)) })
 				done <- r
 			}()
 			var r result

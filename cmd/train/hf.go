@@ -7,7 +7,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -133,16 +132,10 @@ func buildHFOn(c Config, runDir string, pg *distributed.ProcessGroup, m models.C
 		}
 	}
 	nn.SetTraining(m, true)
-	opt, err := optimizer(c, nn.TrainableParameters(m))
+	opt, sched, err := optimization(&c, nn.TrainableParameters(m), trainLoader.Len())
 	if err != nil {
 		return nil, err
 	}
-	steps := (trainLoader.Len() + max(c.Accumulation, 1) - 1) / max(c.Accumulation, 1)
-	sched, interval, err := scheduler(c, opt, steps)
-	if err != nil {
-		return nil, err
-	}
-	c.SchedulerInterval = interval
 	if c.Monitor == defaultConfig().Monitor {
 		c.Monitor, c.MonitorMode = "val_loss", trainer.Min
 	}
@@ -152,7 +145,7 @@ func buildHFOn(c Config, runDir string, pg *distributed.ProcessGroup, m models.C
 	}
 	cb := &hfCallback{run: hfRun{model: m, tok: tok, eos: eos}, adapter: adapter, dir: filepath.Join(runDir, "hf"),
 		prompt: samplePrompt(train), tokens: 32, out: out, main: pg == nil || pg.IsMain()}
-	opts := []trainer.Option{trainer.WithConfig(c.Config), trainer.WithScheduler(sched, interval), trainer.WithRunDir(runDir),
+	opts := []trainer.Option{trainer.WithConfig(c.Config), trainer.WithScheduler(sched, c.SchedulerInterval), trainer.WithRunDir(runDir),
 		trainer.WithModelConfig(modelType(c.Model)), trainer.WithRunConfig(c), trainer.WithTrainStep(maskedLMStep),
 		trainer.WithCallbacks(cb)}
 	if pg != nil {
@@ -215,15 +208,8 @@ func (h *hfCallback) Events() trainer.EventSet { return trainer.Events(trainer.E
 
 // OnEvent acts at EpochEnd.
 func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
-	if e != trainer.EpochEnd || len(t.History) == 0 {
-		return nil
-	}
-	rec := &t.History[len(t.History)-1]
-	if rec.Metrics == nil {
-		rec.Metrics = map[string]float64{}
-	}
-	rec.Metrics["val_perplexity"] = math.Exp(rec.ValLoss)
-	if !h.main {
+	rec := perplexityRecord(e, t)
+	if rec == nil || !h.main {
 		return nil
 	}
 	training := h.run.model.ModuleBase().Training()

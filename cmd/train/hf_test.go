@@ -82,7 +82,15 @@ func TestFineTuneHFDirectory(t *testing.T) {
 	require.NoError(t, err, "the fine-tuned directory loads as the model it came from")
 	nn.Free(m)
 
-	out, err = child(append(args, "--epochs", "1", "--experiment", "split")...).CombinedOutput()
+	resumesExactly(t, args, runs, ref)
+}
+
+// resumesExactly runs args for one epoch as experiment "split" in runs, resumes that run
+// from its last.pt to the second epoch, and requires its state bitwise equal to the
+// uninterrupted two-epoch run's in ref.
+func resumesExactly(t *testing.T, args []string, runs, ref string) {
+	t.Helper()
+	out, err := child(append(args, "--epochs", "1", "--experiment", "split")...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	last := filepath.Join(runs, "split", "checkpoints", "last.pt")
 	out, err = child("--resume", last, "--epochs", "2").CombinedOutput()
@@ -174,10 +182,5 @@ func TestLoRAFineTune(t *testing.T) {
 		assert.Equal(t, want, gen[0], "PEFT's greedy continuation")
 	})
 
-	out, err = child(append(args, "--epochs", "1", "--experiment", "split")...).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	last := filepath.Join(runs, "split", "checkpoints", "last.pt")
-	out, err = child("--resume", last, "--epochs", "2").CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	sameState(t, filepath.Join(ref, "checkpoints", "last.pt"), last)
+	resumesExactly(t, args, runs, ref)
 }

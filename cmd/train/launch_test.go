@@ -274,6 +274,18 @@ func (l *launched) waitFor(marker string) string {
 	return ""
 }
 
+// rank0Failed waits for the launcher to report that rank 0 exited with status 1, ends
+// the launch within stopDeadline, requires the launcher's exit status 1 and returns its
+// output.
+func (l *launched) rank0Failed() string {
+	l.t.Helper()
+	l.waitFor("rank 0 exited with status 1")
+	status := l.end(time.Now().Add(stopDeadline))
+	out := l.output()
+	assert.Equal(l.t, 1, status, out)
+	return out
+}
+
 // signal sends s to the launcher and returns the deadline for everything to be gone.
 func (l *launched) signal(s syscall.Signal) time.Time {
 	require.NoError(l.t, l.cmd.Process.Signal(s))
@@ -358,10 +370,7 @@ func TestLaunchRankNeverJoins(t *testing.T) {
 	runs := t.TempDir()
 	l := startLaunch(t, []string{"TRAIN_TEST_LATE_RANK=1"},
 		append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--epochs", "1", "--rdzv-timeout", "3s"}, launchArgs...)...)
-	l.waitFor("rank 0 exited with status 1")
-	status := l.end(time.Now().Add(stopDeadline))
-	out := l.output()
-	assert.Equal(t, 1, status, out)
+	out := l.rank0Failed()
 	assert.Contains(t, out, "rendezvous timed out after 3 s at 127.0.0.1:")
 	assert.Contains(t, out, "1 of 2 ranks arrived; rank 1 did not arrive")
 	assert.Contains(t, out, "rank(s) 1 did not stop within")
@@ -535,10 +544,7 @@ func TestLaunchHungRankIsNamed(t *testing.T) {
 	l := startLaunch(t, nil, append([]string{"--nproc-per-node", "2", "--runs-dir", runs, "--epochs", "20", "--dist-timeout", "4s"}, launchArgs...)...)
 	l.waitFor("epoch 1 batch 3/")
 	require.NoError(t, syscall.Kill(l.pids[1], syscall.SIGSTOP))
-	l.waitFor("rank 0 exited with status 1")
-	status := l.end(time.Now().Add(stopDeadline))
-	out := l.output()
-	assert.Equal(t, 1, status, out)
+	out := l.rank0Failed()
 	assert.Contains(t, out, "failed on rank 0 of 2: lost rank 1")
 	assert.Contains(t, out, "rank 0 exited with status 1; the other ranks were stopped (rank(s) 1 killed)")
 	noTemporaryFiles(t, runs)

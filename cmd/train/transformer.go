@@ -97,6 +97,21 @@ func readByteText(path string, seq int, valFrac float64) (train, val data.Datase
 	return tr, va, nil
 }
 
+// perplexityRecord returns the record of the epoch that e ends, completed with the
+// validation perplexity (exp of the mean validation loss) as metric "val_perplexity";
+// nil when e is not EpochEnd or no epoch is recorded.
+func perplexityRecord(e trainer.Event, t *trainer.Trainer) *trainer.Record {
+	if e != trainer.EpochEnd || len(t.History) == 0 {
+		return nil
+	}
+	rec := &t.History[len(t.History)-1]
+	if rec.Metrics == nil {
+		rec.Metrics = map[string]float64{}
+	}
+	rec.Metrics["val_perplexity"] = math.Exp(rec.ValLoss)
+	return rec
+}
+
 // lmCallback completes each epoch's record of a language model with the validation
 // perplexity (exp of the mean validation loss) as metric "val_perplexity", and prints a
 // greedy continuation of Prompt. Greedy decoding draws no random numbers, so the sample
@@ -110,14 +125,10 @@ type lmCallback struct {
 
 // OnEvent acts at EpochEnd.
 func (c *lmCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
-	if e != trainer.EpochEnd || len(t.History) == 0 {
+	rec := perplexityRecord(e, t)
+	if rec == nil {
 		return nil
 	}
-	rec := &t.History[len(t.History)-1]
-	if rec.Metrics == nil {
-		rec.Metrics = map[string]float64{}
-	}
-	rec.Metrics["val_perplexity"] = math.Exp(rec.ValLoss)
 	training := c.model.Training()
 	nn.SetTraining(c.model, false)
 	defer nn.SetTraining(c.model, training)

@@ -3,11 +3,12 @@ package fsutil
 import (
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/internal/testsupport"
 )
 
 func TestReadFile(t *testing.T) {
@@ -20,8 +21,7 @@ func TestReadFile(t *testing.T) {
 
 	_, err = ReadFile(ok, 3)
 	assert.ErrorContains(t, err, "more than the 3")
-	fifo := filepath.Join(dir, "fifo")
-	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	fifo := testsupport.FIFO(t, dir, "fifo")
 	for _, p := range []string{fifo, dir, "/dev/zero"} {
 		_, err := ReadFile(p, 100)
 		assert.ErrorContains(t, err, "not a regular file", p)

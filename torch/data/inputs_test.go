@@ -27,25 +27,15 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gotrain/gotrain/internal/testpy"
+	"github.com/gotrain/gotrain/internal/testsupport"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// allocatedBy returns the bytes the Go heap allocated while f ran.
-func allocatedBy(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
 
 // finishes runs f and fails the test if it does not return within a minute: a guard
 // against a read that blocks forever (a FIFO), not a measure of speed.
@@ -224,7 +214,7 @@ func TestImageHeaderBombsAreRefusedBeforeDecoding(t *testing.T) {
 		t.Run(filepath.Base(img.Path), func(t *testing.T) {
 			var s Sample
 			var err error
-			alloc := allocatedBy(func() { err = ds.Get(i, &s) })
+			alloc := testsupport.AllocatedBy(func() { err = ds.Get(i, &s) })
 			var tooLarge *ImageTooLargeError
 			require.ErrorAs(t, err, &tooLarge)
 			assert.Contains(t, err.Error(), img.Path)
@@ -268,7 +258,7 @@ func TestTIFFStripInflationBounded(t *testing.T) {
 	ds, err := NewImageFolder(root, ImageFolderOptions{Mode: Gray})
 	require.NoError(t, err)
 	var s Sample
-	alloc := allocatedBy(func() { err = ds.Get(0, &s) })
+	alloc := testsupport.AllocatedBy(func() { err = ds.Get(0, &s) })
 	require.NoError(t, err)
 	assert.Less(t, alloc, uint64(8<<20))
 	assert.Equal(t, []int64{1, 100, 100}, s.Field(Input).Shape)
@@ -317,7 +307,7 @@ except Image.DecompressionBombError as e:
 	ds, err := NewImageFolder(root, ImageFolderOptions{Mode: Gray})
 	require.NoError(t, err)
 	var s Sample
-	alloc := allocatedBy(func() { err = ds.Get(0, &s) })
+	alloc := testsupport.AllocatedBy(func() { err = ds.Get(0, &s) })
 	require.ErrorContains(t, err, path+": image size (20000x20000 = 400000000 pixels) exceeds the limit of 178956970 pixels")
 	assert.Less(t, alloc, uint64(4<<20))
 }
@@ -391,7 +381,7 @@ func TestSkipCorruptSkipsEveryFailure(t *testing.T) {
 	for name, b := range bad {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
 	}
-	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "fifo.png"), 0o644))
+	testsupport.FIFO(t, dir, "fifo.png")
 	require.NoError(t, os.Symlink("/dev/zero", filepath.Join(dir, "zero.png")))
 	want := writeGoodPNG(t, filepath.Join(dir, "zzz-good.png")) // sorts last
 
@@ -400,7 +390,7 @@ func TestSkipCorruptSkipsEveryFailure(t *testing.T) {
 	require.Equal(t, len(bad)+3, ds.Len())
 	var alloc uint64
 	finishes(t, "SkipCorrupt over every bad file", func() {
-		alloc = allocatedBy(func() {
+		alloc = testsupport.AllocatedBy(func() {
 			for i := range ds.Len() {
 				var s Sample
 				if assert.NoError(t, ds.Get(i, &s)) {
@@ -460,8 +450,7 @@ func TestImageFolderLayoutErrors(t *testing.T) {
 		assert.ErrorContains(t, err, p+" is a regular file; ImageFolder reads a directory of class folders")
 	})
 	t.Run("root is a FIFO", func(t *testing.T) {
-		p := filepath.Join(t.TempDir(), "fifo")
-		require.NoError(t, syscall.Mkfifo(p, 0o644))
+		p := testsupport.FIFO(t, t.TempDir(), "fifo")
 		var err error
 		finishes(t, "FIFO root", func() { _, err = NewImageFolder(p, ImageFolderOptions{}) })
 		assert.ErrorContains(t, err, p+" is a named pipe (FIFO)")
@@ -647,7 +636,7 @@ func TestCSVInputs(t *testing.T) {
 		writeCols(t, p, n, 3)
 		var d *CSVDataset
 		var err error
-		alloc := allocatedBy(func() { d, err = ReadCSV(p, CSVOptions{Label: "label"}) })
+		alloc := testsupport.AllocatedBy(func() { d, err = ReadCSV(p, CSVOptions{Label: "label"}) })
 		require.NoError(t, err)
 		require.Equal(t, 3, d.Len())
 		require.Len(t, d.Features, n)
@@ -665,8 +654,7 @@ func TestCSVInputs(t *testing.T) {
 // files are refused at once, naming the path and what it is.
 func TestSpecialFilesAsData(t *testing.T) {
 	dir := t.TempDir()
-	fifo := filepath.Join(dir, "fifo")
-	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	fifo := testsupport.FIFO(t, dir, "fifo")
 	readers := map[string]func(p string) error{
 		"ReadCSV":     func(p string) error { _, err := ReadCSV(p, CSVOptions{Label: "label"}); return err },
 		"ReadIDX":     func(p string) error { _, err := ReadIDX(p); return err },
@@ -681,7 +669,7 @@ func TestSpecialFilesAsData(t *testing.T) {
 			t.Run(name+" "+c.path, func(t *testing.T) {
 				var err error
 				alloc := uint64(0)
-				finishes(t, name+" "+c.path, func() { alloc = allocatedBy(func() { err = read(c.path) }) })
+				finishes(t, name+" "+c.path, func() { alloc = testsupport.AllocatedBy(func() { err = read(c.path) }) })
 				var nr *NotRegularError
 				require.ErrorAs(t, err, &nr)
 				assert.Contains(t, err.Error(), c.path+" is "+c.what+", not a regular file")
@@ -691,7 +679,7 @@ func TestSpecialFilesAsData(t *testing.T) {
 	}
 	t.Run("meta.pkl FIFO", func(t *testing.T) {
 		d := t.TempDir()
-		require.NoError(t, syscall.Mkfifo(filepath.Join(d, "meta.pkl"), 0o644))
+		testsupport.FIFO(t, d, "meta.pkl")
 		var err error
 		finishes(t, "meta.pkl FIFO", func() { _, _, err = NanoGPTVocabSize(d) })
 		assert.ErrorContains(t, err, "meta.pkl is not a regular file")
@@ -718,7 +706,7 @@ func TestIDXSizes(t *testing.T) {
 		t.Logf("gzip IDX of %d bytes inflating to %d", len(gz), len(header)+2700*chunk)
 		p := writeFile(t, dir, "bomb-idx3-ubyte.gz", gz)
 		var err error
-		alloc := allocatedBy(func() { _, err = ReadIDX(p) })
+		alloc := testsupport.AllocatedBy(func() { _, err = ReadIDX(p) })
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), p+": dimensions [2700 1024 1024] declare 2831155200 bytes, more than 256 times (MaxIDXInflation)")
 		assert.Less(t, alloc, uint64(2<<20), "refused from the header, before inflating")
@@ -736,7 +724,7 @@ func TestIDXSizes(t *testing.T) {
 	t.Run("raw header declaring 2^34 bytes", func(t *testing.T) {
 		p := writeFile(t, dir, "huge-idx3-ubyte", idxBytes([]int{1 << 14, 1 << 10, 1 << 10}, make([]byte, 16)))
 		var err error
-		alloc := allocatedBy(func() { _, err = ReadIDX(p) })
+		alloc := testsupport.AllocatedBy(func() { _, err = ReadIDX(p) })
 		assert.ErrorContains(t, err, p+": truncated: dimensions [16384 1024 1024] need 17179869184 data bytes, file has 16")
 		assert.Less(t, alloc, uint64(1<<20))
 	})
@@ -784,7 +772,7 @@ func TestSizesBeyondMemory(t *testing.T) {
 	for name, f := range cases {
 		t.Run(name, func(t *testing.T) {
 			var err error
-			alloc := allocatedBy(func() { err = f() })
+			alloc := testsupport.AllocatedBy(func() { err = f() })
 			require.Error(t, err)
 			t.Log(err)
 			assert.Less(t, alloc, uint64(1<<20))

@@ -62,6 +62,18 @@ func requireClose(t *testing.T, name string, want, got *torch.Tensor, tol float6
 	require.InDeltaSlice(t, want.Float64s(), got.Float64s(), tol, name)
 }
 
+// threadScope locks the test's goroutine to its OS thread and opens a tensor scope;
+// the function it returns closes the scope, then unlocks the thread. A test starts
+// with `defer threadScope()()`.
+func threadScope() func() {
+	runtime.LockOSThread()
+	s := torch.NewScope()
+	return func() {
+		defer runtime.UnlockOSThread()
+		s.Close()
+	}
+}
+
 func loadBase(t *testing.T, dir string) models.CausalLM {
 	t.Helper()
 	m, err := models.LoadPretrained(dir, models.LoadOptions{})
@@ -81,9 +93,7 @@ func logits(m models.CausalLM, ids *torch.Tensor) *torch.Tensor {
 // forward gives PEFT's loss and adapter gradients — with activation checkpointing too,
 // where the decoder has it.
 func TestPEFTAdapters(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	defer torch.NewScope().Close()
+	defer threadScope()()
 	dir := t.TempDir()
 	runPython(t, "build", dir)
 	ref, err := checkpoint.Read(filepath.Join(dir, "ref.pt"))
@@ -198,9 +208,7 @@ func tinyLlama(t *testing.T) *models.LlamaForCausalLM {
 // to gotrain's logits, transformers loads the merged directory to gotrain's merged
 // logits, and PEFT's own merge agrees.
 func TestAdapterLoadsInPEFT(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	defer torch.NewScope().Close()
+	defer threadScope()()
 	dir := t.TempDir()
 	torch.ManualSeed(3)
 	m := tinyLlama(t)
@@ -257,9 +265,7 @@ func TestAdapterLoadsInPEFT(t *testing.T) {
 // Inject wraps the targeted layers with PEFT's names, changes nothing until B moves,
 // freezes the rest; Unload gives the model back as it was.
 func TestInject(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	defer torch.NewScope().Close()
+	defer threadScope()()
 	m := tinyLlama(t)
 	ids := torch.FromSlice([]int64{1, 5, 17, 42, 8}, 1, 5)
 	before := logits(m, ids).Float32s()
@@ -376,9 +382,7 @@ func TestParseConfig(t *testing.T) {
 // Save writes PEFT's two files; a second save replaces them; Load reads them back to
 // the same weights, and refuses a file whose tensors do not fit the model.
 func TestSaveLoadRoundTrip(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	defer torch.NewScope().Close()
+	defer threadScope()()
 	m := tinyLlama(t)
 	a, err := lora.Inject(m, lora.Config{R: 2, Alpha: 4, TargetModules: lora.Modules("o_proj"), Init: lora.InitNone})
 	require.NoError(t, err)
@@ -425,9 +429,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 // A save that fails while writing the weights leaves the previous adapter's files and
 // no temporary file.
 func TestFailedSaveLeavesPrevious(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	defer torch.NewScope().Close()
+	defer threadScope()()
 	m := tinyLlama(t)
 	a, err := lora.Inject(m, lora.Config{R: 2, Alpha: 4, TargetModules: lora.Modules("q_proj")})
 	require.NoError(t, err)
