@@ -315,51 +315,23 @@ cg_status cg_dist_barrier(cg_pg pg);
 // last output gets a handle; the intermediates live in the autograd graph alone.
 #ifndef GOTRAIN_CGOTORCH_CHAIN_H
 #define GOTRAIN_CGOTORCH_CHAIN_H
+#include "stages_gen.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum cg_stage_kind {
-  CG_STAGE_LINEAR = 0,
-  CG_STAGE_CONV2D = 1,
-  CG_STAGE_MAX_POOL2D = 2,
-  CG_STAGE_AVG_POOL2D = 3,
-  CG_STAGE_ADAPTIVE_AVG_POOL2D = 4,
-  CG_STAGE_BATCH_NORM = 5,
-  CG_STAGE_DROPOUT = 6,
-  CG_STAGE_FLATTEN = 7,
-  CG_STAGE_RELU = 8,
-  CG_STAGE_LEAKY_RELU = 9,
-  CG_STAGE_GELU = 10,
-  CG_STAGE_SILU = 11,
-  CG_STAGE_TANH = 12,
-  CG_STAGE_SIGMOID = 13,
-  CG_STAGE_KINDS = 14
-};
-
-// cg_stage is one stage; a kind reads only the fields its comment names.
+// cg_stage is one stage: an op of ops.tab's rows marked stage (enum cg_stage_op,
+// stages_gen.h) with its arguments other than the input, in the row's order: tensors in
+// tensors (NULL: none), doubles and scalars in doubles, and int64s, bools (0 or 1) and
+// int64 lists (their length, then the values) one after another in ints.
+#define CG_STAGE_TENSORS 6
+#define CG_STAGE_DOUBLES 4
+#define CG_STAGE_INTS 16
 typedef struct {
-  int32_t kind;  // enum cg_stage_kind
-  // linear, conv2d, batch_norm: weight and bias (NULL: none)
-  cg_tensor weight, bias;
-  // batch_norm: running statistics (NULL: not tracked) and num_batches_tracked, which a
-  // training stage increments before normalising (NULL: not counted)
-  cg_tensor running_mean, running_var, num_batches_tracked;
-  // conv2d: stride, padding, dilation, groups; pools: kernel, stride, padding, dilation
-  // (max) and the output size (adaptive: kernel)
-  int64_t kernel[2], stride[2], padding[2], dilation[2];
-  int64_t groups;
-  // flatten: the dimensions merged
-  int64_t start_dim, end_dim;
-  // batch_norm: the input ranks accepted, bit d for d dimensions
-  int64_t input_dims;
-  double p;               // dropout
-  double momentum, eps;   // batch_norm
-  double slope;           // leaky_relu
-  int32_t training;       // dropout, batch_norm (batch statistics)
-  int32_t ceil_mode;      // pools
-  int32_t count_include_pad;  // avg_pool2d
-  int32_t tanh;           // gelu: approximate="tanh"
+  int32_t op;  // enum cg_stage_op
+  cg_tensor tensors[CG_STAGE_TENSORS];
+  double doubles[CG_STAGE_DOUBLES];
+  int64_t ints[CG_STAGE_INTS];
 } cg_stage;
 
 // cg_chain_result is cg_result with the index of the stage that failed (-1: none).

@@ -190,8 +190,14 @@ extern constinit thread_local uint64_t threads_seen;
   }
 }
 
-// chain_stage is one stage of a chain over x (chain.cc).
-at::Tensor chain_stage(const cg_stage &s, const at::Tensor &x);
+// chain_stage is one stage of a chain over its input (stages_gen.cc, from ops.tab).
+at::Tensor chain_stage(const cg_stage &s, const at::Tensor &in);
+// batch_norm_counted is ops.tab's batchNormCounted: nn's BatchNorm layers' forward
+// (chain.cc).
+at::Tensor batch_norm_counted(const at::Tensor &x, const std::optional<at::Tensor> &w,
+                              const std::optional<at::Tensor> &b, const std::optional<at::Tensor> &running_mean,
+                              const std::optional<at::Tensor> &running_var, const std::optional<at::Tensor> &count,
+                              int64_t ranks, bool training, double momentum, double eps);
 // accumulate is cg_accumulate without the exception guard (metrics.cc).
 void accumulate(cg_tensor acc, cg_tensor *values, int n, double weight, int64_t step, int flags);
 

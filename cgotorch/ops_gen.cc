@@ -1186,6 +1186,19 @@ void cg_op_batchNorm(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor running
   CG_CATCH_INTO(res)
 }
 
+void cg_op_batchNormCounted(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor runningMean_, cg_tensor runningVar_, cg_tensor count_, int64_t ranks, int training_, double momentum, double eps, cg_result *ret_) {
+  CG_TRY
+  at::Tensor &x = cg::T(x_);
+  std::optional<at::Tensor> w = cg::opt(w_);
+  std::optional<at::Tensor> b = cg::opt(b_);
+  std::optional<at::Tensor> runningMean = cg::opt(runningMean_);
+  std::optional<at::Tensor> runningVar = cg::opt(runningVar_);
+  std::optional<at::Tensor> count = cg::opt(count_);
+  bool training = training_ != 0;
+  *ret_ = cg::res(cg::batch_norm_counted(x, w, b, runningMean, runningVar, count, ranks, training, momentum, eps));
+  CG_CATCH_INTO(res)
+}
+
 void cg_op_LayerNorm(cg_tensor x_, const int64_t *normalizedShape_, int normalizedShape_n, cg_tensor w_, cg_tensor b_, double eps, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);

@@ -156,6 +156,7 @@ void cg_op_maxPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const i
 void cg_op_avgPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const int64_t *stride_, int stride_n, const int64_t *padding_, int padding_n, int ceil_, int countIncludePad_, cg_result *ret_);
 void cg_op_adaptiveAvgPool2d(cg_tensor x_, const int64_t *out_, int out_n, cg_result *ret_);
 void cg_op_batchNorm(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor runningMean_, cg_tensor runningVar_, int training_, double momentum, double eps, cg_result *ret_);
+void cg_op_batchNormCounted(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor runningMean_, cg_tensor runningVar_, cg_tensor count_, int64_t ranks, int training_, double momentum, double eps, cg_result *ret_);
 void cg_op_LayerNorm(cg_tensor x_, const int64_t *normalizedShape_, int normalizedShape_n, cg_tensor w_, cg_tensor b_, double eps, cg_result *ret_);
 void cg_op_GroupNorm(cg_tensor x_, int64_t groups, cg_tensor w_, cg_tensor b_, double eps, cg_result *ret_);
 void cg_op_Dropout(cg_tensor x_, double p, int training_, cg_result *ret_);

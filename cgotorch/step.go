@@ -72,9 +72,7 @@ func (s *Step) Reset() {
 }
 
 // AddStage appends a stage of the forward pass with its tensors (0: none) resolved.
-func (s *Step) AddStage(st *Stage, w, b, mean, vr, nb Tensor) {
-	s.stages = appendStage(s.stages, st, w, b, mean, vr, nb)
-}
+func (s *Step) AddStage(st *Stage, ts *[StageTensors]Tensor) { s.stages = append(s.stages, st.c(ts)) }
 
 // SetLoss sets the loss of the forward pass's output against the target.
 func (s *Step) SetLoss(l Loss) {

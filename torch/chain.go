@@ -4,23 +4,26 @@ import "github.com/gotrain/gotrain/cgotorch"
 
 // Stage is one layer of a Chain: the op of one of this package's layer functions with its
 // weights and settings bound, waiting for its input. Make stages with the *Stage
-// functions; the zero Stage is not valid.
+// functions (generated from ops.tab's rows marked stage, with hand-written ones here
+// for layers whose Go options need converting); the zero Stage is not valid.
 //
 // A Stage holds the tensors it reads and resolves them when the chain runs, so it may be
 // built once and run many times, and it sees a tensor's new data after SetData.
 type Stage struct {
-	c                  cgotorch.Stage
-	op                 string
-	w, b, mean, vr, nb *Tensor
+	c  cgotorch.Stage
+	op string
+	t  [cgotorch.StageTensors]*Tensor
+	ni int // the ints stored so far
 }
 
 // Chain is x through the stages in order, computed in one libtorch call: each stage runs
-// the ATen function its layer function runs (LinearStage what Linear runs, and so on),
-// so the result, its autograd graph, any random draws (Dropout) and in-place updates
-// (BatchNorm's running statistics) are the ones the functions called one by one give,
-// to the bit. Only the result gets a Tensor; the intermediate outputs stay in libtorch,
-// where autograd keeps what backward needs. nn.Sequential runs its built-in layers this
-// way: for a small model each op's boundary crossing is a visible part of a step.
+// the ATen expression of its op's ops.tab row, the one its layer function runs
+// (LinearStage what Linear runs, and so on), so the result, its autograd graph, any
+// random draws (Dropout) and in-place updates (BatchNorm's running statistics) are the
+// ones the functions called one by one give, to the bit. Only the result gets a Tensor;
+// the intermediate outputs stay in libtorch, where autograd keeps what backward needs.
+// nn.Sequential runs its built-in layers this way: for a small model each op's boundary
+// crossing is a visible part of a step.
 //
 // A stage that fails panics with a *Error naming its op, as the function would.
 func Chain(x *Tensor, stages []Stage) *Tensor {
@@ -28,12 +31,9 @@ func Chain(x *Tensor, stages []Stage) *Tensor {
 		return x
 	}
 	c := cgotorch.NewChain() // a panic below leaves it to the garbage collector
+	var ts [cgotorch.StageTensors]cgotorch.Tensor
 	for i := range stages {
-		s := &stages[i]
-		if s.op == "" {
-			panic(&Error{Op: "chain", Msg: "stage is the zero Stage; make stages with the *Stage functions"})
-		}
-		c.Add(&s.c, opt(s.w), opt(s.b), opt(s.mean), opt(s.vr), opt(s.nb))
+		c.Add(stages[i].resolve(&ts), &ts)
 	}
 	r, failed := c.Forward(x.handle())
 	if r.Err != nil {
@@ -46,44 +46,64 @@ func Chain(x *Tensor, stages []Stage) *Tensor {
 	return wrapIn(r.T, r.Scope)
 }
 
-func stage(kind cgotorch.StageKind, op string) Stage {
-	return Stage{c: cgotorch.Stage{Kind: kind}, op: op}
+// resolve writes the stage's tensors' handles into ts (0: none) and returns its
+// arguments; the zero Stage panics.
+func (s *Stage) resolve(ts *[cgotorch.StageTensors]cgotorch.Tensor) *cgotorch.Stage {
+	if s.op == "" {
+		panic(&Error{Op: "chain", Msg: "stage is the zero Stage; make stages with the *Stage functions"})
+	}
+	for i, t := range s.t {
+		ts[i] = opt(t)
+	}
+	return &s.c
 }
 
-// LinearStage is the stage of Linear(x, w, b) (b may be nil).
-func LinearStage(w, b *Tensor) Stage {
-	s := stage(cgotorch.StageLinear, "linear")
-	s.w, s.b = w, b
-	return s
+func newStage(op cgotorch.StageOp, name string) Stage {
+	return Stage{c: cgotorch.Stage{Op: op}, op: name}
+}
+
+// putInts, putBool and putList store int arguments in order, as cg_stage reads them.
+func (s *Stage) putInts(vs ...int64) {
+	if s.ni+len(vs) > len(s.c.Ints) {
+		panic(&Error{Op: s.op, Msg: "the stage's int arguments do not fit in cg_stage"})
+	}
+	s.ni += copy(s.c.Ints[s.ni:], vs)
+}
+
+func (s *Stage) putBool(b bool) {
+	v := int64(0)
+	if b {
+		v = 1
+	}
+	s.putInts(v)
+}
+
+func (s *Stage) putList(vs []int64) {
+	s.putInts(int64(len(vs)))
+	s.putInts(vs...)
 }
 
 // Conv2dStage is the stage of Conv2d(x, w, b, o) (b may be nil).
 func Conv2dStage(w, b *Tensor, o Conv2dOptions) Stage {
-	s := stage(cgotorch.StageConv2d, "conv2d")
-	s.w, s.b = w, b
-	s.c.Stride, s.c.Padding, s.c.Dilation, s.c.Groups = ones(o.Stride), o.Padding, ones(o.Dilation), o.groups()
-	return s
+	st, dl := ones(o.Stride), ones(o.Dilation)
+	return conv2dStage(w, b, st[:], o.Padding[:], dl[:], o.groups())
 }
 
 // MaxPool2dStage is the stage of MaxPool2d(x, o).
 func MaxPool2dStage(o Pool2dOptions) Stage {
-	s := stage(cgotorch.StageMaxPool2d, "max_pool2d")
-	s.c.Kernel, s.c.Stride, s.c.Padding, s.c.Dilation, s.c.CeilMode = o.Kernel, o.strideOrKernel(), o.Padding, ones(o.Dilation), o.CeilMode
-	return s
+	st, dl := o.strideOrKernel(), ones(o.Dilation)
+	return maxPool2dStage(o.Kernel[:], st[:], o.Padding[:], dl[:], o.CeilMode)
 }
 
 // AvgPool2dStage is the stage of AvgPool2d(x, o).
 func AvgPool2dStage(o Pool2dOptions) Stage {
-	s := stage(cgotorch.StageAvgPool2d, "avg_pool2d")
-	s.c.Kernel, s.c.Stride, s.c.Padding, s.c.CeilMode, s.c.CountIncludePad = o.Kernel, o.strideOrKernel(), o.Padding, o.CeilMode, !o.ExcludePad
-	return s
+	st := o.strideOrKernel()
+	return avgPool2dStage(o.Kernel[:], st[:], o.Padding[:], o.CeilMode, !o.ExcludePad)
 }
 
 // AdaptiveAvgPool2dStage is the stage of AdaptiveAvgPool2d(x, outH, outW).
 func AdaptiveAvgPool2dStage(outH, outW int64) Stage {
-	s := stage(cgotorch.StageAdaptiveAvgPool2d, "adaptive_avg_pool2d")
-	s.c.Kernel = [2]int64{outH, outW}
-	return s
+	return adaptiveAvgPool2dStage([]int64{outH, outW})
 }
 
 // BatchNormStageOptions are a batch-norm stage's tensors and settings: BatchNorm's
@@ -104,64 +124,21 @@ type BatchNormStageOptions struct {
 
 // BatchNormStage is the stage of BatchNorm(x, o.RunningMean, o.RunningVar, o.Weight,
 // o.Bias, o.Training || o.RunningMean == nil, o.Momentum, o.Eps), with o's increment of
-// BatchesTracked and check of Ranks.
+// BatchesTracked and check of Ranks (ops.tab's batchNormCounted).
 func BatchNormStage(o BatchNormStageOptions) Stage {
-	name := o.Name
-	if name == "" {
-		name = "batch_norm"
-	}
-	s := stage(cgotorch.StageBatchNorm, name)
-	s.w, s.b, s.mean, s.vr, s.nb = o.Weight, o.Bias, o.RunningMean, o.RunningVar, o.BatchesTracked
-	s.c.Training, s.c.Momentum, s.c.Eps = o.Training, o.Momentum, o.Eps
-	s.c.InputDims = -1 >> 1 // every rank
+	ranks := int64(-1) >> 1 // every rank
 	if o.Ranks != nil {
-		s.c.InputDims = 0
+		ranks = 0
 		for _, r := range o.Ranks {
 			if r < 0 || r > 62 {
-				panic(&Error{Op: name, Msg: "input rank out of range"})
+				panic(&Error{Op: o.Name, Msg: "input rank out of range"})
 			}
-			s.c.InputDims |= 1 << r
+			ranks |= 1 << r
 		}
+	}
+	s := batchNormCountedStage(o.Weight, o.Bias, o.RunningMean, o.RunningVar, o.BatchesTracked, ranks, o.Training, o.Momentum, o.Eps)
+	if o.Name != "" {
+		s.op = o.Name
 	}
 	return s
 }
-
-// DropoutStage is the stage of Dropout(x, p, training).
-func DropoutStage(p float64, training bool) Stage {
-	s := stage(cgotorch.StageDropout, "dropout")
-	s.c.P, s.c.Training = p, training
-	return s
-}
-
-// FlattenStage is the stage of x.Flatten(start, end).
-func FlattenStage(start, end int64) Stage {
-	s := stage(cgotorch.StageFlatten, "flatten")
-	s.c.StartDim, s.c.EndDim = start, end
-	return s
-}
-
-// ReLUStage is the stage of x.ReLU().
-func ReLUStage() Stage { return stage(cgotorch.StageReLU, "relu") }
-
-// LeakyReLUStage is the stage of x.LeakyReLU(slope).
-func LeakyReLUStage(slope float64) Stage {
-	s := stage(cgotorch.StageLeakyReLU, "leaky_relu")
-	s.c.Slope = slope
-	return s
-}
-
-// GELUStage is the stage of x.GELU(tanhApprox).
-func GELUStage(tanhApprox bool) Stage {
-	s := stage(cgotorch.StageGELU, "gelu")
-	s.c.Tanh = tanhApprox
-	return s
-}
-
-// SiLUStage is the stage of x.SiLU().
-func SiLUStage() Stage { return stage(cgotorch.StageSiLU, "silu") }
-
-// TanhStage is the stage of x.Tanh().
-func TanhStage() Stage { return stage(cgotorch.StageTanh, "tanh") }
-
-// SigmoidStage is the stage of x.Sigmoid().
-func SigmoidStage() Stage { return stage(cgotorch.StageSigmoid, "sigmoid") }

@@ -748,6 +748,13 @@ func batchNorm(x *Tensor, w *Tensor, b *Tensor, runningMean *Tensor, runningVar 
 	return adopt("batch_norm", cgotorch.OpbatchNorm(x.handle(), opt(w), opt(b), opt(runningMean), opt(runningVar), training, momentum, eps))
 }
 
+// batchNormCounted is what nn's BatchNorm layers run: the input rank checked against
+// ranks (bit d for d dimensions), count (num_batches_tracked) incremented in training,
+// then batchNorm with batch statistics in training or without running statistics.
+func batchNormCounted(x *Tensor, w *Tensor, b *Tensor, runningMean *Tensor, runningVar *Tensor, count *Tensor, ranks int64, training bool, momentum float64, eps float64) *Tensor {
+	return adopt("batch_norm", cgotorch.OpbatchNormCounted(x.handle(), opt(w), opt(b), opt(runningMean), opt(runningVar), opt(count), ranks, training, momentum, eps))
+}
+
 // LayerNorm is F.layer_norm over the trailing normalizedShape dimensions.
 func LayerNorm(x *Tensor, normalizedShape []int64, w *Tensor, b *Tensor, eps float64) *Tensor {
 	return adopt("layer_norm", cgotorch.OpLayerNorm(x.handle(), normalizedShape, opt(w), opt(b), eps))

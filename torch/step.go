@@ -114,12 +114,13 @@ func (s *TrainStep) prepare() (st, ps *[]cgotorch.Tensor) {
 	}
 	c := &s.c
 	c.Reset()
+	var ts [cgotorch.StageTensors]cgotorch.Tensor
 	for i := range s.Stages {
 		st := &s.Stages[i]
 		if st.op == "" {
 			panic(&Error{Op: "train step", Msg: "stage is the zero Stage; make stages with the *Stage functions"})
 		}
-		c.AddStage(&st.c, opt(st.w), opt(st.b), opt(st.mean), opt(st.vr), opt(st.nb))
+		c.AddStage(st.resolve(&ts), &ts)
 	}
 	l := s.Loss.c
 	l.Weight = opt(s.Loss.weight)

@@ -12,7 +12,7 @@ import (
 )
 
 // TestExtendOp adds an op as docs/extending.md says ("An op"): one row appended to
-// ops.tab. Generating from the table gives each of the four generated files the new op
+// ops.tab. Generating from the table gives each of the four op files the new op
 // — the C prototype, the C++ body inside the exception guard, the cgo wrapper and
 // package torch's method with the row's doc line — and changes nothing else in them.
 // (The op's numbers are then checked against PyTorch in torch/numerics_test.go; building
@@ -56,4 +56,32 @@ func isSubsequence(a, b []string) bool {
 		}
 	}
 	return i == len(a)
+}
+
+// TestExtendStage adds a layer the one-call step can run, as docs/extending.md says ("A
+// layer"): an ops.tab row ending in "stage". Besides the op, the stage files get its
+// number, its case in cg::chain_stage (the row's expression over the stage's input, its
+// scalar read from cg_stage) and torch's constructor, and nothing else changes but the
+// count of stage ops.
+func TestExtendStage(t *testing.T) {
+	table := opsTable(t)
+	const row = "Softplus | softplus | self, beta scalar | tensor | at::softplus(self, beta, 20) | is F.softplus. | stage\n"
+	before := generateFrom(t, table)
+	after := generateFrom(t, append(table, row...))
+	n := strings.Count(string(before["../stages_gen.go"]), "StageOp = ")
+	want := map[string][]string{
+		"../ops_gen.h":              {"void cg_op_Softplus(cg_tensor self_, double beta_, cg_result *ret_);"},
+		"../stages_gen.h":           {"  CG_STAGE_Softplus = " + strconv.Itoa(n) + ",", "  CG_STAGE_OPS = " + strconv.Itoa(n+1)},
+		"../stages_gen.cc":          {"    case CG_STAGE_Softplus: {\n      const at::Tensor &self = in;\n      at::Scalar beta = cg::scalar(s.doubles[0]);\n      return at::softplus(self, beta, 20);\n    }"},
+		"../stages_gen.go":          {"StageSoftplus          StageOp = " + strconv.Itoa(n) + " // softplus"},
+		"../../torch/stages_gen.go": {"func SoftplusStage(beta float64) Stage {\n\ts := newStage(cgotorch.StageSoftplus, \"softplus\")\n\ts.c.Doubles[0] = beta\n\treturn s\n}"},
+	}
+	for path, pieces := range want {
+		got := string(after[path])
+		for _, p := range pieces {
+			assert.Contains(t, got, p, path)
+		}
+		old := strings.ReplaceAll(string(before[path]), "CG_STAGE_OPS = "+strconv.Itoa(n), "CG_STAGE_OPS = "+strconv.Itoa(n+1))
+		assert.True(t, isSubsequence(lines([]byte(old)), lines(after[path])), "%s: the other stages are unchanged", path)
+	}
 }

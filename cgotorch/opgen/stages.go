@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"go/format"
+	"strings"
+)
+
+// A stage is an op that a chain (a Sequential of built-in layers run in one call) or a
+// one-call training step runs on the previous stage's output. Its row in ops.tab ends
+// in "stage"; opgen writes from the same row the stage op's number (cg_stage_op), its
+// case in cg::chain_stage and package torch's <GoName>Stage constructor, so a stage
+// computes what the op computes, by the same expression.
+//
+// A stage's arguments travel in cg_stage's fixed arrays (cgotorch.h): tensors in
+// tensors[], doubles and scalars in doubles[], and int64s, bools and int64 lists
+// (length first) one after the other in ints[].
+const (
+	stageTensors = 6  // CG_STAGE_TENSORS
+	stageDoubles = 4  // CG_STAGE_DOUBLES
+	stageInts    = 16 // CG_STAGE_INTS
+)
+
+// checkStage reports why o cannot be a stage: its first parameter must be the input
+// (self or a tensor), it must return one tensor, and its other parameters must fit in
+// cg_stage.
+func (o op) checkStage() error {
+	if o.result != "tensor" {
+		return fmt.Errorf("its result is %s, not tensor", o.result)
+	}
+	args := o.params
+	if !o.self {
+		if len(args) == 0 || args[0].kind != "tensor" {
+			return fmt.Errorf("its first parameter must be self or a tensor: the previous stage's output")
+		}
+		args = args[1:]
+	}
+	nt, nd, ni := 0, 0, 0
+	for _, p := range args {
+		switch p.kind {
+		case "tensor", "tensor?":
+			nt++
+		case "double", "scalar":
+			nd++
+		case "int64", "bool":
+			ni++
+		case "int64s":
+			ni += 2 // a length and at least one value
+		default:
+			return fmt.Errorf("parameter %s is a %s, which a stage cannot hold", p.name, p.kind)
+		}
+	}
+	if nt > stageTensors || nd > stageDoubles || ni > stageInts {
+		return fmt.Errorf("it needs more than cg_stage's %d tensors, %d doubles or %d ints", stageTensors, stageDoubles, stageInts)
+	}
+	return nil
+}
+
+func stageOps(ops []op) []op {
+	var out []op
+	for _, o := range ops {
+		if o.stage {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// input is the name the expression gives the stage's input; args are the rest.
+func (o op) input() (string, []param) {
+	if o.self {
+		return "self", o.params
+	}
+	return o.params[0].name, o.params[1:]
+}
+
+func (o op) stageEnum() string { return "CG_STAGE_" + o.goName }
+
+// stageConst is the op's StageOp constant in package cgotorch: StageConv2d.
+func (o op) stageConst() string { return "Stage" + strings.ToUpper(o.goName[:1]) + o.goName[1:] }
+
+func genStagesH(stages []op) []byte {
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("// The ops a chain stage can run (cg_stage.op): ops.tab's rows marked stage.\n")
+	b.WriteString("#ifndef GOTRAIN_CGOTORCH_STAGES_GEN_H\n#define GOTRAIN_CGOTORCH_STAGES_GEN_H\n\nenum cg_stage_op {\n")
+	for i, o := range stages {
+		fmt.Fprintf(&b, "  %s = %d,  // %s (ops.tab line %d)\n", o.stageEnum(), i, o.name, o.line)
+	}
+	fmt.Fprintf(&b, "  CG_STAGE_OPS = %d\n};\n\n#endif\n", len(stages))
+	return b.Bytes()
+}
+
+// stageCase is o's case in cg::chain_stage: the arguments read from the stage, then
+// the row's expression.
+func (o op) stageCase() string {
+	var b strings.Builder
+	in, args := o.input()
+	fmt.Fprintf(&b, "    case %s: {\n      const at::Tensor &%s = in;\n", o.stageEnum(), in)
+	nt, nd := 0, 0
+	for _, p := range args {
+		n := p.name
+		switch p.kind {
+		case "tensor":
+			fmt.Fprintf(&b, "      at::Tensor &%s = cg::T(s.tensors[%d]);\n", n, nt)
+			nt++
+		case "tensor?":
+			fmt.Fprintf(&b, "      std::optional<at::Tensor> %s = cg::opt(s.tensors[%d]);\n", n, nt)
+			nt++
+		case "double":
+			fmt.Fprintf(&b, "      double %s = s.doubles[%d];\n", n, nd)
+			nd++
+		case "scalar":
+			fmt.Fprintf(&b, "      at::Scalar %s = cg::scalar(s.doubles[%d]);\n", n, nd)
+			nd++
+		case "int64":
+			fmt.Fprintf(&b, "      int64_t %s = *i++;\n", n)
+		case "bool":
+			fmt.Fprintf(&b, "      bool %s = *i++ != 0;\n", n)
+		case "int64s":
+			fmt.Fprintf(&b, "      at::IntArrayRef %s(i + 1, i[0]);\n      i += 1 + i[0];\n", n)
+		}
+	}
+	fmt.Fprintf(&b, "      return %s;\n    }\n", o.expr)
+	return b.String()
+}
+
+func genStagesCC(stages []op) []byte {
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("// cg::chain_stage: a stage's op over its input, by the expression of the op's ops.tab row.\n")
+	b.WriteString("#include <ATen/core/grad_mode.h>\n#include \"internal.h\"\n\n")
+	b.WriteString("at::Tensor cg::chain_stage(const cg_stage &s, const at::Tensor &in) {\n  const int64_t *i = s.ints;\n")
+	b.WriteString("  switch (static_cast<cg_stage_op>(s.op)) {\n")
+	for _, o := range stages {
+		b.WriteString(o.stageCase())
+	}
+	b.WriteString("    case CG_STAGE_OPS:\n      break;\n  }\n  TORCH_CHECK(false, \"unknown stage op \", s.op);\n}\n")
+	return b.Bytes()
+}
+
+// genStagesGo writes package cgotorch's StageOp constants, cg_stage_op's values (both
+// are numbered in ops.tab's order).
+func genStagesGo(stages []op) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("\npackage cgotorch\n\n// The ops of cg_stage_op (stages_gen.h), numbered alike.\nconst (\n")
+	for i, o := range stages {
+		fmt.Fprintf(&b, "\t%s StageOp = %d // %s (ops.tab line %d)\n", o.stageConst(), i, o.name, o.line)
+	}
+	b.WriteString(")\n")
+	return format.Source(b.Bytes())
+}
+
+// stageFunc is package torch's constructor of o's stage: the op's parameters less its
+// input, stored in the stage.
+func (o op) stageFunc() string {
+	_, args := o.input()
+	var params, body []string
+	nt, nd := 0, 0
+	for _, p := range args {
+		n := p.name
+		switch p.kind {
+		case "tensor", "tensor?":
+			params = append(params, n+" *Tensor")
+			body = append(body, fmt.Sprintf("s.t[%d] = %s", nt, n))
+			nt++
+		case "double", "scalar":
+			params = append(params, n+" float64")
+			body = append(body, fmt.Sprintf("s.c.Doubles[%d] = %s", nd, n))
+			nd++
+		case "int64":
+			params = append(params, n+" int64")
+			body = append(body, fmt.Sprintf("s.putInts(%s)", n))
+		case "bool":
+			params = append(params, n+" bool")
+			body = append(body, fmt.Sprintf("s.putBool(%s)", n))
+		case "int64s":
+			if p.variadic {
+				params = append(params, n+" ...int64")
+			} else {
+				params = append(params, n+" []int64")
+			}
+			body = append(body, fmt.Sprintf("s.putList(%s)", n))
+		}
+	}
+	in, _ := o.input()
+	name := o.goName + "Stage"
+	doc := fmt.Sprintf("%s is the chain stage of %s (ops.tab line %d), with %s the previous stage's output: %s", name, o.goName, o.line, in, o.doc)
+	var set strings.Builder
+	for _, l := range body {
+		set.WriteString("\t" + l + "\n")
+	}
+	return fmt.Sprintf("%s\nfunc %s(%s) Stage {\n\ts := newStage(cgotorch.%s, %q)\n%s\treturn s\n}\n",
+		comment(doc), name, strings.Join(params, ", "), o.stageConst(), o.name, set.String())
+}
