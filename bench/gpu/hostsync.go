@@ -74,13 +74,13 @@ func runHostSync(o options) (any, bool, error) {
 		// Token windows: field input_ids.
 		model, batch = g, b
 		ds = randomSamples{n: res.Batches * int(b), fill: func(r *rand.Rand, s *data.Sample) {
-			for j, ids := 0, data.SetValues[int64](s, data.InputIDs, seq); j < len(ids); j++ {
+			for j, ids := 0, data.SetValues[int64](s, data.LMInputIDs, seq); j < len(ids); j++ {
 				ids[j] = r.Int64N(c.VocabSize)
 			}
 		}}
 		// The language-modelling step: no metrics, only the loss the Trainer sums.
 		opts = append(opts, trainer.WithTrainStep(func(m nn.Module, b data.Batch) (*torch.Tensor, trainer.Metrics) {
-			return g.Loss(b.Get(data.InputIDs)), nil
+			return g.Loss(b.Get(data.LMInputIDs)), nil
 		}))
 	case "vit":
 		c, b := vitSetup(o.size())

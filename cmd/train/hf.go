@@ -169,7 +169,7 @@ func samplePrompt(ds data.Dataset) []int64 {
 	if ds.Len() == 0 || ds.Get(0, &s) != nil {
 		return nil
 	}
-	ids := data.Values[int64](s.MustField(data.InputIDs))
+	ids := data.Values[int64](s.MustField(data.LMInputIDs))
 	return append([]int64{}, ids[:min(8, len(ids))]...)
 }
 
@@ -177,11 +177,11 @@ func samplePrompt(ds data.Dataset) []int64 {
 // the batch's input_ids against its labels (IgnoreIndex on prompts and padding), with the
 // padding masked out of attention.
 func maskedLMStep(m models.CausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
-	in := models.DecoderInput{InputIDs: b.Get(data.InputIDs)}
-	if mask := data.MaskName(data.InputIDs); b.Has(mask) {
+	in := models.DecoderInput{InputIDs: b.Get(data.LMInputIDs)}
+	if mask := data.MaskName(data.LMInputIDs); b.Has(mask) {
 		in.AttentionMask = b.Get(mask)
 	}
-	return models.CausalLMLoss(m.Forward(in), b.Get(data.Labels)), nil
+	return models.CausalLMLoss(m.Forward(in), b.Get(data.LMLabels)), nil
 }
 
 // hfCallback, after each epoch, records the validation perplexity, prints a sample

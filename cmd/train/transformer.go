@@ -52,10 +52,10 @@ func vitModel(shape []int64, classes int64) (*models.VisionTransformer, error) {
 // for the batch's input_ids (against its labels when it has them, as transformers'
 // labels=). Models that are not language models are a misuse.
 func lmStep(model models.CausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
-	ids := b.Get(data.InputIDs)
+	ids := b.Get(data.LMInputIDs)
 	labels := ids
-	if b.Has(data.Labels) {
-		labels = b.Get(data.Labels)
+	if b.Has(data.LMLabels) {
+		labels = b.Get(data.LMLabels)
 	}
 	return models.CausalLMLoss(model.Forward(models.DecoderInput{InputIDs: ids}), labels), nil
 }
@@ -72,7 +72,7 @@ func (d *byteText) Len() int { return len(d.text) / d.seq }
 
 // Get writes window i.
 func (d *byteText) Get(i int, s *data.Sample) error {
-	ids := data.SetValues[int64](s, data.InputIDs, int64(d.seq))
+	ids := data.SetValues[int64](s, data.LMInputIDs, int64(d.seq))
 	for j, c := range d.text[i*d.seq : (i+1)*d.seq] {
 		ids[j] = int64(c)
 	}
@@ -154,7 +154,7 @@ func (c *lmCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 // tokenStep is the step of a token file's windows: their labels are already the next
 // tokens (nanoGPT's (x, y)), so the cross-entropy compares position by position.
 func tokenStep(model models.CausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
-	logits := model.Forward(models.DecoderInput{InputIDs: b.Get(data.InputIDs)})
+	logits := model.Forward(models.DecoderInput{InputIDs: b.Get(data.LMInputIDs)})
 	v := logits.Size(-1)
-	return torch.CrossEntropy(logits.Reshape(-1, v), b.Get(data.Labels).Reshape(-1), torch.CrossEntropyOptions{}), nil
+	return torch.CrossEntropy(logits.Reshape(-1, v), b.Get(data.LMLabels).Reshape(-1), torch.CrossEntropyOptions{}), nil
 }

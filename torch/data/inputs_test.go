@@ -883,8 +883,8 @@ func TestTokensWithoutMmap(t *testing.T) {
 		var a, b Sample
 		require.NoError(t, mapped.Get(i, &a))
 		require.NoError(t, read.Get(i, &b))
-		assert.Equal(t, Values[int64](a.Field(InputIDs)), Values[int64](b.Field(InputIDs)))
-		assert.Equal(t, Values[int64](a.Field(Labels)), Values[int64](b.Field(Labels)))
+		assert.Equal(t, Values[int64](a.Field(LMInputIDs)), Values[int64](b.Field(LMInputIDs)))
+		assert.Equal(t, Values[int64](a.Field(LMLabels)), Values[int64](b.Field(LMLabels)))
 	}
 	assert.Equal(t, mapped.Token(4999), read.Token(4999))
 	m, err := read.MaxID()

@@ -157,8 +157,8 @@ func parseLMRecord(raw []byte) (lmLine, LMKind, error) {
 }
 
 // LMDataset is a language-model data set read from a text or JSONL file: packed windows
-// of documents, or prompt/completion pairs. Each sample has int64 fields InputIDs and
-// Labels of the same length; a language model's loss shifts the labels by one.
+// of documents, or prompt/completion pairs. Each sample has int64 fields LMInputIDs and
+// LMLabels of the same length; a language model's loss shifts the labels by one.
 type LMDataset struct {
 	// Kind says which records the file held.
 	Kind LMKind
@@ -249,20 +249,20 @@ func (d *LMDataset) Len() int {
 	return len(d.windows)
 }
 
-// Get writes sample i: InputIDs and Labels (a window's labels are its ids).
+// Get writes sample i: LMInputIDs and LMLabels (a window's labels are its ids).
 func (d *LMDataset) Get(i int, s *Sample) error {
 	if d.Kind == Documents {
 		w := d.windows[i]
-		copy(SetValues[int64](s, InputIDs, int64(len(w))), w)
-		copy(SetValues[int64](s, Labels, int64(len(w))), w)
+		copy(SetValues[int64](s, LMInputIDs, int64(len(w))), w)
+		copy(SetValues[int64](s, LMLabels, int64(len(w))), w)
 		return nil
 	}
 	p := d.pairs[i]
 	prompt := d.enc.Encode(p.prompt, true)
 	ids := append(append(prompt, d.enc.Encode(p.completion, false)...), d.o.EOS)
 	ids = ids[:min(len(ids), d.o.BlockSize)]
-	copy(SetValues[int64](s, InputIDs, int64(len(ids))), ids)
-	labels := SetValues[int64](s, Labels, int64(len(ids)))
+	copy(SetValues[int64](s, LMInputIDs, int64(len(ids))), ids)
+	labels := SetValues[int64](s, LMLabels, int64(len(ids)))
 	copy(labels, ids)
 	for j := range min(len(prompt), len(labels)) {
 		labels[j] = IgnoreIndex
@@ -271,8 +271,8 @@ func (d *LMDataset) Get(i int, s *Sample) error {
 }
 
 // LMPad is the LoaderOptions.Pad of an LMDataset's batches: input ids padded with pad
-// (the mask MaskName(InputIDs) marks the real tokens, the attention mask) and labels
+// (the mask MaskName(LMInputIDs) marks the real tokens, the attention mask) and labels
 // with IgnoreIndex, so padding is never learned.
 func LMPad(pad int64) map[string]float64 {
-	return map[string]float64{InputIDs: float64(pad), Labels: IgnoreIndex}
+	return map[string]float64{LMInputIDs: float64(pad), LMLabels: IgnoreIndex}
 }

@@ -53,7 +53,7 @@ func TestLMDocumentsArePacked(t *testing.T) {
 		for i := range ds.Len() {
 			var s data.Sample
 			require.NoError(t, ds.Get(i, &s))
-			ids, labels := data.Values[int64](s.MustField(data.InputIDs)), data.Values[int64](s.MustField(data.Labels))
+			ids, labels := data.Values[int64](s.MustField(data.LMInputIDs)), data.Values[int64](s.MustField(data.LMLabels))
 			assert.Equal(t, ids, labels, "a window's labels are its ids (the loss shifts them)")
 			got = append(got, ids...)
 		}
@@ -76,12 +76,12 @@ func TestLMPromptCompletion(t *testing.T) {
 	prompt := tok.Encode("hello", true)
 	completion := tok.Encode(" world", false)
 	wantIDs := append(append(append([]int64{}, prompt...), completion...), 2)
-	assert.Equal(t, wantIDs, data.Values[int64](s.MustField(data.InputIDs)))
+	assert.Equal(t, wantIDs, data.Values[int64](s.MustField(data.LMInputIDs)))
 	wantLabels := append([]int64{}, wantIDs...)
 	for i := range prompt {
 		wantLabels[i] = data.IgnoreIndex
 	}
-	assert.Equal(t, wantLabels, data.Values[int64](s.MustField(data.Labels)))
+	assert.Equal(t, wantLabels, data.Values[int64](s.MustField(data.LMLabels)))
 
 	l, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: 2, Pad: data.LMPad(0), Inline: true})
 	require.NoError(t, err)
@@ -90,7 +90,7 @@ func TestLMPromptCompletion(t *testing.T) {
 		defer it.Close()
 		b, ok := it.Next()
 		require.True(t, ok)
-		ids, labels, mask := b.Get(data.InputIDs), b.Get(data.Labels), b.Get(data.MaskName(data.InputIDs))
+		ids, labels, mask := b.Get(data.LMInputIDs), b.Get(data.LMLabels), b.Get(data.MaskName(data.LMInputIDs))
 		assert.Equal(t, ids.Shape(), labels.Shape())
 		assert.Equal(t, ids.Shape(), mask.Shape())
 		n := int(ids.Size(1))

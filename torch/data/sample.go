@@ -9,18 +9,23 @@ import (
 	"github.com/gotrain/gotrain/torch"
 )
 
-// Well-known field names. A classification dataset yields Input (float32 or uint8) and
-// Label (an int64 scalar), a regression dataset Input and Target (float32), and the
-// default training step of package trainer reads exactly these. Other tasks name their
-// fields freely ("input_ids", "attention_mask", "image", ...).
+// Well-known field names, by the schema they belong to.
+//
+// Classification and regression: a classification dataset yields Input (float32 or
+// uint8) and Label (an int64 scalar), a regression dataset Input and Target (float32),
+// and the default training step of package trainer reads exactly these.
 const (
 	Input  = "input"
 	Label  = "label"
 	Target = "target"
-	// InputIDs and Labels are the fields of a token window (TokenDataset), the names of
-	// Hugging Face's causal language models.
-	InputIDs = "input_ids"
-	Labels   = "labels"
+)
+
+// Causal language modelling: a token window (TokenDataset, NewLMDataset) yields
+// LMInputIDs and LMLabels, the names Hugging Face's causal language models take. Other
+// tasks name their fields freely ("attention_mask", "image", ...).
+const (
+	LMInputIDs = "input_ids"
+	LMLabels   = "labels"
 )
 
 // MaskSuffix names the mask of a padded field: a field "x" declared in

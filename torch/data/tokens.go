@@ -22,11 +22,11 @@ import (
 // so a corpus larger than memory trains. MaxID reads the whole file once, in chunks
 // that are not kept, for a vocabulary size that no meta.pkl gives.
 //
-// Sample i is the window starting at token i*Stride: field InputIDs, int64 of shape
+// Sample i is the window starting at token i*Stride: field LMInputIDs, int64 of shape
 // [BlockSize], tokens start .. start+BlockSize-1, and field Labels, the same window
 // shifted by one (tokens start+1 .. start+BlockSize), which is nanoGPT's (x, y) pair
 // read from block_size+1 tokens. A model that shifts its labels itself, as Hugging
-// Face's causal language models do, takes InputIDs as its labels instead.
+// Face's causal language models do, takes LMInputIDs as its labels instead.
 type TokenDataset struct {
 	Path      string
 	BlockSize int
@@ -150,8 +150,8 @@ func (d *TokenDataset) Get(i int, s *Sample) error {
 	if err != nil {
 		return err
 	}
-	ids := SetValues[int64](s, InputIDs, bs)
-	labels := SetValues[int64](s, Labels, bs)
+	ids := SetValues[int64](s, LMInputIDs, bs)
+	labels := SetValues[int64](s, LMLabels, bs)
 	prev := tokenAt(win, 0, d.Width)
 	for k := range ids {
 		next := tokenAt(win, k+1, d.Width)

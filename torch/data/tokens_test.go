@@ -49,15 +49,15 @@ func TestTokenDatasetMatchesNanoGPT(t *testing.T) {
 		var s Sample
 		for k, start := range starts[:3] {
 			require.NoError(t, ds.Get(start/block, &s))
-			assert.Equal(t, want.X[k], Values[int64](s.Field(InputIDs)), c.dtype)
-			assert.Equal(t, want.Y[k], Values[int64](s.Field(Labels)), c.dtype)
+			assert.Equal(t, want.X[k], Values[int64](s.Field(LMInputIDs)), c.dtype)
+			assert.Equal(t, want.Y[k], Values[int64](s.Field(LMLabels)), c.dtype)
 		}
 		every, err := OpenTokens(path, block, TokenOptions{Width: c.width, Stride: 1})
 		require.NoError(t, err)
 		assert.Equal(t, 5000-block, every.Len(), "every window of block+1 tokens")
 		require.NoError(t, every.Get(starts[3], &s))
-		assert.Equal(t, want.X[3], Values[int64](s.Field(InputIDs)))
-		assert.Equal(t, want.Y[3], Values[int64](s.Field(Labels)))
+		assert.Equal(t, want.X[3], Values[int64](s.Field(LMInputIDs)))
+		assert.Equal(t, want.Y[3], Values[int64](s.Field(LMLabels)))
 	}
 }
 
@@ -70,8 +70,8 @@ func TestTextThroughByteTokenizer(t *testing.T) {
 	var tok ByteTokenizer
 	var s Sample
 	require.NoError(t, ds.Get(2, &s))
-	assert.Equal(t, tok.Encode(text[16:24]), Values[int64](s.Field(InputIDs)))
-	assert.Equal(t, tok.Encode(text[17:25]), Values[int64](s.Field(Labels)))
+	assert.Equal(t, tok.Encode(text[16:24]), Values[int64](s.Field(LMInputIDs)))
+	assert.Equal(t, tok.Encode(text[17:25]), Values[int64](s.Field(LMLabels)))
 	back, err := tok.Decode(tok.Encode(text))
 	require.NoError(t, err)
 	assert.Equal(t, text, back, "UTF-8 round-trips through bytes")

@@ -147,8 +147,8 @@ func TestExtendArchitecture(t *testing.T) {
 	opt, err := optim.NewAdamW(nn.Parameters(model), optim.AdamOptions{LR: 1e-2})
 	require.NoError(t, err)
 	step := func(m *TinyLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
-		logits := m.Forward(models.DecoderInput{InputIDs: b.Get(data.InputIDs)})
-		return torch.CrossEntropy(logits.Reshape(-1, vocab), b.Get(data.Labels).Reshape(-1), torch.CrossEntropyOptions{}), nil
+		logits := m.Forward(models.DecoderInput{InputIDs: b.Get(data.LMInputIDs)})
+		return torch.CrossEntropy(logits.Reshape(-1, vocab), b.Get(data.LMLabels).Reshape(-1), torch.CrossEntropyOptions{}), nil
 	}
 	tr, err := trainer.New(model, loader, nil, nil, opt, trainer.WithTrainStep(step),
 		trainer.WithEpochs(3), trainer.WithModelConfig(tinyModelType), trainer.WithOutput(io.Discard))
