@@ -396,102 +396,96 @@ func loadKind(t *testing.T, dir, kind string) *Tokenizer {
 	return tok
 }
 
+// eachKind runs f as a subtest for each kind, with the kind's tokenizer, tokenizers'
+// answers for it and the texts they are for.
+func eachKind(t *testing.T, f func(t *testing.T, kind string, tok *Tokenizer, r *kindResult, texts []string)) {
+	dir, texts, results := trained(t)
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) { f(t, kind, loadKind(t, dir, kind), results[kind], texts) })
+	}
+}
+
 // TestParityEncode compares ids, with and without special tokens, on the corpus and the
 // random strings.
 func TestParityEncode(t *testing.T) {
-	dir, texts, results := trained(t)
-	for _, kind := range kinds {
-		t.Run(kind, func(t *testing.T) {
-			tok := loadKind(t, dir, kind)
-			r := results[kind]
-			require.Equal(t, r.VocabSize, tok.VocabSize())
-			bad := 0
-			for i, text := range texts {
-				got := tok.Encode(text, true)
-				if !equalIDs(got, r.Special[i]) && bad < 5 {
-					bad++
-					t.Errorf("%s: text %d %q:\n go     %v\n python %v", kind, i, text, got, r.Special[i])
-				}
-				got = tok.Encode(text, false)
-				if !equalIDs(got, r.Plain[i]) && bad < 5 {
-					bad++
-					t.Errorf("%s: text %d %q without special tokens:\n go     %v\n python %v", kind, i, text, got, r.Plain[i])
-				}
+	eachKind(t, func(t *testing.T, kind string, tok *Tokenizer, r *kindResult, texts []string) {
+		require.Equal(t, r.VocabSize, tok.VocabSize())
+		bad := 0
+		for i, text := range texts {
+			got := tok.Encode(text, true)
+			if !equalIDs(got, r.Special[i]) && bad < 5 {
+				bad++
+				t.Errorf("%s: text %d %q:\n go     %v\n python %v", kind, i, text, got, r.Special[i])
 			}
-		})
-	}
+			got = tok.Encode(text, false)
+			if !equalIDs(got, r.Plain[i]) && bad < 5 {
+				bad++
+				t.Errorf("%s: text %d %q without special tokens:\n go     %v\n python %v", kind, i, text, got, r.Plain[i])
+			}
+		}
+	})
 }
 
 // TestParityDecode compares decoded text: of the corpus ids, and of random id sequences
 // (byte tokens that do not complete a character, special tokens, ids past the end).
 func TestParityDecode(t *testing.T) {
-	dir, texts, results := trained(t)
-	for _, kind := range kinds {
-		t.Run(kind, func(t *testing.T) {
-			tok := loadKind(t, dir, kind)
-			r := results[kind]
-			for i := range texts {
-				require.Equal(t, r.Decoded[i], tok.Decode(r.Special[i], false), "text %d %q", i, texts[i])
-				require.Equal(t, r.DecodedSkip[i], tok.Decode(r.Special[i], true), "text %d %q", i, texts[i])
+	eachKind(t, func(t *testing.T, _ string, tok *Tokenizer, r *kindResult, texts []string) {
+		for i := range texts {
+			require.Equal(t, r.Decoded[i], tok.Decode(r.Special[i], false), "text %d %q", i, texts[i])
+			require.Equal(t, r.DecodedSkip[i], tok.Decode(r.Special[i], true), "text %d %q", i, texts[i])
+		}
+		for i, ids := range r.RandomIDs {
+			require.Equal(t, r.RandomDecoded[i], tok.Decode(ids, false), "ids %v", ids)
+			require.Equal(t, r.RandomDecodedSkip[i], tok.Decode(ids, true), "ids %v", ids)
+		}
+		for id, want := range r.IDToToken {
+			got, ok := tok.IDToToken(int64(id))
+			if want == nil {
+				require.False(t, ok, "id %d", id)
+				continue
 			}
-			for i, ids := range r.RandomIDs {
-				require.Equal(t, r.RandomDecoded[i], tok.Decode(ids, false), "ids %v", ids)
-				require.Equal(t, r.RandomDecodedSkip[i], tok.Decode(ids, true), "ids %v", ids)
+			require.True(t, ok, "id %d", id)
+			require.Equal(t, *want, got, "id %d", id)
+			// Not always id: a normalized added token decodes as its normalized text.
+			back, ok := tok.TokenToID(got)
+			if wantBack := r.TokenToID[id]; wantBack == nil {
+				require.False(t, ok, "token %q", got)
+			} else {
+				require.True(t, ok, "token %q", got)
+				require.Equal(t, *wantBack, back, "token %q", got)
 			}
-			for id, want := range r.IDToToken {
-				got, ok := tok.IDToToken(int64(id))
-				if want == nil {
-					require.False(t, ok, "id %d", id)
-					continue
-				}
-				require.True(t, ok, "id %d", id)
-				require.Equal(t, *want, got, "id %d", id)
-				// Not always id: a normalized added token decodes as its normalized text.
-				back, ok := tok.TokenToID(got)
-				if wantBack := r.TokenToID[id]; wantBack == nil {
-					require.False(t, ok, "token %q", got)
-				} else {
-					require.True(t, ok, "token %q", got)
-					require.Equal(t, *wantBack, back, "token %q", got)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestParityDecodeStream feeds ids one at a time and compares each step's text with
 // tokenizers' DecodeStream.
 func TestParityDecodeStream(t *testing.T) {
-	dir, _, results := trained(t)
-	for _, kind := range kinds {
-		t.Run(kind, func(t *testing.T) {
-			tok := loadKind(t, dir, kind)
-			r := results[kind]
-			seqs := append(append([][]int64(nil), r.Special...), r.RandomIDs...)
-			check := func(ids []int64, want []any, skip bool) {
-				s := tok.NewDecodeStream(skip)
-				for k, w := range want {
-					got, err := s.Step(ids[k])
-					if m, isErr := w.(map[string]any); isErr {
-						require.Error(t, err, "ids %v step %d: tokenizers failed with %v", ids, k, m["error"])
-						return
-					}
-					require.NoError(t, err, "ids %v step %d", ids, k)
-					if w == nil {
-						require.Equal(t, "", got, "ids %v step %d", ids, k)
-					} else {
-						require.Equal(t, w, got, "ids %v step %d", ids, k)
-					}
+	eachKind(t, func(t *testing.T, _ string, tok *Tokenizer, r *kindResult, _ []string) {
+		seqs := append(append([][]int64(nil), r.Special...), r.RandomIDs...)
+		check := func(ids []int64, want []any, skip bool) {
+			s := tok.NewDecodeStream(skip)
+			for k, w := range want {
+				got, err := s.Step(ids[k])
+				if m, isErr := w.(map[string]any); isErr {
+					require.Error(t, err, "ids %v step %d: tokenizers failed with %v", ids, k, m["error"])
+					return
+				}
+				require.NoError(t, err, "ids %v step %d", ids, k)
+				if w == nil {
+					require.Equal(t, "", got, "ids %v step %d", ids, k)
+				} else {
+					require.Equal(t, w, got, "ids %v step %d", ids, k)
 				}
 			}
-			for i, want := range r.Stream {
-				check(seqs[i], want, false)
-			}
-			for i, want := range r.StreamSkip {
-				check(r.Special[i], want, true)
-			}
-		})
-	}
+		}
+		for i, want := range r.Stream {
+			check(seqs[i], want, false)
+		}
+		for i, want := range r.StreamSkip {
+			check(r.Special[i], want, true)
+		}
+	})
 }
 
 func equalIDs(a, b []int64) bool {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -107,19 +108,19 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if t.model, err = parseModel(f.Model); err != nil {
 		return nil, err
 	}
-	if t.normalizer, err = parseNormalizer(f.Normalizer, "normalizer"); err != nil {
+	if t.normalizer, err = parseComponent(normalizers, f.Normalizer, "normalizer"); err != nil {
 		return nil, err
 	}
-	if t.pre, err = parsePreTokenizer(f.PreTokenizer, "pre_tokenizer"); err != nil {
+	if t.pre, err = parseComponent(preTokenizers, f.PreTokenizer, "pre_tokenizer"); err != nil {
 		return nil, err
 	}
-	if t.decoder, err = parseDecoder(f.Decoder, "decoder"); err != nil {
+	if t.decoder, err = parseComponent(decoders, f.Decoder, "decoder"); err != nil {
 		return nil, err
 	}
 	if err := t.addTokens(f.AddedTokens); err != nil {
 		return nil, err
 	}
-	if t.post, err = parsePostProcessor(f.PostProcessor, "post_processor"); err != nil {
+	if t.post, err = parseComponent(postProcessors, f.PostProcessor, "post_processor"); err != nil {
 		return nil, err
 	}
 	t.guessSpecialIDs()
@@ -234,35 +235,89 @@ func parseModel(raw json.RawMessage) (*bpe, error) {
 	return m, nil
 }
 
-const supportedNormalizers = "Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Strip"
+// component is what parseComponent needs to know of one kind of tokenizer.json
+// component (normalizer, pre_tokenizer, decoder, post_processor).
+type component[T comparable] struct {
+	// items is the key of a Sequence's list ("normalizers").
+	items string
+	// sequence combines a Sequence's components (in order, the null ones left out) into
+	// one.
+	sequence func([]T) T
+	// parse builds a component of any other type, or says that the type is unsupported.
+	parse func(raw json.RawMessage, field, typ string) (T, error)
+}
 
-func parseNormalizer(raw json.RawMessage, field string) (normalizer, error) {
+// parseComponent reads a component of kind c at field: null is T's zero value, a
+// Sequence is c.sequence of its items (each read by parseComponent at
+// field.items[k]), anything else is c.parse's.
+func parseComponent[T comparable](c component[T], raw json.RawMessage, field string) (T, error) {
+	var none T
 	if isNull(raw) {
-		return nil, nil
+		return none, nil
 	}
 	var ty typed
 	if err := decodeField(raw, field, &ty); err != nil {
+		return none, err
+	}
+	if ty.Type != "Sequence" {
+		return c.parse(raw, field, ty.Type)
+	}
+	items, err := sequenceItems(raw, field, c.items)
+	if err != nil {
+		return none, err
+	}
+	var seq []T
+	for k, r := range items {
+		x, err := parseComponent(c, r, fmt.Sprintf("%s.%s[%d]", field, c.items, k))
+		if err != nil {
+			return none, err
+		}
+		if x != none {
+			seq = append(seq, x)
+		}
+	}
+	return c.sequence(seq), nil
+}
+
+// sequenceItems decodes the list under key as a struct with that one field would (the
+// key matched as encoding/json matches it, the same errors).
+func sequenceItems(raw json.RawMessage, field, key string) ([]json.RawMessage, error) {
+	list := reflect.TypeFor[[]json.RawMessage]()
+	v := reflect.New(reflect.StructOf([]reflect.StructField{{Name: "Items", Type: list, Tag: reflect.StructTag(fmt.Sprintf("json:%q", key))}}))
+	if err := decodeField(raw, field, v.Interface()); err != nil {
 		return nil, err
 	}
-	switch ty.Type {
-	case "Sequence":
-		var j struct {
-			Normalizers []json.RawMessage `json:"normalizers"`
-		}
-		if err := decodeField(raw, field, &j); err != nil {
-			return nil, err
-		}
-		var seq normSequence
-		for k, r := range j.Normalizers {
-			n, err := parseNormalizer(r, fmt.Sprintf("%s.normalizers[%d]", field, k))
-			if err != nil {
-				return nil, err
-			}
-			if n != nil {
-				seq = append(seq, n)
-			}
-		}
-		return seq, nil
+	return v.Elem().Field(0).Interface().([]json.RawMessage), nil
+}
+
+// The components of tokenizer.json.
+var (
+	normalizers    = component[normalizer]{"normalizers", func(s []normalizer) normalizer { return normSequence(s) }, newNormalizer}
+	preTokenizers  = component[preTokenizer]{"pretokenizers", func(s []preTokenizer) preTokenizer { return preSequence(s) }, newPreTokenizer}
+	decoders       = component[decoder]{"decoders", func(s []decoder) decoder { return decSequence(s) }, newDecoder}
+	postProcessors = component[*template]{"processors", chainTemplates, newPostProcessor}
+)
+
+// parseReplace reads the pattern and content of a Replace normalizer or decoder.
+func parseReplace(raw json.RawMessage, field string) (pattern, content string, err error) {
+	var j struct {
+		Pattern patternJSON `json:"pattern"`
+		Content string      `json:"content"`
+	}
+	if err := decodeField(raw, field, &j); err != nil {
+		return "", "", err
+	}
+	if pattern, err = literalPattern(j.Pattern, field); err != nil {
+		return "", "", err
+	}
+	return pattern, j.Content, nil
+}
+
+const supportedNormalizers = "Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Strip"
+
+// newNormalizer builds a normalizer of type typ other than Sequence.
+func newNormalizer(raw json.RawMessage, field, typ string) (normalizer, error) {
+	switch typ {
 	case "Prepend":
 		var j struct {
 			Prepend string `json:"prepend"`
@@ -272,18 +327,11 @@ func parseNormalizer(raw json.RawMessage, field string) (normalizer, error) {
 		}
 		return normPrepend{j.Prepend}, nil
 	case "Replace":
-		var j struct {
-			Pattern patternJSON `json:"pattern"`
-			Content string      `json:"content"`
-		}
-		if err := decodeField(raw, field, &j); err != nil {
-			return nil, err
-		}
-		lit, err := literalPattern(j.Pattern, field)
+		pattern, content, err := parseReplace(raw, field)
 		if err != nil {
 			return nil, err
 		}
-		return normReplace{lit, j.Content}, nil
+		return normReplace{pattern, content}, nil
 	case "NFC":
 		return normUnicode{norm.NFC}, nil
 	case "NFD":
@@ -302,7 +350,7 @@ func parseNormalizer(raw json.RawMessage, field string) (normalizer, error) {
 		}
 		return normStrip{j.Left, j.Right}, nil
 	}
-	return nil, unsupported(field, "normalizer", ty.Type, supportedNormalizers)
+	return nil, unsupported(field, "normalizer", typ, supportedNormalizers)
 }
 
 // literalPattern accepts a {"String": s} pattern (s non-empty).
@@ -320,33 +368,9 @@ func literalPattern(p patternJSON, field string) (string, error) {
 
 const supportedPreTokenizers = "Sequence, ByteLevel, Split, Metaspace"
 
-func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) {
-	if isNull(raw) {
-		return nil, nil
-	}
-	var ty typed
-	if err := decodeField(raw, field, &ty); err != nil {
-		return nil, err
-	}
-	switch ty.Type {
-	case "Sequence":
-		var j struct {
-			PreTokenizers []json.RawMessage `json:"pretokenizers"`
-		}
-		if err := decodeField(raw, field, &j); err != nil {
-			return nil, err
-		}
-		var seq preSequence
-		for k, r := range j.PreTokenizers {
-			p, err := parsePreTokenizer(r, fmt.Sprintf("%s.pretokenizers[%d]", field, k))
-			if err != nil {
-				return nil, err
-			}
-			if p != nil {
-				seq = append(seq, p)
-			}
-		}
-		return seq, nil
+// newPreTokenizer builds a pre-tokenizer of type typ other than Sequence.
+func newPreTokenizer(raw json.RawMessage, field, typ string) (preTokenizer, error) {
+	switch typ {
 	case "ByteLevel":
 		j := struct {
 			AddPrefixSpace bool `json:"add_prefix_space"`
@@ -391,7 +415,7 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 		}
 		return &preMetaspace{repl: string(m.repl), scheme: m.scheme, split: m.split}, nil
 	}
-	return nil, unsupported(field, "pre-tokenizer", ty.Type, supportedPreTokenizers)
+	return nil, unsupported(field, "pre-tokenizer", typ, supportedPreTokenizers)
 }
 
 type metaspaceConfig struct {
@@ -442,33 +466,9 @@ func parseMetaspace(raw json.RawMessage, field string) (metaspaceConfig, error) 
 
 const supportedDecoders = "Sequence, ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace"
 
-func parseDecoder(raw json.RawMessage, field string) (decoder, error) {
-	if isNull(raw) {
-		return nil, nil
-	}
-	var ty typed
-	if err := decodeField(raw, field, &ty); err != nil {
-		return nil, err
-	}
-	switch ty.Type {
-	case "Sequence":
-		var j struct {
-			Decoders []json.RawMessage `json:"decoders"`
-		}
-		if err := decodeField(raw, field, &j); err != nil {
-			return nil, err
-		}
-		var seq decSequence
-		for k, r := range j.Decoders {
-			d, err := parseDecoder(r, fmt.Sprintf("%s.decoders[%d]", field, k))
-			if err != nil {
-				return nil, err
-			}
-			if d != nil {
-				seq = append(seq, d)
-			}
-		}
-		return seq, nil
+// newDecoder builds a decoder of type typ other than Sequence.
+func newDecoder(raw json.RawMessage, field, typ string) (decoder, error) {
+	switch typ {
 	case "ByteLevel":
 		return decByteLevel{}, nil
 	case "ByteFallback":
@@ -490,18 +490,11 @@ func parseDecoder(raw json.RawMessage, field string) (decoder, error) {
 		}
 		return decStrip{content: r, start: j.Start, stop: j.Stop}, nil
 	case "Replace":
-		var j struct {
-			Pattern patternJSON `json:"pattern"`
-			Content string      `json:"content"`
-		}
-		if err := decodeField(raw, field, &j); err != nil {
-			return nil, err
-		}
-		lit, err := literalPattern(j.Pattern, field)
+		pattern, content, err := parseReplace(raw, field)
 		if err != nil {
 			return nil, err
 		}
-		return decReplace{lit, j.Content}, nil
+		return decReplace{pattern, content}, nil
 	case "Metaspace":
 		m, err := parseMetaspace(raw, field)
 		if err != nil {
@@ -509,7 +502,7 @@ func parseDecoder(raw json.RawMessage, field string) (decoder, error) {
 		}
 		return decMetaspace{repl: m.repl, scheme: m.scheme}, nil
 	}
-	return nil, unsupported(field, "decoder", ty.Type, supportedDecoders)
+	return nil, unsupported(field, "decoder", typ, supportedDecoders)
 }
 
 // template is the single-sequence form of TemplateProcessing: special token ids before
@@ -520,46 +513,30 @@ type template struct {
 
 const supportedPostProcessors = "TemplateProcessing, ByteLevel, Sequence of those"
 
-func parsePostProcessor(raw json.RawMessage, field string) (*template, error) {
-	if isNull(raw) {
-		return nil, nil
+// chainTemplates is a Sequence of post-processors: each takes the previous one's output
+// as its sequence.
+func chainTemplates(s []*template) *template {
+	var out *template
+	for _, tp := range s {
+		if out == nil {
+			out = &template{}
+		}
+		out.prefix = append(slices.Clone(tp.prefix), out.prefix...)
+		out.suffix = append(out.suffix, tp.suffix...)
 	}
-	var ty typed
-	if err := decodeField(raw, field, &ty); err != nil {
-		return nil, err
-	}
-	switch ty.Type {
+	return out
+}
+
+// newPostProcessor builds a post-processor of type typ other than Sequence.
+func newPostProcessor(raw json.RawMessage, field, typ string) (*template, error) {
+	switch typ {
 	case "ByteLevel":
 		// Trims offsets only; ids are untouched.
 		return nil, nil
-	case "Sequence":
-		var j struct {
-			Processors []json.RawMessage `json:"processors"`
-		}
-		if err := decodeField(raw, field, &j); err != nil {
-			return nil, err
-		}
-		// Each processor takes the previous one's output as its sequence.
-		var out *template
-		for k, r := range j.Processors {
-			tp, err := parsePostProcessor(r, fmt.Sprintf("%s.processors[%d]", field, k))
-			if err != nil {
-				return nil, err
-			}
-			if tp == nil {
-				continue
-			}
-			if out == nil {
-				out = &template{}
-			}
-			out.prefix = append(slices.Clone(tp.prefix), out.prefix...)
-			out.suffix = append(out.suffix, tp.suffix...)
-		}
-		return out, nil
 	case "TemplateProcessing":
 		return parseTemplate(raw, field)
 	}
-	return nil, unsupported(field, "post-processor", ty.Type, supportedPostProcessors)
+	return nil, unsupported(field, "post-processor", typ, supportedPostProcessors)
 }
 
 func parseTemplate(raw json.RawMessage, field string) (*template, error) {

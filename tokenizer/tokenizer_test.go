@@ -192,6 +192,12 @@ func TestParseErrors(t *testing.T) {
 			m["normalizer"] = map[string]any{"type": "Replace", "pattern": map[string]any{"Regex": " +"}, "content": " "}
 		}, want: `normalizer.pattern: the regular expression " +" is not supported here`, unsupported: true},
 		{name: "decoder", edit: func(m map[string]any) { m["decoder"] = map[string]any{"type": "WordPiece"} }, want: `decoder: decoder "WordPiece" is not supported`, unsupported: true},
+		{name: "nested decoder", edit: func(m map[string]any) {
+			m["decoder"] = map[string]any{"type": "Sequence", "decoders": []any{nil, map[string]any{"type": "Sequence", "decoders": []any{map[string]any{"type": "CTC"}}}}}
+		}, want: `decoder.decoders[1].decoders[0]: decoder "CTC" is not supported`, unsupported: true},
+		{name: "sequence list", edit: func(m map[string]any) {
+			m["normalizer"] = map[string]any{"type": "Sequence", "normalizers": "NFC"}
+		}, want: "normalizer: json: cannot unmarshal string into Go struct field .normalizers"},
 		{name: "post-processor", edit: func(m map[string]any) { m["post_processor"] = map[string]any{"type": "RobertaProcessing"} }, want: `post_processor: post-processor "RobertaProcessing" is not supported`, unsupported: true},
 		{name: "template token", edit: func(m map[string]any) {
 			m["post_processor"].(map[string]any)["special_tokens"] = map[string]any{}

@@ -301,6 +301,17 @@ type decoderLM struct {
 	lmHead *nn.Linear
 }
 
+// build makes lm the decoder that spec describes (cfg names the config in errors),
+// registered on base (buildDecoder), after the checks spec makes.
+func (lm *decoderLM) build(base *nn.Base, cfg string, spec func() (decoderSpec, error)) error {
+	s, err := spec()
+	if err != nil {
+		return fmt.Errorf("models: %w", err)
+	}
+	*lm, err = buildDecoder(base, cfg, s)
+	return err
+}
+
 // buildDecoder registers "model" and "lm_head" on base as transformers'
 // *ForCausalLM.__init__ does, initialised as its _init_weights: linear and embedding
 // weights N(0, initializer_range²) (the padding row zero), biases zero, norms one.
@@ -381,15 +392,6 @@ func (lm decoderLM) Loss(ids *torch.Tensor) *torch.Tensor {
 	return torch.Local(func() *torch.Tensor { return CausalLMLoss(lm.Forward(DecoderInput{InputIDs: ids}), ids) })
 }
 
-// decoderConfig is DecoderConfig for a Llama-family model.
-func decoderConfig(vocab, maxPos int64, bos *int64, eos TokenIDs) DecoderConfig {
-	c := DecoderConfig{VocabSize: vocab, MaxPositions: maxPos, BOS: -1, EOS: append([]int64(nil), eos...)}
-	if bos != nil {
-		c.BOS = *bos
-	}
-	return c
-}
-
 // parseConfigJSON unmarshals config.json's raw bytes into c with errors that name the
 // file, and reads the rotary settings in either form (ropeFields).
 func parseConfigJSON(raw []byte, c any, maxPos func() int64) (RopeParameters, error) {
@@ -409,6 +411,8 @@ func parseConfigJSON(raw []byte, c any, maxPos func() int64) (RopeParameters, er
 func jsonFieldError(raw []byte, c any, err error) error {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field != "" {
+		// The path has the embedded struct's name, which config.json does not have.
+		typeErr.Field = strings.TrimPrefix(typeErr.Field, "LlamaFamilyConfig.")
 		return err
 	}
 	var fields map[string]json.RawMessage

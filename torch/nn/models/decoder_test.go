@@ -354,6 +354,19 @@ func tinyLlamaJSON() map[string]any {
 	}
 }
 
+// savedTinyLlama builds tinyLlamaJSON's model from the seed and saves it to a new
+// directory; the model is freed when the test ends.
+func savedTinyLlama(t *testing.T, seed int64) (*models.LlamaForCausalLM, string) {
+	t.Helper()
+	torch.ManualSeed(seed)
+	raw, err := json.Marshal(tinyLlamaJSON())
+	require.NoError(t, err)
+	m := newDecoder(t, buildLlama, raw).(*models.LlamaForCausalLM)
+	dir := t.TempDir()
+	require.NoError(t, models.SavePretrained(dir, m, models.SaveOptions{}))
+	return m, dir
+}
+
 // TestDecoderConfigErrors: configs gotrain cannot build are errors naming the field,
 // before anything is allocated; a config whose sizes disagree with the weights names
 // the tensor; an unknown model_type lists the supported ones.
@@ -417,16 +430,7 @@ func TestDecoderConfigErrors(t *testing.T) {
 	}
 
 	// Sizes that disagree with the weights: the tensor is named.
-	torch.ManualSeed(4)
-	raw, err := json.Marshal(tinyLlamaJSON())
-	require.NoError(t, err)
-	m, err := models.ParseLlamaConfig(raw)
-	require.NoError(t, err)
-	lm, err := models.NewLlamaForCausalLM(m)
-	require.NoError(t, err)
-	defer nn.Free(lm)
-	dir := t.TempDir()
-	require.NoError(t, models.SavePretrained(dir, lm, models.SaveOptions{}))
+	_, dir := savedTinyLlama(t, 4)
 	for field, tensor := range map[string]string{"intermediate_size": "mlp.gate_proj.weight", "num_key_value_heads": "self_attn.k_proj.weight", "vocab_size": "embed_tokens.weight"} {
 		cfg := tinyLlamaJSON()
 		cfg[field] = map[string]int{"intermediate_size": 32, "num_key_value_heads": 4, "vocab_size": 64}[field]
@@ -443,16 +447,7 @@ func TestDecoderConfigErrors(t *testing.T) {
 // the rotary inv_freq buffers, or from the bare LlamaModel (no "model." prefix), load
 // into the same model.
 func TestLlamaOlderCheckpointNames(t *testing.T) {
-	torch.ManualSeed(6)
-	raw, err := json.Marshal(tinyLlamaJSON())
-	require.NoError(t, err)
-	c, err := models.ParseLlamaConfig(raw)
-	require.NoError(t, err)
-	m, err := models.NewLlamaForCausalLM(c)
-	require.NoError(t, err)
-	defer nn.Free(m)
-	dir := t.TempDir()
-	require.NoError(t, models.SavePretrained(dir, m, models.SaveOptions{}))
+	m, dir := savedTinyLlama(t, 6)
 	weights, _, err := checkpoint.ReadSafetensors(filepath.Join(dir, "model.safetensors"))
 	require.NoError(t, err)
 	old := checkpoint.NewDict()
