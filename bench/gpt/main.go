@@ -22,6 +22,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/gotrain/gotrain/bench/internal/lmbench"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 	"github.com/gotrain/gotrain/torch/nn/models"
@@ -36,10 +37,6 @@ type result struct {
 	Generated       []int64 `json:"generated"`
 }
 
-type setup struct {
-	batch, seq, steps, warmup, newTokens, threads int
-}
-
 func config(seq int) models.GPT2Config {
 	c := models.DefaultGPT2Config()
 	c.VocabSize, c.NPositions, c.NEmbd, c.NLayer, c.NHead = 256, int64(seq)*2, 128, 4, 4
@@ -49,20 +46,15 @@ func config(seq int) models.GPT2Config {
 }
 
 func main() {
-	s := setup{}
-	flag.IntVar(&s.batch, "batch", 16, "sequences per training step")
-	flag.IntVar(&s.seq, "seq", 128, "tokens per sequence")
-	flag.IntVar(&s.steps, "steps", 20, "timed training steps")
-	flag.IntVar(&s.warmup, "warmup", 3, "untimed training steps first")
-	flag.IntVar(&s.newTokens, "new", 128, "tokens to generate")
-	flag.IntVar(&s.threads, "threads", 2, "libtorch intra-op threads")
+	s := lmbench.Run{Batch: 16, Seq: 128, Warmup: 3, Steps: 20, NewTokens: 128, Threads: 2}
+	s.Flags(flag.CommandLine)
 	python := flag.String("python", ".venv/bin/python", "Python with torch and transformers")
 	cpp := flag.String("cpp", "build/bench/gpt", "the C++ twin compiled from bench/cpp/gpt.cpp (skipped when absent)")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench/gpt: ")
 	runtime.LockOSThread()
-	torch.SetNumThreads(s.threads)
+	torch.SetNumThreads(s.Threads)
 
 	dir, err := os.MkdirTemp("", "gotrain-gpt-bench")
 	if err != nil {
@@ -70,7 +62,7 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 	torch.ManualSeed(0)
-	m, err := models.NewGPT2LMHeadModel(config(s.seq))
+	m, err := models.NewGPT2LMHeadModel(config(s.Seq))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -79,8 +71,8 @@ func main() {
 	}
 	goRes := runGo(m, s)
 
-	args := []string{fmt.Sprint(s.batch), fmt.Sprint(s.seq), fmt.Sprint(s.steps), fmt.Sprint(s.warmup),
-		fmt.Sprint(s.newTokens), fmt.Sprint(s.threads)}
+	args := []string{fmt.Sprint(s.Batch), fmt.Sprint(s.Seq), fmt.Sprint(s.Steps), fmt.Sprint(s.Warmup),
+		fmt.Sprint(s.NewTokens), fmt.Sprint(s.Threads)}
 	pyRes := runTwin(*python, append([]string{"bench/gpt/bench.py", filepath.Join(dir, "model")}, args...)...)
 	var cppRes *result
 	if _, err := os.Stat(*cpp); err == nil {
@@ -88,13 +80,13 @@ func main() {
 		cppRes = &r
 	}
 	same := fmt.Sprint(goRes.Generated) == fmt.Sprint(pyRes.Generated)
-	c := config(s.seq)
+	c := config(s.Seq)
 	fmt.Printf("GPT-2 %d layers × %d wide, %d heads, vocab %d; batch %d × %d tokens; AdamW (fused); %d threads; %s\n\n",
-		c.NLayer, c.NEmbd, c.NHead, c.VocabSize, s.batch, s.seq, s.threads, torch.Version())
+		c.NLayer, c.NEmbd, c.NHead, c.VocabSize, s.Batch, s.Seq, s.Threads, torch.Version())
 	fmt.Println("| | gotrain | Python (transformers) | ratio |")
 	fmt.Println("|---|---|---|---|")
 	fmt.Printf("| training, tokens/s | %.0f | %.0f | %.2f× |\n", goRes.TrainTokensPerS, pyRes.TrainTokensPerS, goRes.TrainTokensPerS/pyRes.TrainTokensPerS)
-	fmt.Printf("| greedy generation with KV cache, new tokens/s (batch 1, %d new) | %.0f | %.0f | %.2f× |\n", s.newTokens, goRes.GenTokensPerS, pyRes.GenTokensPerS, goRes.GenTokensPerS/pyRes.GenTokensPerS)
+	fmt.Printf("| greedy generation with KV cache, new tokens/s (batch 1, %d new) | %.0f | %.0f | %.2f× |\n", s.NewTokens, goRes.GenTokensPerS, pyRes.GenTokensPerS, goRes.GenTokensPerS/pyRes.GenTokensPerS)
 	if cppRes != nil {
 		fmt.Printf("| C++ twin (gpt.cpp): training %.0f tokens/s, generation %.0f tokens/s | gotrain / C++: %.2f×, %.2f× | | |\n",
 			cppRes.TrainTokensPerS, cppRes.GenTokensPerS, goRes.TrainTokensPerS/cppRes.TrainTokensPerS, goRes.GenTokensPerS/cppRes.GenTokensPerS)
@@ -106,16 +98,16 @@ func main() {
 
 // batchIDs draws the training batches as bench.py does: torch.manual_seed(1), then one
 // randint per step.
-func batchIDs(s setup, vocab int64) []*torch.Tensor {
+func batchIDs(s lmbench.Run, vocab int64) []*torch.Tensor {
 	torch.ManualSeed(1)
-	out := make([]*torch.Tensor, s.warmup+s.steps)
+	out := make([]*torch.Tensor, s.Warmup+s.Steps)
 	for i := range out {
-		out[i] = torch.Randint(0, vocab, []int64{int64(s.batch), int64(s.seq)}, torch.Int64, torch.CPU).Escape()
+		out[i] = torch.Randint(0, vocab, []int64{int64(s.Batch), int64(s.Seq)}, torch.Int64, torch.CPU).Escape()
 	}
 	return out
 }
 
-func runGo(m *models.GPT2LMHeadModel, s setup) result {
+func runGo(m *models.GPT2LMHeadModel, s lmbench.Run) result {
 	var r result
 	prompt := make([]int64, 16)
 	for i := range prompt {
@@ -127,7 +119,7 @@ func runGo(m *models.GPT2LMHeadModel, s setup) result {
 		log.Fatal(err)
 	}
 	start := time.Now()
-	gens, err := models.Generate(m, [][]int64{prompt}, models.GenerateOptions{MaxNewTokens: s.newTokens, IgnoreEOS: true})
+	gens, err := models.Generate(m, [][]int64{prompt}, models.GenerateOptions{MaxNewTokens: s.NewTokens, IgnoreEOS: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -142,7 +134,7 @@ func runGo(m *models.GPT2LMHeadModel, s setup) result {
 		log.Fatal(err)
 	}
 	for i, ids := range batches {
-		if i == s.warmup {
+		if i == s.Warmup {
 			start = time.Now()
 		}
 		torch.WithScope(func() {
@@ -158,7 +150,7 @@ func runGo(m *models.GPT2LMHeadModel, s setup) result {
 			}
 		})
 	}
-	r.TrainTokensPerS = float64(s.steps*s.batch*s.seq) / time.Since(start).Seconds()
+	r.TrainTokensPerS = float64(s.Steps*s.Batch*s.Seq) / time.Since(start).Seconds()
 	return r
 }
 

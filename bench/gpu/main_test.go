@@ -5,6 +5,8 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -146,4 +148,39 @@ func TestSelfTimes(t *testing.T) {
 	assert.Equal(t, "kernels", s.Counted)
 	assert.Equal(t, 1.0, s.PerStep)
 	assert.Equal(t, 6.0, s.HostOps)
+}
+
+// train and profile set a model up the same way (prepare, newSession): the same
+// spec.json for the same flags, and steps that train; both refuse a precision that is
+// not fp32 or bf16.
+func TestTrainAndProfileShareTheirSetUp(t *testing.T) {
+	for _, precision := range []string{"fp32", "bf16"} {
+		o := options{device: torch.CPU, smoke: true, model: "cnn", precision: precision, warmup: 1, steps: 2}
+		o.dir = filepath.Join(t.TempDir(), "train")
+		res, ok, err := runTrain(o)
+		require.NoError(t, err)
+		assert.True(t, ok)
+		tr := res.(*trainResult)
+		assert.Len(t, tr.StepS, 2)
+		assert.False(t, math.IsNaN(tr.FirstLoss) || math.IsInf(tr.FirstLoss, 0), "first loss %v", tr.FirstLoss)
+		trainSpec, err := os.ReadFile(filepath.Join(o.dir, "spec.json"))
+		require.NoError(t, err)
+
+		o.dir = filepath.Join(t.TempDir(), "profile")
+		res, ok, err = runProfile(o, memOptions{}, "")
+		require.NoError(t, err)
+		assert.True(t, ok)
+		prof := res.([]profileSummary)
+		require.Len(t, prof, 1)
+		assert.Equal(t, 2, prof[0].Steps)
+		assert.Positive(t, prof[0].PerStep, precision)
+		profileSpec, err := os.ReadFile(filepath.Join(o.dir, "spec.json"))
+		require.NoError(t, err)
+		assert.JSONEq(t, string(trainSpec), string(profileSpec), precision)
+	}
+	o := options{device: torch.CPU, smoke: true, model: "cnn", precision: "fp16", dir: t.TempDir()}
+	_, _, err := runTrain(o)
+	assert.ErrorContains(t, err, `-precision "fp16"`)
+	_, _, err = runProfile(o, memOptions{}, "")
+	assert.ErrorContains(t, err, `-precision "fp16"`)
 }

@@ -2,23 +2,19 @@ package main
 
 import (
 	"bufio"
-	"cmp"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/gotrain/gotrain/amp"
 	"github.com/gotrain/gotrain/torch"
-	"github.com/gotrain/gotrain/torch/nn"
-	"github.com/gotrain/gotrain/torch/optim"
 )
 
 // kernelClasses sorts kernels (or, on a CPU, ATen ops) into the classes issue 35 asks
@@ -199,21 +195,12 @@ func runProfile(o options, mo memOptions, modes string) (any, bool, error) {
 		defer os.RemoveAll(d)
 		o.dir = d
 	}
-	if err := os.MkdirAll(o.dir, 0o755); err != nil {
-		return nil, false, err
-	}
-	s := spec{Model: o.model, Precision: o.precision, Device: o.device.String(), Pool: batchPool,
-		Warmup: o.warmup, Steps: o.steps, LR: 1e-4, WD: 0.01}
-	torch.ManualSeed(0)
-	m, err := buildModel(o, &s)
+	o.keepForward = false // profile runs the Trainer's step; -keep-forward is train's and mem's
+	m, s, err := prepare(o)
 	if err != nil {
-		return nil, false, err
+		return nil, false, fmt.Errorf("profile: %w", err)
 	}
 	defer m.free()
-	raw, _ := json.MarshalIndent(s, "", "  ")
-	if err := os.WriteFile(filepath.Join(o.dir, "spec.json"), append(raw, '\n'), 0o644); err != nil {
-		return nil, false, err
-	}
 	evs, err := profileSteps(m, s, o.device)
 	if err != nil {
 		return nil, false, err
@@ -234,39 +221,12 @@ func runProfile(o options, mo memOptions, modes string) (any, bool, error) {
 // profileSteps runs the step of timeSteps: warm-up steps, then s.Steps under the profiler.
 func profileSteps(m *benchModel, s spec, dev torch.Device) (evs []torch.ProfileEvent, err error) {
 	defer torch.Recover(&err, "profile "+s.Model)
-	scope := torch.NewScope()
-	defer scope.Close()
-	nn.ToDevice(m.module, dev)
-	nn.SetTraining(m.module, true)
-	var batches [][]*torch.Tensor
-	for _, b := range m.batches() {
-		var moved []*torch.Tensor
-		for _, t := range b {
-			moved = append(moved, t.To(dev, false))
-		}
-		batches = append(batches, moved)
-	}
-	opt, err := optim.NewAdamW(nn.Parameters(m.module), optim.AdamOptions{LR: s.LR, WeightDecay: s.WD, Fused: true})
+	t, err := newSession(m, s, dev)
 	if err != nil {
 		return nil, err
 	}
-	defer opt.Free()
-	step := func(i int) {
-		torch.WithScope(func() {
-			opt.ZeroGrad(true)
-			var loss *torch.Tensor
-			fwd := func() { loss = torch.Local(func() *torch.Tensor { return m.loss(batches[i%len(batches)]) }) }
-			if s.Precision == "bf16" {
-				amp.Autocast(dev, torch.BFloat16, fwd)
-			} else {
-				fwd()
-			}
-			loss.Backward()
-			if err := opt.Step(); err != nil {
-				panic(err)
-			}
-		})
-	}
+	defer t.close()
+	step := func(i int) { torch.WithScope(func() { t.step(i) }) }
 	for i := 0; i < s.Warmup; i++ {
 		step(i)
 	}

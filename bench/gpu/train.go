@@ -126,31 +126,38 @@ func runTrain(o options) (any, bool, error) {
 	if o.dir == "" {
 		return nil, false, fmt.Errorf("train: -dir is required")
 	}
-	if err := os.MkdirAll(o.dir, 0o755); err != nil {
-		return nil, false, err
+	m, s, err := prepare(o)
+	if err != nil {
+		return nil, false, fmt.Errorf("train: %w", err)
 	}
+	defer m.free()
+	r, err := timeSteps(m, s, o.device)
+	return r, err == nil, err
+}
+
+// prepare is what train and profile do before their steps: it checks o.precision, makes
+// o.dir, builds o.model from seed 0 (buildModel, which writes its weights there) and
+// writes the spec bench.py reads to o.dir/spec.json. The caller frees the model.
+func prepare(o options) (*benchModel, spec, error) {
 	s := spec{Model: o.model, Precision: o.precision, Device: o.device.String(), Pool: batchPool,
 		Warmup: o.warmup, Steps: o.steps, LR: 1e-4, WD: 0.01, KeepForward: o.keepForward}
-	var bf16 bool
-	switch o.precision {
-	case "fp32":
-	case "bf16":
-		bf16 = true
-	default:
-		return nil, false, fmt.Errorf("train: -precision %q is not fp32 or bf16", o.precision)
+	if s.Precision != "fp32" && s.Precision != "bf16" {
+		return nil, s, fmt.Errorf("-precision %q is not fp32 or bf16", s.Precision)
+	}
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		return nil, s, err
 	}
 	torch.ManualSeed(0)
 	m, err := buildModel(o, &s)
 	if err != nil {
-		return nil, false, err
+		return nil, s, err
 	}
-	defer m.free()
 	raw, _ := json.MarshalIndent(s, "", "  ")
 	if err := os.WriteFile(filepath.Join(o.dir, "spec.json"), append(raw, '\n'), 0o644); err != nil {
-		return nil, false, err
+		m.free()
+		return nil, s, err
 	}
-	r, err := timeSteps(m, s, o.device, bf16)
-	return r, err == nil, err
+	return m, s, nil
 }
 
 // buildModel draws the model's weights, writes them where bench.py reads them, and
@@ -238,31 +245,93 @@ func drawBatches(draw func() []*torch.Tensor) [][]*torch.Tensor {
 	return out
 }
 
+// session is a benchmark model ready to train on a device: the module there in training
+// mode, its batches there and its fused AdamW, in a scope of their own, for the step
+// train times and profile profiles.
+type session struct {
+	scope       *torch.Scope
+	m           *benchModel
+	dev         torch.Device
+	bf16        bool // the forward and loss under bf16 autocast
+	keepForward bool // spec.KeepForward
+	batches     [][]*torch.Tensor
+	opt         *optim.Adam
+	// zeroed, when set, runs in step i after zero_grad, before the forward.
+	zeroed func(i int)
+}
+
+// newSession opens a scope, moves m to dev, sets it training, moves its batches to dev
+// and makes the optimizer of s's learning rate and weight decay. Close the session after
+// the steps, on the same goroutine.
+func newSession(m *benchModel, s spec, dev torch.Device) (_ *session, err error) {
+	t := &session{scope: torch.NewScope(), m: m, dev: dev, bf16: s.Precision == "bf16", keepForward: s.KeepForward}
+	ok := false
+	defer func() {
+		if !ok { // an error, or a panic the caller recovers: close the scope all the same
+			t.scope.Close()
+		}
+	}()
+	nn.ToDevice(m.module, dev)
+	nn.SetTraining(m.module, true)
+	for _, b := range m.batches() {
+		var moved []*torch.Tensor
+		for _, x := range b {
+			moved = append(moved, x.To(dev, false))
+		}
+		t.batches = append(t.batches, moved)
+	}
+	if t.opt, err = optim.NewAdamW(nn.Parameters(m.module), optim.AdamOptions{LR: s.LR, WeightDecay: s.WD, Fused: true}); err != nil {
+		return nil, err
+	}
+	ok = true
+	return t, nil
+}
+
+// close frees the optimizer, whose state would count in the next model's measurement,
+// and closes the session's scope.
+func (t *session) close() {
+	t.opt.Free()
+	t.scope.Close()
+}
+
+// step runs training step i as the Trainer runs a step and returns its loss: zero_grad,
+// forward and loss (under autocast in bf16), backward, the optimizer step. The forward
+// runs in its own scope, as the Trainer runs it: when it returns, only the loss and what
+// autograd saved remain, and backward frees the latter as it goes (unless keepForward).
+func (t *session) step(i int) (loss *torch.Tensor) {
+	t.opt.ZeroGrad(true)
+	if t.zeroed != nil {
+		t.zeroed(i)
+	}
+	batch := t.batches[i%len(t.batches)]
+	fwd := func() { loss = torch.Local(func() *torch.Tensor { return t.m.loss(batch) }) }
+	if t.keepForward {
+		fwd = func() { loss = t.m.loss(batch) }
+	}
+	if t.bf16 {
+		amp.Autocast(t.dev, torch.BFloat16, fwd)
+	} else {
+		fwd()
+	}
+	loss.Backward()
+	if err := t.opt.Step(); err != nil {
+		panic(err)
+	}
+	return loss
+}
+
 // timeSteps runs warm-up steps, then times each step between two synchronizations: the
 // step the Trainer runs (zero_grad, forward and loss under autocast, backward, fused
 // AdamW) over batches already on the device, without reading the loss.
-func timeSteps(m *benchModel, s spec, dev torch.Device, bf16 bool) (r *trainResult, err error) {
+func timeSteps(m *benchModel, s spec, dev torch.Device) (r *trainResult, err error) {
 	defer torch.Recover(&err, "train "+s.Model)
 	r = &trainResult{Impl: "gotrain", Model: s.Model, Precision: s.Precision, Unit: m.unit}
-	scope := torch.NewScope()
-	defer scope.Close()
-	nn.ToDevice(m.module, dev)
-	nn.SetTraining(m.module, true)
-	var batches [][]*torch.Tensor
-	for _, b := range m.batches() {
-		var moved []*torch.Tensor
-		for _, t := range b {
-			moved = append(moved, t.To(dev, false))
-		}
-		batches = append(batches, moved)
-	}
-	opt, err := optim.NewAdamW(nn.Parameters(m.module), optim.AdamOptions{LR: s.LR, WeightDecay: s.WD, Fused: true})
+	t, err := newSession(m, s, dev)
 	if err != nil {
 		return nil, err
 	}
-	defer opt.Free() // its state would count in the next model's measurement
-	step := func(i int) (loss *torch.Tensor) {
-		opt.ZeroGrad(true)
+	defer t.close()
+	t.zeroed = func(i int) {
 		if i == s.Warmup {
 			// The memory of the first timed step, from here: the weights, the optimizer's
 			// state and the batches are the baseline; the peak is what forward, backward
@@ -272,28 +341,12 @@ func timeSteps(m *benchModel, s spec, dev torch.Device, bf16 bool) (r *trainResu
 				panic(err)
 			}
 		}
-		// The forward in its own scope, as the Trainer runs a step: when it returns, only
-		// the loss and what autograd saved remain, and backward frees the latter as it goes.
-		fwd := func() { loss = torch.Local(func() *torch.Tensor { return m.loss(batches[i%len(batches)]) }) }
-		if s.KeepForward {
-			fwd = func() { loss = m.loss(batches[i%len(batches)]) }
-		}
-		if bf16 {
-			amp.Autocast(dev, torch.BFloat16, fwd)
-		} else {
-			fwd()
-		}
-		loss.Backward()
-		if err := opt.Step(); err != nil {
-			panic(err)
-		}
-		return loss
 	}
 	for i := 0; i < s.Warmup+s.Steps; i++ {
 		torch.WithScope(func() {
 			synchronize(dev)
 			t0 := time.Now()
-			loss := step(i)
+			loss := t.step(i)
 			synchronize(dev)
 			if i >= s.Warmup {
 				r.StepS = append(r.StepS, time.Since(t0).Seconds())

@@ -33,6 +33,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gotrain/gotrain/bench/internal/lmbench"
+	"github.com/gotrain/gotrain/bench/internal/loopio"
 	"github.com/gotrain/gotrain/torch"
 )
 
@@ -119,16 +121,14 @@ func main() {
 	flag.IntVar(&s.Layers, "layers", 4, "num_hidden_layers")
 	flag.IntVar(&s.Heads, "heads", 8, "num_attention_heads")
 	flag.IntVar(&s.KVHeads, "kv-heads", 4, "num_key_value_heads")
-	flag.IntVar(&s.Batch, "batch", 8, "sequences per training step")
-	flag.IntVar(&s.Seq, "seq", 128, "tokens per sequence")
-	flag.IntVar(&s.Warmup, "warmup", 2, "untimed training steps first")
-	flag.IntVar(&s.Steps, "steps", 4, "timed training steps (the median step is scored)")
 	flag.IntVar(&s.LoraR, "lora-r", 8, "LoRA rank")
 	flag.Float64Var(&s.LoraAlpha, "lora-alpha", 16, "LoRA alpha")
 	targets := flag.String("lora-targets", "q_proj,v_proj", "LoRA target modules")
-	flag.IntVar(&s.Threads, "threads", 1, "libtorch intra-op threads in every process")
 	flag.IntVar(&s.Prompt, "prompt", 16, "prompt tokens for generation")
-	flag.IntVar(&s.NewTokens, "new", 128, "tokens to generate")
+	shape := lmbench.Run{Batch: 8, Seq: 128, Warmup: 2, Steps: 4, NewTokens: 128, Threads: 1}
+	shape.Flags(flag.CommandLine)
+	flag.Lookup("steps").Usage += " (the median step is scored)"
+	flag.Lookup("threads").Usage += " in every process"
 	flag.IntVar(&s.GenReps, "gen-reps", 5, "timed generation runs per process (the best is scored)")
 	flag.StringVar(&s.Corpus, "corpus", ".cache/corpus/kjv.txt", "text the tokenizer is trained on and encodes, and the training data (scripts/setup.sh downloads the KJV)")
 	rounds := flag.Int("rounds", 3, "rounds of every workload in both implementations, taken in turns")
@@ -137,6 +137,7 @@ func main() {
 	flag.StringVar(&s.CPUMemLibrary, "cpumem", "", "cgotorch/cpumem.cc as a shared object (make bench builds build/bench/libcpumem.so): count tensor memory in both processes")
 	results := flag.String("results", "", "write DIR/<date>-llm.{md,json}")
 	flag.Parse()
+	s.Batch, s.Seq, s.Warmup, s.Steps, s.NewTokens, s.Threads = shape.Batch, shape.Seq, shape.Warmup, shape.Steps, shape.NewTokens, shape.Threads
 
 	if *work != "" {
 		r, err := worker(*work, *dir)
@@ -167,15 +168,6 @@ func relative(args []string) []string {
 	return out
 }
 
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
 // report is what the run writes: the configuration, every process's result, the scored
 // summary and the checks.
 type report struct {
@@ -197,7 +189,7 @@ type report struct {
 
 func run(s spec, rounds int, only []string, python, results string) error {
 	start := time.Now()
-	rep := report{Date: start.Format("2006-01-02"), Torch: torch.Version(), CPUs: runtime.NumCPU(), LoadStart: loadavg(), Spec: s,
+	rep := report{Date: start.Format("2006-01-02"), Torch: torch.Version(), CPUs: runtime.NumCPU(), LoadStart: loopio.LoadAvg(), Spec: s,
 		Command: "go run -tags cpu ./bench/llm " + strings.Join(relative(os.Args[1:]), " ")}
 	if _, err := os.Stat(s.Corpus); err != nil {
 		return fmt.Errorf("the corpus: %w (scripts/setup.sh downloads it)", err)
@@ -261,7 +253,7 @@ func run(s spec, rounds int, only []string, python, results string) error {
 			}
 		}
 	}
-	rep.LoadEnd, rep.WallS = loadavg(), time.Since(start).Seconds()
+	rep.LoadEnd, rep.WallS = loopio.LoadAvg(), time.Since(start).Seconds()
 	summarize(&rep)
 	md := markdown(rep)
 	fmt.Print(md)

@@ -253,7 +253,7 @@ func main() {
 	res := &Results{
 		Date: time.Now().Format("2006-01-02"), Host: host, CPU: cpuModel(), Cores: runtime.NumCPU(),
 		Command: commandLine(*quick), Quick: *quick,
-		MallocEnv: mallocEnv, LoadStart: loadavg(),
+		MallocEnv: mallocEnv, LoadStart: loopio.LoadAvg(),
 	}
 	res.Rounds = cfg.rounds
 	for _, name := range strings.Split(*workloads, ",") {
@@ -303,7 +303,7 @@ func main() {
 		}
 		res.DataTable = strings.TrimSpace(out)
 	}
-	res.LoadEnd = loadavg()
+	res.LoadEnd = loopio.LoadAvg()
 	res.Targets = targets(res)
 	md := markdown(res)
 	fmt.Print(md)
@@ -658,17 +658,8 @@ func cpuModel() string {
 	return "unknown"
 }
 
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
 func load1() float64 {
-	v, _ := strconv.ParseFloat(strings.Fields(loadavg() + " 0")[0], 64)
+	v, _ := strconv.ParseFloat(strings.Fields(loopio.LoadAvg() + " 0")[0], 64)
 	return v
 }
 

@@ -1,6 +1,7 @@
 // Package loopio holds what the three training-loop benchmark programs share on the Go
 // side: the workloads, the raw tensor files that carry the dataset and the initial
-// weights between them, and the JSON result each prints.
+// weights between them, and the JSON result each prints; and what the benchmark programs
+// read of the process and the machine (resident set size, load average).
 package loopio
 
 import (
@@ -157,4 +158,15 @@ func RSSMB(key string) float64 {
 		}
 	}
 	return math.NaN()
+}
+
+// LoadAvg returns the load averages of the last 1, 5 and 15 minutes, as /proc/loadavg
+// writes them ("0.52 0.58 0.59"), or "?" where it cannot be read.
+func LoadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
