@@ -182,7 +182,6 @@ func ScopeDisown(t Tensor, slot int32) error { return st(C.cg_scope_disown(h(t),
 // TorchVersion returns the libtorch version compiled against, e.g. "2.14.1".
 func TorchVersion() string { return C.GoString(C.cg_torch_version()) }
 
-
 // SetNumThreads sets libtorch's intra-op thread count.
 func SetNumThreads(n int) error { return st(C.cg_set_num_threads(C.int(n))) }
 

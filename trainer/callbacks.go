@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/gotrain/gotrain/checkpoint"
-	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/internal/curves"
+	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/tensorboard"
 )
 
