@@ -228,3 +228,14 @@ func (o ReadOptions) ReadSafetensorsFrom(r io.ReaderAt, size int64) (*Dict, map[
 	}
 	return d, meta, nil
 }
+
+// heapSize is what Go's allocator takes for an object of n bytes: n rounded up to its
+// size class (at most an eighth more) when small, to whole 8 KiB pages when large. A
+// charge for an allocation whose size the input doubles at every level (a key of
+// nested shared tuples) must count the rounding too, or it adds up past the budget.
+func heapSize(n int64) int64 {
+	if n <= 32<<10 {
+		return n + n/8 + 16
+	}
+	return satAdd(n, 8191) &^ 8191
+}

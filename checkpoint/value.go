@@ -677,7 +677,7 @@ func (kn *keyNorm) norm(k any, depth int) (any, dictKey, error) {
 		if kn != nil {
 			// A nested tuple's encoding is copied into its parent's (and then into a
 			// string): charge it, as sharing could otherwise double it at every level.
-			if err := kn.b.alloc(2*size + 64*int64(len(v)) + 128); err != nil {
+			if err := kn.b.alloc(2*heapSize(size) + 64*int64(len(v)) + 128); err != nil {
 				return nil, dictKey{}, err
 			}
 			if err := kn.b.step(size); err != nil {

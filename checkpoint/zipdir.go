@@ -148,7 +148,16 @@ func readZipDir(r io.ReaderAt, size int64, b *budget) ([]zipEntry, error) {
 	if len(p) != 0 {
 		return nil, errors.New("central directory holds more than its entries")
 	}
-	var local [zipLocalLen + 0xffff]byte
+	// One buffer for the local headers, as long as the longest name needs (a fixed
+	// 64 KiB array would escape to the heap through the io.ReaderAt, uncharged).
+	longest := 0
+	for _, e := range out {
+		longest = max(longest, len(e.name))
+	}
+	if err := b.alloc(int64(zipLocalLen + longest)); err != nil {
+		return nil, err
+	}
+	local := make([]byte, zipLocalLen+longest)
 	for i := range out {
 		e := &out[i]
 		if e.headerOff > int64(dirOff)-zipLocalLen {
