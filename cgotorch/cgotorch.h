@@ -364,19 +364,10 @@ cg_chain_result cg_chain_forward(const cg_stage *stages, int n, cg_tensor x);
 #ifdef __cplusplus
 extern "C" {
 #endif
-enum cg_loss_kind { CG_LOSS_CROSS_ENTROPY = 0, CG_LOSS_NLL = 1, CG_LOSS_MSE = 2, CG_LOSS_KINDS = 3 };
-// cg_loss is a loss of ops.tab's: cross_entropy, nll_loss or mse_loss with its arguments.
-typedef struct {
-  int32_t kind;            // enum cg_loss_kind
-  int64_t reduction;       // at::Reduction: 0 none, 1 mean, 2 sum
-  int64_t ignore_index;    // cross_entropy, nll
-  double label_smoothing;  // cross_entropy
-  cg_tensor weight;        // cross_entropy, nll: class weights (NULL: none)
-} cg_loss;
 // cg_step holds a step's scalar arguments; its arrays are cg_step_run's parameters.
 typedef struct {
   int32_t nstages;
-  cg_loss loss;
+  cg_stage loss;  // a stage of an ops.tab row marked loss, over the output and the target
   cg_tensor sums;  // cg_accumulate's acc (NULL: no sum)
   double sum_weight;
   int64_t sum_step;

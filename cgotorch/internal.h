@@ -192,6 +192,8 @@ extern constinit thread_local uint64_t threads_seen;
 
 // chain_stage is one stage of a chain over its input (stages_gen.cc, from ops.tab).
 at::Tensor chain_stage(const cg_stage &s, const at::Tensor &in);
+// loss_stage is a step's loss of the output in and target (stages_gen.cc, from ops.tab).
+at::Tensor loss_stage(const cg_stage &s, const at::Tensor &in, const at::Tensor &target);
 // batch_norm_counted is ops.tab's batchNormCounted: nn's BatchNorm layers' forward
 // (chain.cc).
 at::Tensor batch_norm_counted(const at::Tensor &x, const std::optional<at::Tensor> &w,

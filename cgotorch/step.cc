@@ -1,25 +1,10 @@
 // step.cc: a training step in one crossing (cgotorch.h, "training steps"). It strings
 // together what the separate entry points do — cg_zero_grad, cg_chain_forward, the loss
-// ops of ops.tab, cg_accumulate, cg_backward, cg_optim_step — with the same ATen calls
-// and arguments, so that the two ways of running a step agree to the bit.
+// ops of ops.tab (cg::loss_stage), cg_accumulate, cg_backward, cg_optim_step — with the
+// same ATen calls and arguments, so that the two ways of running a step agree to the bit.
 #include "internal.h"
 
 namespace {
-
-// loss is the ATen call of ops.tab's row for the kind (crossEntropy, nllLoss, mseLoss).
-at::Tensor loss(const cg_loss &l, const at::Tensor &out, const at::Tensor &y) {
-  switch (static_cast<cg_loss_kind>(l.kind)) {
-    case CG_LOSS_CROSS_ENTROPY:
-      return at::cross_entropy_loss(out, y, cg::opt(l.weight), l.reduction, l.ignore_index, l.label_smoothing);
-    case CG_LOSS_NLL:
-      return at::nll_loss_nd(out, y, cg::opt(l.weight), l.reduction, l.ignore_index);
-    case CG_LOSS_MSE:
-      return at::mse_loss(out, y, l.reduction);
-    case CG_LOSS_KINDS:
-      break;
-  }
-  TORCH_CHECK(false, "unknown loss kind ", l.kind);
-}
 
 // failed reports a status from another entry point as the step's failure in phase p.
 void failed(cg_step_result *r, const cg_status &st, int32_t p) {
@@ -46,7 +31,7 @@ bool run_step(const cg_step *s, const cg_stage *stages, const int64_t *group_siz
     for (i = 0; i < s->nstages; i++) x = cg::chain_stage(stages[i], x);
     i = -1;
     phase = CG_PHASE_LOSS;
-    at::Tensor l_ = loss(s->loss, x, y);
+    at::Tensor l_ = cg::loss_stage(s->loss, x, y);
     cg_tensor l = cg::handle(&l_);
     if (keep) {
       cg::Thread &me = cg::self();

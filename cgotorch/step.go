@@ -15,25 +15,6 @@ import (
 	"github.com/gotrain/gotrain/internal/hyper"
 )
 
-// LossKind is cg_loss_kind: the loss a training step computes.
-type LossKind int32
-
-// The loss kinds of cg_loss_kind.
-const (
-	LossCrossEntropy LossKind = C.CG_LOSS_CROSS_ENTROPY
-	LossNLL          LossKind = C.CG_LOSS_NLL
-	LossMSE          LossKind = C.CG_LOSS_MSE
-)
-
-// Loss is cg_loss: a loss kind with its arguments (Weight 0: none).
-type Loss struct {
-	Kind           LossKind
-	Reduction      int64
-	IgnoreIndex    int64
-	LabelSmoothing float64
-	Weight         Tensor
-}
-
 // StepPhase is cg_step_phase: the part of a training step that failed.
 type StepPhase int32
 
@@ -74,11 +55,9 @@ func (s *Step) Reset() {
 // AddStage appends a stage of the forward pass with its tensors (0: none) resolved.
 func (s *Step) AddStage(st *Stage, ts *[StageTensors]Tensor) { s.stages = append(s.stages, st.c(ts)) }
 
-// SetLoss sets the loss of the forward pass's output against the target.
-func (s *Step) SetLoss(l Loss) {
-	s.c.loss = C.cg_loss{kind: C.int32_t(l.Kind), reduction: C.int64_t(l.Reduction), ignore_index: C.int64_t(l.IgnoreIndex),
-		label_smoothing: C.double(l.LabelSmoothing), weight: h(l.Weight)}
-}
+// SetLoss sets the loss of the forward pass's output against the target: a stage of a
+// row marked loss, with its tensors (0: none) resolved.
+func (s *Step) SetLoss(l *Stage, ts *[StageTensors]Tensor) { s.c.loss = l.c(ts) }
 
 // SetSums adds the loss to acc as Accumulate(acc, [loss], weight, step, flags) does.
 func (s *Step) SetSums(acc Tensor, weight float64, step int64, flags int) {

@@ -7,30 +7,29 @@ import (
 )
 
 // LossStage is a built-in loss waiting for its input and target: the loss a TrainStep
-// computes after its stages. Make one with CrossEntropyStage, NLLLossStage or
-// MSELossStage; the zero LossStage is not valid.
-type LossStage struct {
-	c      cgotorch.Loss
-	op     string
-	weight *Tensor
+// computes after its stages, an ops.tab row marked loss. Make one with
+// CrossEntropyStage, NLLLossStage or MSELossStage; the zero LossStage is not valid.
+type LossStage struct{ stage }
+
+// stage is Stage under a name that keeps it out of LossStage's exported fields.
+type stage = Stage
+
+func newLossStage(op cgotorch.StageOp, name string) LossStage {
+	return LossStage{newStage(op, name)}
 }
 
 // CrossEntropyStage is the loss stage of CrossEntropy(out, target, o).
 func CrossEntropyStage(o CrossEntropyOptions) LossStage {
-	return LossStage{op: "cross_entropy", weight: o.Weight, c: cgotorch.Loss{Kind: cgotorch.LossCrossEntropy,
-		Reduction: o.Reduction.at(), IgnoreIndex: o.ignore(), LabelSmoothing: o.LabelSmoothing}}
+	return crossEntropyStage(o.Weight, o.Reduction.at(), o.ignore(), o.LabelSmoothing)
 }
 
 // NLLLossStage is the loss stage of NLLLoss(out, target, o).
 func NLLLossStage(o CrossEntropyOptions) LossStage {
-	return LossStage{op: "nll_loss", weight: o.Weight, c: cgotorch.Loss{Kind: cgotorch.LossNLL,
-		Reduction: o.Reduction.at(), IgnoreIndex: o.ignore()}}
+	return nllLossStage(o.Weight, o.Reduction.at(), o.ignore())
 }
 
 // MSELossStage is the loss stage of MSELoss(out, target, r).
-func MSELossStage(r Reduction) LossStage {
-	return LossStage{op: "mse_loss", c: cgotorch.Loss{Kind: cgotorch.LossMSE, Reduction: r.at()}}
-}
+func MSELossStage(r Reduction) LossStage { return mseLossStage(r.at()) }
 
 // TrainStep is a whole training step in one call into libtorch:
 //
@@ -122,9 +121,7 @@ func (s *TrainStep) prepare() (st, ps *[]cgotorch.Tensor) {
 		}
 		c.AddStage(st.resolve(&ts), &ts)
 	}
-	l := s.Loss.c
-	l.Weight = opt(s.Loss.weight)
-	c.SetLoss(l)
+	c.SetLoss(s.Loss.resolve(&ts), &ts)
 	if s.Sums != nil {
 		c.SetSums(s.Sums.handle(), s.SumWeight, s.SumStep, int(s.SumFlags))
 	}

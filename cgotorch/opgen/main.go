@@ -36,7 +36,7 @@ type op struct {
 	expr   string
 	doc    string
 	line   int
-	stage  bool // also a chain stage (the row's seventh field, "stage")
+	stage  string // the row's seventh field: "stage" (a chain stage), "loss" (a step's loss) or ""
 }
 
 var kinds = map[string]bool{
@@ -61,17 +61,17 @@ func parse(src []byte, file string) ([]op, error) {
 		}
 		f := strings.Split(line, " | ")
 		if len(f) != 6 && len(f) != 7 {
-			return nil, fmt.Errorf("%s:%d: want 6 fields separated by \" | \" (and a seventh, stage), got %d", file, n, len(f))
+			return nil, fmt.Errorf("%s:%d: want 6 fields separated by \" | \" (and a seventh, stage or loss), got %d", file, n, len(f))
 		}
 		for i := range f {
 			f[i] = strings.TrimSpace(f[i])
 		}
 		o := op{goName: f[0], name: f[1], result: f[3], expr: f[4], doc: f[5], line: n}
 		if len(f) == 7 {
-			if f[6] != "stage" {
-				return nil, fmt.Errorf("%s:%d: the seventh field may only be \"stage\", got %q", file, n, f[6])
+			if f[6] != "stage" && f[6] != "loss" {
+				return nil, fmt.Errorf("%s:%d: the seventh field may only be \"stage\" or \"loss\", got %q", file, n, f[6])
 			}
-			o.stage = true
+			o.stage = f[6]
 		}
 		if prev, ok := seen[o.goName]; ok {
 			return nil, fmt.Errorf("%s:%d: %s is already declared on line %d", file, n, o.goName, prev)
@@ -106,9 +106,9 @@ func parse(src []byte, file string) ([]op, error) {
 				return nil, fmt.Errorf("%s:%d: only a last int64s param can be variadic", file, n)
 			}
 		}
-		if o.stage {
+		if o.stage != "" {
 			if err := o.checkStage(); err != nil {
-				return nil, fmt.Errorf("%s:%d: %s cannot be a stage: %v", file, n, o.goName, err)
+				return nil, fmt.Errorf("%s:%d: %s cannot be a %s: %v", file, n, o.goName, o.stage, err)
 			}
 		}
 		ops = append(ops, o)

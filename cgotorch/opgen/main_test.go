@@ -44,6 +44,7 @@ func TestParseRejectsBadRows(t *testing.T) {
 		{"A | a | self | tensor2 | x | doc. | stage", "its result is tensor2"},
 		{"A | a | n int64 | tensor | x | doc. | stage", "its first parameter must be self or a tensor"},
 		{"A | a | self, ts tensors | tensor | x | doc. | stage", "which a stage cannot hold"},
+		{"A | a | self, y tensor | tensor | x | doc. | loss", "first two parameters must be tensors"},
 		{"A | a | self, a double, b double, c double, d double, e double | tensor | x | doc. | stage", "more than cg_stage's"},
 		{"A | a | self, n float | tensor | x | doc.", "unknown kind"},
 		{"A | a | self | tensor3 | x | doc.", "unknown result"},

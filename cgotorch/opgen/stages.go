@@ -8,10 +8,12 @@ import (
 )
 
 // A stage is an op that a chain (a Sequential of built-in layers run in one call) or a
-// one-call training step runs on the previous stage's output. Its row in ops.tab ends
-// in "stage"; opgen writes from the same row the stage op's number (cg_stage_op), its
-// case in cg::chain_stage and package torch's <GoName>Stage constructor, so a stage
-// computes what the op computes, by the same expression.
+// one-call training step runs on the previous stage's output; its row in ops.tab ends
+// in "stage". A loss stage is the loss a one-call step computes from the output and
+// the target; its row ends in "loss". opgen writes from the same row the op's number
+// (cg_stage_op), its case in cg::chain_stage or cg::loss_stage and package torch's
+// <GoName>Stage constructor, so a stage computes what the op computes, by the same
+// expression.
 //
 // A stage's arguments travel in cg_stage's fixed arrays (cgotorch.h): tensors in
 // tensors[], doubles and scalars in doubles[], and int64s, bools and int64 lists
@@ -23,14 +25,19 @@ const (
 )
 
 // checkStage reports why o cannot be a stage: its first parameter must be the input
-// (self or a tensor), it must return one tensor, and its other parameters must fit in
-// cg_stage.
+// (self or a tensor), and a loss's first two the output and the target (tensors); it
+// must return one tensor, and its other parameters must fit in cg_stage.
 func (o op) checkStage() error {
 	if o.result != "tensor" {
 		return fmt.Errorf("its result is %s, not tensor", o.result)
 	}
 	args := o.params
-	if !o.self {
+	if o.stage == "loss" {
+		if o.self || len(args) < 2 || args[0].kind != "tensor" || args[1].kind != "tensor" {
+			return fmt.Errorf("its first two parameters must be tensors: the output and the target")
+		}
+		args = args[2:]
+	} else if !o.self {
 		if len(args) == 0 || args[0].kind != "tensor" {
 			return fmt.Errorf("its first parameter must be self or a tensor: the previous stage's output")
 		}
@@ -60,19 +67,23 @@ func (o op) checkStage() error {
 func stageOps(ops []op) []op {
 	var out []op
 	for _, o := range ops {
-		if o.stage {
+		if o.stage != "" {
 			out = append(out, o)
 		}
 	}
 	return out
 }
 
-// input is the name the expression gives the stage's input; args are the rest.
-func (o op) input() (string, []param) {
-	if o.self {
-		return "self", o.params
+// inputs are the names the expression gives the stage's inputs (a loss's output and
+// target); args are the rest.
+func (o op) inputs() ([]string, []param) {
+	switch {
+	case o.self:
+		return []string{"self"}, o.params
+	case o.stage == "loss":
+		return []string{o.params[0].name, o.params[1].name}, o.params[2:]
 	}
-	return o.params[0].name, o.params[1:]
+	return []string{o.params[0].name}, o.params[1:]
 }
 
 func (o op) stageEnum() string { return "CG_STAGE_" + o.goName }
@@ -83,7 +94,7 @@ func (o op) stageConst() string { return "Stage" + strings.ToUpper(o.goName[:1])
 func genStagesH(stages []op) []byte {
 	var b bytes.Buffer
 	b.WriteString(header)
-	b.WriteString("// The ops a chain stage can run (cg_stage.op): ops.tab's rows marked stage.\n")
+	b.WriteString("// The ops a chain stage or a step's loss can run (cg_stage.op): ops.tab's rows marked\n// stage or loss.\n")
 	b.WriteString("#ifndef GOTRAIN_CGOTORCH_STAGES_GEN_H\n#define GOTRAIN_CGOTORCH_STAGES_GEN_H\n\nenum cg_stage_op {\n")
 	for i, o := range stages {
 		fmt.Fprintf(&b, "  %s = %d,  // %s (ops.tab line %d)\n", o.stageEnum(), i, o.name, o.line)
@@ -96,8 +107,11 @@ func genStagesH(stages []op) []byte {
 // the row's expression.
 func (o op) stageCase() string {
 	var b strings.Builder
-	in, args := o.input()
-	fmt.Fprintf(&b, "    case %s: {\n      const at::Tensor &%s = in;\n", o.stageEnum(), in)
+	ins, args := o.inputs()
+	fmt.Fprintf(&b, "    case %s: {\n", o.stageEnum())
+	for i, in := range ins {
+		fmt.Fprintf(&b, "      const at::Tensor &%s = %s;\n", in, []string{"in", "target"}[i])
+	}
 	nt, nd := 0, 0
 	for _, p := range args {
 		n := p.name
@@ -129,14 +143,22 @@ func (o op) stageCase() string {
 func genStagesCC(stages []op) []byte {
 	var b bytes.Buffer
 	b.WriteString(header)
-	b.WriteString("// cg::chain_stage: a stage's op over its input, by the expression of the op's ops.tab row.\n")
-	b.WriteString("#include <ATen/core/grad_mode.h>\n#include \"internal.h\"\n\n")
-	b.WriteString("at::Tensor cg::chain_stage(const cg_stage &s, const at::Tensor &in) {\n  const int64_t *i = s.ints;\n")
-	b.WriteString("  switch (static_cast<cg_stage_op>(s.op)) {\n")
-	for _, o := range stages {
-		b.WriteString(o.stageCase())
+	b.WriteString("// cg::chain_stage and cg::loss_stage: a stage's op over its input (a loss's over the\n// output and the target), by the expression of the op's ops.tab row.\n")
+	b.WriteString("#include <ATen/core/grad_mode.h>\n#include \"internal.h\"\n")
+	for _, f := range []struct{ kind, sig string }{
+		{"stage", "chain_stage(const cg_stage &s, const at::Tensor &in)"},
+		{"loss", "loss_stage(const cg_stage &s, const at::Tensor &in, const at::Tensor &target)"},
+	} {
+		fmt.Fprintf(&b, "\nat::Tensor cg::%s {\n  const int64_t *i = s.ints;\n", f.sig)
+		b.WriteString("  switch (static_cast<cg_stage_op>(s.op)) {\n")
+		for _, o := range stages {
+			if o.stage == f.kind {
+				b.WriteString(o.stageCase())
+			}
+		}
+		fmt.Fprintf(&b, "    default:\n      break;\n  }\n  TORCH_CHECK(false, \"stage op \", s.op, \" is not a %s\");\n}\n",
+			map[string]string{"stage": "layer", "loss": "loss"}[f.kind])
 	}
-	b.WriteString("    case CG_STAGE_OPS:\n      break;\n  }\n  TORCH_CHECK(false, \"unknown stage op \", s.op);\n}\n")
 	return b.Bytes()
 }
 
@@ -156,7 +178,7 @@ func genStagesGo(stages []op) ([]byte, error) {
 // stageFunc is package torch's constructor of o's stage: the op's parameters less its
 // input, stored in the stage.
 func (o op) stageFunc() string {
-	_, args := o.input()
+	ins, args := o.inputs()
 	var params, body []string
 	nt, nd := 0, 0
 	for _, p := range args {
@@ -185,13 +207,17 @@ func (o op) stageFunc() string {
 			body = append(body, fmt.Sprintf("s.putList(%s)", n))
 		}
 	}
-	in, _ := o.input()
 	name := o.goName + "Stage"
-	doc := fmt.Sprintf("%s is the chain stage of %s (ops.tab line %d), with %s the previous stage's output: %s", name, o.goName, o.line, in, o.doc)
+	typ, ctor := "Stage", "newStage"
+	doc := fmt.Sprintf("%s is the chain stage of %s (ops.tab line %d), with %s the previous stage's output: %s", name, o.goName, o.line, ins[0], o.doc)
+	if o.stage == "loss" {
+		typ, ctor = "LossStage", "newLossStage"
+		doc = fmt.Sprintf("%s is the loss stage of %s (ops.tab line %d), with %s the forward's output and %s the target: %s", name, o.goName, o.line, ins[0], ins[1], o.doc)
+	}
 	var set strings.Builder
 	for _, l := range body {
 		set.WriteString("\t" + l + "\n")
 	}
-	return fmt.Sprintf("%s\nfunc %s(%s) Stage {\n\ts := newStage(cgotorch.%s, %q)\n%s\treturn s\n}\n",
-		comment(doc), name, strings.Join(params, ", "), o.stageConst(), o.name, set.String())
+	return fmt.Sprintf("%s\nfunc %s(%s) %s {\n\ts := %s(cgotorch.%s, %q)\n%s\treturn s\n}\n",
+		comment(doc), name, strings.Join(params, ", "), typ, ctor, o.stageConst(), o.name, set.String())
 }
