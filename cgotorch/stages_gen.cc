@@ -140,6 +140,27 @@ at::Tensor cg::loss_stage(const cg_stage &s, const at::Tensor &in, const at::Ten
       int64_t reduction = *i++;
       return at::mse_loss(x, y, reduction);
     }
+    case CG_STAGE_l1Loss: {
+      const at::Tensor &x = in;
+      const at::Tensor &y = target;
+      int64_t reduction = *i++;
+      return at::l1_loss(x, y, reduction);
+    }
+    case CG_STAGE_smoothL1Loss: {
+      const at::Tensor &x = in;
+      const at::Tensor &y = target;
+      int64_t reduction = *i++;
+      double beta = s.doubles[0];
+      return at::smooth_l1_loss(x, y, reduction, beta);
+    }
+    case CG_STAGE_bceWithLogits: {
+      const at::Tensor &x = in;
+      const at::Tensor &y = target;
+      std::optional<at::Tensor> weight = cg::opt(s.tensors[0]);
+      std::optional<at::Tensor> posWeight = cg::opt(s.tensors[1]);
+      int64_t reduction = *i++;
+      return at::binary_cross_entropy_with_logits(x, y, weight, posWeight, reduction);
+    }
     default:
       break;
   }

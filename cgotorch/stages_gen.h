@@ -5,24 +5,27 @@
 #define GOTRAIN_CGOTORCH_STAGES_GEN_H
 
 enum cg_stage_op {
-  CG_STAGE_ReLU = 0,  // relu (ops.tab line 72)
-  CG_STAGE_Sigmoid = 1,  // sigmoid (ops.tab line 73)
-  CG_STAGE_Tanh = 2,  // tanh (ops.tab line 74)
-  CG_STAGE_SiLU = 3,  // silu (ops.tab line 75)
-  CG_STAGE_GELU = 4,  // gelu (ops.tab line 76)
-  CG_STAGE_LeakyReLU = 5,  // leaky_relu (ops.tab line 77)
-  CG_STAGE_Flatten = 6,  // flatten (ops.tab line 170)
-  CG_STAGE_Linear = 7,  // linear (ops.tab line 192)
-  CG_STAGE_conv2d = 8,  // conv2d (ops.tab line 193)
-  CG_STAGE_maxPool2d = 9,  // max_pool2d (ops.tab line 194)
-  CG_STAGE_avgPool2d = 10,  // avg_pool2d (ops.tab line 195)
-  CG_STAGE_adaptiveAvgPool2d = 11,  // adaptive_avg_pool2d (ops.tab line 196)
-  CG_STAGE_batchNormCounted = 12,  // batch_norm (ops.tab line 198)
-  CG_STAGE_Dropout = 13,  // dropout (ops.tab line 201)
-  CG_STAGE_crossEntropy = 14,  // cross_entropy (ops.tab line 205)
-  CG_STAGE_nllLoss = 15,  // nll_loss (ops.tab line 206)
-  CG_STAGE_mseLoss = 16,  // mse_loss (ops.tab line 207)
-  CG_STAGE_OPS = 17
+  CG_STAGE_ReLU = 0,  // relu (ops.tab line 73)
+  CG_STAGE_Sigmoid = 1,  // sigmoid (ops.tab line 74)
+  CG_STAGE_Tanh = 2,  // tanh (ops.tab line 75)
+  CG_STAGE_SiLU = 3,  // silu (ops.tab line 76)
+  CG_STAGE_GELU = 4,  // gelu (ops.tab line 77)
+  CG_STAGE_LeakyReLU = 5,  // leaky_relu (ops.tab line 78)
+  CG_STAGE_Flatten = 6,  // flatten (ops.tab line 171)
+  CG_STAGE_Linear = 7,  // linear (ops.tab line 193)
+  CG_STAGE_conv2d = 8,  // conv2d (ops.tab line 194)
+  CG_STAGE_maxPool2d = 9,  // max_pool2d (ops.tab line 195)
+  CG_STAGE_avgPool2d = 10,  // avg_pool2d (ops.tab line 196)
+  CG_STAGE_adaptiveAvgPool2d = 11,  // adaptive_avg_pool2d (ops.tab line 197)
+  CG_STAGE_batchNormCounted = 12,  // batch_norm (ops.tab line 199)
+  CG_STAGE_Dropout = 13,  // dropout (ops.tab line 202)
+  CG_STAGE_crossEntropy = 14,  // cross_entropy (ops.tab line 206)
+  CG_STAGE_nllLoss = 15,  // nll_loss (ops.tab line 207)
+  CG_STAGE_mseLoss = 16,  // mse_loss (ops.tab line 208)
+  CG_STAGE_l1Loss = 17,  // l1_loss (ops.tab line 209)
+  CG_STAGE_smoothL1Loss = 18,  // smooth_l1_loss (ops.tab line 210)
+  CG_STAGE_bceWithLogits = 19,  // binary_cross_entropy_with_logits (ops.tab line 211)
+  CG_STAGE_OPS = 20
 };
 
 #endif

@@ -4,35 +4,35 @@ package torch
 
 import "github.com/gotrain/gotrain/cgotorch"
 
-// ReLUStage is the chain stage of ReLU (ops.tab line 72), with self the previous stage's
+// ReLUStage is the chain stage of ReLU (ops.tab line 73), with self the previous stage's
 // output: returns max(t, 0).
 func ReLUStage() Stage {
 	s := newStage(cgotorch.StageReLU, "relu")
 	return s
 }
 
-// SigmoidStage is the chain stage of Sigmoid (ops.tab line 73), with self the previous
+// SigmoidStage is the chain stage of Sigmoid (ops.tab line 74), with self the previous
 // stage's output: returns 1/(1+e**-t).
 func SigmoidStage() Stage {
 	s := newStage(cgotorch.StageSigmoid, "sigmoid")
 	return s
 }
 
-// TanhStage is the chain stage of Tanh (ops.tab line 74), with self the previous stage's
+// TanhStage is the chain stage of Tanh (ops.tab line 75), with self the previous stage's
 // output: returns the hyperbolic tangent.
 func TanhStage() Stage {
 	s := newStage(cgotorch.StageTanh, "tanh")
 	return s
 }
 
-// SiLUStage is the chain stage of SiLU (ops.tab line 75), with self the previous stage's
+// SiLUStage is the chain stage of SiLU (ops.tab line 76), with self the previous stage's
 // output: returns t*sigmoid(t).
 func SiLUStage() Stage {
 	s := newStage(cgotorch.StageSiLU, "silu")
 	return s
 }
 
-// GELUStage is the chain stage of GELU (ops.tab line 76), with self the previous stage's
+// GELUStage is the chain stage of GELU (ops.tab line 77), with self the previous stage's
 // output: returns the Gaussian error linear unit (exact, or the tanh approximation).
 func GELUStage(tanhApprox bool) Stage {
 	s := newStage(cgotorch.StageGELU, "gelu")
@@ -40,7 +40,7 @@ func GELUStage(tanhApprox bool) Stage {
 	return s
 }
 
-// LeakyReLUStage is the chain stage of LeakyReLU (ops.tab line 77), with self the
+// LeakyReLUStage is the chain stage of LeakyReLU (ops.tab line 78), with self the
 // previous stage's output: returns max(t, 0) + slope*min(t, 0).
 func LeakyReLUStage(slope float64) Stage {
 	s := newStage(cgotorch.StageLeakyReLU, "leaky_relu")
@@ -48,7 +48,7 @@ func LeakyReLUStage(slope float64) Stage {
 	return s
 }
 
-// FlattenStage is the chain stage of Flatten (ops.tab line 170), with self the previous
+// FlattenStage is the chain stage of Flatten (ops.tab line 171), with self the previous
 // stage's output: merges dimensions start..end (inclusive; -1 is the last).
 func FlattenStage(start int64, end int64) Stage {
 	s := newStage(cgotorch.StageFlatten, "flatten")
@@ -57,7 +57,7 @@ func FlattenStage(start int64, end int64) Stage {
 	return s
 }
 
-// LinearStage is the chain stage of Linear (ops.tab line 192), with x the previous
+// LinearStage is the chain stage of Linear (ops.tab line 193), with x the previous
 // stage's output: is F.linear: x @ w.T + b (b may be nil).
 func LinearStage(w *Tensor, b *Tensor) Stage {
 	s := newStage(cgotorch.StageLinear, "linear")
@@ -66,7 +66,7 @@ func LinearStage(w *Tensor, b *Tensor) Stage {
 	return s
 }
 
-// conv2dStage is the chain stage of conv2d (ops.tab line 193), with x the previous
+// conv2dStage is the chain stage of conv2d (ops.tab line 194), with x the previous
 // stage's output: is F.conv2d.
 func conv2dStage(w *Tensor, b *Tensor, stride []int64, padding []int64, dilation []int64, groups int64) Stage {
 	s := newStage(cgotorch.StageConv2d, "conv2d")
@@ -79,7 +79,7 @@ func conv2dStage(w *Tensor, b *Tensor, stride []int64, padding []int64, dilation
 	return s
 }
 
-// maxPool2dStage is the chain stage of maxPool2d (ops.tab line 194), with x the previous
+// maxPool2dStage is the chain stage of maxPool2d (ops.tab line 195), with x the previous
 // stage's output: is F.max_pool2d.
 func maxPool2dStage(kernel []int64, stride []int64, padding []int64, dilation []int64, ceil bool) Stage {
 	s := newStage(cgotorch.StageMaxPool2d, "max_pool2d")
@@ -91,7 +91,7 @@ func maxPool2dStage(kernel []int64, stride []int64, padding []int64, dilation []
 	return s
 }
 
-// avgPool2dStage is the chain stage of avgPool2d (ops.tab line 195), with x the previous
+// avgPool2dStage is the chain stage of avgPool2d (ops.tab line 196), with x the previous
 // stage's output: is F.avg_pool2d.
 func avgPool2dStage(kernel []int64, stride []int64, padding []int64, ceil bool, countIncludePad bool) Stage {
 	s := newStage(cgotorch.StageAvgPool2d, "avg_pool2d")
@@ -103,7 +103,7 @@ func avgPool2dStage(kernel []int64, stride []int64, padding []int64, ceil bool, 
 	return s
 }
 
-// adaptiveAvgPool2dStage is the chain stage of adaptiveAvgPool2d (ops.tab line 196), with
+// adaptiveAvgPool2dStage is the chain stage of adaptiveAvgPool2d (ops.tab line 197), with
 // x the previous stage's output: is F.adaptive_avg_pool2d.
 func adaptiveAvgPool2dStage(out []int64) Stage {
 	s := newStage(cgotorch.StageAdaptiveAvgPool2d, "adaptive_avg_pool2d")
@@ -111,7 +111,7 @@ func adaptiveAvgPool2dStage(out []int64) Stage {
 	return s
 }
 
-// batchNormCountedStage is the chain stage of batchNormCounted (ops.tab line 198), with x
+// batchNormCountedStage is the chain stage of batchNormCounted (ops.tab line 199), with x
 // the previous stage's output: is what nn's BatchNorm layers run: the input rank checked
 // against ranks (bit d for d dimensions), count (num_batches_tracked) incremented in
 // training, then batchNorm with batch statistics in training or without running
@@ -130,7 +130,7 @@ func batchNormCountedStage(w *Tensor, b *Tensor, runningMean *Tensor, runningVar
 	return s
 }
 
-// DropoutStage is the chain stage of Dropout (ops.tab line 201), with x the previous
+// DropoutStage is the chain stage of Dropout (ops.tab line 202), with x the previous
 // stage's output: is F.dropout: in training, zeroes elements with probability p and
 // scales the rest by 1/(1-p); otherwise returns x unchanged.
 func DropoutStage(p float64, training bool) Stage {
@@ -140,7 +140,7 @@ func DropoutStage(p float64, training bool) Stage {
 	return s
 }
 
-// crossEntropyStage is the loss stage of crossEntropy (ops.tab line 205), with x the
+// crossEntropyStage is the loss stage of crossEntropy (ops.tab line 206), with x the
 // forward's output and y the target: is F.cross_entropy.
 func crossEntropyStage(weight *Tensor, reduction int64, ignoreIndex int64, labelSmoothing float64) LossStage {
 	s := newLossStage(cgotorch.StageCrossEntropy, "cross_entropy")
@@ -151,7 +151,7 @@ func crossEntropyStage(weight *Tensor, reduction int64, ignoreIndex int64, label
 	return s
 }
 
-// nllLossStage is the loss stage of nllLoss (ops.tab line 206), with x the forward's
+// nllLossStage is the loss stage of nllLoss (ops.tab line 207), with x the forward's
 // output and y the target: is F.nll_loss.
 func nllLossStage(weight *Tensor, reduction int64, ignoreIndex int64) LossStage {
 	s := newLossStage(cgotorch.StageNllLoss, "nll_loss")
@@ -161,10 +161,37 @@ func nllLossStage(weight *Tensor, reduction int64, ignoreIndex int64) LossStage 
 	return s
 }
 
-// mseLossStage is the loss stage of mseLoss (ops.tab line 207), with x the forward's
+// mseLossStage is the loss stage of mseLoss (ops.tab line 208), with x the forward's
 // output and y the target: is F.mse_loss.
 func mseLossStage(reduction int64) LossStage {
 	s := newLossStage(cgotorch.StageMseLoss, "mse_loss")
+	s.putInts(reduction)
+	return s
+}
+
+// l1LossStage is the loss stage of l1Loss (ops.tab line 209), with x the forward's output
+// and y the target: is F.l1_loss.
+func l1LossStage(reduction int64) LossStage {
+	s := newLossStage(cgotorch.StageL1Loss, "l1_loss")
+	s.putInts(reduction)
+	return s
+}
+
+// smoothL1LossStage is the loss stage of smoothL1Loss (ops.tab line 210), with x the
+// forward's output and y the target: is F.smooth_l1_loss.
+func smoothL1LossStage(reduction int64, beta float64) LossStage {
+	s := newLossStage(cgotorch.StageSmoothL1Loss, "smooth_l1_loss")
+	s.putInts(reduction)
+	s.c.Doubles[0] = beta
+	return s
+}
+
+// bceWithLogitsStage is the loss stage of bceWithLogits (ops.tab line 211), with x the
+// forward's output and y the target: is F.binary_cross_entropy_with_logits.
+func bceWithLogitsStage(weight *Tensor, posWeight *Tensor, reduction int64) LossStage {
+	s := newLossStage(cgotorch.StageBceWithLogits, "binary_cross_entropy_with_logits")
+	s.t[0] = weight
+	s.t[1] = posWeight
 	s.putInts(reduction)
 	return s
 }

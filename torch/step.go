@@ -8,7 +8,8 @@ import (
 
 // LossStage is a built-in loss waiting for its input and target: the loss a TrainStep
 // computes after its stages, an ops.tab row marked loss. Make one with
-// CrossEntropyStage, NLLLossStage or MSELossStage; the zero LossStage is not valid.
+// CrossEntropyStage, NLLLossStage, MSELossStage, L1LossStage, SmoothL1LossStage or
+// BCEWithLogitsStage; the zero LossStage is not valid.
 type LossStage struct{ stage }
 
 // stage is Stage under a name that keeps it out of LossStage's exported fields.
@@ -30,6 +31,18 @@ func NLLLossStage(o CrossEntropyOptions) LossStage {
 
 // MSELossStage is the loss stage of MSELoss(out, target, r).
 func MSELossStage(r Reduction) LossStage { return mseLossStage(r.at()) }
+
+// L1LossStage is the loss stage of L1Loss(out, target, r).
+func L1LossStage(r Reduction) LossStage { return l1LossStage(r.at()) }
+
+// SmoothL1LossStage is the loss stage of SmoothL1Loss(out, target, r, beta).
+func SmoothL1LossStage(r Reduction, beta float64) LossStage { return smoothL1LossStage(r.at(), beta) }
+
+// BCEWithLogitsStage is the loss stage of BCEWithLogits(out, target, weight, posWeight,
+// r); weight and posWeight may be nil.
+func BCEWithLogitsStage(weight, posWeight *Tensor, r Reduction) LossStage {
+	return bceWithLogitsStage(weight, posWeight, r.at())
+}
 
 // TrainStep is a whole training step in one call into libtorch:
 //

@@ -100,6 +100,25 @@ func TestTrainStepMatchesCalls(t *testing.T) {
 			func(out, y *torch.Tensor) *torch.Tensor { return torch.MSELoss(out, y, torch.ReductionMean) },
 			func() *torch.Tensor { return torch.Randn([]int64{6, 3}, torch.Float32, torch.CPU) }, 3,
 		},
+		"l1_loss": {
+			func() torch.LossStage { return torch.L1LossStage(torch.ReductionSum) },
+			func(out, y *torch.Tensor) *torch.Tensor { return torch.L1Loss(out, y, torch.ReductionSum) },
+			func() *torch.Tensor { return torch.Randn([]int64{6, 3}, torch.Float32, torch.CPU) }, 3,
+		},
+		"smooth_l1_loss": {
+			func() torch.LossStage { return torch.SmoothL1LossStage(torch.ReductionMean, 0.5) },
+			func(out, y *torch.Tensor) *torch.Tensor { return torch.SmoothL1Loss(out, y, torch.ReductionMean, 0.5) },
+			func() *torch.Tensor { return torch.Randn([]int64{6, 3}, torch.Float32, torch.CPU) }, 3,
+		},
+		"binary_cross_entropy_with_logits": {
+			func() torch.LossStage {
+				return torch.BCEWithLogitsStage(nil, torch.FromSlice([]float32{1, 2, 0.5}), torch.ReductionMean)
+			},
+			func(out, y *torch.Tensor) *torch.Tensor {
+				return torch.BCEWithLogits(out, y, nil, torch.FromSlice([]float32{1, 2, 0.5}), torch.ReductionMean)
+			},
+			func() *torch.Tensor { return torch.Rand([]int64{6, 3}, torch.Float32, torch.CPU) }, 3,
+		},
 	}
 	for lname, l := range losses {
 		for oname, mk := range stepOptimizers {

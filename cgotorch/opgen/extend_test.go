@@ -86,17 +86,16 @@ func TestExtendStage(t *testing.T) {
 	}
 }
 
-// TestExtendLoss makes l1Loss a loss the one-call step can end in: its row gets the
-// seventh field "loss". It then has its case in cg::loss_stage, over the output and
-// the target, and a constructor of a torch.LossStage.
+// TestExtendLoss adds a loss the one-call step can end in: a row ending in "loss". It
+// gets its case in cg::loss_stage, over the output and the target (and none in
+// cg::chain_stage), and a constructor of a torch.LossStage.
 func TestExtendLoss(t *testing.T) {
-	const row = "l1Loss | l1_loss | x tensor, y tensor, reduction int64 | tensor | at::l1_loss(x, y, reduction) | is F.l1_loss."
-	table := string(opsTable(t))
-	require.Contains(t, table, row+"\n")
-	after := generateFrom(t, []byte(strings.Replace(table, row+"\n", row+" | loss\n", 1)))
+	const row = "huberLoss | huber_loss | x tensor, y tensor, reduction int64, delta double | tensor | at::huber_loss(x, y, reduction, delta) | is F.huber_loss. | loss\n"
+	after := generateFrom(t, append(opsTable(t), row...))
 	cc := string(after["../stages_gen.cc"])
-	loss := cc[strings.Index(cc, "cg::loss_stage"):]
-	assert.Contains(t, loss, "    case CG_STAGE_l1Loss: {\n      const at::Tensor &x = in;\n      const at::Tensor &y = target;\n      int64_t reduction = *i++;\n      return at::l1_loss(x, y, reduction);\n    }")
-	assert.NotContains(t, cc[:strings.Index(cc, "cg::loss_stage")], "CG_STAGE_l1Loss:", "a loss is not a layer")
-	assert.Contains(t, string(after["../../torch/stages_gen.go"]), "func l1LossStage(reduction int64) LossStage {\n\ts := newLossStage(cgotorch.StageL1Loss, \"l1_loss\")\n\ts.putInts(reduction)\n\treturn s\n}")
+	at := strings.Index(cc, "cg::loss_stage")
+	require.Positive(t, at)
+	assert.Contains(t, cc[at:], "    case CG_STAGE_huberLoss: {\n      const at::Tensor &x = in;\n      const at::Tensor &y = target;\n      int64_t reduction = *i++;\n      double delta = s.doubles[0];\n      return at::huber_loss(x, y, reduction, delta);\n    }")
+	assert.NotContains(t, cc[:at], "CG_STAGE_huberLoss:", "a loss is not a layer")
+	assert.Contains(t, string(after["../../torch/stages_gen.go"]), "func huberLossStage(reduction int64, delta float64) LossStage {\n\ts := newLossStage(cgotorch.StageHuberLoss, \"huber_loss\")\n\ts.putInts(reduction)\n\ts.c.Doubles[0] = delta\n\treturn s\n}")
 }

@@ -72,7 +72,8 @@ func (l *BCEWithLogitsLoss) Forward(input, target *torch.Tensor) *torch.Tensor {
 }
 
 // LossStageOf returns the torch.LossStage of l when l is one of the losses a
-// torch.TrainStep computes (*CrossEntropyLoss, *NLLLoss, *MSELoss), and false otherwise.
+// torch.TrainStep computes (*CrossEntropyLoss, *NLLLoss, *MSELoss, *L1Loss,
+// *SmoothL1Loss, *BCEWithLogitsLoss), and false otherwise.
 // It switches on concrete types, so a type that embeds one of them and overrides Forward
 // is not taken for it.
 func LossStageOf(l any) (torch.LossStage, bool) {
@@ -83,6 +84,16 @@ func LossStageOf(l any) (torch.LossStage, bool) {
 		return torch.NLLLossStage(l.CrossEntropyOptions), true
 	case *MSELoss:
 		return torch.MSELossStage(l.Reduction), true
+	case *L1Loss:
+		return torch.L1LossStage(l.Reduction), true
+	case *SmoothL1Loss:
+		beta := l.Beta
+		if beta == 0 {
+			beta = 1 // as Forward
+		}
+		return torch.SmoothL1LossStage(l.Reduction, beta), true
+	case *BCEWithLogitsLoss:
+		return torch.BCEWithLogitsStage(l.Weight, l.PosWeight, l.Reduction), true
 	}
 	return torch.LossStage{}, false
 }
