@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/internal/fsutil"
 )
 
 const killChildEnv = "GOTRAIN_CHECKPOINT_KILL_CHILD"
@@ -102,9 +104,9 @@ func TestKillDuringWrite(t *testing.T) {
 	t.Logf("%d rewrites, %d kills; last iteration %d", writes, kills, last)
 
 	// The killed children left temporary files; the next write removes every one whose
-	// writer is dead (orphanAge 0: no wait).
-	defer func(age time.Duration) { orphanAge = age }(orphanAge)
-	orphanAge = 0
+	// writer is dead (fsutil.OrphanAge 0: no wait).
+	defer func(age time.Duration) { fsutil.OrphanAge = age }(fsutil.OrphanAge)
+	fsutil.OrphanAge = 0
 	require.NoError(t, Write(path, killCheckpoint(last+1)))
 	left, err := filepath.Glob(filepath.Join(filepath.Dir(path), ".ck.pt.tmp-*"))
 	require.NoError(t, err)
@@ -112,7 +114,7 @@ func TestKillDuringWrite(t *testing.T) {
 }
 
 // TestOrphanRemoval: a write removes the temporary files of dead writers of the same
-// path that are older than orphanAge, and keeps live writers', young ones and other
+// path that are older than fsutil.OrphanAge, and keeps live writers', young ones and other
 // files.
 func TestOrphanRemoval(t *testing.T) {
 	dir := t.TempDir()

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gotrain/gotrain/internal/fsutil"
 )
 
 // maxSafetensorsHeader is the header size limit of the reference implementation (the
@@ -391,7 +393,7 @@ func stDType(name string) (DType, error) {
 // copies; tensors that share a storage are written separately, as the format has no
 // sharing.
 func WriteSafetensors(path string, tensors *Dict, metadata map[string]string) error {
-	return atomicWrite(path, func(w io.Writer) error {
+	return fsutil.WriteAtomic(path, func(w io.Writer) error {
 		return WriteSafetensorsTo(w, tensors, metadata)
 	})
 }

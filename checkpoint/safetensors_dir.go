@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/gotrain/gotrain/internal/fsutil"
 )
 
 // The base names of the weights in a Hugging Face directory, for ReadSafetensorsDir and
@@ -344,16 +346,16 @@ func WriteSafetensorsDir(dir, name string, tensors *Dict, metadata map[string]st
 		vals = append(vals, v)
 	}
 
-	var staged []*staged
+	var staged []*fsutil.Staged
 	defer func() {
 		for _, s := range staged {
 			if s != nil {
-				s.abort()
+				s.Abort()
 			}
 		}
 	}()
 	stage := func(file string, write func(io.Writer) error) error {
-		st, err := stageFile(filepath.Join(dir, file), write)
+		st, err := fsutil.Stage(filepath.Join(dir, file), write)
 		if err != nil {
 			return err
 		}
@@ -403,7 +405,7 @@ func WriteSafetensorsDir(dir, name string, tensors *Dict, metadata map[string]st
 	for i := range staged[:last] {
 		st := staged[i]
 		staged[i] = nil
-		if err := st.commit(); err != nil {
+		if err := st.Commit(); err != nil {
 			return err
 		}
 	}
@@ -413,7 +415,7 @@ func WriteSafetensorsDir(dir, name string, tensors *Dict, metadata map[string]st
 		}
 		st := staged[last]
 		staged[last] = nil
-		if err := st.commit(); err != nil {
+		if err := st.Commit(); err != nil {
 			return err
 		}
 	} else if err := removeIfFile(filepath.Join(dir, indexFile)); err != nil {
@@ -430,7 +432,7 @@ func WriteSafetensorsDir(dir, name string, tensors *Dict, metadata map[string]st
 			}
 		}
 	}
-	syncDir(dir)
+	fsutil.SyncDir(dir)
 	return nil
 }
 

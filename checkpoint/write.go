@@ -2,19 +2,14 @@ package checkpoint
 
 import (
 	"archive/zip"
-	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
-	"io/fs"
-	"math/rand/v2"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"time"
+
+	"github.com/gotrain/gotrain/internal/fsutil"
 )
 
 // alignment is the record data alignment torch.save uses (and mmap loading relies on).
@@ -32,7 +27,7 @@ const alignment = 64
 //
 // The zip's root folder is the file name without its extension, as in torch.save.
 func Write(path string, v any) error {
-	return atomicWrite(path, func(w io.Writer) error {
+	return fsutil.WriteAtomic(path, func(w io.Writer) error {
 		return writeArchive(w, archiveName(path), v)
 	})
 }
@@ -142,182 +137,4 @@ func (r *recordWriter) record(name string, data []byte) {
 		return
 	}
 	r.offset += 30 + int64(len(full)) + int64(len(extra)) + int64(len(data))
-}
-
-// maxLinks bounds the symlinks followed to find the file a path names (Linux's limit).
-const maxLinks = 40
-
-// resolveLinks returns the file that path names after following symlinks (a link's
-// relative target is relative to the link's directory). A missing file is the path
-// itself, so writing through a dangling link creates its target.
-func resolveLinks(path string) (string, error) {
-	for range maxLinks {
-		fi, err := os.Lstat(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			return path, nil
-		}
-		if err != nil {
-			return "", err
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			return path, nil
-		}
-		target, err := os.Readlink(path)
-		if err != nil {
-			return "", err
-		}
-		if !filepath.IsAbs(target) {
-			target = filepath.Join(filepath.Dir(path), target)
-		}
-		path = target
-	}
-	return "", fmt.Errorf("%s: more than %d symlinks", path, maxLinks)
-}
-
-// createTemp creates a new temporary file in dir with the given permissions, which the
-// umask restricts as it does for os.Create (os.CreateTemp would make it 0600).
-func createTemp(dir, base string, perm fs.FileMode) (*os.File, error) {
-	for try := 0; ; try++ {
-		name := filepath.Join(dir, fmt.Sprintf(".%s.tmp-%d-%d", base, os.Getpid(), rand.Uint32()))
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
-		if errors.Is(err, fs.ErrExist) && try < 100 {
-			continue
-		}
-		return f, err
-	}
-}
-
-// atomicWrite writes a file through a synced temporary file and a rename. When path is
-// a symlink, the file it points to is replaced (the temporary file is created next to
-// it) and the link is kept. A new file gets the permissions os.Create would give it
-// (0666 less the umask); an existing one keeps its own. On any failure, a panic of
-// write included, the temporary file is closed and removed.
-func atomicWrite(path string, write func(io.Writer) error) error {
-	st, err := stageFile(path, write)
-	if err != nil {
-		return err
-	}
-	return st.commit()
-}
-
-// staged is a file written and synced under a temporary name next to its target, not
-// yet in place: commit renames it over the target, abort removes it. A save of several
-// files (a sharded model) stages them all before it commits any, so that a failure
-// while writing leaves the previous files as they were.
-type staged struct {
-	tmp, target string
-}
-
-// stageFile writes a temporary file for path (see atomicWrite) and syncs it. On any
-// failure, a panic of write included, the temporary file is closed and removed.
-func stageFile(path string, write func(io.Writer) error) (_ *staged, err error) {
-	target, err := resolveLinks(path)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	dir, base := filepath.Split(target)
-	if dir == "" {
-		dir = "."
-	}
-	var keepMode *fs.FileMode
-	if fi, err := os.Stat(target); err == nil {
-		m := fi.Mode().Perm()
-		keepMode = &m
-	}
-	// The temporary name carries the writer's pid, so that a later write can tell the
-	// leftovers of a killed writer from a live one's file and remove them.
-	f, err := createTemp(dir, base, 0o666)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	tmp := f.Name()
-	done := false
-	defer func() {
-		// Runs on errors and on panics alike (a panic propagates after the cleanup).
-		if !done {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err := write(bw); err != nil {
-		return nil, err
-	}
-	if err := bw.Flush(); err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	if keepMode != nil {
-		if err := f.Chmod(*keepMode); err != nil {
-			return nil, fmt.Errorf("checkpoint: %w", err)
-		}
-	}
-	if err := f.Sync(); err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	done = true
-	return &staged{tmp: tmp, target: target}, nil
-}
-
-// commit renames the staged file over its target and syncs the directory; on failure
-// the temporary file is removed.
-func (s *staged) commit() error {
-	if err := os.Rename(s.tmp, s.target); err != nil {
-		os.Remove(s.tmp)
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	dir, base := filepath.Split(s.target)
-	if dir == "" {
-		dir = "."
-	}
-	syncDir(dir)
-	removeOrphans(dir, base)
-	return nil
-}
-
-// abort removes the staged file.
-func (s *staged) abort() { os.Remove(s.tmp) }
-
-// syncDir persists renames and removals in dir; some file systems refuse to sync
-// directories, which is not an error.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-}
-
-// orphanAge is how long a dead writer's temporary file must have been untouched before
-// removeOrphans deletes it (a guard for directories shared between machines, where a
-// pid names another host's process).
-var orphanAge = time.Minute
-
-// removeOrphans deletes the temporary files that writers of dir/base killed mid-write
-// (SIGKILL, power loss) left behind: those whose pid is not a live process and that
-// have not been modified for orphanAge. A checkpoint rewritten every epoch thus never
-// accumulates dead copies of itself. Errors are ignored: this is housekeeping.
-func removeOrphans(dir, base string) {
-	prefix := "." + base + ".tmp-"
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		name := e.Name()
-		rest, ok := strings.CutPrefix(name, prefix)
-		if !ok || e.IsDir() {
-			continue
-		}
-		pidStr, _, ok := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
-		if !ok || err != nil || pid <= 0 || pid == os.Getpid() || processAlive(pid) {
-			continue
-		}
-		if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < orphanAge {
-			continue
-		}
-		os.Remove(filepath.Join(dir, name))
-	}
 }

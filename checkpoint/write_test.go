@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/internal/fsutil"
 )
 
 // tempFiles lists the temporary files writers of path left in its directory.
@@ -29,7 +31,7 @@ func TestWritePanicCleansUp(t *testing.T) {
 	require.NoError(t, Write(path, killCheckpoint(1)))
 	fds := openFiles(t)
 	require.PanicsWithValue(t, "boom", func() {
-		_ = atomicWrite(path, func(w io.Writer) error {
+		_ = fsutil.WriteAtomic(path, func(w io.Writer) error {
 			_, err := w.Write(make([]byte, 3<<20))
 			require.NoError(t, err)
 			panic("boom")
@@ -37,7 +39,7 @@ func TestWritePanicCleansUp(t *testing.T) {
 	})
 	require.Empty(t, tempFiles(t, path))
 	require.Equal(t, fds, openFiles(t), "the temporary file's descriptor leaked")
-	err := atomicWrite(path, func(w io.Writer) error { return errors.New("failed") })
+	err := fsutil.WriteAtomic(path, func(w io.Writer) error { return errors.New("failed") })
 	require.EqualError(t, err, "failed")
 	require.Empty(t, tempFiles(t, path))
 	i, err := verifyKillCheckpoint(path)

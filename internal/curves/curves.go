@@ -11,9 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"image/color"
+	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -23,6 +22,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/gotrain/gotrain/internal/fsutil"
 )
 
 // ErrEmpty is returned by WritePNG for a plot with nothing to draw: no x values, no
@@ -93,30 +94,18 @@ func FromHistory(title string, epochs []float64, history map[string][]float64) P
 	return p
 }
 
-// WritePNG draws p and writes it to path as a PNG image. It writes a temporary file
-// in path's directory and renames it, so a reader never sees a partial image.
+// WritePNG draws p and writes it to path as a PNG image, atomically
+// (fsutil.WriteAtomic), so a reader never sees a partial image.
 func WritePNG(path string, p Plot) error {
 	canvas, err := render(p)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
+	if err := fsutil.WriteAtomic(path, func(w io.Writer) error {
+		_, err := vgimg.PngCanvas{Canvas: canvas}.WriteTo(w)
+		return err
+	}); err != nil {
 		return fmt.Errorf("curves: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
-	_, err = vgimg.PngCanvas{Canvas: canvas}.WriteTo(tmp)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("curves: writing %s: %w", path, err)
 	}
 	return nil
 }

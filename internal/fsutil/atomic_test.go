@@ -3,13 +3,17 @@ package fsutil
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
+// TestWriteFileAtomicReplacesAndLeavesNoTemporary: a new file gets what os.Create
+// gives (0666 less the umask), and a replaced one ends with no temporary file left.
 func TestWriteFileAtomicReplacesAndLeavesNoTemporary(t *testing.T) {
+	defer syscall.Umask(syscall.Umask(0o022))
 	dir := t.TempDir()
 	p := filepath.Join(dir, "config.json")
 	require.NoError(t, WriteFileAtomic(p, []byte("old")))

@@ -1,7 +1,9 @@
 // Package fsutil reads the small files a user names (configs, tokenizer and adapter
 // settings) within limits: they must be regular files, opened without blocking (a FIFO
 // would wait for a writer forever) and read up to a size (a device such as /dev/zero
-// never ends).
+// never ends). It also writes files atomically (WriteAtomic, Stage): a crash leaves the
+// old file or the new one, never a part, and no temporary file outlives its writer
+// for long.
 package fsutil
 
 import (

@@ -1,10 +1,8 @@
 package lora
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"math/rand/v2"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -159,51 +157,21 @@ func (a *Adapter) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return fmt.Errorf("lora: %w", err)
 	}
-	tmp, err := stage(dir, ConfigFile, raw)
+	cfg, err := fsutil.Stage(filepath.Join(dir, ConfigFile), func(w io.Writer) error {
+		_, err := w.Write(raw)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("lora: %w", err)
 	}
 	if err := checkpoint.WriteSafetensorsDir(dir, checkpoint.AdapterWeights, sd, map[string]string{"format": "pt"}, 0); err != nil {
-		os.Remove(tmp)
+		cfg.Abort()
 		return fmt.Errorf("lora: %w", err)
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, ConfigFile)); err != nil {
-		os.Remove(tmp)
+	if err := cfg.Commit(); err != nil {
 		return fmt.Errorf("lora: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
-}
-
-// stage writes b to a synced temporary file in dir for name and returns its path. The
-// file gets the permissions os.Create gives (0666 less the umask).
-func stage(dir, name string, b []byte) (string, error) {
-	var f *os.File
-	var err error
-	for try := 0; ; try++ {
-		f, err = os.OpenFile(filepath.Join(dir, fmt.Sprintf(".%s.tmp-%d-%d", name, os.Getpid(), rand.Uint32())), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
-		if !errors.Is(err, fs.ErrExist) || try >= 100 {
-			break
-		}
-	}
-	if err != nil {
-		return "", err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return "", err
-	}
-	return f.Name(), nil
 }
 
 // ReadConfig reads dir's adapter_config.json. Errors name the file and the field.

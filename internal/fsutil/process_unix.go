@@ -1,6 +1,6 @@
 //go:build unix
 
-package checkpoint
+package fsutil
 
 import (
 	"errors"

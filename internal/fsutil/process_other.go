@@ -1,6 +1,6 @@
 //go:build !unix
 
-package checkpoint
+package fsutil
 
 // processAlive is conservative where liveness cannot be asked cheaply: every writer
 // counts as alive, so no temporary file is ever removed.
