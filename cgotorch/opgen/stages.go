@@ -31,31 +31,26 @@ func (o op) checkStage() error {
 	if o.result != "tensor" {
 		return fmt.Errorf("its result is %s, not tensor", o.result)
 	}
-	args := o.params
-	if o.stage == "loss" {
-		if o.self || len(args) < 2 || args[0].kind != "tensor" || args[1].kind != "tensor" {
-			return fmt.Errorf("its first two parameters must be tensors: the output and the target")
-		}
-		args = args[2:]
-	} else if !o.self {
-		if len(args) == 0 || args[0].kind != "tensor" {
-			return fmt.Errorf("its first parameter must be self or a tensor: the previous stage's output")
-		}
-		args = args[1:]
+	ps := o.params
+	if o.stage == "loss" && (o.self || len(ps) < 2 || ps[0].kind != "tensor" || ps[1].kind != "tensor") {
+		return fmt.Errorf("its first two parameters must be tensors: the output and the target")
+	}
+	if o.stage == "stage" && !o.self && (len(ps) == 0 || ps[0].kind != "tensor") {
+		return fmt.Errorf("its first parameter must be self or a tensor: the previous stage's output")
 	}
 	nt, nd, ni := 0, 0, 0
-	for _, p := range args {
-		switch p.kind {
+	for _, a := range o.stageArgs() {
+		switch a.kind {
 		case "tensor", "tensor?":
-			nt++
+			nt = a.slot + 1
 		case "double", "scalar":
-			nd++
+			nd = a.slot + 1
 		case "int64", "bool":
 			ni++
 		case "int64s":
 			ni += 2 // a length and at least one value
 		default:
-			return fmt.Errorf("parameter %s is a %s, which a stage cannot hold", p.name, p.kind)
+			return fmt.Errorf("parameter %s is a %s, which a stage cannot hold", a.name, a.kind)
 		}
 	}
 	if nt > stageTensors || nd > stageDoubles || ni > stageInts {
@@ -86,6 +81,31 @@ func (o op) inputs() ([]string, []param) {
 	return []string{o.params[0].name}, o.params[1:]
 }
 
+// stageArg is a stage's argument and its place in cg_stage: its index in tensors[] or
+// doubles[] (ints are stored in order and have none).
+type stageArg struct {
+	param
+	slot int
+}
+
+// stageArgs are o's arguments less its inputs, with their places in cg_stage: the one
+// layout that the C++ reader (stageCase) and the Go writer (stageFunc) both follow.
+func (o op) stageArgs() []stageArg {
+	_, args := o.inputs()
+	out := make([]stageArg, len(args))
+	nt, nd := 0, 0
+	for i, p := range args {
+		out[i].param = p
+		switch p.kind {
+		case "tensor", "tensor?":
+			out[i].slot, nt = nt, nt+1
+		case "double", "scalar":
+			out[i].slot, nd = nd, nd+1
+		}
+	}
+	return out
+}
+
 func (o op) stageEnum() string { return "CG_STAGE_" + o.goName }
 
 // stageConst is the op's StageOp constant in package cgotorch: StageConv2d.
@@ -107,27 +127,22 @@ func genStagesH(stages []op) []byte {
 // the row's expression.
 func (o op) stageCase() string {
 	var b strings.Builder
-	ins, args := o.inputs()
+	ins, _ := o.inputs()
 	fmt.Fprintf(&b, "    case %s: {\n", o.stageEnum())
 	for i, in := range ins {
 		fmt.Fprintf(&b, "      const at::Tensor &%s = %s;\n", in, []string{"in", "target"}[i])
 	}
-	nt, nd := 0, 0
-	for _, p := range args {
-		n := p.name
-		switch p.kind {
+	for _, a := range o.stageArgs() {
+		n := a.name
+		switch a.kind {
 		case "tensor":
-			fmt.Fprintf(&b, "      at::Tensor &%s = cg::T(s.tensors[%d]);\n", n, nt)
-			nt++
+			fmt.Fprintf(&b, "      at::Tensor &%s = cg::T(s.tensors[%d]);\n", n, a.slot)
 		case "tensor?":
-			fmt.Fprintf(&b, "      std::optional<at::Tensor> %s = cg::opt(s.tensors[%d]);\n", n, nt)
-			nt++
+			fmt.Fprintf(&b, "      std::optional<at::Tensor> %s = cg::opt(s.tensors[%d]);\n", n, a.slot)
 		case "double":
-			fmt.Fprintf(&b, "      double %s = s.doubles[%d];\n", n, nd)
-			nd++
+			fmt.Fprintf(&b, "      double %s = s.doubles[%d];\n", n, a.slot)
 		case "scalar":
-			fmt.Fprintf(&b, "      at::Scalar %s = cg::scalar(s.doubles[%d]);\n", n, nd)
-			nd++
+			fmt.Fprintf(&b, "      at::Scalar %s = cg::scalar(s.doubles[%d]);\n", n, a.slot)
 		case "int64":
 			fmt.Fprintf(&b, "      int64_t %s = *i++;\n", n)
 		case "bool":
@@ -178,20 +193,17 @@ func genStagesGo(stages []op) ([]byte, error) {
 // stageFunc is package torch's constructor of o's stage: the op's parameters less its
 // input, stored in the stage.
 func (o op) stageFunc() string {
-	ins, args := o.inputs()
+	ins, _ := o.inputs()
 	var params, body []string
-	nt, nd := 0, 0
-	for _, p := range args {
-		n := p.name
-		switch p.kind {
+	for _, a := range o.stageArgs() {
+		n := a.name
+		switch a.kind {
 		case "tensor", "tensor?":
 			params = append(params, n+" *Tensor")
-			body = append(body, fmt.Sprintf("s.t[%d] = %s", nt, n))
-			nt++
+			body = append(body, fmt.Sprintf("s.t[%d] = %s", a.slot, n))
 		case "double", "scalar":
 			params = append(params, n+" float64")
-			body = append(body, fmt.Sprintf("s.c.Doubles[%d] = %s", nd, n))
-			nd++
+			body = append(body, fmt.Sprintf("s.c.Doubles[%d] = %s", a.slot, n))
 		case "int64":
 			params = append(params, n+" int64")
 			body = append(body, fmt.Sprintf("s.putInts(%s)", n))
@@ -199,7 +211,7 @@ func (o op) stageFunc() string {
 			params = append(params, n+" bool")
 			body = append(body, fmt.Sprintf("s.putBool(%s)", n))
 		case "int64s":
-			if p.variadic {
+			if a.variadic {
 				params = append(params, n+" ...int64")
 			} else {
 				params = append(params, n+" []int64")
