@@ -33,7 +33,7 @@ func Chain(x *Tensor, stages []Stage) *Tensor {
 	c := cgotorch.NewChain() // a panic below leaves it to the garbage collector
 	var ts [cgotorch.StageTensors]cgotorch.Tensor
 	for i := range stages {
-		c.Add(stages[i].resolve(&ts), &ts)
+		c.Add(stages[i].resolve(&ts, "chain"), &ts)
 	}
 	r, failed := c.Forward(x.handle())
 	if r.Err != nil {
@@ -47,10 +47,10 @@ func Chain(x *Tensor, stages []Stage) *Tensor {
 }
 
 // resolve writes the stage's tensors' handles into ts (0: none) and returns its
-// arguments; the zero Stage panics.
-func (s *Stage) resolve(ts *[cgotorch.StageTensors]cgotorch.Tensor) *cgotorch.Stage {
+// arguments; the zero Stage panics, naming op, the caller.
+func (s *Stage) resolve(ts *[cgotorch.StageTensors]cgotorch.Tensor, op string) *cgotorch.Stage {
 	if s.op == "" {
-		panic(&Error{Op: "chain", Msg: "stage is the zero Stage; make stages with the *Stage functions"})
+		panic(&Error{Op: op, Msg: "stage is the zero Stage; make stages with the *Stage functions"})
 	}
 	for i, t := range s.t {
 		ts[i] = opt(t)

@@ -128,13 +128,9 @@ func (s *TrainStep) prepare() (st, ps *[]cgotorch.Tensor) {
 	c.Reset()
 	var ts [cgotorch.StageTensors]cgotorch.Tensor
 	for i := range s.Stages {
-		st := &s.Stages[i]
-		if st.op == "" {
-			panic(&Error{Op: "train step", Msg: "stage is the zero Stage; make stages with the *Stage functions"})
-		}
-		c.AddStage(st.resolve(&ts), &ts)
+		c.AddStage(s.Stages[i].resolve(&ts, "train step"), &ts)
 	}
-	c.SetLoss(s.Loss.resolve(&ts), &ts)
+	c.SetLoss(s.Loss.resolve(&ts, "train step"), &ts)
 	if s.Sums != nil {
 		c.SetSums(s.Sums.handle(), s.SumWeight, s.SumStep, int(s.SumFlags))
 	}
