@@ -93,10 +93,12 @@ func (t *trie) find(s string, from int) (start, end int, id int64, ok bool) {
 }
 
 // segment is a part of the input: an added token (id >= 0) or text for the model.
+// start and end are its byte range in the text split (EncodeOffsets reads them).
 type segment struct {
-	text    string
-	id      int64
-	atStart bool
+	text       string
+	id         int64
+	atStart    bool
+	start, end int
 }
 
 // split is tokenizers' AddedVocabulary::find_matches followed by the split: text
@@ -104,7 +106,7 @@ type segment struct {
 func (a *addedVocab) split(dst []segment, s string, t *trie, atStart bool) []segment {
 	if t == nil || s == "" {
 		if s != "" {
-			dst = append(dst, segment{text: s, id: -1, atStart: atStart})
+			dst = append(dst, segment{text: s, id: -1, atStart: atStart, end: len(s)})
 		}
 		return dst
 	}
@@ -132,13 +134,13 @@ func (a *addedVocab) split(dst []segment, s string, t *trie, atStart bool) []seg
 			stop += rightmostSpaceAtStart(s[stop:])
 		}
 		if last < start {
-			dst = append(dst, segment{text: s[last:start], id: -1, atStart: atStart && last == 0})
+			dst = append(dst, segment{text: s[last:start], id: -1, atStart: atStart && last == 0, start: last, end: start})
 		}
-		dst = append(dst, segment{id: id})
+		dst = append(dst, segment{id: id, start: start, end: stop})
 		last = stop
 	}
 	if last < len(s) {
-		dst = append(dst, segment{text: s[last:], id: -1, atStart: atStart && last == 0})
+		dst = append(dst, segment{text: s[last:], id: -1, atStart: atStart && last == 0, start: last, end: len(s)})
 	}
 	return dst
 }

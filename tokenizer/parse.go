@@ -123,6 +123,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if t.post, err = parseComponent(postProcessors, f.PostProcessor, "post_processor"); err != nil {
 		return nil, err
 	}
+	t.trim = parseTrim(f.PostProcessor)
 	t.guessSpecialIDs()
 	return t, nil
 }

@@ -161,26 +161,31 @@ func (p *pattern) find(dst []span, s string) []span {
 // splitSpans applies a behavior to the spans of p's text and appends the non-empty
 // pieces, as tokenizers' NormalizedString::split.
 func splitSpans(dst []piece, p piece, spans []span, b splitBehavior) []piece {
-	emit := func(start, end int) {
-		if end > start {
-			dst = append(dst, piece{text: p.text[start:end], atStart: p.atStart && start == 0})
+	for _, sp := range applyBehavior(spans, b) {
+		if sp.end > sp.start {
+			dst = append(dst, piece{text: p.text[sp.start:sp.end], atStart: p.atStart && sp.start == 0})
 		}
 	}
+	return dst
+}
+
+// applyBehavior turns the spans of a text into the ranges a split keeps, in order,
+// reusing spans' memory (EncodeOffsets needs the ranges, Encode the pieces). Empty
+// ranges may remain.
+func applyBehavior(spans []span, b splitBehavior) []span {
 	switch b {
-	case splitIsolated:
-		for _, sp := range spans {
-			emit(sp.start, sp.end)
-		}
 	case splitRemoved:
+		out := spans[:0]
 		for _, sp := range spans {
 			if !sp.match {
-				emit(sp.start, sp.end)
+				out = append(out, sp)
 			}
 		}
+		return out
 	case splitContiguous, splitMergedWithPrevious:
 		// Contiguous merges runs of spans of the same kind; MergedWithPrevious merges a
-		// match into the span before it.
-		var out []span
+		// match into the span before it. The write index never passes the read index.
+		out := spans[:0]
 		prev := false
 		for _, sp := range spans {
 			merge := sp.match == prev
@@ -194,27 +199,24 @@ func splitSpans(dst []piece, p piece, spans []span, b splitBehavior) []piece {
 			}
 			prev = sp.match
 		}
-		for _, sp := range out {
-			emit(sp.start, sp.end)
-		}
+		return out
 	case splitMergedWithNext:
-		// A match joins the span after it: walk backwards.
-		var out []span
+		// A match joins the span after it: walk backwards, writing from the end.
+		w := len(spans)
 		prev := false
 		for k := len(spans) - 1; k >= 0; k-- {
 			sp := spans[k]
-			if sp.match && !prev && len(out) > 0 {
-				out[len(out)-1].start = sp.start
+			if sp.match && !prev && w < len(spans) {
+				spans[w].start = sp.start
 			} else {
-				out = append(out, sp)
+				w--
+				spans[w] = sp
 			}
 			prev = sp.match
 		}
-		for k := len(out) - 1; k >= 0; k-- {
-			emit(out[k].start, out[k].end)
-		}
+		return spans[w:]
 	}
-	return dst
+	return spans // splitIsolated
 }
 
 // preSplit is the Split pre-tokenizer.

@@ -11,10 +11,11 @@ import (
 // was loaded from specifies. It is immutable and safe for concurrent use.
 type Tokenizer struct {
 	model      *bpe
-	normalizer normalizer   // nil: none
-	pre        preTokenizer // nil: the whole text is one word
-	decoder    decoder      // nil: tokens joined by spaces
-	post       *template    // nil: nothing added
+	normalizer normalizer     // nil: none
+	pre        preTokenizer   // nil: the whole text is one word
+	decoder    decoder        // nil: tokens joined by spaces
+	post       *template      // nil: nothing added
+	trim       *byteLevelTrim // nil: offsets are not trimmed (EncodeOffsets)
 	added      addedVocab
 	vocabSize  int
 
