@@ -1,0 +1,197 @@
+package chat
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// specialTokenKeys are the named special tokens transformers passes to a template
+// (PreTrainedTokenizerBase.SPECIAL_TOKENS_ATTRIBUTES).
+var specialTokenKeys = []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
+
+// LoadDir loads the chat template of a Hugging Face model or tokenizer directory: the
+// "chat_template" of tokenizer_config.json (a string, or a list of {"name", "template"}
+// of which "default" is used), else chat_template.jinja. The special tokens of
+// tokenizer_config.json become template variables.
+func LoadDir(dir string) (*Template, error) { return LoadDirNamed(dir, "") }
+
+// LoadDirNamed is LoadDir for the template called name in a list of named templates
+// ("default" when name is ""; e.g. "tool_use" or "rag").
+func LoadDirNamed(dir, name string) (*Template, error) {
+	cfgPath := filepath.Join(dir, "tokenizer_config.json")
+	cfg := map[string]json.RawMessage{}
+	data, err := os.ReadFile(cfgPath)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(data, &cfg); err != nil {
+			return nil, fmt.Errorf("chat: %s: %w", cfgPath, err)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("chat: %w", err)
+	}
+	special := map[string]string{}
+	for _, k := range specialTokenKeys {
+		raw, ok := cfg[k]
+		if !ok {
+			continue
+		}
+		var s string
+		var obj struct {
+			Content *string `json:"content"`
+		}
+		switch {
+		case json.Unmarshal(raw, &s) == nil:
+		case json.Unmarshal(raw, &obj) == nil && obj.Content != nil:
+			s = *obj.Content
+		default:
+			continue // null
+		}
+		special[k] = s
+	}
+
+	named := map[string]string{}
+	source := cfgPath
+	if raw, ok := cfg["chat_template"]; ok && string(raw) != "null" {
+		var s string
+		if err := json.Unmarshal(raw, &s); err == nil {
+			named["default"] = s
+		} else {
+			var list []struct {
+				Name     string `json:"name"`
+				Template string `json:"template"`
+			}
+			if err := json.Unmarshal(raw, &list); err != nil {
+				return nil, fmt.Errorf("chat: %s: chat_template is neither a string nor a list of {name, template}", cfgPath)
+			}
+			for _, e := range list {
+				named[e.Name] = e.Template
+			}
+		}
+	}
+	if len(named) == 0 {
+		p := filepath.Join(dir, "chat_template.jinja")
+		b, err := os.ReadFile(p)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("chat: %s has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja)", dir)
+			}
+			return nil, fmt.Errorf("chat: %w", err)
+		}
+		named["default"], source = string(b), p
+	}
+	if name == "" {
+		name = "default"
+	}
+	src, ok := named[name]
+	if !ok {
+		names := make([]string, 0, len(named))
+		for n := range named {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return nil, fmt.Errorf("chat: %s has no chat template named %q (it has %v)", source, name, names)
+	}
+	t, err := Parse(src)
+	if err != nil {
+		return nil, fmt.Errorf("chat: %s: %w", source, err)
+	}
+	t.special = special
+	t.named = named
+	return t, nil
+}
+
+// TemplateNames returns the names of the templates the directory's tokenizer_config.json
+// listed ("default" alone for a single template), sorted.
+func (t *Template) TemplateNames() []string {
+	names := make([]string, 0, len(t.named))
+	for n := range t.named {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// DecodeMessages decodes a JSON array of messages. Unlike encoding/json into
+// []Message, nested objects keep their key order (as Object) and numbers keep
+// Python's distinction of 1 and 1.0 (as json.Number), so that tojson renders them as transformers does.
+func DecodeMessages(data []byte) ([]Message, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := decodeOrdered(dec)
+	if err != nil {
+		return nil, err
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, errors.New("chat: messages must be a JSON array")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("chat: trailing data after the messages array")
+	}
+	out := make([]Message, len(arr))
+	for i, m := range arr {
+		o, ok := m.(Object)
+		if !ok {
+			return nil, fmt.Errorf("chat: message %d is not a JSON object", i)
+		}
+		out[i] = o.Values
+	}
+	return out, nil
+}
+
+// DecodeValue decodes any JSON value (a tools list, say) as DecodeMessages decodes
+// messages: objects as Object, numbers kept as written.
+func DecodeValue(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	return decodeOrdered(dec)
+}
+
+func decodeOrdered(dec *json.Decoder) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '[':
+			arr := []any{}
+			for dec.More() {
+				v, err := decodeOrdered(dec)
+				if err != nil {
+					return nil, err
+				}
+				arr = append(arr, v)
+			}
+			_, err := dec.Token()
+			return arr, err
+		case '{':
+			o := Object{Values: map[string]any{}}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k := kt.(string)
+				v, err := decodeOrdered(dec)
+				if err != nil {
+					return nil, err
+				}
+				if _, dup := o.Values[k]; !dup {
+					o.Keys = append(o.Keys, k)
+				}
+				o.Values[k] = v
+			}
+			_, err := dec.Token()
+			return o, err
+		}
+	}
+	return tok, nil
+}

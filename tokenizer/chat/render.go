@@ -1,0 +1,249 @@
+package chat
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// assistantFields are the fields of an assistant message whose rendering is the
+// assistant's output (what the loss covers).
+var assistantFields = set("content", "reasoning_content", "thinking", "reasoning", "tool_calls")
+
+// reasoningFields are the names transformers reads a message's reasoning under; it
+// copies the first non-null one to "thinking" and "reasoning_content".
+var reasoningFields = []string{"reasoning_content", "thinking", "reasoning"}
+
+// turnEnds are the end-of-turn tokens of the common template families, besides the
+// tokenizer's eos_token.
+var turnEnds = []string{"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>",
+	"<｜end▁of▁sentence｜>", "</s>", "<|endoftext|>", "<|end_of_text|>", "<turn|>"}
+
+// maxTurnEndGap bounds the template text between an assistant turn's last byte and its
+// end-of-turn token (Qwen2.5's "}\n</tool_call>" is 14 bytes).
+const maxTurnEndGap = 32
+
+func (t *Template) render(msgs []Message, o Options) (Rendered, error) {
+	text, runs, gens, err := t.renderRaw(msgs, o, true)
+	if err != nil {
+		return Rendered{}, err
+	}
+	out := Rendered{Text: text}
+	if t.generation {
+		for _, g := range gens {
+			if g[1] > g[0] {
+				out.Assistant = append(out.Assistant, g)
+			}
+		}
+		return out, nil
+	}
+	out.Assistant = t.provenanceSpans(text, runs, msgs, o)
+	return out, nil
+}
+
+// renderRaw renders and returns the text, its provenance runs and the generation blocks.
+func (t *Template) renderRaw(msgs []Message, o Options, tag bool) (string, []run, [][2]int, error) {
+	sc := newScope(nil)
+	for k, v := range t.special {
+		sc.set(k, newStr(v))
+	}
+	for _, k := range sortedKeysAny(o.Vars) {
+		v, err := toValue(o.Vars[k], 0)
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("chat: variable %q: %w", k, err)
+		}
+		sc.set(k, v)
+	}
+	ms := &list{}
+	for i, m := range msgs {
+		v, err := messageValue(m, i, tag)
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("chat: message %d: %w", i, err)
+		}
+		ms.items = append(ms.items, v)
+	}
+	sc.set("messages", ms)
+	for name, x := range map[string][]any{"tools": o.Tools, "documents": o.Documents} {
+		if x == nil {
+			sc.set(name, nil)
+			continue
+		}
+		v, err := toValue(x, 0)
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("chat: %s: %w", name, err)
+		}
+		sc.set(name, v)
+	}
+	sc.set("add_generation_prompt", o.AddGenerationPrompt)
+	now := o.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	var top strBuf
+	r := &renderer{now: now, top: &top}
+	if err := r.exec(*t.root, newScope(sc), &top); err != nil {
+		return "", nil, nil, err
+	}
+	return top.b.String(), top.runs, r.gens, nil
+}
+
+func sortedKeysAny(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// messageValue converts a message as transformers prepares it: keys whose value is nil
+// are dropped, and the reasoning is aliased under "thinking" and "reasoning_content".
+// Every string of an assistant's output fields is tagged with the message (tag i+1),
+// the other messages' fields with -(i+1), so that the mask can tell them apart.
+func messageValue(m Message, i int, tag bool) (value, error) {
+	keys := make([]string, 0, len(m))
+	for k, v := range m {
+		if v != nil {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var reasoning any
+	for _, f := range reasoningFields {
+		if v := m[f]; v != nil {
+			reasoning = v
+			break
+		}
+	}
+	if reasoning != nil {
+		ordered := []string{"thinking"}
+		for _, k := range keys {
+			if k != "thinking" && k != "reasoning_content" {
+				ordered = append(ordered, k)
+			}
+		}
+		keys = append(ordered, "reasoning_content")
+	}
+	role, _ := m["role"].(string)
+	d := newDict()
+	for _, k := range keys {
+		x := m[k]
+		if reasoning != nil && (k == "thinking" || k == "reasoning_content") {
+			x = reasoning
+		}
+		t := 0
+		if tag && k != "role" && k != "name" {
+			if role == "assistant" && assistantFields[k] {
+				t = i + 1
+			} else if role != "assistant" {
+				t = -(i + 1)
+			}
+		}
+		v, err := toValue(x, t)
+		if err != nil {
+			return nil, fmt.Errorf("field %q: %w", k, err)
+		}
+		d.set(k, v)
+	}
+	return d, nil
+}
+
+// provenanceSpans finds each assistant turn in the text from the provenance runs: from
+// its first to its last tagged byte, widened back to the end of the assistant header
+// (the text add_generation_prompt appends) when that header directly precedes it, and
+// forward over the end-of-turn token that follows it.
+func (t *Template) provenanceSpans(text string, runs []run, msgs []Message, o Options) [][2]int {
+	type span struct{ start, end int }
+	byMsg := map[int]*span{}
+	var order []int
+	for _, r := range runs {
+		if r.tag <= 0 {
+			continue
+		}
+		s, ok := byMsg[r.tag]
+		if !ok {
+			byMsg[r.tag] = &span{r.start, r.end}
+			order = append(order, r.tag)
+			continue
+		}
+		s.start, s.end = min(s.start, r.start), max(s.end, r.end)
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	header := t.assistantHeader(o)
+	// tagged reports whether any byte of [a,b) came from a message.
+	tagged := func(a, b int) bool {
+		for _, r := range runs {
+			if r.start < b && r.end > a {
+				return true
+			}
+		}
+		return false
+	}
+	ends := append([]string{}, turnEnds...)
+	if eos := t.special["eos_token"]; eos != "" {
+		ends = append([]string{eos}, ends...)
+	}
+	var out [][2]int
+	for _, tg := range order {
+		s := byMsg[tg]
+		start, end := s.start, s.end
+		if header != "" {
+			lo := 0
+			for _, r := range runs {
+				if r.end <= start && r.end > lo {
+					lo = r.end
+				}
+			}
+			if k := strings.LastIndex(text[lo:start], header); k >= 0 {
+				h := lo + k + len(header)
+				if !tagged(h, start) {
+					start = h
+				}
+			}
+		}
+		best := -1
+		limit := min(len(text), end+maxTurnEndGap)
+		for _, e := range ends {
+			k := strings.Index(text[end:min(len(text), limit+len(e))], e)
+			if k >= 0 && k <= maxTurnEndGap && !tagged(end, end+k) && (best < 0 || end+k+len(e) < best) {
+				best = end + k + len(e)
+			}
+		}
+		if best >= 0 {
+			end = best
+		}
+		out = append(out, [2]int{start, end})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	merged := out[:1]
+	for _, s := range out[1:] {
+		last := &merged[len(merged)-1]
+		if s[0] <= last[1] {
+			last[1] = max(last[1], s[1])
+			continue
+		}
+		merged = append(merged, s)
+	}
+	return merged
+}
+
+// assistantHeader is what add_generation_prompt appends after a one-user-turn
+// conversation: the text that opens an assistant turn ("<|im_start|>assistant\n"). It
+// is "" when the template has none or the probe fails.
+func (t *Template) assistantHeader(o Options) string {
+	probe := []Message{{"role": "user", "content": "x"}}
+	o.AddGenerationPrompt = false
+	without, _, _, err := t.renderRaw(probe, o, false)
+	if err != nil {
+		return ""
+	}
+	o.AddGenerationPrompt = true
+	with, _, _, err := t.renderRaw(probe, o, false)
+	if err != nil || !strings.HasPrefix(with, without) {
+		return ""
+	}
+	return with[len(without):]
+}
