@@ -1,0 +1,283 @@
+package chat
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gotrain/gotrain/tokenizer"
+)
+
+// Encode renders msgs with t and encodes the text with tok, as transformers'
+// apply_chat_template(..., tokenize=True, return_assistant_tokens_mask=True): the
+// rendered text is encoded without the tokenizer's own special tokens (the template
+// writes its BOS itself; transformers 5 does not add a second one).
+//
+// assistantMask has one entry per id: 1 when the token's byte range in text overlaps
+// one of the rendering's Assistant ranges, else 0. A token [s, e) overlaps a range
+// [a, b) when s < b and a < e, so a token that straddles a range's boundary (text
+// merged across the end of a turn) counts as the assistant's: the loss then covers every
+// byte of every assistant turn. A token with an empty range [s, s) counts when
+// a <= s < b.
+func Encode(tok *tokenizer.Tokenizer, t *Template, msgs []Message, o Options) (ids []int64, assistantMask []uint8, text string, err error) {
+	if tok == nil {
+		return nil, nil, "", fmt.Errorf("chat: Encode with a nil tokenizer")
+	}
+	r, err := t.Render(msgs, o)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	ids, offsets := tok.EncodeOffsets(r.Text, false)
+	return ids, maskOffsets(offsets, r.Assistant), r.Text, nil
+}
+
+// maskOffsets is Encode's mask of tokens with byte ranges offsets over the ranges
+// spans: 1 where a token overlaps a range (as Encode defines it), else 0.
+func maskOffsets(offsets, spans [][2]int) []uint8 {
+	spans = slices.Clone(spans)
+	slices.SortFunc(spans, func(a, b [2]int) int { return a[0] - b[0] })
+	// Merge overlapping and touching ranges, so that the ends increase and a binary
+	// search finds the first range that ends after a token starts.
+	merged := spans[:0]
+	for _, sp := range spans {
+		if sp[1] <= sp[0] {
+			continue
+		}
+		if n := len(merged); n > 0 && sp[0] <= merged[n-1][1] {
+			merged[n-1][1] = max(merged[n-1][1], sp[1])
+			continue
+		}
+		merged = append(merged, sp)
+	}
+	mask := make([]uint8, len(offsets))
+	for i, off := range offsets {
+		s, e := off[0], off[1]
+		j := sort.Search(len(merged), func(k int) bool { return merged[k][1] > s })
+		if j == len(merged) {
+			continue
+		}
+		sp := merged[j]
+		if (e > s && sp[0] < e) || (e == s && sp[0] <= s) {
+			mask[i] = 1
+		}
+	}
+	return mask
+}
+
+// conversationRoles are the conversationRoles DecodeConversation accepts.
+var conversationRoles = map[string]bool{"system": true, "user": true, "assistant": true, "tool": true, "ipython": true}
+
+// DecodeConversation reads one conversation as a JSONL line or a JSON file holds it: an
+// object {"messages": [...]} with optional "tools" (a list of objects, or null), or a
+// bare list of messages. Nested JSON objects become Object, which keeps the file's key
+// order (as Python's json does, which tojson shows); numbers are int64 when they are
+// integers that fit, else float64 (Python's int and float). It checks what a template
+// may rely on: a non-empty list of message objects, each with a known role (system,
+// user, assistant, tool, ipython), content a string, a list of parts (objects with a
+// "type"; a text part has a string "text") or null, tool_calls a list of objects, and
+// reasoning_content, name and tool_call_id strings. A message's other keys are kept;
+// the record's other keys are ignored.
+func DecodeConversation(raw []byte) (msgs []Message, tools []any, err error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	v, err := decodeConversationValue(dec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("not valid JSON: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, nil, errors.New("more than one JSON value on the line")
+	}
+	var msgsV, toolsV any
+	switch v := v.(type) {
+	case []any:
+		msgsV = v
+	case Object:
+		var ok bool
+		if msgsV, ok = v.Values["messages"]; !ok {
+			return nil, nil, errors.New(`want {"messages": [...]}: the record has no "messages"`)
+		}
+		toolsV = v.Values["tools"]
+	default:
+		return nil, nil, fmt.Errorf(`want {"messages": [...]}, not %s`, conversationKind(v))
+	}
+	list, ok := msgsV.([]any)
+	if !ok {
+		return nil, nil, fmt.Errorf(`"messages" is %s, not a list`, conversationKind(msgsV))
+	}
+	if len(list) == 0 {
+		return nil, nil, errors.New(`the conversation is empty ("messages": [])`)
+	}
+	for k, m := range list {
+		obj, ok := m.(Object)
+		if !ok {
+			return nil, nil, fmt.Errorf("messages[%d] is %s, not an object", k, conversationKind(m))
+		}
+		msg, err := checkConversationMessage(obj)
+		if err != nil {
+			return nil, nil, fmt.Errorf("messages[%d]: %w", k, err)
+		}
+		msgs = append(msgs, msg)
+	}
+	if toolsV != nil {
+		var ok bool
+		if tools, ok = toolsV.([]any); !ok {
+			return nil, nil, fmt.Errorf(`"tools" is %s, not a list`, conversationKind(toolsV))
+		}
+		for k, t := range tools {
+			if _, ok := t.(Object); !ok {
+				return nil, nil, fmt.Errorf("tools[%d] is %s, not an object", k, conversationKind(t))
+			}
+		}
+	}
+	return msgs, tools, nil
+}
+
+// checkConversationMessage checks a message's role and the types of the fields templates read, and
+// returns it as a Message.
+func checkConversationMessage(obj Object) (Message, error) {
+	role, ok := obj.Values["role"]
+	if !ok {
+		return nil, errors.New(`no "role"`)
+	}
+	r, ok := role.(string)
+	if !ok {
+		return nil, fmt.Errorf(`"role" is %s, not a string`, conversationKind(role))
+	}
+	if !conversationRoles[r] {
+		return nil, fmt.Errorf(`unknown role %q (system, user, assistant, tool or ipython)`, r)
+	}
+	if c, ok := obj.Values["content"]; ok {
+		switch c := c.(type) {
+		case nil, string:
+		case []any:
+			for k, p := range c {
+				part, ok := p.(Object)
+				if !ok {
+					return nil, fmt.Errorf("content[%d] is %s, not an object such as {\"type\": \"text\", \"text\": ...}", k, conversationKind(p))
+				}
+				if ty, ok := part.Values["type"].(string); !ok {
+					return nil, fmt.Errorf(`content[%d] has no string "type"`, k)
+				} else if ty == "text" {
+					if _, ok := part.Values["text"].(string); !ok {
+						return nil, fmt.Errorf(`content[%d] is a text part without a string "text"`, k)
+					}
+				}
+			}
+		default:
+			return nil, fmt.Errorf(`"content" is %s, not a string, a list of parts or null`, conversationKind(c))
+		}
+	}
+	if tc, ok := obj.Values["tool_calls"]; ok && tc != nil {
+		list, ok := tc.([]any)
+		if !ok {
+			return nil, fmt.Errorf(`"tool_calls" is %s, not a list`, conversationKind(tc))
+		}
+		for k, c := range list {
+			if _, ok := c.(Object); !ok {
+				return nil, fmt.Errorf("tool_calls[%d] is %s, not an object", k, conversationKind(c))
+			}
+		}
+	}
+	for _, f := range []string{"reasoning_content", "name", "tool_call_id"} {
+		if v, ok := obj.Values[f]; ok && v != nil {
+			if _, ok := v.(string); !ok {
+				return nil, fmt.Errorf("%q is %s, not a string", f, conversationKind(v))
+			}
+		}
+	}
+	msg := make(Message, len(obj.Values))
+	for k, v := range obj.Values {
+		msg[k] = v
+	}
+	return msg, nil
+}
+
+// conversationKind names a decoded JSON value's type for an error.
+func conversationKind(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case int64, float64:
+		return "a number"
+	case []any:
+		return "a list"
+	case Object:
+		return "an object"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}
+
+// decodeConversationValue decodes one JSON value: objects as Object (keys in the file's
+// order; a repeated key keeps its last value and first place, as Python's json), numbers
+// as int64 when they are integers that fit, else float64 (Python's int and float).
+func decodeConversationValue(dec *json.Decoder) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			obj := Object{Values: map[string]any{}}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k := kt.(string)
+				v, err := decodeConversationValue(dec)
+				if err != nil {
+					return nil, err
+				}
+				if _, seen := obj.Values[k]; !seen {
+					obj.Keys = append(obj.Keys, k)
+				}
+				obj.Values[k] = v
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return obj, nil
+		case '[':
+			list := []any{}
+			for dec.More() {
+				v, err := decodeConversationValue(dec)
+				if err != nil {
+					return nil, err
+				}
+				list = append(list, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return list, nil
+		}
+		return nil, fmt.Errorf("unexpected %v", t)
+	case json.Number:
+		s := t.String()
+		if !strings.ContainsAny(s, ".eE") {
+			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+				return n, nil
+			}
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("number %s: %v", s, err)
+		}
+		return f, nil
+	default:
+		return t, nil // string, bool, nil
+	}
+}
