@@ -320,7 +320,7 @@ func runTest(name string, v value, args []value) (bool, error) {
 		return false, nil
 	case "sequence":
 		switch v.(type) {
-		case str, *list, *dict:
+		case str, *list, *dict, *undefined:
 			return true, nil
 		}
 		return false, nil

@@ -251,9 +251,9 @@ func (r *renderer) execFor(n *forNode, sc *scope, w *strBuf) error {
 	if err != nil {
 		return at(n.p, err)
 	}
-	// The loop body has one scope for all iterations; what it sets is gone after the loop.
-	inner := newScope(sc)
-	bind := func(item value) error {
+	// Each iteration has its own scope, as in jinja2: what the body sets is gone at the
+	// next iteration and after the loop (namespace objects carry state across).
+	bind := func(inner *scope, item value) error {
 		if len(n.targets) == 1 {
 			inner.set(n.targets[0], item)
 			return nil
@@ -270,7 +270,8 @@ func (r *renderer) execFor(n *forNode, sc *scope, w *strBuf) error {
 	if n.cond != nil {
 		var kept []value
 		for _, it := range items {
-			if err := bind(it); err != nil {
+			inner := newScope(sc)
+			if err := bind(inner, it); err != nil {
 				return err
 			}
 			c, err := r.eval(n.cond, inner)
@@ -289,11 +290,10 @@ func (r *renderer) execFor(n *forNode, sc *scope, w *strBuf) error {
 			depth = lo.depth + 1
 		}
 	}
-	lo := &loopObj{items: items, depth: depth}
 	for i, it := range items {
-		lo.i = i
-		inner.set("loop", lo)
-		if err := bind(it); err != nil {
+		inner := newScope(sc)
+		inner.set("loop", &loopObj{items: items, i: i, depth: depth})
+		if err := bind(inner, it); err != nil {
 			return err
 		}
 		err := r.exec(n.body, inner, w)

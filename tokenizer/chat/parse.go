@@ -501,7 +501,7 @@ func (p *parser) tuple(withCond bool) (expr, error) {
 	items := []expr{first}
 	for p.isOp(",") {
 		p.next()
-		if p.cur().kind == tBlockEnd || p.cur().kind == tVarEnd || p.isName("in") || p.isName("if") {
+		if p.cur().kind == tBlockEnd || p.cur().kind == tVarEnd || p.isOp(")") || p.isName("in") || p.isName("if") {
 			break
 		}
 		e, err := parse()
