@@ -220,8 +220,8 @@ var featureTemplates = map[string]string{
 		"|{{ 1 < 2 < 3 }}{{ 1 == 1.0 }}{{ 'a' in ['a'] }}{{ 'z' not in 'abc' }}{{ 'k' in {'k': 1} }}|{{ 'y' if false else 'n' }}{{ 'y' if true }}[{{ 'y' if false }}]|{{ not none }}{{ none or 'x' }}{{ 0 and 1 }}" +
 		"|{{ [1, 2] + [3] }}{{ 'ab' * 2 }}|{{ (1, 2) }}{{ (1,) }}|{{ {'a': 'b'} }}|{{ none }}{{ true }}{{ 1.5 }}{{ 10 / 4 }}{{ 4 / 2 }}|{{ messages[0].content }}{{ messages[0]['role'] }}{{ messages[9] }}{{ messages[0].missing }}" +
 		"|{{ 'it''s' }}{{ \"q\" 'r' }}|{{ -(3) }}{{ +2 }}|{{ 1e3 }}{{ 1_000 }}|{{ messages | length > 1 }}|{{ range(2, 8, 3) | list }}|{{ dict(a=1) }}|{{ strftime_now('%Y-%m-%d %H:%M %d %b %B %A %a %-d %-m %j %p %y') }}",
-	"raise": "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}ok",
-	"undefined-attr": "{{ nope.attr }}",
+	"raise":             "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}ok",
+	"undefined-attr":    "{{ nope.attr }}",
 	"with-filter-block": "{% with a = 1, b = 'x' %}{{ a }}{{ b }}{% endwith %}{% filter upper %}shout {{ 'it' }}{% endfilter %}",
 	"generation": "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}{{ m.content }}<|im_end|>{% endgeneration %}\n" +
 		"{% else %}{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
