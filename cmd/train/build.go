@@ -89,17 +89,31 @@ func scheduler(c Config, opt optim.Optimizer, stepsPerEpoch int) (optim.Schedule
 	case "", "none":
 		return nil, c.SchedulerInterval, nil
 	case "step":
-		return optim.NewStepLR(opt, max(epochs/3, 1), 0.1), trainer.PerEpoch, nil
+		return perEpoch(optim.NewStepLR(opt, max(epochs/3, 1), 0.1))
 	case "cosine":
-		return optim.NewCosineAnnealingLR(opt, epochs, 0), trainer.PerEpoch, nil
+		return perEpoch(optim.NewCosineAnnealingLR(opt, epochs, 0))
 	case "exponential":
-		return optim.NewExponentialLR(opt, 0.9), trainer.PerEpoch, nil
+		return perEpoch(optim.NewExponentialLR(opt, 0.9))
 	case "onecycle":
-		return optim.NewOneCycleLR(opt, []float64{c.LR * 10}, epochs*int64(max(stepsPerEpoch, 1)), optim.OneCycleOptions{}), trainer.PerStep, nil
+		s, err := optim.NewOneCycleLR(opt, []float64{c.LR * 10}, epochs*int64(max(stepsPerEpoch, 1)), optim.OneCycleOptions{})
+		if err != nil {
+			return nil, 0, err
+		}
+		return s, trainer.PerStep, nil
 	case "plateau":
-		return optim.NewReduceLROnPlateau(opt, optim.PlateauOptions{Mode: c.MonitorDirection().String(), Factor: 0.1, Patience: 2}), trainer.PerEpoch, nil
+		return perEpoch(optim.NewReduceLROnPlateau(opt, optim.PlateauOptions{Mode: c.MonitorDirection().String(), Factor: 0.1, Patience: 2}))
 	}
 	return nil, 0, fmt.Errorf("unknown scheduler %q (want none, step, cosine, exponential, onecycle or plateau)", c.Scheduler)
+}
+
+// perEpoch returns a constructor's scheduler, to be stepped every epoch, or its error.
+// The error is checked first so that a failed constructor's nil *T does not become a
+// non-nil Scheduler.
+func perEpoch[T optim.Scheduler](s T, err error) (optim.Scheduler, trainer.Interval, error) {
+	if err != nil {
+		return nil, 0, err
+	}
+	return s, trainer.PerEpoch, nil
 }
 
 // optimization makes c's optimizer over params and its learning-rate scheduler for

@@ -118,14 +118,85 @@ func TestZeroGrad(t *testing.T) {
 	})
 }
 
+// TestOptimizerRejectsBadOptions: every hyperparameter PyTorch's constructors check is
+// checked here too, NaN included (PyTorch's `not 0.0 <= v`), in the options and in a
+// group's own, and the error names it.
 func TestOptimizerRejectsBadOptions(t *testing.T) {
 	p := []*torch.Tensor{torch.Zeros([]int64{2}, torch.Float32, torch.CPU).Escape()}
-	_, err := optim.NewSGD(p, optim.SGDOptions{Nesterov: true})
-	require.ErrorContains(t, err, "Nesterov")
-	_, err = optim.NewAdam(p, optim.AdamOptions{Betas: [2]float64{1, 0.9}})
-	require.ErrorContains(t, err, "beta")
-	_, err = optim.NewSGD(nil, optim.SGDOptions{})
-	require.Error(t, err)
-	_, err = optim.NewAdamGroups([]optim.Group{{Params: p}, {Params: p}}, optim.DefaultAdam)
-	require.ErrorContains(t, err, "more than one")
+	q := []*torch.Tensor{torch.Zeros([]int64{3}, torch.Float32, torch.CPU).Escape()}
+	nan := math.NaN()
+	group := func(opts map[string]any) []optim.Group { return []optim.Group{{Params: p}, {Params: q, Options: opts}} }
+	for _, c := range []struct {
+		name string
+		make func() (optim.Optimizer, error)
+		want string
+	}{
+		{"SGD lr", func() (optim.Optimizer, error) { return optim.NewSGD(p, optim.SGDOptions{LR: -0.1}) }, "invalid learning rate (lr): -0.1"},
+		{"SGD lr NaN", func() (optim.Optimizer, error) { return optim.NewSGD(p, optim.SGDOptions{LR: nan}) }, "invalid learning rate (lr): NaN"},
+		{"SGD group lr", func() (optim.Optimizer, error) {
+			return optim.NewSGDGroups(group(map[string]any{"lr": -1.0}), optim.SGDOptions{})
+		}, "group 1: invalid learning rate (lr): -1"},
+		{"SGD group lr type", func() (optim.Optimizer, error) {
+			return optim.NewSGDGroups(group(map[string]any{"lr": "fast"}), optim.SGDOptions{})
+		}, "group 1: lr is string, want a number"},
+		{"SGD momentum", func() (optim.Optimizer, error) { return optim.NewSGD(p, optim.SGDOptions{Momentum: -0.9}) }, "invalid momentum value: -0.9"},
+		{"SGD weight_decay", func() (optim.Optimizer, error) { return optim.NewSGD(p, optim.SGDOptions{WeightDecay: -1e-4}) }, "invalid weight_decay value: -0.0001"},
+		{"SGD nesterov without momentum", func() (optim.Optimizer, error) { return optim.NewSGD(p, optim.SGDOptions{Nesterov: true}) }, "Nesterov momentum requires a momentum and zero dampening"},
+		{"SGD nesterov with dampening", func() (optim.Optimizer, error) {
+			return optim.NewSGD(p, optim.SGDOptions{Nesterov: true, Momentum: 0.9, Dampening: 0.1})
+		}, "dampening 0.1"},
+		{"SGD group momentum type", func() (optim.Optimizer, error) {
+			return optim.NewSGDGroups(group(map[string]any{"momentum": "0.9"}), optim.SGDOptions{})
+		}, "group 1: momentum is string, want a number"},
+		{"Adam lr", func() (optim.Optimizer, error) { return optim.NewAdam(p, optim.AdamOptions{LR: -1e-3}) }, "invalid learning rate (lr): -0.001"},
+		{"Adam eps", func() (optim.Optimizer, error) { return optim.NewAdam(p, optim.AdamOptions{Eps: -1e-8}) }, "invalid eps value: -1e-08"},
+		{"Adam eps NaN", func() (optim.Optimizer, error) { return optim.NewAdam(p, optim.AdamOptions{Eps: nan}) }, "invalid eps value: NaN"},
+		{"Adam beta1", func() (optim.Optimizer, error) { return optim.NewAdam(p, optim.AdamOptions{Betas: [2]float64{1, 0.9}}) }, "invalid beta parameter at index 0: 1"},
+		{"Adam beta2", func() (optim.Optimizer, error) {
+			return optim.NewAdam(p, optim.AdamOptions{Betas: [2]float64{0.9, -0.5}})
+		}, "invalid beta parameter at index 1: -0.5"},
+		{"Adam beta NaN", func() (optim.Optimizer, error) {
+			return optim.NewAdam(p, optim.AdamOptions{Betas: [2]float64{nan, 0.9}})
+		}, "invalid beta parameter at index 0: NaN"},
+		{"Adam weight_decay", func() (optim.Optimizer, error) { return optim.NewAdam(p, optim.AdamOptions{WeightDecay: -1}) }, "invalid weight_decay value: -1"},
+		{"Adam group betas", func() (optim.Optimizer, error) {
+			return optim.NewAdamGroups(group(map[string]any{"betas": 0.9}), optim.DefaultAdam)
+		}, "group 1: betas is 0.9 (float64), want two numbers"},
+		{"AdamW beta2", func() (optim.Optimizer, error) {
+			return optim.NewAdamW(p, optim.AdamOptions{Betas: [2]float64{0.9, 1}})
+		}, "AdamW: group 0: invalid beta parameter at index 1: 1"},
+		{"AdamW weight_decay", func() (optim.Optimizer, error) {
+			return optim.NewAdamW(p, optim.AdamOptions{WeightDecay: nan})
+		}, "invalid weight_decay value: NaN"},
+		{"RMSprop lr", func() (optim.Optimizer, error) { return optim.NewRMSprop(p, optim.RMSpropOptions{LR: -1}) }, "invalid learning rate (lr): -1"},
+		{"RMSprop alpha", func() (optim.Optimizer, error) { return optim.NewRMSprop(p, optim.RMSpropOptions{Alpha: -0.99}) }, "invalid alpha value: -0.99"},
+		{"RMSprop eps", func() (optim.Optimizer, error) { return optim.NewRMSprop(p, optim.RMSpropOptions{Eps: -1}) }, "invalid eps value: -1"},
+		{"RMSprop momentum", func() (optim.Optimizer, error) { return optim.NewRMSprop(p, optim.RMSpropOptions{Momentum: -1}) }, "invalid momentum value: -1"},
+		{"RMSprop weight_decay", func() (optim.Optimizer, error) {
+			return optim.NewRMSprop(p, optim.RMSpropOptions{WeightDecay: -1})
+		}, "invalid weight_decay value: -1"},
+		{"Adagrad lr", func() (optim.Optimizer, error) { return optim.NewAdagrad(p, optim.AdagradOptions{LR: -1}) }, "invalid learning rate (lr): -1"},
+		{"Adagrad lr_decay", func() (optim.Optimizer, error) { return optim.NewAdagrad(p, optim.AdagradOptions{LRDecay: -1}) }, "invalid lr_decay value: -1"},
+		{"Adagrad weight_decay", func() (optim.Optimizer, error) {
+			return optim.NewAdagrad(p, optim.AdagradOptions{WeightDecay: -1})
+		}, "invalid weight_decay value: -1"},
+		{"Adagrad initial_accumulator_value", func() (optim.Optimizer, error) {
+			return optim.NewAdagrad(p, optim.AdagradOptions{InitialAccumulatorValue: -1})
+		}, "invalid initial_accumulator_value value: -1"},
+		{"Adagrad eps", func() (optim.Optimizer, error) { return optim.NewAdagrad(p, optim.AdagradOptions{Eps: -1}) }, "invalid eps value: -1"},
+		{"no parameters", func() (optim.Optimizer, error) { return optim.NewSGD(nil, optim.SGDOptions{}) }, "parameter group 0 is empty"},
+		{"a parameter in two groups", func() (optim.Optimizer, error) {
+			return optim.NewAdamGroups([]optim.Group{{Params: p}, {Params: p}}, optim.DefaultAdam)
+		}, "more than one"},
+		{"Algorithm lr", func() (optim.Optimizer, error) {
+			return optim.New(optim.Algorithm{Name: "Plain", Update: func(*optim.ParamGroup, *torch.Tensor, *torch.Tensor, []*torch.Tensor) {}},
+				[]optim.Group{{Params: p}}, -1)
+		}, "Plain: group 0: invalid learning rate (lr): -1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o, err := c.make()
+			require.ErrorContains(t, err, c.want)
+			require.Nil(t, o)
+		})
+	}
 }

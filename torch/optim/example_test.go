@@ -15,7 +15,10 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	sched := optim.NewCosineAnnealingLR(opt, 100, 0)
+	sched, err := optim.NewCosineAnnealingLR(opt, 100, 0)
+	if err != nil {
+		panic(err)
+	}
 	for range 100 {
 		torch.WithScope(func() {
 			opt.ZeroGrad(true)
@@ -55,7 +58,10 @@ func ExampleNewSGDGroups() {
 func ExampleNewOneCycleLR() {
 	p := []*torch.Tensor{torch.Zeros([]int64{1}, torch.Float32, torch.CPU).Escape()}
 	opt, _ := optim.NewSGD(p, optim.SGDOptions{LR: 0.1, Momentum: 0.9})
-	sched := optim.NewOneCycleLR(opt, []float64{1}, 10, optim.OneCycleOptions{})
+	sched, err := optim.NewOneCycleLR(opt, []float64{1}, 10, optim.OneCycleOptions{})
+	if err != nil {
+		panic(err)
+	}
 	for range 5 {
 		fmt.Printf("%.3f ", sched.LastLR()[0])
 		sched.Step()

@@ -105,6 +105,14 @@ func pair(g *ParamGroup, key string, def [2]float64) [2]float64 {
 	if !ok {
 		return def
 	}
+	if p, ok := pairValue(v); ok {
+		return p
+	}
+	return def
+}
+
+// pairValue reads a two-number tuple, reporting whether v is one.
+func pairValue(v any) ([2]float64, bool) {
 	var l []any
 	switch x := v.(type) {
 	case checkpoint.Tuple:
@@ -112,17 +120,14 @@ func pair(g *ParamGroup, key string, def [2]float64) [2]float64 {
 	case []any:
 		l = x
 	case [2]float64:
-		return x
+		return x, true
 	}
-	if len(l) < 2 {
-		return def
+	if len(l) != 2 {
+		return [2]float64{}, false
 	}
 	a, ok1 := number(l[0])
 	b, ok2 := number(l[1])
-	if !ok1 || !ok2 {
-		return def
-	}
-	return [2]float64{a, b}
+	return [2]float64{a, b}, ok1 && ok2
 }
 
 // kind describes one optimizer algorithm for the shared implementation.
@@ -180,8 +185,8 @@ func newBase(k *kind, groups []Group, lr float64, defaults *checkpoint.Dict) (*b
 				g.Options.Set(key, v)
 			}
 		}
-		if g.LR < 0 {
-			return nil, fmt.Errorf("optim: %s: invalid learning rate: %v", k.name, g.LR)
+		if !(g.LR >= 0) {
+			return nil, fmt.Errorf("optim: %s: group %d: invalid learning rate (lr): %v", k.name, gi, g.LR)
 		}
 		if err := k.check(g); err != nil {
 			return nil, fmt.Errorf("optim: %s: group %d: %w", k.name, gi, err)

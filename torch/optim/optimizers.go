@@ -16,10 +16,20 @@ func or(v, def float64) float64 {
 	return v
 }
 
+// nonNegative checks that each of keys, where the group sets it, is a number >= 0, as
+// PyTorch's constructors do with `not 0.0 <= v` (so NaN is refused too).
 func nonNegative(g *ParamGroup, keys ...string) error {
 	for _, k := range keys {
-		if v := g.Float(k, 0); v < 0 {
-			return fmt.Errorf("invalid %s value: %v", k, v)
+		v, ok := g.Options.Lookup(k)
+		if !ok {
+			continue
+		}
+		f, ok := number(v)
+		if !ok {
+			return fmt.Errorf("%s is %T, want a number", k, v)
+		}
+		if !(f >= 0) {
+			return fmt.Errorf("invalid %s value: %v", k, f)
 		}
 	}
 	return nil
@@ -49,8 +59,9 @@ var sgdKind = &kind{
 		if err := nonNegative(g, "momentum", "weight_decay"); err != nil {
 			return err
 		}
-		if g.Float("nesterov", 0) != 0 && (g.Float("momentum", 0) <= 0 || g.Float("dampening", 0) != 0) {
-			return fmt.Errorf("Nesterov momentum requires a momentum and zero dampening")
+		if g.Bool("nesterov") && (g.Float("momentum", 0) <= 0 || g.Float("dampening", 0) != 0) {
+			return fmt.Errorf("Nesterov momentum requires a momentum and zero dampening (nesterov with momentum %v, dampening %v)",
+				g.Float("momentum", 0), g.Float("dampening", 0))
 		}
 		return nil
 	},
@@ -129,10 +140,15 @@ func adamKind(name string, decoupled bool) *kind {
 			if err := nonNegative(g, "eps", "weight_decay"); err != nil {
 				return err
 			}
+			if v, ok := g.Options.Lookup("betas"); ok {
+				if _, ok := pairValue(v); !ok {
+					return fmt.Errorf("betas is %v (%T), want two numbers", v, v)
+				}
+			}
 			b := pair(g, "betas", [2]float64{0.9, 0.999})
 			for i, v := range b {
-				if v < 0 || v >= 1 {
-					return fmt.Errorf("invalid beta parameter at index %d: %v", i, v)
+				if !(v >= 0 && v < 1) {
+					return fmt.Errorf("invalid beta parameter at index %d: %v (betas must be in [0, 1))", i, v)
 				}
 			}
 			return nil

@@ -3,16 +3,18 @@ package optim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/torch"
 )
 
-// The scheduler constructors follow gotrain's constructor rule: their arguments are
-// hyperparameters a program chooses, so an impossible one (a step size below 1, a
-// factor out of range, a list of the wrong length) is a programming error and panics
-// with a message naming it, as PyTorch raises ValueError at construction; none returns
-// an error. Loading state (LoadStateDict), which depends on a file, returns errors.
+// The scheduler constructors follow gotrain's constructor rule (docs/extending.md,
+// "Errors and panics"): step sizes, rates and milestones often come from a flag or a
+// config, so an impossible one (a step size below 1, a factor out of range, a list of the
+// wrong length) is a returned error naming the argument and its value, where PyTorch
+// raises ValueError. A constructor that returns an error has not touched the optimizer.
 
 // Scheduler is a learning-rate scheduler, torch.optim.lr_scheduler's LRScheduler: Step
 // advances it by one epoch (or step) and writes the new learning rates into the
@@ -206,10 +208,14 @@ type StepLR struct {
 }
 
 // NewStepLR returns torch.optim.lr_scheduler.StepLR(opt, stepSize, gamma) (PyTorch's
-// default gamma is 0.1), after its initial step.
-func NewStepLR(opt Optimizer, stepSize int64, gamma float64) *StepLR {
+// default gamma is 0.1), after its initial step. stepSize must be at least 1 and gamma
+// a finite number >= 0.
+func NewStepLR(opt Optimizer, stepSize int64, gamma float64) (*StepLR, error) {
 	if stepSize < 1 {
-		panic(fmt.Sprintf("optim: StepLR: step_size must be >= 1, got %d", stepSize))
+		return nil, fmt.Errorf("optim: StepLR: step_size must be >= 1, got %d", stepSize)
+	}
+	if err := checkGamma("StepLR", gamma); err != nil {
+		return nil, err
 	}
 	s := &StepLR{lrBase: &lrBase{}, StepSize: stepSize, Gamma: gamma}
 	s.getLR = func() []float64 {
@@ -240,7 +246,18 @@ func NewStepLR(opt Optimizer, stepSize int64, gamma float64) *StepLR {
 		return err
 	}
 	s.init(opt)
-	return s
+	return s, nil
+}
+
+// checkGamma rejects a decay factor that would make the learning rate negative or not a
+// number. PyTorch takes any float here; gotrain is stricter because a negative learning
+// rate is one its optimizers refuse at construction, and NaN would only show up as a
+// diverged run.
+func checkGamma(name string, gamma float64) error {
+	if !(gamma >= 0) || math.IsInf(gamma, 0) {
+		return fmt.Errorf("optim: %s: gamma must be a finite number >= 0, got %v", name, gamma)
+	}
+	return nil
 }
 
 func floorDiv(a, b int64) int64 {
@@ -260,8 +277,18 @@ type MultiStepLR struct {
 
 // NewMultiStepLR returns torch.optim.lr_scheduler.MultiStepLR(opt, milestones, gamma).
 // Its state dict stores the milestones as a plain {step: count} dict where PyTorch has a
-// collections.Counter, which torch.load(weights_only=True) does not allow.
-func NewMultiStepLR(opt Optimizer, milestones []int64, gamma float64) *MultiStepLR {
+// collections.Counter, which torch.load(weights_only=True) does not allow. The
+// milestones, in any order, must be >= 0: a negative one is never reached, yet the
+// closed form (used by SequentialLR) would count it.
+func NewMultiStepLR(opt Optimizer, milestones []int64, gamma float64) (*MultiStepLR, error) {
+	for i, m := range milestones {
+		if m < 0 {
+			return nil, fmt.Errorf("optim: MultiStepLR: milestones[%d] must be >= 0, got %d", i, m)
+		}
+	}
+	if err := checkGamma("MultiStepLR", gamma); err != nil {
+		return nil, err
+	}
 	s := &MultiStepLR{lrBase: &lrBase{}, Milestones: map[int64]int64{}, Gamma: gamma}
 	for _, m := range milestones {
 		s.Milestones[m]++
@@ -323,7 +350,7 @@ func NewMultiStepLR(opt Optimizer, milestones []int64, gamma float64) *MultiStep
 		return err
 	}
 	s.init(opt)
-	return s
+	return s, nil
 }
 
 // ExponentialLR multiplies the learning rate by Gamma every step.
@@ -332,8 +359,12 @@ type ExponentialLR struct {
 	Gamma float64
 }
 
-// NewExponentialLR returns torch.optim.lr_scheduler.ExponentialLR(opt, gamma).
-func NewExponentialLR(opt Optimizer, gamma float64) *ExponentialLR {
+// NewExponentialLR returns torch.optim.lr_scheduler.ExponentialLR(opt, gamma); gamma
+// must be a finite number >= 0.
+func NewExponentialLR(opt Optimizer, gamma float64) (*ExponentialLR, error) {
+	if err := checkGamma("ExponentialLR", gamma); err != nil {
+		return nil, err
+	}
 	s := &ExponentialLR{lrBase: &lrBase{}, Gamma: gamma}
 	s.getLR = func() []float64 {
 		out := s.lrs()
@@ -355,7 +386,7 @@ func NewExponentialLR(opt Optimizer, gamma float64) *ExponentialLR {
 	s.own = func(d *checkpoint.Dict) { d.Set("gamma", s.Gamma) }
 	s.loadOwn = func(d *checkpoint.Dict) (err error) { s.Gamma, err = getNum(d, "gamma"); return err }
 	s.init(opt)
-	return s
+	return s, nil
 }
 
 // ---- CosineAnnealingLR ----
@@ -370,10 +401,14 @@ type CosineAnnealingLR struct {
 }
 
 // NewCosineAnnealingLR returns torch.optim.lr_scheduler.CosineAnnealingLR(opt, tMax,
-// etaMin).
-func NewCosineAnnealingLR(opt Optimizer, tMax int64, etaMin float64) *CosineAnnealingLR {
+// etaMin). tMax must be at least 1 (PyTorch divides by it) and etaMin a finite number
+// >= 0.
+func NewCosineAnnealingLR(opt Optimizer, tMax int64, etaMin float64) (*CosineAnnealingLR, error) {
 	if tMax < 1 {
-		panic(fmt.Sprintf("optim: CosineAnnealingLR: T_max must be >= 1, got %d", tMax))
+		return nil, fmt.Errorf("optim: CosineAnnealingLR: T_max must be >= 1, got %d", tMax)
+	}
+	if !(etaMin >= 0) || math.IsInf(etaMin, 0) {
+		return nil, fmt.Errorf("optim: CosineAnnealingLR: eta_min must be a finite number >= 0, got %v", etaMin)
 	}
 	s := &CosineAnnealingLR{lrBase: &lrBase{}, TMax: tMax, EtaMin: etaMin}
 	s.getLR = func() []float64 {
@@ -414,7 +449,7 @@ func NewCosineAnnealingLR(opt Optimizer, tMax int64, etaMin float64) *CosineAnne
 		return err
 	}
 	s.init(opt)
-	return s
+	return s, nil
 }
 
 // pyMod is Python's % on integers (the result has the divisor's sign).
@@ -437,13 +472,19 @@ type LinearLR struct {
 }
 
 // NewLinearLR returns torch.optim.lr_scheduler.LinearLR(opt, startFactor, endFactor,
-// totalIters); PyTorch's defaults are 1/3, 1.0 and 5.
-func NewLinearLR(opt Optimizer, startFactor, endFactor float64, totalIters int64) *LinearLR {
-	if startFactor > 1 || startFactor <= 0 {
-		panic("optim: LinearLR: starting multiplicative factor expected to be greater than 0 and less or equal to 1")
+// totalIters); PyTorch's defaults are 1/3, 1.0 and 5. startFactor must be in (0, 1],
+// endFactor in [0, 1] and totalIters at least 1.
+func NewLinearLR(opt Optimizer, startFactor, endFactor float64, totalIters int64) (*LinearLR, error) {
+	if !(startFactor > 0 && startFactor <= 1) {
+		return nil, fmt.Errorf("optim: LinearLR: start_factor must be greater than 0 and less or equal to 1, got %v", startFactor)
 	}
-	if endFactor > 1 || endFactor < 0 {
-		panic("optim: LinearLR: ending multiplicative factor expected to be between 0 and 1")
+	if !(endFactor >= 0 && endFactor <= 1) {
+		return nil, fmt.Errorf("optim: LinearLR: end_factor must be between 0 and 1, got %v", endFactor)
+	}
+	// PyTorch divides by total_iters in the closed form (SequentialLR's restart), where
+	// 0 raises ZeroDivisionError and Go's float division would give a NaN rate.
+	if totalIters < 1 {
+		return nil, fmt.Errorf("optim: LinearLR: total_iters must be >= 1, got %d", totalIters)
 	}
 	s := &LinearLR{lrBase: &lrBase{}, StartFactor: startFactor, EndFactor: endFactor, TotalIters: totalIters}
 	s.getLR = func() []float64 {
@@ -485,7 +526,7 @@ func NewLinearLR(opt Optimizer, startFactor, endFactor float64, totalIters int64
 		return err
 	}
 	s.init(opt)
-	return s
+	return s, nil
 }
 
 // ---- LambdaLR ----
@@ -499,16 +540,19 @@ type LambdaLR struct {
 }
 
 // NewLambdaLR returns torch.optim.lr_scheduler.LambdaLR(opt, lambdas): one function for
-// every group, or one per group.
-func NewLambdaLR(opt Optimizer, lambdas ...func(epoch int64) float64) *LambdaLR {
+// every group, or one per group (the number of groups may come from a config).
+func NewLambdaLR(opt Optimizer, lambdas ...func(epoch int64) float64) (*LambdaLR, error) {
 	n := len(opt.ParamGroups())
 	if len(lambdas) == 1 {
-		for len(lambdas) < n {
-			lambdas = append(lambdas, lambdas[0])
-		}
+		lambdas = slices.Repeat(lambdas, n)
 	}
 	if len(lambdas) != n {
-		panic(fmt.Sprintf("optim: LambdaLR: expected %d lr_lambdas, but got %d", n, len(lambdas)))
+		return nil, fmt.Errorf("optim: LambdaLR: expected 1 or %d lr_lambdas (one per parameter group), got %d", n, len(lambdas))
+	}
+	for i, f := range lambdas {
+		if f == nil {
+			return nil, fmt.Errorf("optim: LambdaLR: lr_lambdas[%d] is nil", i)
+		}
 	}
 	s := &LambdaLR{lrBase: &lrBase{}, lambdas: lambdas}
 	s.getLR = func() []float64 {
@@ -519,7 +563,7 @@ func NewLambdaLR(opt Optimizer, lambdas ...func(epoch int64) float64) *LambdaLR 
 		return out
 	}
 	s.init(opt)
-	return s
+	return s, nil
 }
 
 // StateDict returns PyTorch's LambdaLR state dict, with lr_lambdas [None, ...].
@@ -563,35 +607,56 @@ type oneCyclePhase struct {
 }
 
 // NewOneCycleLR returns torch.optim.lr_scheduler.OneCycleLR(opt, maxLR, totalSteps, ...).
-// maxLR has one value for every group or one per group.
-func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleOptions) *OneCycleLR {
+// maxLR has one value for every group or one per group, each >= 0; totalSteps must be
+// at least 1, PctStart in [0, 1], AnnealStrategy "cos" or "linear", DivFactor and
+// FinalDivFactor above 0, and the optimizer must have a momentum or betas unless
+// NoCycleMomentum is set.
+func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleOptions) (*OneCycleLR, error) {
 	if totalSteps <= 0 {
-		panic(fmt.Sprintf("optim: OneCycleLR: expected positive integer total_steps, but got %d", totalSteps))
+		return nil, fmt.Errorf("optim: OneCycleLR: total_steps must be a positive integer, got %d", totalSteps)
 	}
 	if o.PctStart == 0 {
 		o.PctStart = 0.3
 	}
-	if o.PctStart < 0 || o.PctStart > 1 {
-		panic(fmt.Sprintf("optim: OneCycleLR: expected float between 0 and 1 pct_start, but got %v", o.PctStart))
+	if !(o.PctStart >= 0 && o.PctStart <= 1) {
+		return nil, fmt.Errorf("optim: OneCycleLR: pct_start must be a float between 0 and 1, got %v", o.PctStart)
 	}
 	if o.AnnealStrategy == "" {
 		o.AnnealStrategy = "cos"
 	}
 	if o.AnnealStrategy != "cos" && o.AnnealStrategy != "linear" {
-		panic(fmt.Sprintf("optim: OneCycleLR: anneal_strategy must be one of 'cos' or 'linear', instead got %s", o.AnnealStrategy))
+		return nil, fmt.Errorf("optim: OneCycleLR: anneal_strategy must be one of 'cos' or 'linear', got %q", o.AnnealStrategy)
 	}
 	o.BaseMomentum = or(o.BaseMomentum, 0.85)
 	o.MaxMomentum = or(o.MaxMomentum, 0.95)
 	o.DivFactor = or(o.DivFactor, 25)
 	o.FinalDivFactor = or(o.FinalDivFactor, 1e4)
-	groups := opt.ParamGroups()
-	if len(maxLR) == 1 {
-		for len(maxLR) < len(groups) {
-			maxLR = append(maxLR, maxLR[0])
+	// PyTorch takes any float for these; a negative one makes a negative learning rate,
+	// which gotrain's optimizers refuse, so it is refused here too.
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"div_factor", o.DivFactor}, {"final_div_factor", o.FinalDivFactor}} {
+		if !(f.v > 0) || math.IsInf(f.v, 0) {
+			return nil, fmt.Errorf("optim: OneCycleLR: %s must be a finite number > 0, got %v", f.name, f.v)
 		}
 	}
+	groups := opt.ParamGroups()
+	if len(maxLR) == 1 {
+		maxLR = slices.Repeat(maxLR, len(groups))
+	}
 	if len(maxLR) != len(groups) {
-		panic(fmt.Sprintf("optim: OneCycleLR: expected %d values for max_lr, got %d", len(groups), len(maxLR)))
+		return nil, fmt.Errorf("optim: OneCycleLR: max_lr must have 1 or %d values (one per parameter group), got %d", len(groups), len(maxLR))
+	}
+	for i, v := range maxLR {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("optim: OneCycleLR: max_lr[%d] must be a finite number >= 0, got %v", i, v)
+		}
+	}
+	_, hasBetas := groups[0].Options.Get("betas")
+	_, hasMomentum := groups[0].Options.Get("momentum")
+	if !o.NoCycleMomentum && !hasBetas && !hasMomentum {
+		return nil, fmt.Errorf("optim: OneCycleLR: cycle_momentum needs an optimizer with momentum or betas; set NoCycleMomentum")
 	}
 	s := &OneCycleLR{lrBase: &lrBase{}, TotalSteps: totalSteps, anneal: o.AnnealStrategy, cycleMomentum: !o.NoCycleMomentum}
 	n := float64(totalSteps)
@@ -613,11 +678,6 @@ func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleO
 		g.Options.Set("min_lr", g.InitialLR/o.FinalDivFactor)
 	}
 	if s.cycleMomentum {
-		_, hasBetas := groups[0].Options.Get("betas")
-		_, hasMomentum := groups[0].Options.Get("momentum")
-		if !hasBetas && !hasMomentum {
-			panic("optim: OneCycleLR: optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
-		}
 		s.useBeta1 = hasBetas
 		for _, g := range groups {
 			s.setMomentum(g, o.MaxMomentum)
@@ -629,7 +689,7 @@ func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleO
 	s.own = s.writeOwn
 	s.loadOwn = s.readOwn
 	s.init(opt)
-	return s
+	return s, nil
 }
 
 func (s *OneCycleLR) setMomentum(g *ParamGroup, m float64) {
@@ -658,8 +718,11 @@ func groupValue(g *ParamGroup, key string) float64 {
 
 func (s *OneCycleLR) compute() []float64 {
 	step := s.lastEpoch
+	// Stepping past the schedule is found only while training (PyTorch raises it from
+	// step()). Step has no error result, so it panics with a *torch.Error, which
+	// Trainer.Run and torch.Recover return as an error, as they do an op's misuse.
 	if step > s.TotalSteps {
-		panic(fmt.Errorf("optim: OneCycleLR: tried to step %d times. The specified number of total steps is %d", step, s.TotalSteps))
+		panic(&torch.Error{Op: "OneCycleLR.Step", Msg: fmt.Sprintf("tried to step %d times; total_steps is %d", step, s.TotalSteps)})
 	}
 	var out []float64
 	for _, g := range s.opt.ParamGroups() {
@@ -768,22 +831,28 @@ type lrScheduler interface {
 
 // NewSequentialLR returns torch.optim.lr_scheduler.SequentialLR(opt, schedulers,
 // milestones). The schedulers must be this package's epoch schedulers on opt (not
-// ReduceLROnPlateau or another SequentialLR), with one more scheduler than milestones.
-func NewSequentialLR(opt Optimizer, schedulers []Scheduler, milestones []int64) *SequentialLR {
+// ReduceLROnPlateau or another SequentialLR), with one more scheduler than milestones,
+// and the milestones sorted (PyTorch bisects them without checking).
+func NewSequentialLR(opt Optimizer, schedulers []Scheduler, milestones []int64) (*SequentialLR, error) {
 	if len(schedulers) < 1 {
-		panic("optim: SequentialLR expects at least one scheduler, but got no scheduler")
+		return nil, fmt.Errorf("optim: SequentialLR: schedulers is empty; want at least one scheduler")
 	}
 	if len(milestones) != len(schedulers)-1 {
-		panic(fmt.Sprintf("optim: SequentialLR expects number of schedulers provided to be one more than the number of milestone points, but got number of schedulers %d and the number of milestones to be equal to %d", len(schedulers), len(milestones)))
+		return nil, fmt.Errorf("optim: SequentialLR: milestones must have one value fewer than schedulers: got %d schedulers and %d milestones", len(schedulers), len(milestones))
+	}
+	for i := 1; i < len(milestones); i++ {
+		if milestones[i] < milestones[i-1] {
+			return nil, fmt.Errorf("optim: SequentialLR: milestones must be sorted, got %v", milestones)
+		}
 	}
 	s := &SequentialLR{opt: opt, children: schedulers, milestones: append([]int64(nil), milestones...)}
 	for i, c := range schedulers {
 		b, ok := c.(lrScheduler)
 		if !ok {
-			panic(fmt.Sprintf("optim: SequentialLR: scheduler %d (%T) is not supported", i, c))
+			return nil, fmt.Errorf("optim: SequentialLR: schedulers[%d] (%T) is not supported", i, c)
 		}
 		if b.base().opt != opt {
-			panic("optim: SequentialLR expects all schedulers to belong to the same optimizer")
+			return nil, fmt.Errorf("optim: SequentialLR: schedulers[%d] (%T) belongs to another optimizer; all must belong to the same one", i, c)
 		}
 		s.scheds = append(s.scheds, b.base())
 	}
@@ -797,7 +866,7 @@ func NewSequentialLR(opt Optimizer, schedulers []Scheduler, milestones []int64) 
 	idx := s.index(0)
 	s.scheds[idx].initialStep()
 	s.lastLR = s.scheds[idx].LastLR()
-	return s
+	return s, nil
 }
 
 // index is bisect_right(milestones, epoch).
@@ -909,12 +978,16 @@ type ReduceLROnPlateau struct {
 }
 
 // NewReduceLROnPlateau returns torch.optim.lr_scheduler.ReduceLROnPlateau(opt, ...).
-func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) *ReduceLROnPlateau {
+// Factor must be in [0, 1) (0 meaning PyTorch's 0.1), Mode "min" or "max",
+// ThresholdMode "rel" or "abs", Patience, Cooldown, Threshold, Eps and MinLRs not
+// negative, and MinLRs of length 0, 1 or one per group.
+func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) (*ReduceLROnPlateau, error) {
 	if o.Factor == 0 {
 		o.Factor = 0.1
 	}
-	if o.Factor >= 1 {
-		panic("optim: ReduceLROnPlateau: factor should be < 1.0")
+	// PyTorch checks only factor < 1.0; a negative factor would make a negative rate.
+	if !(o.Factor > 0 && o.Factor < 1) {
+		return nil, fmt.Errorf("optim: ReduceLROnPlateau: factor must be in (0, 1), got %v", o.Factor)
 	}
 	if o.Patience == 0 && !o.ZeroPatience {
 		o.Patience = 10
@@ -926,10 +999,23 @@ func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) *ReduceLROnPlateau {
 		o.ThresholdMode = "rel"
 	}
 	if o.Mode != "min" && o.Mode != "max" {
-		panic(fmt.Sprintf("optim: ReduceLROnPlateau: mode %s is unknown", o.Mode))
+		return nil, fmt.Errorf("optim: ReduceLROnPlateau: mode must be \"min\" or \"max\", got %q", o.Mode)
 	}
 	if o.ThresholdMode != "rel" && o.ThresholdMode != "abs" {
-		panic(fmt.Sprintf("optim: ReduceLROnPlateau: threshold mode %s is unknown", o.ThresholdMode))
+		return nil, fmt.Errorf("optim: ReduceLROnPlateau: threshold_mode must be \"rel\" or \"abs\", got %q", o.ThresholdMode)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"patience", float64(o.Patience)}, {"cooldown", float64(o.Cooldown)}, {"threshold", o.Threshold}, {"eps", o.Eps}} {
+		if !(f.v >= 0) {
+			return nil, fmt.Errorf("optim: ReduceLROnPlateau: %s must be >= 0, got %v", f.name, f.v)
+		}
+	}
+	for i, v := range o.MinLRs {
+		if !(v >= 0) {
+			return nil, fmt.Errorf("optim: ReduceLROnPlateau: min_lrs[%d] must be >= 0, got %v", i, v)
+		}
 	}
 	if o.Threshold == 0 {
 		o.Threshold = 1e-4
@@ -950,7 +1036,7 @@ func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) *ReduceLROnPlateau {
 	case n:
 		s.minLRs = append([]float64(nil), o.MinLRs...)
 	default:
-		panic(fmt.Sprintf("optim: ReduceLROnPlateau: expected %d min_lrs, got %d", n, len(o.MinLRs)))
+		return nil, fmt.Errorf("optim: ReduceLROnPlateau: min_lrs must have 1 or %d values (one per parameter group), got %d", n, len(o.MinLRs))
 	}
 	s.modeWorse = math.Inf(1)
 	if s.mode == "max" {
@@ -958,7 +1044,7 @@ func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) *ReduceLROnPlateau {
 	}
 	s.lastLR = s.lrs()
 	s.best = s.modeWorse
-	return s
+	return s, nil
 }
 
 func (s *ReduceLROnPlateau) lrs() []float64 {

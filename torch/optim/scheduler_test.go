@@ -29,39 +29,61 @@ func metrics() []float64 {
 type schedCase struct {
 	name   string
 	adam   bool
-	make   func(o optim.Optimizer) optim.Scheduler
+	make   func(o optim.Optimizer) (optim.Scheduler, error)
 	metric bool
 }
 
+// sched adapts a constructor's (*T, error) to make's (Scheduler, error).
+func sched[T optim.Scheduler](s T, err error) (optim.Scheduler, error) { return s, err }
+
 var schedCases = []schedCase{
-	{name: "step", make: func(o optim.Optimizer) optim.Scheduler { return optim.NewStepLR(o, 30, 0.5) }},
-	{name: "multistep", make: func(o optim.Optimizer) optim.Scheduler {
-		return optim.NewMultiStepLR(o, []int64{30, 80, 80, 150}, 0.3)
+	{name: "step", make: func(o optim.Optimizer) (optim.Scheduler, error) { return sched(optim.NewStepLR(o, 30, 0.5)) }},
+	{name: "multistep", make: func(o optim.Optimizer) (optim.Scheduler, error) {
+		return sched(optim.NewMultiStepLR(o, []int64{30, 80, 80, 150}, 0.3))
 	}},
-	{name: "exponential", make: func(o optim.Optimizer) optim.Scheduler { return optim.NewExponentialLR(o, 0.98) }},
-	{name: "cosine", make: func(o optim.Optimizer) optim.Scheduler { return optim.NewCosineAnnealingLR(o, 50, 0.001) }},
-	{name: "linear", make: func(o optim.Optimizer) optim.Scheduler { return optim.NewLinearLR(o, 0.25, 1, 40) }},
-	{name: "lambda", make: func(o optim.Optimizer) optim.Scheduler {
-		return optim.NewLambdaLR(o, func(e int64) float64 { return math.Pow(0.95, float64(e)) }, func(e int64) float64 { return 1 / (1 + float64(e)) })
+	{name: "exponential", make: func(o optim.Optimizer) (optim.Scheduler, error) { return sched(optim.NewExponentialLR(o, 0.98)) }},
+	{name: "cosine", make: func(o optim.Optimizer) (optim.Scheduler, error) {
+		return sched(optim.NewCosineAnnealingLR(o, 50, 0.001))
 	}},
-	{name: "onecycle", make: func(o optim.Optimizer) optim.Scheduler {
-		return optim.NewOneCycleLR(o, []float64{1.0, 0.5}, schedSteps, optim.OneCycleOptions{})
+	{name: "linear", make: func(o optim.Optimizer) (optim.Scheduler, error) { return sched(optim.NewLinearLR(o, 0.25, 1, 40)) }},
+	{name: "lambda", make: func(o optim.Optimizer) (optim.Scheduler, error) {
+		return sched(optim.NewLambdaLR(o, func(e int64) float64 { return math.Pow(0.95, float64(e)) }, func(e int64) float64 { return 1 / (1 + float64(e)) }))
 	}},
-	{name: "onecycle-adam-3phase", adam: true, make: func(o optim.Optimizer) optim.Scheduler {
-		return optim.NewOneCycleLR(o, []float64{0.01}, schedSteps+10, optim.OneCycleOptions{AnnealStrategy: "linear", ThreePhase: true, PctStart: 0.25})
+	{name: "onecycle", make: func(o optim.Optimizer) (optim.Scheduler, error) {
+		return sched(optim.NewOneCycleLR(o, []float64{1.0, 0.5}, schedSteps, optim.OneCycleOptions{}))
 	}},
-	{name: "sequential", make: func(o optim.Optimizer) optim.Scheduler {
-		a := optim.NewLinearLR(o, 0.1, 1, 10)
-		b := optim.NewCosineAnnealingLR(o, 100, 0)
-		c := optim.NewExponentialLR(o, 0.97)
-		return optim.NewSequentialLR(o, []optim.Scheduler{a, b, c}, []int64{20, 150})
+	{name: "onecycle-adam-3phase", adam: true, make: func(o optim.Optimizer) (optim.Scheduler, error) {
+		return sched(optim.NewOneCycleLR(o, []float64{0.01}, schedSteps+10, optim.OneCycleOptions{AnnealStrategy: "linear", ThreePhase: true, PctStart: 0.25}))
 	}},
-	{name: "plateau", metric: true, make: func(o optim.Optimizer) optim.Scheduler {
-		return optim.NewReduceLROnPlateau(o, optim.PlateauOptions{Patience: 3, Cooldown: 2, Factor: 0.5, MinLRs: []float64{0.001, 0.0001}})
+	{name: "sequential", make: func(o optim.Optimizer) (optim.Scheduler, error) {
+		a, err := optim.NewLinearLR(o, 0.1, 1, 10)
+		if err != nil {
+			return nil, err
+		}
+		b, err := optim.NewCosineAnnealingLR(o, 100, 0)
+		if err != nil {
+			return nil, err
+		}
+		c, err := optim.NewExponentialLR(o, 0.97)
+		if err != nil {
+			return nil, err
+		}
+		return sched(optim.NewSequentialLR(o, []optim.Scheduler{a, b, c}, []int64{20, 150}))
 	}},
-	{name: "plateau-max-abs", metric: true, make: func(o optim.Optimizer) optim.Scheduler {
-		return optim.NewReduceLROnPlateau(o, optim.PlateauOptions{Mode: "max", ThresholdMode: "abs", ZeroPatience: true, Threshold: 0.001})
+	{name: "plateau", metric: true, make: func(o optim.Optimizer) (optim.Scheduler, error) {
+		return sched(optim.NewReduceLROnPlateau(o, optim.PlateauOptions{Patience: 3, Cooldown: 2, Factor: 0.5, MinLRs: []float64{0.001, 0.0001}}))
 	}},
+	{name: "plateau-max-abs", metric: true, make: func(o optim.Optimizer) (optim.Scheduler, error) {
+		return sched(optim.NewReduceLROnPlateau(o, optim.PlateauOptions{Mode: "max", ThresholdMode: "abs", ZeroPatience: true, Threshold: 0.001}))
+	}},
+}
+
+// newSched is c's scheduler on o.
+func newSched(t *testing.T, c schedCase, o optim.Optimizer) optim.Scheduler {
+	t.Helper()
+	s, err := c.make(o)
+	require.NoError(t, err, c.name)
+	return s
 }
 
 const schedScript = `
@@ -185,7 +207,7 @@ func TestSchedulersMatchPyTorch(t *testing.T) {
 	for _, c := range schedCases {
 		names = append(names, c.name)
 		o := schedOpt(t, c)
-		s := c.make(o)
+		s := newSched(t, c, o)
 		seq := [][]float64{lrsOf(o)}
 		for i := range schedSteps {
 			stepSched(c, s, i)
@@ -200,7 +222,7 @@ func TestSchedulersMatchPyTorch(t *testing.T) {
 		// Restore mid-way into a fresh optimizer and scheduler (optimizer first, as PyTorch
 		// documents), and continue.
 		o2 := schedOpt(t, c)
-		s2 := c.make(o2)
+		s2 := newSched(t, c, o2)
 		loadState(t, filepath.Join(dir, "go-"+c.name+".pt"), o2, s2)
 		res := [][]float64{lrsOf(o2)}
 		for i := schedSteps / 2; i < schedSteps; i++ {
@@ -231,7 +253,7 @@ func TestSchedulersMatchPyTorch(t *testing.T) {
 
 			// The state dict has PyTorch's keys.
 			o := schedOpt(t, c)
-			s := c.make(o)
+			s := newSched(t, c, o)
 			var keys []string
 			for _, k := range s.StateDict().Keys() {
 				keys = append(keys, k.(string))
@@ -242,7 +264,7 @@ func TestSchedulersMatchPyTorch(t *testing.T) {
 
 			// Python's state, written half-way, continues in Go.
 			o3 := schedOpt(t, c)
-			s3 := c.make(o3)
+			s3 := newSched(t, c, o3)
 			loadState(t, filepath.Join(dir, "py-"+c.name+".pt"), o3, s3)
 			res := [][]float64{lrsOf(o3)}
 			for i := schedSteps / 2; i < schedSteps; i++ {
@@ -264,27 +286,162 @@ func withoutVersionKeys(keys []string) []string {
 	return out
 }
 
-// TestSchedulerConstructorsPanicOnImpossibleArguments: a scheduler's arguments are the
-// program's choice, so an impossible one is a programming error that panics, naming it.
-func TestSchedulerConstructorsPanicOnImpossibleArguments(t *testing.T) {
-	o := schedOpt(t, schedCase{})
-	for name, build := range map[string]func(){
-		"step_size":            func() { optim.NewStepLR(o, 0, 0.1) },
-		"T_max":                func() { optim.NewCosineAnnealingLR(o, 0, 0) },
-		"starting":             func() { optim.NewLinearLR(o, 2, 1, 5) },
-		"lr_lambdas":           func() { optim.NewLambdaLR(o, nil, nil, nil) },
-		"total_steps":          func() { optim.NewOneCycleLR(o, []float64{1, 1}, 0, optim.OneCycleOptions{}) },
-		"number of schedulers": func() { optim.NewSequentialLR(o, []optim.Scheduler{optim.NewExponentialLR(o, 0.9)}, []int64{3}) },
-		"mode sideways":        func() { optim.NewReduceLROnPlateau(o, optim.PlateauOptions{Mode: "sideways"}) },
+// TestSchedulerConstructorsRejectImpossibleArguments: a scheduler's arguments often come
+// from a flag or a config, so an impossible one is an error that names the argument and
+// its value, and leaves the optimizer as it was.
+func TestSchedulerConstructorsRejectImpossibleArguments(t *testing.T) {
+	var sgd optim.Optimizer // nil: a fresh SGD with two groups
+	noMomentum, err := optim.NewAdagrad([]*torch.Tensor{torch.Zeros([]int64{1}, torch.Float32, torch.CPU).Escape()}, optim.AdagradOptions{})
+	require.NoError(t, err)
+	other := schedOpt(t, schedCase{})
+	exp := func(o optim.Optimizer) optim.Scheduler {
+		s, err := optim.NewExponentialLR(o, 0.9)
+		require.NoError(t, err)
+		return s
+	}
+	lambda := func(int64) float64 { return 1 }
+	for _, c := range []struct {
+		name string
+		opt  optim.Optimizer
+		make func(o optim.Optimizer) (optim.Scheduler, error)
+		want string
+	}{
+		{"StepLR step_size", sgd, func(o optim.Optimizer) (optim.Scheduler, error) { return sched(optim.NewStepLR(o, 0, 0.1)) }, "step_size must be >= 1, got 0"},
+		{"StepLR gamma", sgd, func(o optim.Optimizer) (optim.Scheduler, error) { return sched(optim.NewStepLR(o, 1, -0.1)) }, "gamma must be a finite number >= 0, got -0.1"},
+		{"MultiStepLR milestones", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewMultiStepLR(o, []int64{3, -1}, 0.1))
+		}, "milestones[1] must be >= 0, got -1"},
+		{"MultiStepLR gamma", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewMultiStepLR(o, []int64{3}, math.NaN()))
+		}, "gamma must be a finite number >= 0, got NaN"},
+		{"ExponentialLR gamma", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewExponentialLR(o, math.Inf(1)))
+		}, "gamma must be a finite number >= 0, got +Inf"},
+		{"CosineAnnealingLR T_max", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewCosineAnnealingLR(o, 0, 0))
+		}, "T_max must be >= 1, got 0"},
+		{"CosineAnnealingLR eta_min", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewCosineAnnealingLR(o, 10, -1))
+		}, "eta_min must be a finite number >= 0, got -1"},
+		{"LinearLR start_factor", sgd, func(o optim.Optimizer) (optim.Scheduler, error) { return sched(optim.NewLinearLR(o, 2, 1, 5)) }, "start_factor must be greater than 0 and less or equal to 1, got 2"},
+		{"LinearLR start_factor 0", sgd, func(o optim.Optimizer) (optim.Scheduler, error) { return sched(optim.NewLinearLR(o, 0, 1, 5)) }, "start_factor must be greater than 0 and less or equal to 1, got 0"},
+		{"LinearLR end_factor", sgd, func(o optim.Optimizer) (optim.Scheduler, error) { return sched(optim.NewLinearLR(o, 0.5, 1.5, 5)) }, "end_factor must be between 0 and 1, got 1.5"},
+		{"LinearLR total_iters", sgd, func(o optim.Optimizer) (optim.Scheduler, error) { return sched(optim.NewLinearLR(o, 0.5, 1, 0)) }, "total_iters must be >= 1, got 0"},
+		{"LambdaLR count", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewLambdaLR(o, lambda, lambda, lambda))
+		}, "expected 1 or 2 lr_lambdas (one per parameter group), got 3"},
+		{"LambdaLR nil", sgd, func(o optim.Optimizer) (optim.Scheduler, error) { return sched(optim.NewLambdaLR(o, lambda, nil)) }, "lr_lambdas[1] is nil"},
+		{"OneCycleLR total_steps", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewOneCycleLR(o, []float64{1}, 0, optim.OneCycleOptions{}))
+		}, "total_steps must be a positive integer, got 0"},
+		{"OneCycleLR pct_start", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewOneCycleLR(o, []float64{1}, 10, optim.OneCycleOptions{PctStart: 1.5}))
+		}, "pct_start must be a float between 0 and 1, got 1.5"},
+		{"OneCycleLR anneal_strategy", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewOneCycleLR(o, []float64{1}, 10, optim.OneCycleOptions{AnnealStrategy: "step"}))
+		}, `anneal_strategy must be one of 'cos' or 'linear', got "step"`},
+		{"OneCycleLR div_factor", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewOneCycleLR(o, []float64{1}, 10, optim.OneCycleOptions{DivFactor: -25}))
+		}, "div_factor must be a finite number > 0, got -25"},
+		{"OneCycleLR final_div_factor", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewOneCycleLR(o, []float64{1}, 10, optim.OneCycleOptions{FinalDivFactor: -1}))
+		}, "final_div_factor must be a finite number > 0, got -1"},
+		{"OneCycleLR max_lr count", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewOneCycleLR(o, []float64{1, 2, 3}, 10, optim.OneCycleOptions{}))
+		}, "max_lr must have 1 or 2 values (one per parameter group), got 3"},
+		{"OneCycleLR max_lr value", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewOneCycleLR(o, []float64{1, -2}, 10, optim.OneCycleOptions{}))
+		}, "max_lr[1] must be a finite number >= 0, got -2"},
+		{"OneCycleLR cycle_momentum", noMomentum, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewOneCycleLR(o, []float64{1}, 10, optim.OneCycleOptions{}))
+		}, "cycle_momentum needs an optimizer with momentum or betas"},
+		{"SequentialLR no schedulers", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewSequentialLR(o, nil, nil))
+		}, "schedulers is empty"},
+		{"SequentialLR milestones count", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewSequentialLR(o, []optim.Scheduler{exp(o)}, []int64{3}))
+		}, "milestones must have one value fewer than schedulers: got 1 schedulers and 1 milestones"},
+		{"SequentialLR milestones order", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewSequentialLR(o, []optim.Scheduler{exp(o), exp(o), exp(o)}, []int64{5, 3}))
+		}, "milestones must be sorted, got [5 3]"},
+		{"SequentialLR other optimizer", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewSequentialLR(o, []optim.Scheduler{exp(o), exp(other)}, []int64{3}))
+		}, "schedulers[1] (*optim.ExponentialLR) belongs to another optimizer"},
+		{"SequentialLR plateau", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			p, err := optim.NewReduceLROnPlateau(o, optim.PlateauOptions{})
+			require.NoError(t, err)
+			return sched(optim.NewSequentialLR(o, []optim.Scheduler{p}, nil))
+		}, "schedulers[0] (*optim.ReduceLROnPlateau) is not supported"},
+		{"ReduceLROnPlateau factor", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewReduceLROnPlateau(o, optim.PlateauOptions{Factor: 1}))
+		}, "factor must be in (0, 1), got 1"},
+		{"ReduceLROnPlateau mode", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewReduceLROnPlateau(o, optim.PlateauOptions{Mode: "sideways"}))
+		}, `mode must be "min" or "max", got "sideways"`},
+		{"ReduceLROnPlateau threshold_mode", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewReduceLROnPlateau(o, optim.PlateauOptions{ThresholdMode: "pct"}))
+		}, `threshold_mode must be "rel" or "abs", got "pct"`},
+		{"ReduceLROnPlateau patience", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewReduceLROnPlateau(o, optim.PlateauOptions{Patience: -1}))
+		}, "patience must be >= 0, got -1"},
+		{"ReduceLROnPlateau cooldown", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewReduceLROnPlateau(o, optim.PlateauOptions{Cooldown: -2}))
+		}, "cooldown must be >= 0, got -2"},
+		{"ReduceLROnPlateau threshold", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewReduceLROnPlateau(o, optim.PlateauOptions{Threshold: -0.5}))
+		}, "threshold must be >= 0, got -0.5"},
+		{"ReduceLROnPlateau min_lrs count", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewReduceLROnPlateau(o, optim.PlateauOptions{MinLRs: []float64{0, 0, 0}}))
+		}, "min_lrs must have 1 or 2 values (one per parameter group), got 3"},
+		{"ReduceLROnPlateau min_lrs value", sgd, func(o optim.Optimizer) (optim.Scheduler, error) {
+			return sched(optim.NewReduceLROnPlateau(o, optim.PlateauOptions{MinLRs: []float64{-1}}))
+		}, "min_lrs[0] must be >= 0, got -1"},
 	} {
-		require.Contains(t, panicMessage(t, build), name)
+		t.Run(c.name, func(t *testing.T) {
+			o := c.opt
+			if o == nil {
+				o = schedOpt(t, schedCase{})
+			}
+			before := o.StateDict()
+			lrs := lrsOf(o)
+			_, err := c.make(o)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), c.want)
+			require.Equal(t, lrs, lrsOf(o), "the optimizer's learning rates are untouched")
+			require.Equal(t, groupKeys(before), groupKeys(o.StateDict()), "no option was added to the groups")
+		})
 	}
 }
 
-// panicMessage returns the string f panics with ("" when it does not panic).
-func panicMessage(t *testing.T, f func()) (msg string) {
-	t.Helper()
-	defer func() { msg, _ = recover().(string) }()
-	f()
-	return ""
+// groupKeys lists each param group's keys in a state dict but initial_lr, which a
+// SequentialLR case's valid children add before the constructor under test runs.
+func groupKeys(sd *checkpoint.Dict) [][]any {
+	groups, _ := checkpoint.GetList(sd, "param_groups")
+	var out [][]any
+	for _, g := range groups {
+		var keys []any
+		for _, k := range g.(*checkpoint.Dict).Keys() {
+			if k != "initial_lr" {
+				keys = append(keys, k)
+			}
+		}
+		out = append(out, keys)
+	}
+	return out
+}
+
+// TestOneCycleLRSteppedPastItsEndIsATorchError: running past total_steps is found only
+// while stepping, which has no error result; it panics with a *torch.Error, which
+// torch.Recover (and so Trainer.Run) returns as an error.
+func TestOneCycleLRSteppedPastItsEndIsATorchError(t *testing.T) {
+	s, err := optim.NewOneCycleLR(schedOpt(t, schedCase{}), []float64{1}, 2, optim.OneCycleOptions{})
+	require.NoError(t, err)
+	s.Step()
+	s.Step()
+	err = func() (err error) {
+		defer torch.Recover(&err, "training")
+		s.Step()
+		return nil
+	}()
+	require.ErrorContains(t, err, "tried to step 3 times; total_steps is 2")
 }
