@@ -38,7 +38,7 @@ func LoadDirNamed(dir, name string) (*Template, error) {
 	special := map[string]string{}
 	for _, k := range specialTokenKeys {
 		raw, ok := cfg[k]
-		if !ok {
+		if !ok || string(bytes.TrimSpace(raw)) == "null" {
 			continue
 		}
 		var s string
@@ -50,7 +50,7 @@ func LoadDirNamed(dir, name string) (*Template, error) {
 		case json.Unmarshal(raw, &obj) == nil && obj.Content != nil:
 			s = *obj.Content
 		default:
-			continue // null
+			continue
 		}
 		special[k] = s
 	}

@@ -197,7 +197,7 @@ func (p *parser) parseBody(ends []string) (body, string, error) {
 		switch t.kind {
 		case tEOF:
 			if len(ends) > 0 {
-				return nil, "", errAt(t.pos, "unexpected end of template: expected '%s'", ends[0])
+				return nil, "", errAt(t.pos, "unexpected end of template: expected '%s'", ends[len(ends)-1])
 			}
 			return b, "", nil
 		case tText:
