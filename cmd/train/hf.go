@@ -175,13 +175,15 @@ func samplePrompt(ds data.Dataset) []int64 {
 
 // maskedLMStep is the fine-tuning step: the next-token cross-entropy of the logits for
 // the batch's input_ids against its labels (IgnoreIndex on prompts and padding), with the
-// padding masked out of attention.
+// padding masked out of attention. Logits are upcast to float32 for the loss, and from
+// models.ChunkedLossMinVocab tokens of vocabulary the loss is computed a chunk of
+// positions at a time, never holding the whole [B, T, vocab] logits (models.LossAuto).
 func maskedLMStep(m models.CausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
 	in := models.DecoderInput{InputIDs: b.Get(data.LMInputIDs)}
 	if mask := data.MaskName(data.LMInputIDs); b.Has(mask) {
 		in.AttentionMask = b.Get(mask)
 	}
-	return models.CausalLMLoss(m.Forward(in), b.Get(data.LMLabels)), nil
+	return models.LMLoss(m, in, b.Get(data.LMLabels), models.LossAuto), nil
 }
 
 // hfCallback, after each epoch, records the validation perplexity, prints a sample

@@ -379,17 +379,22 @@ func buildDecoder(base *nn.Base, cfg string, s decoderSpec) (lm decoderLM, err e
 	return decoderLM{model: d, lmHead: head}, nil
 }
 
-// forward returns the logits [B, T, vocab].
 // Forward returns the logits [B, T, vocab] of in's tokens (CausalLM).
 func (lm decoderLM) Forward(in DecoderInput) *torch.Tensor {
-	return lm.lmHead.Forward(lm.model.Forward(in))
+	return lm.OutputHead().Logits(lm.HiddenStates(in))
 }
 
-// Loss returns the language-modelling loss transformers computes for labels=ids
-// (CausalLMLoss).
+// HiddenStates returns the final hidden states [B, T, hidden_size] of in's tokens,
+// after the final norm (HiddenStateLM).
+func (lm decoderLM) HiddenStates(in DecoderInput) *torch.Tensor { return lm.model.Forward(in) }
+
+// OutputHead returns lm_head (HiddenStateLM).
+func (lm decoderLM) OutputHead() LMHead { return LMHead{Layer: lm.lmHead} }
+
+// Loss returns the language-modelling loss transformers computes for labels=ids,
+// chunked for vocabularies of ChunkedLossMinVocab tokens and more (LMLoss, LossAuto).
 func (lm decoderLM) Loss(ids *torch.Tensor) *torch.Tensor {
-	// The logits, which the loss does not save, are freed before it returns.
-	return torch.Local(func() *torch.Tensor { return CausalLMLoss(lm.Forward(DecoderInput{InputIDs: ids}), ids) })
+	return lmLoss(lm, chunked(lm, LossAuto), DecoderInput{InputIDs: ids}, ids)
 }
 
 // parseConfigJSON unmarshals config.json's raw bytes into c with errors that name the

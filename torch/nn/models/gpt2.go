@@ -298,8 +298,17 @@ func NewGPT2LMHeadModel(c GPT2Config) (*GPT2LMHeadModel, error) {
 
 // Forward returns the logits [B, T, vocab] of in's tokens (CausalLM).
 func (m *GPT2LMHeadModel) Forward(in DecoderInput) *torch.Tensor {
-	return m.LMHead.Forward(m.Transformer.Forward(in))
+	return m.OutputHead().Logits(m.HiddenStates(in))
 }
+
+// HiddenStates returns the final hidden states [B, T, n_embd] of in's tokens, after
+// ln_f (HiddenStateLM).
+func (m *GPT2LMHeadModel) HiddenStates(in DecoderInput) *torch.Tensor {
+	return m.Transformer.Forward(in)
+}
+
+// OutputHead returns lm_head (HiddenStateLM).
+func (m *GPT2LMHeadModel) OutputHead() LMHead { return LMHead{Layer: m.LMHead} }
 
 // DecoderConfig returns the vocabulary, n_positions and the special tokens (CausalLM).
 func (m *GPT2LMHeadModel) DecoderConfig() DecoderConfig {
@@ -315,21 +324,10 @@ func (m *GPT2LMHeadModel) DecoderConfig() DecoderConfig {
 
 // Loss returns the language-modelling loss transformers computes for labels=ids: the
 // mean cross-entropy of the logits at each position against the next token, with
-// -100 labels ignored.
+// -100 labels ignored, chunked for vocabularies of ChunkedLossMinVocab tokens and more
+// (LMLoss, LossAuto).
 func (m *GPT2LMHeadModel) Loss(ids *torch.Tensor) *torch.Tensor {
-	// The logits, which the loss does not save, are freed before it returns.
-	return torch.Local(func() *torch.Tensor { return CausalLMLoss(m.Forward(DecoderInput{InputIDs: ids}), ids) })
-}
-
-// CausalLMLoss is the next-token cross-entropy of logits [B, T, V] against labels
-// [B, T] (the logits at t predict labels at t+1), ignoring labels of -100. As in
-// transformers, the labels are shifted (the last position gets -100) rather than the
-// logits, which saves a copy of the largest activation.
-func CausalLMLoss(logits, labels *torch.Tensor) *torch.Tensor {
-	b, t := labels.Size(0), labels.Size(1)
-	pad := torch.Full([]int64{b, 1}, -100, labels.DType(), labels.Device())
-	target := torch.Cat([]*torch.Tensor{labels.Narrow(1, 1, t-1), pad}, 1)
-	return torch.CrossEntropy(logits.Reshape(-1, logits.Size(2)), target.Reshape(-1), torch.CrossEntropyOptions{})
+	return LMLoss(m, DecoderInput{InputIDs: ids}, ids, LossAuto)
 }
 
 // PretrainedConfig returns the model's config as config.json holds it (Pretrained).
