@@ -24,9 +24,11 @@ type afterForward struct{ bytes, handles int64 }
 
 // tinyViT is a ViT small enough for a test whose forward still makes temporaries autograd
 // does not save (the patch embedding's output, the position embedding's sum, the logits).
-func tinyViT() *models.VisionTransformer {
-	return models.NewVisionTransformer(models.ViTConfig{ImageSize: 16, PatchSize: 4, NumLayers: 2, NumHeads: 4,
+func tinyViT(t *testing.T) *models.VisionTransformer {
+	m, err := models.NewVisionTransformer(models.ViTConfig{ImageSize: 16, PatchSize: 4, NumLayers: 2, NumHeads: 4,
 		HiddenDim: 64, MLPDim: 128, NumClasses: 10})
+	require.NoError(t, err)
+	return m
 }
 
 // runToBackward trains m for one batch with step and returns what the Trainer held at
@@ -89,11 +91,11 @@ func TestStepFreesWhatAutogradDidNotSave(t *testing.T) {
 	}
 
 	torch.ManualSeed(seed)
-	m := tinyViT()
+	m := tinyViT(t)
 	defer nn.Free(m)
 	want := runToBackward(t, m, savedOnly)
 	torch.ManualSeed(seed)
-	m2 := tinyViT()
+	m2 := tinyViT(t)
 	defer nn.Free(m2)
 	got := runToBackward(t, m2, trainer.LossStep(ce))
 	assert.Equal(t, want.bytes, got.bytes, "CPU bytes held right after the forward: the saved set and the loss")

@@ -85,7 +85,11 @@ func runHostSync(o options) (any, bool, error) {
 	case "vit":
 		c, b := vitSetup(o.size())
 		// Images and labels: fields input and label, for the default classification step.
-		model, batch = models.NewVisionTransformer(c), b
+		v, err := models.NewVisionTransformer(c)
+		if err != nil {
+			return nil, false, err
+		}
+		model, batch = v, b
 		ds = randomSamples{n: res.Batches * int(b), fill: func(r *rand.Rand, s *data.Sample) {
 			for j, x := 0, data.SetValues[float32](s, data.Input, 3, c.ImageSize, c.ImageSize); j < len(x); j++ {
 				x[j] = float32(r.NormFloat64())

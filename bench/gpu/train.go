@@ -187,7 +187,10 @@ func buildModel(o options, s *spec) (*benchModel, error) {
 		}, nil
 	case "vit":
 		c, batch := vitSetup(o.size())
-		v := models.NewVisionTransformer(c)
+		v, err := models.NewVisionTransformer(c)
+		if err != nil {
+			return nil, err
+		}
 		// torchvision's zero head would make every first loss ln(classes), whatever the
 		// other weights and the images; a random one makes it a check of both.
 		nn.InitNormal(v.Head.Weight, 0, 0.02)

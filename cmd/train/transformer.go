@@ -41,11 +41,12 @@ func vitModel(shape []int64, classes int64) (*models.VisionTransformer, error) {
 	if shape[1]%7 == 0 {
 		patch = 7
 	}
-	if shape[1]%patch != 0 {
-		return nil, fmt.Errorf("--model vit: image size %d is not divisible by the patch size %d", shape[1], patch)
+	m, err := models.NewVisionTransformer(models.ViTConfig{ImageSize: shape[1], PatchSize: patch, NumLayers: 4, NumHeads: 4,
+		HiddenDim: 64, MLPDim: 128, NumClasses: classes, InChannels: shape[0]})
+	if err != nil {
+		return nil, fmt.Errorf("--model vit: %w", err)
 	}
-	return models.NewVisionTransformer(models.ViTConfig{ImageSize: shape[1], PatchSize: patch, NumLayers: 4, NumHeads: 4,
-		HiddenDim: 64, MLPDim: 128, NumClasses: classes, InChannels: shape[0]}), nil
+	return m, nil
 }
 
 // lmStep is the language-model step: the next-token cross-entropy of the model's logits

@@ -30,8 +30,9 @@ func TestBlocksLeaveOnlyTheirOutputs(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	vit := func(layers int64) int64 {
 		torch.ManualSeed(1)
-		m := models.NewVisionTransformer(models.ViTConfig{ImageSize: 16, PatchSize: 4, NumLayers: layers, NumHeads: 2,
+		m, err := models.NewVisionTransformer(models.ViTConfig{ImageSize: 16, PatchSize: 4, NumLayers: layers, NumHeads: 2,
 			HiddenDim: 16, MLPDim: 32, NumClasses: 3})
+		require.NoError(t, err)
 		defer nn.Free(m)
 		x := torch.Randn([]int64{2, 3, 16, 16}, torch.Float32, torch.CPU)
 		defer x.Free()

@@ -71,22 +71,64 @@ type VisionTransformer struct {
 	Head       *nn.Linear
 }
 
+// validate checks every size before anything is allocated, as the Hugging Face
+// configs' validate does: the sizes often come from a flag or from the data (an image's
+// size, its channels, the number of classes).
+func (c ViTConfig) validate() error {
+	const cfg = "models: ViTConfig"
+	err := checkSizes(cfg,
+		configSize{"image_size", c.ImageSize, 1, maxPositions}, configSize{"patch_size", c.PatchSize, 1, c.ImageSize},
+		configSize{"num_layers", c.NumLayers, 0, maxLayers}, configSize{"num_heads", c.NumHeads, 1, maxHidden},
+		configSize{"hidden_dim", c.HiddenDim, 1, maxHidden}, configSize{"mlp_dim", c.MLPDim, 1, maxIntermediate},
+		configSize{"num_classes", c.NumClasses, 1, maxVocab}, configSize{"in_channels", c.InChannels, 1, maxHidden})
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.ImageSize%c.PatchSize != 0:
+		return fmt.Errorf("%s: image_size %d is not divisible by patch_size %d", cfg, c.ImageSize, c.PatchSize)
+	case c.HiddenDim%c.NumHeads != 0:
+		return fmt.Errorf("%s: hidden_dim %d is not divisible by num_heads %d", cfg, c.HiddenDim, c.NumHeads)
+	}
+	if err := checkSizes(cfg, configSize{"(image_size/patch_size)²+1 tokens", c.seq(), 1, maxPositions}); err != nil {
+		return err
+	}
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{{"dropout", c.Dropout}, {"attention_dropout", c.AttentionDropout}} {
+		if err := checkProbability(cfg, p.name, p.v); err != nil {
+			return err
+		}
+	}
+	d, patch := c.HiddenDim, c.InChannels*c.PatchSize*c.PatchSize
+	block := 4*d + (3*d*d + 3*d) + (d*d + d) + (d*c.MLPDim + c.MLPDim) + (c.MLPDim*d + d)
+	return checkFits(cfg, d+(patch*d+d)+c.seq()*d+c.NumLayers*block+2*d+(d*c.NumClasses+c.NumClasses))
+}
+
+// seq is the encoder's sequence length: the patches and the class token.
+func (c ViTConfig) seq() int64 {
+	n := c.ImageSize / c.PatchSize
+	return n*n + 1
+}
+
 // NewVisionTransformer returns VisionTransformer(image_size, patch_size, num_layers,
 // num_heads, hidden_dim, mlp_dim, ...) initialised as torchvision does (the patch
-// projection from a plain rather than truncated normal; the head zero). It panics on
-// sizes torchvision rejects.
-func NewVisionTransformer(c ViTConfig) *VisionTransformer {
+// projection from a plain rather than truncated normal; the head zero). It returns an
+// error naming the field for a size torchvision rejects (an image size not divisible
+// by the patch size, a width not divisible by the heads) or one out of range.
+func NewVisionTransformer(c ViTConfig) (*VisionTransformer, error) {
 	if c.NumClasses == 0 {
 		c.NumClasses = 1000
 	}
 	if c.InChannels == 0 {
 		c.InChannels = 3
 	}
-	if c.PatchSize <= 0 || c.ImageSize%c.PatchSize != 0 {
-		panic(fmt.Sprintf("models: ViT: image size %d is not divisible by patch size %d", c.ImageSize, c.PatchSize))
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
 	d := c.HiddenDim
-	seq := (c.ImageSize/c.PatchSize)*(c.ImageSize/c.PatchSize) + 1
+	seq := c.seq()
 	v := &VisionTransformer{Config: c}
 	v.ClassToken = v.RegisterParameter("class_token", torch.Zeros([]int64{1, 1, d}, torch.Float32, torch.CPU))
 	v.ConvProj = nn.Register(&v.Base, "conv_proj", nn.NewConv2d(c.InChannels, d, c.PatchSize, nn.Stride(c.PatchSize)))
@@ -122,7 +164,7 @@ func NewVisionTransformer(c ViTConfig) *VisionTransformer {
 	nn.InitConstant(v.Head.Weight, 0)
 	nn.InitConstant(v.Head.Bias, 0)
 	heads.RegisterModule("head", v.Head)
-	return v
+	return v, nil
 }
 
 // viTLayers is a named container (torchvision's nn.Sequential over an OrderedDict); the

@@ -46,8 +46,10 @@ else:
     print("ok")
 `
 
-func tinyViT() *models.VisionTransformer {
-	return models.NewVisionTransformer(models.ViTConfig{ImageSize: 16, PatchSize: 4, NumLayers: 2, NumHeads: 2, HiddenDim: 8, MLPDim: 12, NumClasses: 5})
+func tinyViT(t *testing.T) *models.VisionTransformer {
+	m, err := models.NewVisionTransformer(models.ViTConfig{ImageSize: 16, PatchSize: 4, NumLayers: 2, NumHeads: 2, HiddenDim: 8, MLPDim: 12, NumClasses: 5})
+	require.NoError(t, err)
+	return m
 }
 
 // TestViTMatchesTorchvision is issue 14, acceptance 1 for the ViT: torchvision's
@@ -59,14 +61,14 @@ func TestViTMatchesTorchvision(t *testing.T) {
 	ref := readRef(t, filepath.Join(dir, "ref.pt"))
 	torch.WithScope(func() {
 		x, y := refTensor(t, ref, "x"), refTensor(t, ref, "y")
-		m := tinyViT()
+		m := tinyViT(t)
 		defer nn.Free(m)
 		stepMatches(t, m, ref, func() (*torch.Tensor, *torch.Tensor) {
 			logits := m.Forward(x)
 			return logits, torch.CrossEntropy(logits, y, torch.CrossEntropyOptions{})
 		})
 
-		g := tinyViT()
+		g := tinyViT(t)
 		defer nn.Free(g)
 		for _, p := range nn.Parameters(g) {
 			torch.NoGrad(func() { p.AddInPlace(torch.Randn(p.Shape(), torch.Float32, torch.CPU), 0.2) })
@@ -90,7 +92,8 @@ func TestViTMatchesTorchvision(t *testing.T) {
 }
 
 func TestViTShapes(t *testing.T) {
-	m := models.NewVisionTransformer(models.ViTConfig{ImageSize: 28, PatchSize: 7, NumLayers: 1, NumHeads: 2, HiddenDim: 16, MLPDim: 32, NumClasses: 10, InChannels: 1})
+	m, err := models.NewVisionTransformer(models.ViTConfig{ImageSize: 28, PatchSize: 7, NumLayers: 1, NumHeads: 2, HiddenDim: 16, MLPDim: 32, NumClasses: 10, InChannels: 1})
+	require.NoError(t, err)
 	defer nn.Free(m)
 	names := nn.NamedParameters(m)
 	assert.Equal(t, "class_token", names[0].Name)
@@ -100,4 +103,41 @@ func TestViTShapes(t *testing.T) {
 		assert.Equal(t, []int64{2, 10}, m.Forward(x).Shape())
 		assert.Panics(t, func() { m.Forward(torch.Randn([]int64{2, 1, 32, 32}, torch.Float32, torch.CPU)) })
 	})
+}
+
+// TestViTConfigErrors: a ViT's sizes often come from a flag or from the data, so a bad
+// one is an error naming the field and its value, returned before anything is built.
+func TestViTConfigErrors(t *testing.T) {
+	ok := models.ViTConfig{ImageSize: 16, PatchSize: 4, NumLayers: 1, NumHeads: 2, HiddenDim: 8, MLPDim: 12, NumClasses: 5}
+	for _, c := range []struct {
+		edit func(c *models.ViTConfig)
+		want string
+	}{
+		{func(c *models.ViTConfig) { c.ImageSize = 0 }, "image_size 0 is outside"},
+		{func(c *models.ViTConfig) { c.PatchSize = 0 }, "patch_size 0 is outside"},
+		{func(c *models.ViTConfig) { c.PatchSize = 32 }, "patch_size 32 is outside [1, 16]"},
+		{func(c *models.ViTConfig) { c.PatchSize = 5 }, "image_size 16 is not divisible by patch_size 5"},
+		{func(c *models.ViTConfig) { c.NumLayers = -1 }, "num_layers -1 is outside"},
+		{func(c *models.ViTConfig) { c.NumHeads = 3 }, "hidden_dim 8 is not divisible by num_heads 3"},
+		{func(c *models.ViTConfig) { c.NumHeads = 0 }, "num_heads 0 is outside"},
+		{func(c *models.ViTConfig) { c.HiddenDim = -8 }, "hidden_dim -8 is outside"},
+		{func(c *models.ViTConfig) { c.MLPDim = 0 }, "mlp_dim 0 is outside"},
+		{func(c *models.ViTConfig) { c.NumClasses = -1 }, "num_classes -1 is outside"},
+		{func(c *models.ViTConfig) { c.InChannels = -3 }, "in_channels -3 is outside"},
+		{func(c *models.ViTConfig) { c.Dropout = 1.5 }, "dropout 1.5 is not a probability"},
+		{func(c *models.ViTConfig) { c.AttentionDropout = -0.1 }, "attention_dropout -0.1 is not a probability"},
+		{func(c *models.ViTConfig) { c.ImageSize, c.PatchSize = 1<<20, 1 }, "tokens 1099511627777 is outside"},
+		{func(c *models.ViTConfig) { c.HiddenDim, c.MLPDim, c.NumHeads, c.NumLayers = 1<<17, 1<<19, 1, 1000 }, "more than this machine's"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			cfg := ok
+			c.edit(&cfg)
+			before := torch.LiveTensors()
+			m, err := models.NewVisionTransformer(cfg)
+			require.ErrorContains(t, err, "models: ViTConfig: ")
+			require.ErrorContains(t, err, c.want)
+			require.Nil(t, m)
+			require.Equal(t, before, torch.LiveTensors(), "nothing was allocated")
+		})
+	}
 }
