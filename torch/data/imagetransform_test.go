@@ -236,3 +236,22 @@ func TestConvertImageDtype(t *testing.T) {
 	x := NormalizeImages(torch.FromSlice([]uint8{0, 51, 255}, 1, 1, 1, 3), []float32{0.2}, []float32{0.5})
 	assert.InDeltaSlice(t, []float32{-0.4, 0, 1.6}, x.Float32s(), 1e-6)
 }
+
+// NormalizeImages is an op: misuse panics with a *torch.Error, which torch.Recover (and
+// so Trainer.Run) returns as an error instead of crashing the program.
+func TestNormalizeImagesMisuseIsATorchError(t *testing.T) {
+	scope := torch.NewScope()
+	defer scope.Close()
+	normalize := func(x *torch.Tensor, mean, std []float32) (err error) {
+		defer torch.Recover(&err, "normalizing")
+		NormalizeImages(x, mean, std)
+		return nil
+	}
+	images := torch.Zeros([]int64{2, 3, 4, 4}, torch.Uint8, torch.CPU)
+	require.ErrorContains(t, normalize(torch.Zeros([]int64{4, 4}, torch.Uint8, torch.CPU), []float32{0.5}, []float32{0.5}),
+		"NormalizeImages: images of shape [4 4] are not [N, C, H, W] or [C, H, W]")
+	require.ErrorContains(t, normalize(images, []float32{0.5, 0.5}, []float32{0.5, 0.5}),
+		"NormalizeImages: 2 means and 2 stds for images of shape [2 3 4 4]")
+	require.ErrorContains(t, normalize(images, []float32{0.5}, nil), "1 means and 0 stds")
+	require.NoError(t, normalize(images, ImageNetMean, ImageNetStd))
+}
