@@ -41,14 +41,21 @@ type EarlyStopping struct {
 }
 
 // NewEarlyStopping watches monitor in direction mode (Auto: from the metric's name, see
-// DirectionOf). It panics when mode is Auto and the name is not a known one: say Min or
-// Max for your own metrics.
-func NewEarlyStopping(monitor string, mode Direction, patience int, minDelta float64) *EarlyStopping {
+// DirectionOf). It returns an error when mode is Auto and the name is not a known one
+// (say Min or Max for your own metrics), when patience is negative or when minDelta is
+// not a finite number: all of them may come from a flag or a config.
+func NewEarlyStopping(monitor string, mode Direction, patience int, minDelta float64) (*EarlyStopping, error) {
 	d, err := mode.resolve(monitor)
 	if err != nil {
-		panic(err)
+		return nil, fmt.Errorf("trainer: EarlyStopping: %w", err)
 	}
-	return &EarlyStopping{Monitor: monitor, Mode: d, Patience: patience, MinDelta: math.Abs(minDelta), CheckFinite: true, Best: d.worst()}
+	if patience < 0 {
+		return nil, fmt.Errorf("trainer: EarlyStopping: patience must be >= 0, got %d", patience)
+	}
+	if math.IsNaN(minDelta) || math.IsInf(minDelta, 0) {
+		return nil, fmt.Errorf("trainer: EarlyStopping: min_delta must be a finite number, got %v", minDelta)
+	}
+	return &EarlyStopping{Monitor: monitor, Mode: d, Patience: patience, MinDelta: math.Abs(minDelta), CheckFinite: true, Best: d.worst()}, nil
 }
 
 // Events is EpochEnd.
@@ -144,13 +151,17 @@ type ModelCheckpoint struct {
 }
 
 // NewModelCheckpoint saves into dir, judging by monitor in direction mode (Auto: from the
-// metric's name; it panics, as NewEarlyStopping does, for a name it does not know).
-func NewModelCheckpoint(dir, monitor string, mode Direction, topK int) *ModelCheckpoint {
+// metric's name; as NewEarlyStopping does, it returns an error for a name it does not
+// know, and for a negative topK).
+func NewModelCheckpoint(dir, monitor string, mode Direction, topK int) (*ModelCheckpoint, error) {
 	d, err := mode.resolve(monitor)
 	if err != nil {
-		panic(err)
+		return nil, fmt.Errorf("trainer: ModelCheckpoint: %w", err)
 	}
-	return &ModelCheckpoint{Dir: dir, Monitor: monitor, Mode: d, TopK: topK, Kept: map[string]float64{}, BestScore: d.worst()}
+	if topK < 0 {
+		return nil, fmt.Errorf("trainer: ModelCheckpoint: top_k must be >= 0, got %d", topK)
+	}
+	return &ModelCheckpoint{Dir: dir, Monitor: monitor, Mode: d, TopK: topK, Kept: map[string]float64{}, BestScore: d.worst()}, nil
 }
 
 func (m *ModelCheckpoint) better(a, b float64) bool { return m.Mode.better(a, b) }
@@ -342,7 +353,7 @@ func (tb *TensorBoard) OnEvent(ev Event, t *Trainer) error {
 			return err
 		}
 		tb.w = w
-		cfg, err := json.MarshalIndent(t.Config, "", "  ")
+		cfg, err := json.MarshalIndent(t.cfg, "", "  ")
 		if err != nil {
 			return err
 		}

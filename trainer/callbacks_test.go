@@ -40,15 +40,19 @@ func TestEarlyStoppingLightningSemantics(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			assert.Equal(t, c.want, stopsAt(NewEarlyStopping(c.monitor, Auto, c.patience, c.delta), c.values))
+			e, err := NewEarlyStopping(c.monitor, Auto, c.patience, c.delta)
+			require.NoError(t, err)
+			assert.Equal(t, c.want, stopsAt(e, c.values))
 		})
 	}
 }
 
 func TestEarlyStoppingStateRoundTrips(t *testing.T) {
-	a := NewEarlyStopping("val_loss", Auto, 3, 0)
+	a, err := NewEarlyStopping("val_loss", Auto, 3, 0)
+	require.NoError(t, err)
 	stopsAt(a, []float64{1.0, 0.8, 0.9})
-	b := NewEarlyStopping("val_loss", Auto, 3, 0)
+	b, err := NewEarlyStopping("val_loss", Auto, 3, 0)
+	require.NoError(t, err)
 	require.NoError(t, b.LoadStateDict(a.StateDict()))
 	assert.Equal(t, a.Wait, b.Wait)
 	assert.Equal(t, a.Best, b.Best)

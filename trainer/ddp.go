@@ -65,17 +65,17 @@ func (d *DataParallel) Configure(t *Trainer) error {
 		return fmt.Errorf("trainer: rank %d of %d: the train loader splits the data for rank %d of %d; build it with data.LoaderOptions{Rank: %d, WorldSize: %d}",
 			pg.Rank(), pg.WorldSize(), s.Rank, s.WorldSize, pg.Rank(), pg.WorldSize())
 	}
-	switch t.Config.Device {
+	switch t.cfg.Device {
 	case "", "auto", "cuda":
-		t.Config.Device = pg.Device().String()
+		t.cfg.Device = pg.Device().String()
 	}
-	if dev := pg.Device(); dev.IsCUDA() && t.Config.Device == dev.String() && dev.Index >= torch.CUDADeviceCount() {
+	if dev := pg.Device(); dev.IsCUDA() && t.cfg.Device == dev.String() && dev.Index >= torch.CUDADeviceCount() {
 		return fmt.Errorf("trainer: rank %d has LOCAL_RANK %d but only %d CUDA devices are visible: start at most %d processes per node",
 			pg.Rank(), pg.LocalRank(), torch.CUDADeviceCount(), torch.CUDADeviceCount())
 	}
-	if pg.Backend() == distributed.NCCL && !strings.HasPrefix(t.Config.Device, "cuda") {
+	if pg.Backend() == distributed.NCCL && !strings.HasPrefix(t.cfg.Device, "cuda") {
 		return fmt.Errorf("trainer: rank %d: the process group uses NCCL, which reduces GPU tensors, but the device is %q: train on cuda, or join with backend gloo",
-			pg.Rank(), t.Config.Device)
+			pg.Rank(), t.cfg.Device)
 	}
 	if !pg.IsMain() {
 		t.Out = io.Discard

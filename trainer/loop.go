@@ -50,8 +50,8 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 	defer it.Close()
 	t.planRuns(it)
 	nBatches := t.Train.Len()
-	t.progress = newProgress(t.Out, epoch+1, target, nBatches, t.Config.LogEvery)
-	k := t.Config.Accumulation
+	t.progress = newProgress(t.Out, epoch+1, target, nBatches, t.cfg.LogEvery)
+	k := t.cfg.Accumulation
 	windowStart := start - start%k
 	times := func() {
 		t.epochStats.Elapsed += time.Since(began).Seconds()
@@ -96,16 +96,36 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 	return t.finishEpoch()
 }
 
-// step runs one optimizer step over up to n micro-batches of the current window, inside
-// runEpoch's scope (renewed after it). It returns false when the epoch's data ran out
-// before any batch.
+// step runs one optimizer step, a window of up to n micro-batches, inside runEpoch's
+// scope (renewed after it); it returns false when the epoch's data ran out before any
+// batch. It is the one routine every training step goes through, whatever executes its
+// tensor work, in PyTorch's order:
 //
-// Each micro-batch's BatchEnd fires once the next one has arrived, and the last one's
-// after the optimizer step, so that in every step path BatchEnd follows the optimizer
-// step of the batch that completes a window (Lightning's on_train_batch_end).
-func (t *Trainer) step(it *data.Iter, n, k int) (stepped bool, err error) {
+//	zero_grad, at a window's start
+//	for each micro-batch: the step (forward, loss, sums), BeforeBackward, scaled backward
+//	gradient reduction, unscale, clip, BeforeOptimizerStep, scaler step and update
+//	the per-step scheduler, GlobalStep, AfterOptimizerStep       (finishStep)
+//	the logging point, BatchEnd, Logged                          (endBatch)
+//
+// A one-call engine (WithOneCallStep) executes the first three lines in libtorch, one
+// call per step or per run of steps; its steps then take the last two lines here, one
+// step at a time, as eager steps do. Each micro-batch's BatchEnd fires once the next one
+// has arrived, and the last one's after the optimizer step, so BatchEnd always follows
+// the optimizer step of the batch that completes a window (Lightning's
+// on_train_batch_end).
+func (t *Trainer) step(it *data.Iter, n, k int) (bool, error) {
 	if t.oneCall != nil {
-		return t.stepOneCall(it)
+		done, err := t.oneCall.steps(t, it)
+		if err != nil || done == 0 {
+			return false, err
+		}
+		for range done {
+			t.BatchInEpoch++
+			if err := t.finishStep(true); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
 	}
 	if t.BatchInEpoch%k == 0 {
 		t.Optimizer.ZeroGrad(true)
@@ -121,7 +141,7 @@ func (t *Trainer) step(it *data.Iter, n, k int) (stepped bool, err error) {
 				return false, err
 			}
 		}
-		if err := t.microStep(b, k); err != nil {
+		if err := t.forwardBackward(b, k); err != nil {
 			return false, err
 		}
 		got++
@@ -130,14 +150,31 @@ func (t *Trainer) step(it *data.Iter, n, k int) (stepped bool, err error) {
 	if got == 0 {
 		return false, nil
 	}
-	if err := t.optimizerStep(); err != nil {
+	stepped, err := t.applyGradients()
+	if err != nil {
 		return false, err
 	}
-	return true, t.endBatch()
+	return true, t.finishStep(stepped)
 }
 
-// endBatch is the bookkeeping every step path runs after a batch, whatever executed
-// it: the logging point when one is due (the progress line, the metrics read, the NaN
+// finishStep counts an optimizer step, or a skipped one, and runs what follows it in
+// every step: the per-step scheduler, GlobalStep, AfterOptimizerStep, then endBatch.
+func (t *Trainer) finishStep(stepped bool) error {
+	if !stepped {
+		t.epochStats.Skipped++
+	}
+	if stepped && t.Scheduler != nil && t.cfg.SchedulerInterval == PerStep {
+		t.Scheduler.Step()
+	}
+	t.GlobalStep++
+	t.epochStats.Steps++
+	if err := t.fire(AfterOptimizerStep); err != nil {
+		return err
+	}
+	return t.endBatch()
+}
+
+// endBatch is the bookkeeping after each batch: the logging point when one is due (the progress line, the metrics read, the NaN
 // check), then BatchEnd and, at a logging point, Logged.
 func (t *Trainer) endBatch() error {
 	if t.progress.due(t.BatchInEpoch) {
@@ -169,7 +206,9 @@ func stepError(errp *error, where func() string, batchSize int) {
 	*errp = fmt.Errorf("%s: %w", where(), e)
 }
 
-func (t *Trainer) microStep(b data.Batch, k int) (err error) {
+// forwardBackward runs one micro-batch of a window of k: the step, its sums,
+// BeforeBackward and the scaled backward of loss/k.
+func (t *Trainer) forwardBackward(b data.Batch, k int) (err error) {
 	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d batch %d", t.Epoch+1, t.BatchInEpoch+1) }, b.Size)
 	t.Batch = batchOn(t.Train, b, t.Device)
 	loss, ms := t.runStep(t.trainStep, t.Batch)
@@ -215,7 +254,7 @@ func (t *Trainer) logPoint() error {
 func (t *Trainer) readSums(where string) (sumsRead, error) {
 	r := t.trainSums.read()
 	t.epochStats.Sums = r.Sums
-	if t.Config.GradClip > 0 {
+	if t.cfg.GradClip > 0 {
 		t.epochStats.GradNormSum = t.normSums.read().Sums[gradNormKey]
 	}
 	if t.terminateNaN && r.FirstBad > 0 {
@@ -237,44 +276,30 @@ func means(prefix string, sums map[string]float64, n float64) map[string]float64
 // gradNormKey is the clipped gradients' norm sum in normSums.
 const gradNormKey = "grad_norm"
 
-func (t *Trainer) optimizerStep() error {
+// applyGradients runs a window's optimizer step on its accumulated gradients:
+// reduction across processes, unscale, clip, BeforeOptimizerStep, the scaler's step
+// (skipped on inf/NaN gradients) and update. It reports whether the optimizer stepped.
+func (t *Trainer) applyGradients() (bool, error) {
 	if err := t.strategy.ReduceGradients(t.params); err != nil {
-		return fmt.Errorf("epoch %d batch %d: %w", t.Epoch+1, t.BatchInEpoch, err)
+		return false, fmt.Errorf("epoch %d batch %d: %w", t.Epoch+1, t.BatchInEpoch, err)
 	}
 	if err := t.Scaler.Unscale(t.Optimizer); err != nil {
-		return err
+		return false, err
 	}
-	if t.Config.GradClip > 0 {
+	if t.cfg.GradClip > 0 {
 		// The norm stays on the device (no host read per step); non-finite norms are
 		// left out of the epoch's average.
-		norm := optim.ClipGradNormTensor(t.params, t.Config.GradClip, 2)
+		norm := optim.ClipGradNormTensor(t.params, t.cfg.GradClip, 2)
 		t.normSums.addFinite(gradNormKey, norm)
 	}
 	if err := t.fire(BeforeOptimizerStep); err != nil {
-		return err
+		return false, err
 	}
 	stepped, err := t.Scaler.Step(t.Optimizer)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if err := t.Scaler.Update(); err != nil {
-		return err
-	}
-	return t.stepped(stepped)
-}
-
-// stepped counts an optimizer step, or a skipped one, and runs what follows it: the
-// per-step scheduler, GlobalStep, AfterOptimizerStep.
-func (t *Trainer) stepped(stepped bool) error {
-	if !stepped {
-		t.epochStats.Skipped++
-	}
-	if stepped && t.Scheduler != nil && t.Config.SchedulerInterval == PerStep {
-		t.Scheduler.Step()
-	}
-	t.GlobalStep++
-	t.epochStats.Steps++
-	return t.fire(AfterOptimizerStep)
+	return stepped, t.Scaler.Update()
 }
 
 // globalStats returns the epoch's statistics over all processes: counts and sums added
@@ -366,7 +391,7 @@ func (t *Trainer) finishEpoch() error {
 		rec.SamplesPerSec = float64(st.Samples) / st.Elapsed
 		rec.DataWait = st.Wait / st.Elapsed
 	}
-	if t.Config.GradClip > 0 && st.Steps > 0 {
+	if t.cfg.GradClip > 0 && st.Steps > 0 {
 		rec.GradNorm = st.GradNormSum / float64(st.Steps)
 	}
 	if t.Val != nil {
@@ -389,14 +414,14 @@ func (t *Trainer) finishEpoch() error {
 		}
 	}
 	if ms, ok := t.Scheduler.(optim.MetricScheduler); ok && t.Scheduler != nil {
-		ms.StepMetric(t.Metrics[t.Config.Monitor])
-	} else if t.Scheduler != nil && t.Config.SchedulerInterval == PerEpoch {
+		ms.StepMetric(t.Metrics[t.cfg.Monitor])
+	} else if t.Scheduler != nil && t.cfg.SchedulerInterval == PerEpoch {
 		t.Scheduler.Step()
 	}
 	t.Epoch++
 	t.BatchInEpoch = 0
 	t.History = append(t.History, rec)
-	if v, ok := t.Metrics[t.Config.Monitor]; ok && t.Config.MonitorDirection().better(v, t.BestMetric) {
+	if v, ok := t.Metrics[t.cfg.Monitor]; ok && t.cfg.MonitorDirection().better(v, t.BestMetric) {
 		t.BestMetric = v
 	}
 	t.printf("Epoch %d | train_loss: %.4f | val_loss: %.4f | val_acc: %.4f | lr: %.3g | %.0f samples/s | time: %.1fs\n",

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"encoding/json"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -63,8 +64,34 @@ func TestDirectionOf(t *testing.T) {
 	c.MonitorMode = Max
 	require.NoError(t, c.Validate())
 	assert.Equal(t, Max, c.MonitorDirection())
-	assert.Panics(t, func() { NewEarlyStopping("val_reward", Auto, 1, 0) })
-	assert.Equal(t, Max, NewEarlyStopping("val_reward", Max, 1, 0).Mode)
+	_, err := NewEarlyStopping("val_reward", Auto, 1, 0)
+	require.ErrorContains(t, err, `monitor "val_reward" is not a known metric name`)
+	e, err := NewEarlyStopping("val_reward", Max, 1, 0)
+	require.NoError(t, err)
+	assert.Equal(t, Max, e.Mode)
+}
+
+// TestCallbackConstructorsRejectBadArguments: a monitor, a patience or a top-k often
+// comes from a flag or a config, so a bad one is an error naming it.
+func TestCallbackConstructorsRejectBadArguments(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		make func() (Callback, error)
+		want string
+	}{
+		{"early stopping patience", func() (Callback, error) { return NewEarlyStopping("val_loss", Auto, -1, 0) }, "EarlyStopping: patience must be >= 0, got -1"},
+		{"early stopping min_delta", func() (Callback, error) {
+			return NewEarlyStopping("val_loss", Auto, 1, math.NaN())
+		}, "EarlyStopping: min_delta must be a finite number, got NaN"},
+		{"early stopping monitor", func() (Callback, error) { return NewEarlyStopping("reward", Auto, 1, 0) }, `EarlyStopping: trainer: monitor "reward"`},
+		{"checkpoint top_k", func() (Callback, error) { return NewModelCheckpoint(t.TempDir(), "val_loss", Auto, -2) }, "ModelCheckpoint: top_k must be >= 0, got -2"},
+		{"checkpoint monitor", func() (Callback, error) { return NewModelCheckpoint(t.TempDir(), "reward", Auto, 1) }, `ModelCheckpoint: trainer: monitor "reward"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := c.make()
+			require.ErrorContains(t, err, c.want)
+		})
+	}
 }
 
 // TestValidateNamesTheField: every numeric field out of range is an error naming it.

@@ -78,10 +78,10 @@ type oneCallStep struct {
 // by call (WithOneCallStep says when). It runs at the start of each epoch, once the model
 // is in training mode: the stages hold the layers' settings as they are then.
 func (t *Trainer) planOneCall() *oneCallStep {
-	if !t.fuse || t.loss == nil || t.Config.Accumulation > 1 || t.Config.GradClip > 0 || t.Scaler.Enabled() {
+	if !t.fuse || t.loss == nil || t.cfg.Accumulation > 1 || t.cfg.GradClip > 0 || t.Scaler.Enabled() {
 		return nil
 	}
-	if _, ok := t.Config.AMP.DType(); ok {
+	if _, ok := t.cfg.AMP.DType(); ok {
 		return nil
 	}
 	if _, ok := t.strategy.(SingleProcess); !ok {
@@ -111,7 +111,7 @@ func (t *Trainer) planOneCall() *oneCallStep {
 	}
 	f := &oneCallStep{opt: opt}
 	f.step = torch.TrainStep{Stages: stages, Loss: loss, SumFlags: torch.AccumulateTrack}
-	perStep := t.Scheduler != nil && t.Config.SchedulerInterval == PerStep
+	perStep := t.Scheduler != nil && t.cfg.SchedulerInterval == PerStep
 	if t.stepsPerCall > 1 && !perStep && !heard.Has(BatchEnd) && !heard.Has(AfterOptimizerStep) {
 		f.runs = t.stepsPerCall
 	}
@@ -134,56 +134,54 @@ func (t *Trainer) planRuns(it *data.Iter) {
 	}
 }
 
-// stepRun trains a run of up to t.oneCall.runs batches, ending at the next logging point,
-// in one call (torch.TrainStep.RunBatches), with the bookkeeping of as many one-call steps
-// and none of their events (planOneCall made sure that nobody listens to them).
-func (t *Trainer) stepRun(it *data.Iter) (stepped bool, err error) {
-	f := t.oneCall
+// steps trains the next batch, or the next run of batches ending at the next logging
+// point (WithStepsPerCall), each a whole optimizer step in one call into libtorch, and
+// returns how many it trained; Trainer.step then finishes each of them as it does any
+// step. A run fires none of the events before the optimizer step, and planOneCall made
+// sure that nobody listens to those between a run's steps.
+func (f *oneCallStep) steps(t *Trainer, it *data.Iter) (done int, err error) {
+	if f.runs > 1 {
+		return f.run(t, it)
+	}
+	b, ok := it.Next()
+	if !ok {
+		return 0, nil
+	}
+	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d batch %d", t.Epoch+1, t.BatchInEpoch+1) }, b.Size)
+	t.Batch = batchOn(t.Train, b, t.Device)
+	s := f.prepare(t)
+	s.SumWeight = float64(b.Size)
+	t.StepLoss = s.Run(batchInput(t.Batch), batchTarget(t.Batch))
+	t.epochStats.Batches++
+	t.epochStats.Samples += int64(b.Size)
+	return 1, nil
+}
+
+// run trains a run of up to f.runs batches that ends at the next logging point, in one
+// call (torch.TrainStep.RunBatches), lasting about runTime.
+func (f *oneCallStep) run(t *Trainer, it *data.Iter) (done int, err error) {
 	n := min(max(f.next, 1), f.runs, t.progress.nextDue(t.BatchInEpoch)-t.BatchInEpoch)
 	first, ok := it.NextRun(n, data.Input, f.target, &f.batches)
 	if !ok {
-		return false, nil
+		return 0, nil
 	}
+	b := &f.batches
 	began := time.Now()
-	err = t.runBatches(first)
-	done := f.batches.Done
+	func() {
+		defer stepError(&err, func() string { return fmt.Sprintf("epoch %d batch %d", t.Epoch+1, first+b.Done+1) },
+			int(b.Sizes[min(b.Done, len(b.Sizes)-1)]))
+		t.StepLoss = f.prepare(t).RunBatches(b)
+	}()
+	done = b.Done
 	if took := time.Since(began); done > 0 {
 		f.next = int(min(int64(f.runs), int64(runTime)*int64(done)/max(int64(took), 1)))
+		t.Batch = data.Batch{Index: first + done - 1, Size: int(b.Sizes[done-1])}
 	}
-	for _, size := range f.batches.Sizes[:done] {
+	for _, size := range b.Sizes[:done] {
 		t.epochStats.Samples += size
 	}
 	t.epochStats.Batches += done
-	t.epochStats.Steps += done
-	t.GlobalStep += int64(done)
-	t.BatchInEpoch += done
-	if err != nil {
-		return false, err
-	}
-	if done > 0 {
-		t.Batch = data.Batch{Index: first + done - 1, Size: int(f.batches.Sizes[done-1])}
-	}
-	if t.progress.due(t.BatchInEpoch) {
-		// The run ends here: the state is the logging point's batch's, after its
-		// optimizer step, as at any other step path's Logged.
-		err := t.logPoint()
-		if err == nil {
-			err = t.fire(Logged)
-		}
-		t.LogPoint = false
-		if err != nil {
-			return false, err
-		}
-	}
-	return true, nil
-}
-
-func (t *Trainer) runBatches(first int) (err error) {
-	b := &t.oneCall.batches
-	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d batch %d", t.Epoch+1, first+b.Done+1) },
-		int(b.Sizes[min(b.Done, len(b.Sizes)-1)]))
-	t.StepLoss = t.oneCall.prepare(t).RunBatches(b)
-	return nil
+	return done, err
 }
 
 // prepare readies the step for the next call: the optimizer's arguments as they are
@@ -192,35 +190,4 @@ func (f *oneCallStep) prepare(t *Trainer) *torch.TrainStep {
 	f.args = f.opt.StepArgs()
 	f.step.Optimizer, f.step.Sums, f.step.SumStep = &f.args, t.trainSums.lossOnly(), t.GlobalStep+1
 	return &f.step
-}
-
-// stepOneCall trains one batch with the one-call step: the Trainer's step for a window of one
-// micro-batch, with the same bookkeeping and events (less the two nobody listens to).
-func (t *Trainer) stepOneCall(it *data.Iter) (stepped bool, err error) {
-	if t.oneCall.runs > 1 {
-		return t.stepRun(it)
-	}
-	b, ok := it.Next()
-	if !ok {
-		return false, nil
-	}
-	if err := t.runOneCall(b); err != nil {
-		return false, err
-	}
-	t.BatchInEpoch++
-	if err := t.stepped(true); err != nil {
-		return false, err
-	}
-	return true, t.endBatch()
-}
-
-func (t *Trainer) runOneCall(b data.Batch) (err error) {
-	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d batch %d", t.Epoch+1, t.BatchInEpoch+1) }, b.Size)
-	t.Batch = batchOn(t.Train, b, t.Device)
-	s := t.oneCall.prepare(t)
-	s.SumWeight = float64(b.Size)
-	t.StepLoss = s.Run(batchInput(t.Batch), batchTarget(t.Batch))
-	t.epochStats.Batches++
-	t.epochStats.Samples += int64(b.Size)
-	return nil
 }

@@ -44,8 +44,11 @@ func TestOneCallStepWhen(t *testing.T) {
 		{"amp", []trainer.Option{trainer.WithAMP(amp.BF16)}, false},
 		{"a user's step", []trainer.Option{trainer.WithTrainStep(trainer.LossStep(&nn.CrossEntropyLoss{}))}, false},
 		{"a per-step scheduler", []trainer.Option{func(tt *trainer.Trainer) error {
-			tt.Scheduler, tt.Config.SchedulerInterval = optim.NewStepLR(tt.Optimizer, 2, 0.5), trainer.PerStep
-			return nil
+			s, err := optim.NewStepLR(tt.Optimizer, 2, 0.5)
+			if err != nil {
+				return err
+			}
+			return trainer.WithScheduler(s, trainer.PerStep)(tt)
 		}}, true},
 	}
 	var ref []float64

@@ -8,39 +8,38 @@ import (
 	"github.com/gotrain/gotrain/torch/optim"
 )
 
-// Option configures a Trainer.
+// Option configures a Trainer. Options are the one way to configure it: each setting
+// starts at DefaultConfig's value, an option changes it, New validates the result, and
+// Trainer.Config reports it. A program with its own configuration (cmd/train's flags
+// and files) turns it into options.
 type Option func(*Trainer) error
 
-// WithConfig replaces the configuration (options after it still apply). Start from
-// DefaultConfig: New validates the result.
-func WithConfig(c Config) Option { return func(t *Trainer) error { t.Config = c; return nil } }
-
 // WithEpochs sets the number of epochs Run trains to.
-func WithEpochs(n int) Option { return func(t *Trainer) error { t.Config.Epochs = n; return nil } }
+func WithEpochs(n int) Option { return func(t *Trainer) error { t.cfg.Epochs = n; return nil } }
 
 // WithDevice sets the device ("" or "auto" picks cuda:0 when available, else the CPU).
 func WithDevice(dev string) Option {
-	return func(t *Trainer) error { t.Config.Device = dev; return nil }
+	return func(t *Trainer) error { t.cfg.Device = dev; return nil }
 }
 
 // WithAMP sets mixed precision: amp.Off, amp.BF16 or amp.FP16 (CUDA only).
-func WithAMP(mode amp.Mode) Option { return func(t *Trainer) error { t.Config.AMP = mode; return nil } }
+func WithAMP(mode amp.Mode) Option { return func(t *Trainer) error { t.cfg.AMP = mode; return nil } }
 
 // WithGradClip clips the total gradient norm to maxNorm (0 disables).
 func WithGradClip(maxNorm float64) Option {
-	return func(t *Trainer) error { t.Config.GradClip = maxNorm; return nil }
+	return func(t *Trainer) error { t.cfg.GradClip = maxNorm; return nil }
 }
 
 // WithAccumulation accumulates gradients over k micro-batches per optimizer step.
 func WithAccumulation(k int) Option {
-	return func(t *Trainer) error { t.Config.Accumulation = k; return nil }
+	return func(t *Trainer) error { t.cfg.Accumulation = k; return nil }
 }
 
 // WithScheduler steps s after every epoch (PerEpoch) or every optimizer step (PerStep).
 // A ReduceLROnPlateau-style scheduler (optim.MetricScheduler) is stepped with the
 // monitored metric after validation.
 func WithScheduler(s optim.Scheduler, every Interval) Option {
-	return func(t *Trainer) error { t.Scheduler = s; t.Config.SchedulerInterval = every; return nil }
+	return func(t *Trainer) error { t.Scheduler = s; t.cfg.SchedulerInterval = every; return nil }
 }
 
 // WithCallbacks adds callbacks, run in order after the built-in ones.
@@ -55,24 +54,24 @@ func WithRunDir(dir string) Option { return func(t *Trainer) error { t.RunDir = 
 func WithOutput(w io.Writer) Option { return func(t *Trainer) error { t.Out = w; return nil } }
 
 // WithSeed seeds libtorch's generators (and the config's record of it).
-func WithSeed(seed int64) Option { return func(t *Trainer) error { t.Config.Seed = seed; return nil } }
+func WithSeed(seed int64) Option { return func(t *Trainer) error { t.cfg.Seed = seed; return nil } }
 
 // WithDeterministic turns on deterministic algorithms.
 func WithDeterministic(on bool) Option {
-	return func(t *Trainer) error { t.Config.Deterministic = on; return nil }
+	return func(t *Trainer) error { t.cfg.Deterministic = on; return nil }
 }
 
 // WithMonitor sets the metric that picks the best checkpoint and that early stopping
 // watches ("val_acc", "val_loss", "val_<metric>"), and whether it is maximised (Auto: by
 // its name).
 func WithMonitor(name string, mode Direction) Option {
-	return func(t *Trainer) error { t.Config.Monitor, t.Config.MonitorMode = name, mode; return nil }
+	return func(t *Trainer) error { t.cfg.Monitor, t.cfg.MonitorMode = name, mode; return nil }
 }
 
 // WithEarlyStopping stops training after patience epochs without an improvement of the
 // monitored metric (Config.Patience). It needs no run directory.
 func WithEarlyStopping(patience int) Option {
-	return func(t *Trainer) error { t.Config.Patience = patience; return nil }
+	return func(t *Trainer) error { t.cfg.Patience = patience; return nil }
 }
 
 // WithModelConfig names the model in the checkpoint's model_config and in config.json
@@ -96,7 +95,7 @@ func WithRunConfig(v any) Option {
 // WithClassNames records the data's class names, in class-index order, in config.json
 // and in every checkpoint (key class_names).
 func WithClassNames(names []string) Option {
-	return func(t *Trainer) error { t.Config.ClassNames = names; return nil }
+	return func(t *Trainer) error { t.cfg.ClassNames = names; return nil }
 }
 
 // WithTerminateOnNaN switches the default stop on a NaN or infinite training loss,
@@ -105,7 +104,13 @@ func WithTerminateOnNaN(on bool) Option {
 	return func(t *Trainer) error { t.terminateNaN = on; return nil }
 }
 
+// WithTopK also keeps the checkpoints of the k best epochs by the monitored metric.
+func WithTopK(k int) Option { return func(t *Trainer) error { t.cfg.TopK = k; return nil } }
+
+// WithThreads sets libtorch's intra-op thread count (0: libtorch's default).
+func WithThreads(n int) Option { return func(t *Trainer) error { t.cfg.Threads = n; return nil } }
+
 // WithLogEvery sets the number of batches between logging points: progress lines, the
 // read of the training metrics from the device and the NaN check (default: about ten
 // an epoch).
-func WithLogEvery(n int) Option { return func(t *Trainer) error { t.Config.LogEvery = n; return nil } }
+func WithLogEvery(n int) Option { return func(t *Trainer) error { t.cfg.LogEvery = n; return nil } }

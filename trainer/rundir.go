@@ -30,8 +30,11 @@ func (t *Trainer) setupRunDir() error {
 		&Curves{Path: filepath.Join(t.RunDir, "curves.png")},
 	}
 	// The checkpoint manager runs last, so last.pt holds every callback's updated state.
-	t.callbacks = append(append(writers, t.callbacks...),
-		NewModelCheckpoint(filepath.Join(t.RunDir, "checkpoints"), t.Config.Monitor, t.Config.MonitorMode, t.Config.TopK))
+	ckpt, err := NewModelCheckpoint(filepath.Join(t.RunDir, "checkpoints"), t.cfg.Monitor, t.cfg.MonitorMode, t.cfg.TopK)
+	if err != nil {
+		return err
+	}
+	t.callbacks = append(append(writers, t.callbacks...), ckpt)
 	return nil
 }
 
@@ -55,7 +58,7 @@ type optimizerRecord struct {
 
 // record returns what the Trainer was given.
 func (t *Trainer) record() runRecord {
-	r := runRecord{Config: t.Config, Model: t.modelConfig, Scheduler: "none", Run: t.runConfig,
+	r := runRecord{Config: t.cfg, Model: t.modelConfig, Scheduler: "none", Run: t.runConfig,
 		Optimizer: optimizerRecord{Class: className(t.Optimizer)}}
 	if t.Scheduler != nil {
 		r.Scheduler = className(t.Scheduler)

@@ -110,8 +110,11 @@ func TestStepsPerCallWhen(t *testing.T) {
 		{"a callback at BatchEnd", []trainer.Option{trainer.WithCallbacks(&trainer.LRMonitor{})}, 1},
 		{"a callback at AfterOptimizerStep", []trainer.Option{trainer.WithCallbacks(trainer.On(noop, trainer.AfterOptimizerStep))}, 1},
 		{"a per-step scheduler", []trainer.Option{func(tt *trainer.Trainer) error {
-			tt.Scheduler, tt.Config.SchedulerInterval = optim.NewStepLR(tt.Optimizer, 2, 0.5), trainer.PerStep
-			return nil
+			s, err := optim.NewStepLR(tt.Optimizer, 2, 0.5)
+			if err != nil {
+				return err
+			}
+			return trainer.WithScheduler(s, trainer.PerStep)(tt)
 		}}, 1},
 		{"steps not in one call", []trainer.Option{trainer.WithOneCallStep(false)}, 1},
 		{"one step per call", []trainer.Option{trainer.WithStepsPerCall(1)}, 1},

@@ -104,10 +104,10 @@ func (t *Trainer) parts() []part {
 			return ver
 		}, ignore),
 	}
-	if len(t.Config.ClassNames) > 0 {
+	if len(t.cfg.ClassNames) > 0 {
 		ps = append(ps, value("class_names", func() any {
-			names := make([]any, len(t.Config.ClassNames))
-			for i, n := range t.Config.ClassNames {
+			names := make([]any, len(t.cfg.ClassNames))
+			for i, n := range t.cfg.ClassNames {
 				names[i] = n
 			}
 			return names
@@ -372,9 +372,9 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 		}
 	}
 	if t.GlobalStep < 0 {
-		t.GlobalStep = int64(t.Epoch * ((t.Train.Len() + t.Config.Accumulation - 1) / t.Config.Accumulation))
+		t.GlobalStep = int64(t.Epoch * ((t.Train.Len() + t.cfg.Accumulation - 1) / t.cfg.Accumulation))
 	}
-	t.printf("resumed from %s: epoch %d, batch %d, global step %d, best %s %.4f\n", path, t.Epoch, t.BatchInEpoch, t.GlobalStep, t.Config.Monitor, t.BestMetric)
+	t.printf("resumed from %s: epoch %d, batch %d, global step %d, best %s %.4f\n", path, t.Epoch, t.BatchInEpoch, t.GlobalStep, t.cfg.Monitor, t.BestMetric)
 	return nil
 }
 

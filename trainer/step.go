@@ -119,7 +119,7 @@ func (t *Trainer) runStep(s boundStep, b data.Batch) (loss *torch.Tensor, ms Met
 			sc.Keep(m)
 		}
 	}
-	if dt, ok := t.Config.AMP.DType(); ok {
+	if dt, ok := t.cfg.AMP.DType(); ok {
 		amp.Autocast(t.Device, dt, run)
 	} else {
 		run()

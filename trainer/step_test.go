@@ -269,6 +269,6 @@ func TestNewStartsFromDefaultConfig(t *testing.T) {
 	require.NoError(t, err)
 	tt, err := trainer.New(m, tr, va, &nn.CrossEntropyLoss{}, opt, trainer.WithOutput(io.Discard))
 	require.NoError(t, err)
-	assert.Equal(t, trainer.DefaultConfig(), tt.Config)
+	assert.Equal(t, trainer.DefaultConfig(), tt.Config())
 	assert.Equal(t, trainer.SingleProcess{}, tt.Strategy())
 }

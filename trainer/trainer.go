@@ -72,7 +72,6 @@ type Trainer struct {
 	Scheduler optim.Scheduler
 	Scaler    *amp.GradScaler
 	Device    torch.Device
-	Config    Config
 	// RunDir holds config.json, checkpoints/, history.jsonl, the TensorBoard events and
 	// curves.png ("" disables all files).
 	RunDir string
@@ -107,6 +106,7 @@ type Trainer struct {
 	// "val_acc", ...).
 	Metrics map[string]float64
 
+	cfg          Config // set by the options; read through Config
 	strategy     Strategy
 	trainStep    boundStep
 	evalStep     boundStep
@@ -135,7 +135,7 @@ type Trainer struct {
 func New(model nn.Module, train, val *data.Loader, loss nn.Loss, opt optim.Optimizer, options ...Option) (_ *Trainer, err error) {
 	t := &Trainer{
 		Model: model, Train: train, Val: val, Optimizer: opt,
-		Config:       DefaultConfig(),
+		cfg:          DefaultConfig(),
 		Out:          os.Stdout,
 		strategy:     SingleProcess{},
 		terminateNaN: true,
@@ -165,18 +165,18 @@ func New(model nn.Module, train, val *data.Loader, loss nn.Loss, opt optim.Optim
 			return nil, fmt.Errorf("%w (a model without a one-input Forward needs WithEvalStep)", err)
 		}
 	}
-	if t.Val == nil && strings.HasPrefix(t.Config.Monitor, "val_") {
-		t.Config.Monitor = "train_loss"
-		t.Config.MonitorMode = Auto
+	if t.Val == nil && strings.HasPrefix(t.cfg.Monitor, "val_") {
+		t.cfg.Monitor = "train_loss"
+		t.cfg.MonitorMode = Auto
 	}
-	if err := t.Config.Validate(); err != nil {
+	if err := t.cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t.BestMetric = t.Config.MonitorDirection().worst()
+	t.BestMetric = t.cfg.MonitorDirection().worst()
 	if err := t.strategy.Configure(t); err != nil {
 		return nil, err
 	}
-	dev, err := ResolveDevice(t.Config.Device)
+	dev, err := ResolveDevice(t.cfg.Device)
 	if err != nil {
 		return nil, err
 	}
@@ -184,10 +184,12 @@ func New(model nn.Module, train, val *data.Loader, loss nn.Loss, opt optim.Optim
 	if t.modelConfig == "" {
 		t.modelConfig = strings.TrimPrefix(fmt.Sprintf("%T", model), "*")
 	}
-	if t.Config.AMP == amp.FP16 && !dev.IsCUDA() {
+	if t.cfg.AMP == amp.FP16 && !dev.IsCUDA() {
 		return nil, errors.New("trainer: amp fp16 needs a CUDA device; on the CPU use bf16")
 	}
-	t.Scaler = amp.NewGradScaler(amp.ScalerOptions{Enabled: t.Config.AMP.NeedsScaler()})
+	if t.Scaler, err = amp.NewGradScaler(amp.ScalerOptions{Enabled: t.cfg.AMP.NeedsScaler()}); err != nil {
+		return nil, err
+	}
 	if err := t.seed(); err != nil {
 		return nil, err
 	}
@@ -202,8 +204,12 @@ func New(model nn.Module, train, val *data.Loader, loss nn.Loss, opt optim.Optim
 	}
 	// Policies run whether or not files are written; the run directory's writers and
 	// the checkpoint manager are added around the user's callbacks.
-	if t.Config.Patience > 0 {
-		t.callbacks = append([]Callback{NewEarlyStopping(t.Config.Monitor, t.Config.MonitorMode, t.Config.Patience, 0)}, t.callbacks...)
+	if t.cfg.Patience > 0 {
+		early, err := NewEarlyStopping(t.cfg.Monitor, t.cfg.MonitorMode, t.cfg.Patience, 0)
+		if err != nil {
+			return nil, err
+		}
+		t.callbacks = append([]Callback{early}, t.callbacks...)
 	}
 	if t.RunDir != "" {
 		if err := t.setupRunDir(); err != nil {
@@ -240,15 +246,19 @@ func ResolveDevice(s string) (torch.Device, error) {
 
 func (t *Trainer) seed() (err error) {
 	defer torch.Recover(&err, "seeding")
-	torch.ManualSeed(t.Config.Seed)
-	if t.Config.Deterministic {
+	torch.ManualSeed(t.cfg.Seed)
+	if t.cfg.Deterministic {
 		torch.SetDeterministic(true)
 	}
-	if t.Config.Threads > 0 {
-		torch.SetNumThreads(t.Config.Threads)
+	if t.cfg.Threads > 0 {
+		torch.SetNumThreads(t.cfg.Threads)
 	}
 	return nil
 }
+
+// Config returns the Trainer's settings as its options made them (and as config.json
+// and every checkpoint record them). It is a copy: the settings are the options'.
+func (t *Trainer) Config() Config { return t.cfg }
 
 // Strategy returns how the trainer spreads over processes (SingleProcess, DataParallel).
 func (t *Trainer) Strategy() Strategy { return t.strategy }
@@ -269,7 +279,7 @@ func (t *Trainer) StopReason() string { return t.stopReason }
 
 // Run trains until Config.Epochs epochs are complete. Calling it again after a
 // RunTo/RunFor or a resume continues where training stopped.
-func (t *Trainer) Run(ctx context.Context) error { return t.RunTo(ctx, t.Config.Epochs) }
+func (t *Trainer) Run(ctx context.Context) error { return t.RunTo(ctx, t.cfg.Epochs) }
 
 // RunFor trains n more epochs.
 func (t *Trainer) RunFor(ctx context.Context, n int) error { return t.RunTo(ctx, t.Epoch+n) }
@@ -313,7 +323,7 @@ func (t *Trainer) RunTo(ctx context.Context, target int) (err error) {
 			break
 		}
 	}
-	t.printf("===== training done: best %s %.4f =====\n", t.Config.Monitor, t.BestMetric)
+	t.printf("===== training done: best %s %.4f =====\n", t.cfg.Monitor, t.BestMetric)
 	return nil
 }
 

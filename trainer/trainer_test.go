@@ -51,7 +51,8 @@ func newCNN(t *testing.T, runDir string, opts ...trainer.Option) *trainer.Traine
 	m := models.SmallCNN(10)
 	opt, err := optim.NewAdam(nn.Parameters(m), optim.AdamOptions{LR: 2e-3})
 	require.NoError(t, err)
-	sched := optim.NewStepLR(opt, 1, 0.5)
+	sched, err := optim.NewStepLR(opt, 1, 0.5)
+	require.NoError(t, err)
 	all := append([]trainer.Option{trainer.WithEpochs(3), trainer.WithSeed(seed), trainer.WithDeterministic(true),
 		trainer.WithDevice("cpu"), trainer.WithRunDir(runDir), trainer.WithOutput(io.Discard),
 		trainer.WithScheduler(sched, trainer.PerEpoch)}, opts...)
@@ -168,11 +169,7 @@ func TestExactResume(t *testing.T) {
 
 func TestRunDirectoryAndTensorBoard(t *testing.T) {
 	dir := t.TempDir()
-	tt := newCNN(t, dir, trainer.WithEpochs(2), trainer.WithConfig(func() trainer.Config {
-		c := trainer.DefaultConfig()
-		c.Epochs, c.Seed, c.Device, c.TopK = 2, seed, "cpu", 1
-		return c
-	}()))
+	tt := newCNN(t, dir, trainer.WithEpochs(2), trainer.WithSeed(seed), trainer.WithDevice("cpu"), trainer.WithTopK(1))
 	require.NoError(t, tt.Run(context.Background()))
 
 	for _, f := range []string{"config.json", "history.jsonl", "curves.png", "checkpoints/last.pt", "checkpoints/best_model.pth"} {
@@ -346,9 +343,11 @@ func newMLP(t *testing.T, runDir string) *trainer.Trainer {
 	m := models.MLP(784, 32, 10)
 	opt, err := optim.NewAdam(nn.Parameters(m), optim.AdamOptions{LR: 1e-3})
 	require.NoError(t, err)
+	sched, err := optim.NewStepLR(opt, 1, 0.5)
+	require.NoError(t, err)
 	tt, err := trainer.New(m, tr, va, &nn.CrossEntropyLoss{}, opt,
 		trainer.WithEpochs(3), trainer.WithDevice("cpu"), trainer.WithRunDir(runDir), trainer.WithOutput(io.Discard),
-		trainer.WithScheduler(optim.NewStepLR(opt, 1, 0.5), trainer.PerEpoch))
+		trainer.WithScheduler(sched, trainer.PerEpoch))
 	require.NoError(t, err)
 	return tt
 }
@@ -423,11 +422,8 @@ func TestAccumulationAndClipping(t *testing.T) {
 func TestModelCheckpointTopKAcrossResume(t *testing.T) {
 	dir := t.TempDir()
 	ckdir := filepath.Join(dir, "checkpoints")
-	cfg := func() trainer.Option {
-		c := trainer.DefaultConfig()
-		c.Epochs, c.Device, c.TopK, c.Seed = 4, "cpu", 2, seed
-		return trainer.WithConfig(c)
-	}
+	opts := []trainer.Option{trainer.WithEpochs(4), trainer.WithDevice("cpu"), trainer.WithTopK(2), trainer.WithSeed(seed),
+		trainer.WithRunDir(dir), trainer.WithOutput(io.Discard)}
 	mk := func() *trainer.Trainer {
 		// Noise 6 makes val_acc move up and down, so the top-2 table changes after the resume.
 		tr, va := noisyLoaders(t, 256, 6)
@@ -435,7 +431,7 @@ func TestModelCheckpointTopKAcrossResume(t *testing.T) {
 		m := models.MLP(784, 16, 10)
 		opt, err := optim.NewSGD(nn.Parameters(m), optim.SGDOptions{LR: 0.3})
 		require.NoError(t, err)
-		tt, err := trainer.New(m, tr, va, &nn.CrossEntropyLoss{}, opt, cfg(), trainer.WithRunDir(dir), trainer.WithOutput(io.Discard))
+		tt, err := trainer.New(m, tr, va, &nn.CrossEntropyLoss{}, opt, opts...)
 		require.NoError(t, err)
 		return tt
 	}

@@ -182,8 +182,8 @@ func build(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trai
 	}
 	loss := &nn.CrossEntropyLoss{}
 	c.ClassNames = spec.names
-	opts := []trainer.Option{trainer.WithConfig(c.Config), trainer.WithScheduler(sched, c.SchedulerInterval), trainer.WithRunDir(runDir),
-		trainer.WithModelConfig(c.Model), trainer.WithRunConfig(c)}
+	opts := append(trainerOptions(c.Config), trainer.WithScheduler(sched, c.SchedulerInterval), trainer.WithRunDir(runDir),
+		trainer.WithModelConfig(c.Model), trainer.WithRunConfig(c))
 	if pg != nil {
 		opts = append(opts, trainer.WithDistributed(pg))
 	}

@@ -142,6 +142,19 @@ func (c Config) validate() error {
 	return c.Config.Validate()
 }
 
+// trainerOptions turns the Trainer's part of the command's configuration into the
+// Trainer's options, field by field (options are the one way to configure a Trainer).
+// The scheduler's interval goes with the scheduler (trainer.WithScheduler).
+func trainerOptions(c trainer.Config) []trainer.Option {
+	return []trainer.Option{
+		trainer.WithEpochs(c.Epochs), trainer.WithAMP(c.AMP), trainer.WithGradClip(c.GradClip),
+		trainer.WithAccumulation(c.Accumulation), trainer.WithEarlyStopping(c.Patience),
+		trainer.WithMonitor(c.Monitor, c.MonitorMode), trainer.WithTopK(c.TopK), trainer.WithClassNames(c.ClassNames),
+		trainer.WithSeed(c.Seed), trainer.WithDeterministic(c.Deterministic), trainer.WithDevice(c.Device),
+		trainer.WithThreads(c.Threads), trainer.WithLogEvery(c.LogEvery),
+	}
+}
+
 // bindFlags binds the command's flags to c's fields: parsing sets exactly the fields of
 // the flags given, so flags parsed over a config read from a file or a checkpoint
 // override just those.

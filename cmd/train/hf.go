@@ -145,9 +145,9 @@ func buildHFOn(c Config, runDir string, pg *distributed.ProcessGroup, m models.C
 	}
 	cb := &hfCallback{run: hfRun{model: m, tok: tok, eos: eos}, adapter: adapter, dir: filepath.Join(runDir, "hf"),
 		prompt: samplePrompt(train), tokens: 32, out: out, main: pg == nil || pg.IsMain()}
-	opts := []trainer.Option{trainer.WithConfig(c.Config), trainer.WithScheduler(sched, c.SchedulerInterval), trainer.WithRunDir(runDir),
+	opts := append(trainerOptions(c.Config), trainer.WithScheduler(sched, c.SchedulerInterval), trainer.WithRunDir(runDir),
 		trainer.WithModelConfig(modelType(c.Model)), trainer.WithRunConfig(c), trainer.WithTrainStep(maskedLMStep),
-		trainer.WithCallbacks(cb)}
+		trainer.WithCallbacks(cb))
 	if pg != nil {
 		opts = append(opts, trainer.WithDistributed(pg))
 	}
@@ -229,7 +229,7 @@ func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 	if err := h.save(filepath.Join(h.dir, "last")); err != nil {
 		return err
 	}
-	if v, ok := t.Metrics[t.Config.Monitor]; ok && v == t.BestMetric {
+	if v, ok := t.Metrics[t.Config().Monitor]; ok && v == t.BestMetric {
 		return h.save(filepath.Join(h.dir, "best"))
 	}
 	return nil

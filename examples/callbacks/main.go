@@ -38,7 +38,10 @@ func run(synthetic bool, limit, epochs int, runDir string) error {
 		return err
 	}
 	// Stop when val_loss has not improved by more than 1e-3 for 2 epochs.
-	early := trainer.NewEarlyStopping("val_loss", trainer.Min, 2, 1e-3)
+	early, err := trainer.NewEarlyStopping("val_loss", trainer.Min, 2, 1e-3)
+	if err != nil {
+		return err
+	}
 	tb := &trainer.TensorBoard{Dir: runDir + "/tb"}
 	announce := trainer.CallbackFunc(func(e trainer.Event, t *trainer.Trainer) error {
 		if e == trainer.ValidationEnd {

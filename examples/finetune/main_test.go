@@ -86,7 +86,7 @@ torch.save(torchvision.models.resnet18().state_dict(), sys.argv[1])
 	require.NoError(t, err)
 	require.Len(t, tt.History, 1)
 	assert.False(t, tt.History[0].ValAcc != tt.History[0].ValAcc, "val_acc recorded")
-	assert.Equal(t, classes, tt.Config.ClassNames)
+	assert.Equal(t, classes, tt.Config().ClassNames)
 	_, err = os.Stat(filepath.Join(dir, "run", "checkpoints", "best_model.pth"))
 	require.NoError(t, err)
 }

@@ -105,5 +105,5 @@ func main() {
 		log.Fatal(err)
 	}
 	r := t.History[len(t.History)-1]
-	fmt.Printf("classes %v: val_acc %.4f\n", t.Config.ClassNames, r.ValAcc)
+	fmt.Printf("classes %v: val_acc %.4f\n", t.Config().ClassNames, r.ValAcc)
 }

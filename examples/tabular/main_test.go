@@ -36,6 +36,6 @@ with open(sys.argv[1], "w") as out:
 `, []string{"numpy"}, path, data.DefaultFashionMNISTDir)
 	tt, err := run(path, "item", 5, t.TempDir())
 	require.NoError(t, err)
-	assert.Equal(t, []string{"bag", "sneaker", "trouser"}, tt.Config.ClassNames)
+	assert.Equal(t, []string{"bag", "sneaker", "trouser"}, tt.Config().ClassNames)
 	assert.Greater(t, tt.History[len(tt.History)-1].ValAcc, 0.8)
 }

@@ -202,7 +202,7 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 	tr, err := trainer.New(m, loader, nil, ce, opt,
 		trainer.WithOutput(io.Discard), trainer.WithDevice(device), trainer.WithSeed(seed),
 		trainer.WithAMP(precision), trainer.WithCallbacks(record), trainer.WithOneCallStep(fuseStep), trainer.WithStepsPerCall(stepsPerCall),
-		func(t *trainer.Trainer) error { t.Config.Threads = threads; return nil })
+		trainer.WithThreads(threads))
 	if err != nil {
 		return nil, err
 	}
@@ -344,7 +344,7 @@ func rawLoop(tr *trainer.Trainer, ds *data.TensorDataset, batch int, res *loopio
 	x := torch.FromSlice(ds.Inputs, int64(ds.Len()), 1, 28, 28).Escape()
 	y := torch.FromSlice(ds.Labels).Escape()
 	steps := int64(ds.Len() / batch)
-	bf16 := tr.Config.AMP == amp.BF16
+	bf16 := tr.Config().AMP == amp.BF16
 	model := tr.Model.(nn.Layer) // the bench's models are Sequentials
 	return func(e int) (err error) {
 		defer torch.Recover(&err, "raw loop")
