@@ -85,6 +85,26 @@ func TestAssistantSpansToolCalls(t *testing.T) {
 		"{\"name\": \"get_weather\", \"parameters\": {\"location\": \"Paris\"}}<|eot_id|>",
 		"18C.<|eot_id|>",
 	}, spanTexts(r))
+
+	// Mistral has no assistant header: the span starts after the user turn's "[/INST]".
+	msgs[1]["tool_calls"].([]any)[0].(map[string]any)["id"] = "call12345"
+	msgs[2]["tool_call_id"] = "call12345"
+	r, err = loadTestTemplate(t, "mistralai-Mistral-Nemo-Instruct-2407.jinja", mistralSpecial).Render(msgs, o)
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"[TOOL_CALLS][{\"arguments\": {\"location\": \"Paris\"}, \"name\": \"get_weather\", \"id\": \"call12345\"}]</s>",
+		"18C.</s>",
+	}, spanTexts(r))
+
+	// DeepSeek-R1's prompt header is "<｜Assistant｜><think>\n"; a history turn opens with
+	// "<｜Assistant｜>" alone, and its tool calls close with two tokens before the end.
+	msgs[1]["content"] = "" // R1's template reads it
+	r, err = loadTestTemplate(t, "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", deepseekSpecial).Render(msgs, o)
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"location\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>",
+		"18C.<｜end▁of▁sentence｜>",
+	}, spanTexts(r))
 }
 
 // Qwen3 keeps the reasoning of the turns after the last user message only; the span of

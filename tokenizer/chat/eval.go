@@ -637,7 +637,7 @@ func getattr(obj value, name string) (value, error) {
 	case *loopObj:
 		return o.attr(name)
 	}
-	return &undefined{hint: fmt.Sprintf("'%s' object has no attribute '%s'", typeName(obj), name)}, nil
+	return &undefined{hint: fmt.Sprintf("'%s object' has no attribute '%s'", typeName(obj), name)}, nil
 }
 
 func getitem(obj value, key value) (value, error) {
@@ -680,7 +680,7 @@ func getitem(obj value, key value) (value, error) {
 	if k, ok := key.(str); ok {
 		return getattr(obj, k.s)
 	}
-	return &undefined{hint: fmt.Sprintf("'%s' object has no element %s", typeName(obj), repr(key))}, nil
+	return &undefined{hint: fmt.Sprintf("'%s object' has no element %s", typeName(obj), repr(key))}, nil
 }
 
 func (lo *loopObj) attr(name string) (value, error) {
@@ -717,7 +717,7 @@ func (lo *loopObj) attr(name string) (value, error) {
 	case "cycle":
 		return &boundMethod{lo, name}, nil
 	}
-	return &undefined{hint: fmt.Sprintf("'LoopContext' object has no attribute '%s'", name)}, nil
+	return &undefined{hint: fmt.Sprintf("'LoopContext object' has no attribute '%s'", name)}, nil
 }
 
 func binop(op string, l, r value) (value, error) {

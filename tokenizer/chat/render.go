@@ -21,8 +21,9 @@ var turnEnds = []string{"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>
 	"<｜end▁of▁sentence｜>", "</s>", "<|endoftext|>", "<|end_of_text|>", "<turn|>"}
 
 // maxTurnEndGap bounds the template text between an assistant turn's last byte and its
-// end-of-turn token (Qwen2.5's "}\n</tool_call>" is 14 bytes).
-const maxTurnEndGap = 32
+// end-of-turn token (Qwen2.5's "}\n</tool_call>" is 14 bytes, DeepSeek's
+// "<｜tool▁call▁end｜><｜tool▁calls▁end｜>" 46).
+const maxTurnEndGap = 64
 
 func (t *Template) render(msgs []Message, o Options) (Rendered, error) {
 	text, runs, gens, err := t.renderRaw(msgs, o, true)
@@ -172,7 +173,7 @@ func (t *Template) provenanceSpans(text string, runs []run, msgs []Message, o Op
 	if len(order) == 0 {
 		return nil
 	}
-	header := t.assistantHeader(o)
+	openers := t.turnOpeners(o)
 	// tagged reports whether any byte of [a,b) came from a message.
 	tagged := func(a, b int) bool {
 		for _, r := range runs {
@@ -190,19 +191,8 @@ func (t *Template) provenanceSpans(text string, runs []run, msgs []Message, o Op
 	for _, tg := range order {
 		s := byMsg[tg]
 		start, end := s.start, s.end
-		if header != "" {
-			lo := 0
-			for _, r := range runs {
-				if r.end <= start && r.end > lo {
-					lo = r.end
-				}
-			}
-			if k := strings.LastIndex(text[lo:start], header); k >= 0 {
-				h := lo + k + len(header)
-				if !tagged(h, start) {
-					start = h
-				}
-			}
+		if k := openerEnd(text, runs, start, openers); k >= 0 && !tagged(k, start) {
+			start = k
 		}
 		best := -1
 		limit := min(len(text), end+maxTurnEndGap)
@@ -230,20 +220,56 @@ func (t *Template) provenanceSpans(text string, runs []run, msgs []Message, o Op
 	return merged
 }
 
-// assistantHeader is what add_generation_prompt appends after a one-user-turn
-// conversation: the text that opens an assistant turn ("<|im_start|>assistant\n"). It
-// is "" when the template has none or the probe fails.
-func (t *Template) assistantHeader(o Options) string {
-	probe := []Message{{"role": "user", "content": "x"}}
+// turnOpeners returns the texts that may open an assistant turn, most specific first:
+// the header that add_generation_prompt appends after a one-user-turn conversation
+// ("<|im_start|>assistant\n"), then its prefixes that end at a '>' or a newline (a
+// history turn lacks the "<think>\n" that DeepSeek-R1's prompt adds), and, for a
+// template without such a header (Mistral), the text the template writes after a user
+// message's content ("[/INST]").
+func (t *Template) turnOpeners(o Options) []string {
+	const probe = "gotrain-probe-content"
+	msgs := []Message{{"role": "user", "content": probe}}
 	o.AddGenerationPrompt = false
-	without, _, _, err := t.renderRaw(probe, o, false)
+	without, _, _, err := t.renderRaw(msgs, o, false)
 	if err != nil {
-		return ""
+		return nil
 	}
 	o.AddGenerationPrompt = true
-	with, _, _, err := t.renderRaw(probe, o, false)
+	with, _, _, err := t.renderRaw(msgs, o, false)
 	if err != nil || !strings.HasPrefix(with, without) {
-		return ""
+		return nil
 	}
-	return with[len(without):]
+	var out []string
+	if h := with[len(without):]; strings.TrimSpace(h) != "" {
+		out = append(out, h)
+		for i := len(h) - 1; i > 1; i-- {
+			if (h[i-1] == '>' || h[i-1] == '\n') && strings.TrimSpace(h[:i]) != "" {
+				out = append(out, h[:i])
+			}
+		}
+		return out
+	}
+	if k := strings.LastIndex(without, probe); k >= 0 {
+		if u := without[k+len(probe):]; strings.TrimSpace(u) != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// openerEnd returns the end of the last opener found between the previous tagged byte
+// and start, trying the openers in order, or -1.
+func openerEnd(text string, runs []run, start int, openers []string) int {
+	lo := 0
+	for _, r := range runs {
+		if r.end <= start && r.end > lo {
+			lo = r.end
+		}
+	}
+	for _, op := range openers {
+		if k := strings.LastIndex(text[lo:start], op); k >= 0 {
+			return lo + k + len(op)
+		}
+	}
+	return -1
 }
