@@ -104,7 +104,8 @@ func TestGradScalerMatchesPyTorch(t *testing.T) {
 		p := torch.FromSlice([]float32{0.1, -0.2, 0.3, 0.4}).SetRequiresGrad(true).Escape()
 		opt, err := optim.NewSGD([]*torch.Tensor{p}, optim.SGDOptions{LR: 0.01})
 		require.NoError(t, err)
-		s := amp.NewGradScaler(c.opts)
+		s, err := amp.NewGradScaler(c.opts)
+		require.NoError(t, err)
 		var r result
 		for i := range c.Steps {
 			x := inputs(i, c.Name != "defaults")
@@ -187,7 +188,8 @@ func TestGradScalerMatchesPyTorch(t *testing.T) {
 			// Python's state dict loaded into a Go GradScaler.
 			v, err := checkpoint.Read(filepath.Join(dir, "py-"+c.Name+".pt"))
 			require.NoError(t, err)
-			s := amp.NewGradScaler(amp.ScalerOptions{Enabled: true})
+			s, err := amp.NewGradScaler(amp.ScalerOptions{Enabled: true})
+			require.NoError(t, err)
 			require.NoError(t, s.LoadStateDict(v.(*checkpoint.Dict)))
 			require.Equal(t, goSD[c.Name].Keys(), s.StateDict().Keys())
 			for _, k := range keys {
@@ -203,7 +205,8 @@ func TestDisabledScalerPassesThrough(t *testing.T) {
 	p := torch.FromSlice([]float32{1, 2}).SetRequiresGrad(true).Escape()
 	opt, err := optim.NewSGD([]*torch.Tensor{p}, optim.SGDOptions{LR: 0.5})
 	require.NoError(t, err)
-	s := amp.NewGradScaler(amp.ScalerOptions{})
+	s, err := amp.NewGradScaler(amp.ScalerOptions{})
+	require.NoError(t, err)
 	torch.WithScope(func() {
 		loss := p.Sum()
 		require.Same(t, loss, s.ScaleLoss(loss))
@@ -224,7 +227,8 @@ func TestScalerStageErrors(t *testing.T) {
 	p := torch.FromSlice([]float32{1, 2}).SetRequiresGrad(true).Escape()
 	opt, err := optim.NewSGD([]*torch.Tensor{p}, optim.SGDOptions{LR: 0.5})
 	require.NoError(t, err)
-	s := amp.NewGradScaler(amp.ScalerOptions{Enabled: true})
+	s, err := amp.NewGradScaler(amp.ScalerOptions{Enabled: true})
+	require.NoError(t, err)
 	require.Error(t, s.Unscale(opt), "unscale before any scale")
 	torch.WithScope(func() {
 		s.ScaleLoss(p.Sum()).Backward()
@@ -290,7 +294,8 @@ func TestScalerDoesNotLeakHandles(t *testing.T) {
 	p := torch.FromSlice([]float32{1, 2}).SetRequiresGrad(true).Escape()
 	opt, err := optim.NewSGD([]*torch.Tensor{p}, optim.SGDOptions{LR: 0.1})
 	require.NoError(t, err)
-	s := amp.NewGradScaler(amp.ScalerOptions{Enabled: true})
+	s, err := amp.NewGradScaler(amp.ScalerOptions{Enabled: true})
+	require.NoError(t, err)
 	iter := func() {
 		torch.WithScope(func() {
 			opt.ZeroGrad(true)
@@ -306,4 +311,27 @@ func TestScalerDoesNotLeakHandles(t *testing.T) {
 		iter()
 	}
 	require.Equal(t, before, torch.LiveTensors())
+}
+
+// TestGradScalerRejectsBadOptions: the scaler's factors can come from a config, so an
+// impossible one is an error naming it (PyTorch asserts on the factors).
+func TestGradScalerRejectsBadOptions(t *testing.T) {
+	for _, c := range []struct {
+		opts amp.ScalerOptions
+		want string
+	}{
+		{amp.ScalerOptions{GrowthFactor: 0.5}, "growth_factor must be a finite number > 1, got 0.5"},
+		{amp.ScalerOptions{GrowthFactor: math.Inf(1)}, "growth_factor must be a finite number > 1, got +Inf"},
+		{amp.ScalerOptions{BackoffFactor: 1}, "backoff_factor must be in (0, 1), got 1"},
+		{amp.ScalerOptions{BackoffFactor: -0.5}, "backoff_factor must be in (0, 1), got -0.5"},
+		{amp.ScalerOptions{InitScale: -1}, "init_scale must be a finite number > 0, got -1"},
+		{amp.ScalerOptions{InitScale: math.NaN()}, "init_scale must be a finite number > 0, got NaN"},
+		{amp.ScalerOptions{GrowthInterval: -1}, "growth_interval must be >= 1, got -1"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			s, err := amp.NewGradScaler(c.opts)
+			require.ErrorContains(t, err, "amp: GradScaler: "+c.want)
+			require.Nil(t, s)
+		})
+	}
 }

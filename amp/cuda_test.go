@@ -41,7 +41,8 @@ func TestCUDAGradScalerSkipsOnInfAndGrows(t *testing.T) {
 	p := torch.Ones([]int64{4}, torch.Float32, torch.CUDA(0)).SetRequiresGrad(true).Escape()
 	opt, err := optim.NewSGD([]*torch.Tensor{p}, optim.SGDOptions{LR: 0.1})
 	require.NoError(t, err)
-	s := amp.NewGradScaler(amp.ScalerOptions{Enabled: true, InitScale: 1024, GrowthInterval: 3})
+	s, err := amp.NewGradScaler(amp.ScalerOptions{Enabled: true, InitScale: 1024, GrowthInterval: 3})
+	require.NoError(t, err)
 	step := func(inject float64) bool {
 		var stepped bool
 		torch.WithScope(func() {

@@ -13,7 +13,10 @@ import (
 func ExampleGradScaler() {
 	w := torch.FromSlice([]float32{1, 2}).SetRequiresGrad(true).Escape()
 	opt, _ := optim.NewSGD([]*torch.Tensor{w}, optim.SGDOptions{LR: 0.1})
-	scaler := amp.NewGradScaler(amp.ScalerOptions{Enabled: true})
+	scaler, err := amp.NewGradScaler(amp.ScalerOptions{Enabled: true})
+	if err != nil {
+		panic(err)
+	}
 	for _, x := range [][]float32{{1, 1}, {float32(1e38), 1}} {
 		torch.WithScope(func() {
 			opt.ZeroGrad(true)

@@ -3,6 +3,7 @@ package amp
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
@@ -51,9 +52,11 @@ type GradScaler struct {
 	lastSkipped     bool
 }
 
-// NewGradScaler returns a GradScaler with o's settings. It panics if GrowthFactor is not
-// above 1 or BackoffFactor not below 1, as PyTorch's constructor asserts.
-func NewGradScaler(o ScalerOptions) *GradScaler {
+// NewGradScaler returns a GradScaler with o's settings. It returns an error naming the
+// argument if GrowthFactor is not above 1 or BackoffFactor not below 1, as PyTorch's
+// constructor asserts, or if InitScale, BackoffFactor or GrowthInterval is negative or
+// a factor is not a finite number (a scale that PyTorch would only find wrong later).
+func NewGradScaler(o ScalerOptions) (*GradScaler, error) {
 	s := &GradScaler{enabled: o.Enabled, initScale: o.InitScale, growth: o.GrowthFactor, backoff: o.BackoffFactor,
 		interval: o.GrowthInterval, per: map[optim.Optimizer]*optState{}}
 	if s.initScale == 0 {
@@ -68,10 +71,18 @@ func NewGradScaler(o ScalerOptions) *GradScaler {
 	if s.interval == 0 {
 		s.interval = 2000
 	}
-	if s.growth <= 1 || s.backoff >= 1 {
-		panic(fmt.Sprintf("amp: GradScaler: growth factor must be > 1 and backoff factor < 1 (got %v, %v)", s.growth, s.backoff))
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case !(s.initScale > 0) || !finite(s.initScale):
+		return nil, fmt.Errorf("amp: GradScaler: init_scale must be a finite number > 0, got %v", s.initScale)
+	case !(s.growth > 1) || !finite(s.growth):
+		return nil, fmt.Errorf("amp: GradScaler: growth_factor must be a finite number > 1, got %v", s.growth)
+	case !(s.backoff > 0 && s.backoff < 1):
+		return nil, fmt.Errorf("amp: GradScaler: backoff_factor must be in (0, 1), got %v", s.backoff)
+	case s.interval < 1:
+		return nil, fmt.Errorf("amp: GradScaler: growth_interval must be >= 1, got %d", s.interval)
 	}
-	return s
+	return s, nil
 }
 
 // Enabled reports whether the scaler scales; a disabled scaler passes everything through.
