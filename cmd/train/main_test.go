@@ -129,6 +129,11 @@ func TestBadFlags(t *testing.T) {
 	out, err = child("--resume", filepath.Join(t.TempDir(), "missing.pt")).CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "missing.pt")
+	// A scheduler refusing its arguments is an error, not a panic's stack.
+	out, err = child("--optimizer", "adagrad", "--scheduler", "onecycle", "--synthetic", "64", "--runs-dir", t.TempDir()).CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "OneCycleLR: cycle_momentum needs an optimizer with momentum or betas")
+	assert.NotContains(t, string(out), "goroutine")
 }
 
 // TestFusedAdamIsTheDefault: cmd/train's Adam and AdamW use the fused kernel unless
