@@ -145,6 +145,12 @@ func conversations(f family) map[string]struct {
 			{"role": "user", "content": "naïve café\t"},
 		}},
 	}
+	// Content as a list of parts: templates that read parts join them, the others print
+	// Python's repr of the list (or fail, on both sides).
+	out["content-parts"] = conv{msgs: []Message{
+		{"role": "user", "content": []any{map[string]any{"type": "text", "text": "Describe"}, map[string]any{"type": "text", "text": " this, 1.5 times."}}},
+		{"role": "assistant", "content": []any{map[string]any{"type": "text", "text": "Done."}}},
+	}}
 	if f.system {
 		out["system"] = conv{msgs: []Message{
 			{"role": "system", "content": "You are a terse assistant."},
@@ -222,6 +228,8 @@ var featureTemplates = map[string]string{
 		"|{{ 'it''s' }}{{ \"q\" 'r' }}|{{ -(3) }}{{ +2 }}|{{ 1e3 }}{{ 1_000 }}|{{ messages | length > 1 }}|{{ range(2, 8, 3) | list }}|{{ dict(a=1) }}|{{ strftime_now('%Y-%m-%d %H:%M %d %b %B %A %a %-d %-m %j %p %y') }}",
 	"raise":             "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}ok",
 	"undefined-attr":    "{{ nope.attr }}",
+	"undefined-chain":   "{{ messages[0].nope is defined }}{{ messages[0].nope | length }}{{ messages[0].nope ~ 'x' }}{% for x in messages[0].nope %}{% endfor %}{{ messages[0].nope == none }}",
+	"numbers":           "{{ tools[0].function.parameters | tojson }}{{ 3 / 2 }}{{ 2.0 * 3 }}{{ 1e-7 }}{{ 123456789012345678 }}{{ 0.1 + 0.2 }}{{ [1.5, 2] | sum }}{{ 7 | float }}{{ '3.25' | float }}{{ (0.5 | round) }}{{ 1.5 | round }}{{ 2.5 | round }}",
 	"with-filter-block": "{% with a = 1, b = 'x' %}{{ a }}{{ b }}{% endwith %}{% filter upper %}shout {{ 'it' }}{% endfilter %}",
 	"generation": "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}{{ m.content }}<|im_end|>{% endgeneration %}\n" +
 		"{% else %}{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
