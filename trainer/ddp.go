@@ -103,6 +103,11 @@ func (d *DataParallel) ReduceGradients(params []*torch.Tensor) error {
 	return d.Group.AllReduceGradients(params, bucket)
 }
 
+// SumTensors sums ts over the ranks in place.
+func (d *DataParallel) SumTensors(ts []*torch.Tensor) error {
+	return d.Group.AllReduce(ts, distributed.Sum)
+}
+
 // AllReduce reduces vs over the ranks.
 func (d *DataParallel) AllReduce(vs []float64, op distributed.ReduceOp) ([]float64, error) {
 	return d.Group.AllReduceFloat64s(vs, op)

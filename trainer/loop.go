@@ -131,6 +131,7 @@ func (t *Trainer) step(it *data.Iter, n, k int) (bool, error) {
 		t.Optimizer.ZeroGrad(true)
 	}
 	got := 0
+	var items *torch.Tensor // the window's NumItems, when the step counts them
 	for got < n {
 		b, ok := it.Next()
 		if !ok {
@@ -141,7 +142,7 @@ func (t *Trainer) step(it *data.Iter, n, k int) (bool, error) {
 				return false, err
 			}
 		}
-		if err := t.forwardBackward(b, k); err != nil {
+		if err := t.forwardBackward(b, k, &items); err != nil {
 			return false, err
 		}
 		got++
@@ -150,7 +151,7 @@ func (t *Trainer) step(it *data.Iter, n, k int) (bool, error) {
 	if got == 0 {
 		return false, nil
 	}
-	stepped, err := t.applyGradients()
+	stepped, err := t.applyGradients(items)
 	if err != nil {
 		return false, err
 	}
@@ -207,19 +208,26 @@ func stepError(errp *error, where func() string, batchSize int) {
 }
 
 // forwardBackward runs one micro-batch of a window of k: the step, its sums,
-// BeforeBackward and the scaled backward of loss/k.
-func (t *Trainer) forwardBackward(b data.Batch, k int) (err error) {
+// BeforeBackward and the scaled backward of loss/k. A step that counts its items
+// (NumItems) returns a sum over them instead: its backward is of the sum, and the
+// window's count is added to *items for applyGradients to divide by.
+func (t *Trainer) forwardBackward(b data.Batch, k int, items **torch.Tensor) (err error) {
 	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d batch %d", t.Epoch+1, t.BatchInEpoch+1) }, b.Size)
 	t.Batch = batchOn(t.Train, b, t.Device)
 	loss, ms := t.runStep(t.trainStep, t.Batch)
-	t.StepLoss = loss
+	n, ms := splitItems(ms)
+	t.StepLoss = t.addSums(t.trainSums, loss, n, ms, b.Size, t.GlobalStep+1)
 	t.epochStats.Batches++
 	t.epochStats.Samples += int64(b.Size)
-	t.trainSums.add(loss, ms, float64(b.Size), t.GlobalStep+1)
 	if err := t.fire(BeforeBackward); err != nil {
 		return err
 	}
-	if k > 1 {
+	switch {
+	case n != nil && *items == nil:
+		*items = n.ToDType(torch.Float64)
+	case n != nil:
+		*items = (*items).Add(n.ToDType(torch.Float64))
+	case k > 1:
 		loss = loss.DivScalar(float64(k))
 	}
 	t.Scaler.ScaleLoss(loss).Backward()
@@ -264,11 +272,17 @@ func (t *Trainer) readSums(where string) (sumsRead, error) {
 	return r, nil
 }
 
-// means divides sums by n and names them with prefix.
+// means divides sums by n and names them with prefix; a loss over counted items
+// (NumItems) is their sum divided by their number instead.
 func means(prefix string, sums map[string]float64, n float64) map[string]float64 {
 	out := make(map[string]float64, len(sums))
 	for k, v := range sums {
 		out[prefix+k] = v / max(n, 1)
+	}
+	if items, ok := sums[NumItems]; ok {
+		out[prefix+"loss"] = sums[lossSumKey] / max(items, 1)
+		delete(out, prefix+NumItems)
+		delete(out, prefix+lossSumKey)
 	}
 	return out
 }
@@ -279,9 +293,26 @@ const gradNormKey = "grad_norm"
 // applyGradients runs a window's optimizer step on its accumulated gradients:
 // reduction across processes, unscale, clip, BeforeOptimizerStep, the scaler's step
 // (skipped on inf/NaN gradients) and update. It reports whether the optimizer stepped.
-func (t *Trainer) applyGradients() (bool, error) {
+//
+// With counted items the gradients are sums over the window's items; they become the
+// gradient of one batch holding every item of the window on every process
+// (transformers' num_items_in_batch): averaged over the W processes, then times
+// W/items, where items is summed over the processes on the device (no host read).
+func (t *Trainer) applyGradients(items *torch.Tensor) (bool, error) {
 	if err := t.strategy.ReduceGradients(t.params); err != nil {
 		return false, fmt.Errorf("epoch %d batch %d: %w", t.Epoch+1, t.BatchInEpoch, err)
+	}
+	if items != nil {
+		if err := t.strategy.SumTensors([]*torch.Tensor{items}); err != nil {
+			return false, fmt.Errorf("epoch %d batch %d: summing the items: %w", t.Epoch+1, t.BatchInEpoch, err)
+		}
+		// A window without items (every label masked) has zero gradients: 1 keeps them so.
+		scale := items.Clamp(1, math.Inf(1)).Reciprocal().MulScalar(float64(t.strategy.WorldSize())).ToDType(torch.Float32)
+		for _, p := range t.params {
+			if g := p.Grad(); g != nil {
+				g.MulInPlace(scale)
+			}
+		}
 	}
 	if err := t.Scaler.Unscale(t.Optimizer); err != nil {
 		return false, err
@@ -493,8 +524,8 @@ func (t *Trainer) validationStep(b data.Batch, batch int, sums *deviceSums) (err
 	defer stepError(&err, func() string { return fmt.Sprintf("epoch %d validation batch %d", t.Epoch+1, batch) }, b.Size)
 	t.Batch = batchOn(t.Val, b, t.Device)
 	loss, ms := t.runStep(t.evalStep, t.Batch)
-	t.StepLoss = loss
-	sums.add(loss, ms, float64(b.Size), 0)
+	n, ms := splitItems(ms)
+	t.StepLoss = t.addSums(sums, loss, n, ms, b.Size, 0)
 	return t.fire(ValidationBatchEnd)
 }
 

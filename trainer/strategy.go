@@ -24,6 +24,9 @@ type Strategy interface {
 	// AllReduce combines per-process values element-wise (sums, maxima); with one process
 	// it returns vs.
 	AllReduce(vs []float64, op distributed.ReduceOp) ([]float64, error)
+	// SumTensors adds up tensors across processes in place, on their device (the
+	// items a window's loss is over, NumItems); with one process it does nothing.
+	SumTensors(ts []*torch.Tensor) error
 	// Interrupted runs before every optimizer step and says whether to stop there, and
 	// why (ctx's error, or ErrInterruptedElsewhere); every process must stop at the same
 	// step.
@@ -53,6 +56,9 @@ func (SingleProcess) ReduceGradients([]*torch.Tensor) error { return nil }
 func (SingleProcess) AllReduce(vs []float64, _ distributed.ReduceOp) ([]float64, error) {
 	return vs, nil
 }
+
+// SumTensors does nothing: the tensors are this process's.
+func (SingleProcess) SumTensors([]*torch.Tensor) error { return nil }
 
 // Interrupted returns ctx's error.
 func (SingleProcess) Interrupted(ctx context.Context) (error, error) { return ctx.Err(), nil }

@@ -207,3 +207,55 @@ func (s *deviceSums) free() {
 	s.acc.Free()
 	s.acc, s.names, s.vals = nil, nil, s.vals[:0]
 }
+
+// NumItems is the metric name under which a step that counts what its loss is over (a
+// language model's label tokens) returns that count, a scalar tensor on the device;
+// its loss is then the sum over those items rather than a mean. The Trainer weights by
+// items instead of samples: a window's gradient is that of one batch holding all the
+// items of its k micro-batches on every process (transformers' num_items_in_batch),
+// and the recorded train_loss and val_loss are sums over items divided by their
+// number, so batches with more label tokens count for more, as in one large batch.
+const NumItems = "num_items"
+
+// lossSumKey sums a counted step's loss; "loss" then sums its per-batch means, which
+// only the latest-loss and non-finite tracking read.
+const lossSumKey = "loss_sum"
+
+// splitItems takes a step's NumItems out of its metrics.
+func splitItems(ms Metrics) (*torch.Tensor, Metrics) {
+	n, ok := ms[NumItems]
+	if !ok {
+		return nil, ms
+	}
+	rest := make(Metrics, len(ms)-1)
+	for k, v := range ms {
+		if k != NumItems {
+			rest[k] = v
+		}
+	}
+	return n, rest
+}
+
+// addSums adds a batch of size samples to sums and returns the batch's mean loss. A
+// step that counted its items (n != nil) returned the loss's sum over them: the sums
+// get that sum and the count, the metrics (means over the batch) weighted by size, and
+// the tracking slot the mean, so the latest loss and the non-finite check read a mean
+// whatever the step.
+func (t *Trainer) addSums(sums *deviceSums, loss, n *torch.Tensor, ms Metrics, size int, step int64) *torch.Tensor {
+	if n == nil {
+		sums.add(loss, ms, float64(size), step)
+		return loss
+	}
+	if _, ok := ms[lossSumKey]; ok {
+		panic(fmt.Errorf("trainer: a step's metrics may not be named %q (the Trainer's sum of a counted loss)", lossSumKey))
+	}
+	items := n.ToDType(torch.Float64)
+	mean := loss.ToDType(torch.Float64).Div(items.Clamp(1, math.Inf(1)))
+	weighted := make(Metrics, len(ms)+2)
+	for k, v := range ms {
+		weighted[k] = v.MulScalar(float64(size))
+	}
+	weighted[lossSumKey], weighted[NumItems] = loss, items
+	sums.add(mean, weighted, 1, step)
+	return mean
+}
