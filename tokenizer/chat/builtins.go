@@ -139,7 +139,9 @@ func dictFn(_ *renderer, _ pos, args []value, kw map[string]value) (value, error
 		switch a := args[0].(type) {
 		case *dict:
 			for _, k := range a.keys {
-				d.set(k, a.m[k])
+				if err := d.setKey(a.keyVal(k), a.m[k]); err != nil {
+					return nil, err
+				}
 			}
 		default:
 			items, err := iterate(a)
@@ -151,11 +153,9 @@ func dictFn(_ *renderer, _ pos, args []value, kw map[string]value) (value, error
 				if err != nil {
 					return nil, err
 				}
-				k, ok := kv[0].(str)
-				if !ok {
-					return nil, errors.New("only string dict keys are supported")
+				if err := d.setKey(kv[0], kv[1]); err != nil {
+					return nil, err
 				}
-				d.set(k.s, kv[1])
 			}
 		}
 	}
@@ -319,9 +319,11 @@ func runTest(name string, v value, args []value) (bool, error) {
 		}
 		return false, nil
 	case "sequence":
-		switch v.(type) {
-		case str, *list, *dict, *undefined:
+		switch x := v.(type) {
+		case str, *dict, *undefined:
 			return true, nil
+		case *list:
+			return x.plain(), nil
 		}
 		return false, nil
 	case "number":
@@ -443,6 +445,15 @@ func filter(name string, v value, args []value, kw map[string]value) (value, err
 		n, err := length(v)
 		return int64(n), err
 	case "first", "last":
+		if l, ok := v.(*list); ok && l.lazy() {
+			if name == "last" {
+				return nil, fmt.Errorf("'%s' object is not reversible", l.iter)
+			}
+			if l.pos < len(l.items) {
+				l.pos++
+				return l.items[l.pos-1], nil
+			}
+		}
 		items, err := iterate(v)
 		if err != nil {
 			return nil, err
@@ -459,24 +470,34 @@ func filter(name string, v value, args []value, kw map[string]value) (value, err
 		return &list{items: append([]value{}, items...)}, err
 	case "items":
 		if _, u := v.(*undefined); u {
-			return &list{}, nil
+			return &list{iter: "generator"}, nil
 		}
 		d, ok := v.(*dict)
 		if !ok {
 			return nil, fmt.Errorf("can only get item pairs from a mapping, not %s", typeName(v))
 		}
-		return dictItems(d), nil
+		items := dictItems(d)
+		items.iter = "generator"
+		return items, nil
 	case "reverse":
 		switch x := v.(type) {
 		case str:
 			s, _ := sliceValue(x, nil, nil, ptr(-1))
 			return s, nil
 		}
+		wasLazy := false
+		if l, ok := v.(*list); ok {
+			wasLazy = l.lazy()
+		}
 		items, err := iterate(v)
 		if err != nil {
 			return nil, err
 		}
 		out := &list{}
+		if !wasLazy {
+			// reversed(seq) is an iterator; a generator is made a list first.
+			out.iter = "list_reverseiterator"
+		}
 		for i := len(items) - 1; i >= 0; i-- {
 			out.items = append(out.items, items[i])
 		}
@@ -584,7 +605,7 @@ func ptr(i int64) *int64 { return &i }
 func dictItems(d *dict) *list {
 	out := &list{tag: d.tag}
 	for _, k := range d.keys {
-		out.items = append(out.items, &list{items: []value{taggedStr(k, d.tag), d.m[k]}, tuple: true})
+		out.items = append(out.items, &list{items: []value{d.keyVal(k), d.m[k]}, tuple: true})
 	}
 	return out
 }
@@ -732,12 +753,15 @@ func seqFilter(name string, v value, args []value, kw map[string]value) (value, 
 			return nil, errors.New("dictsort needs a mapping")
 		}
 		items := dictItems(d)
+		var sortErr error
 		sort.SliceStable(items.items, func(i, j int) bool {
-			a := items.items[i].(*list).items[0].(str).s
-			b := items.items[j].(*list).items[0].(str).s
-			return strings.ToLower(a) < strings.ToLower(b)
+			c, err := compare(lowerIfStr(items.items[i].(*list).items[0]), lowerIfStr(items.items[j].(*list).items[0]))
+			if err != nil {
+				sortErr = err
+			}
+			return c < 0
 		})
-		return items, nil
+		return items, sortErr
 	}
 	items, err := iterate(v)
 	if err != nil {
@@ -776,7 +800,7 @@ func seqFilter(name string, v value, args []value, kw map[string]value) (value, 
 		}
 		return total, nil
 	case "unique":
-		out := &list{}
+		out := &list{iter: "generator"}
 		for _, it := range items {
 			k, err := key(it)
 			if err != nil {
@@ -846,7 +870,7 @@ func selectFilter(name string, v value, args []value, kw map[string]value) (valu
 	if err != nil {
 		return nil, err
 	}
-	out := &list{}
+	out := &list{iter: "generator"}
 	if name == "map" {
 		if a, ok := kw["attribute"]; ok {
 			path, ok := a.(str)
@@ -934,28 +958,31 @@ func callMethod(recv value, name string, args []value, kw map[string]value) (val
 		case "get":
 			k, _ := arg(args, kw, 0, "key")
 			def, _ := arg(args, kw, 1, "default")
-			if ks, ok := k.(str); ok {
-				if v, ok := o.get(ks.s); ok {
-					return v, nil
-				}
+			if v, ok := o.lookup(k); ok {
+				return v, nil
 			}
 			return def, nil
 		case "items":
-			return dictItems(o), nil
+			items := dictItems(o)
+			items.iter = "dict_items"
+			return items, nil
 		case "keys":
-			out := &list{tag: o.tag}
+			out := &list{tag: o.tag, iter: "dict_keys"}
 			for _, k := range o.keys {
-				out.items = append(out.items, taggedStr(k, o.tag))
+				out.items = append(out.items, o.keyVal(k))
 			}
 			return out, nil
 		case "values":
-			out := &list{tag: o.tag}
+			out := &list{tag: o.tag, iter: "dict_values"}
 			for _, k := range o.keys {
 				out.items = append(out.items, o.m[k])
 			}
 			return out, nil
 		}
 	case *list:
+		if !o.plain() {
+			break
+		}
 		x, _ := arg(args, kw, 0, "value")
 		switch name {
 		case "count":

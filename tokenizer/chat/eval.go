@@ -459,15 +459,13 @@ func (r *renderer) eval(e expr, sc *scope) (value, error) {
 			if err != nil {
 				return nil, err
 			}
-			ks, ok := k.(str)
-			if !ok {
-				return nil, fmt.Errorf("chat: only string dict keys are supported, got %s", typeName(k))
-			}
 			v, err := r.eval(e.vals[i], sc)
 			if err != nil {
 				return nil, err
 			}
-			d.set(ks.s, v)
+			if err := d.setKey(k, v); err != nil {
+				return nil, err
+			}
 		}
 		return d, nil
 	}
@@ -569,6 +567,9 @@ func sliceIndices(n int, start, stop, step *int64) (idx []int, err error) {
 func sliceValue(obj value, start, stop, step *int64) (value, error) {
 	switch o := obj.(type) {
 	case *list:
+		if !o.plain() {
+			return nil, fmt.Errorf("'%s' object is not subscriptable", o.iter)
+		}
 		idx, err := sliceIndices(len(o.items), start, stop, step)
 		if err != nil {
 			return nil, err
@@ -645,10 +646,8 @@ func getitem(obj value, key value) (value, error) {
 	case *undefined:
 		return nil, errors.New(o.hint)
 	case *dict:
-		if k, ok := key.(str); ok {
-			if v, ok := o.get(k.s); ok {
-				return v, nil
-			}
+		if v, ok := o.lookup(key); ok {
+			return v, nil
 		}
 	case *namespace:
 		if k, ok := key.(str); ok {
@@ -657,7 +656,7 @@ func getitem(obj value, key value) (value, error) {
 			}
 		}
 	case *list:
-		if i, ok := intOf(key); ok {
+		if i, ok := intOf(key); ok && o.plain() {
 			if i < 0 {
 				i += int64(len(o.items))
 			}
@@ -738,7 +737,7 @@ func binop(op string, l, r value) (value, error) {
 				return concat(a, b), nil
 			}
 		case *list:
-			if b, ok := r.(*list); ok && a.tuple == b.tuple {
+			if b, ok := r.(*list); ok && a.tuple == b.tuple && a.plain() && b.plain() {
 				items := append(append([]value{}, a.items...), b.items...)
 				return &list{items: items, tuple: a.tuple}, nil
 			}
@@ -753,6 +752,9 @@ func binop(op string, l, r value) (value, error) {
 				}
 				return w.str(), nil
 			case *list:
+				if !a.plain() {
+					break
+				}
 				out := &list{tuple: a.tuple}
 				for i := int64(0); i < n; i++ {
 					out.items = append(out.items, a.items...)
@@ -873,8 +875,8 @@ func contains(container, x value) (bool, error) {
 		}
 		return strings.Contains(c.s, s.s), nil
 	case *dict:
-		s, ok := x.(str)
-		return ok && func() bool { _, ok := c.m[s.s]; return ok }(), nil
+		_, found := c.lookup(x)
+		return found, nil
 	case *namespace:
 		return contains(c.d, x)
 	}

@@ -127,6 +127,9 @@ func (e *jsonEnc) encodeInner(v value, level int) error {
 			e.w.add(retag(q, x))
 		}
 	case *list:
+		if !x.plain() {
+			return fmt.Errorf("Object of type %s is not JSON serializable", x.iter)
+		}
 		if len(x.items) == 0 {
 			e.w.addPlain("[]")
 			return nil
@@ -159,7 +162,7 @@ func (e *jsonEnc) encodeInner(v value, level int) error {
 				e.w.addPlain(e.itemSep)
 			}
 			e.newline(level + 1)
-			e.w.addPlain(jsonQuote(k, e.ascii))
+			e.w.addPlain(jsonQuote(jsonKey(x.keyVal(k)), e.ascii))
 			e.w.addPlain(e.keySep)
 			if err := e.encode(x.m[k], level+1); err != nil {
 				return err
@@ -173,6 +176,26 @@ func (e *jsonEnc) encodeInner(v value, level int) error {
 		return fmt.Errorf("Object of type %s is not JSON serializable", typeName(v))
 	}
 	return nil
+}
+
+// jsonKey is the string json.dumps makes of a dict key.
+func jsonKey(k value) string {
+	switch x := k.(type) {
+	case str:
+		return x.s
+	case nil:
+		return "null"
+	case bool:
+		if x {
+			return "true"
+		}
+		return "false"
+	case float64:
+		var e jsonEnc
+		_ = e.encodeInner(x, 0)
+		return e.w.b.String()
+	}
+	return repr(k)
 }
 
 // jsonQuote is Python's JSON string encoding (json.encoder's py_encode_basestring and,

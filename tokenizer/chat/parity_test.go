@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -226,8 +228,17 @@ var featureTemplates = map[string]string{
 		"|{{ 1 < 2 < 3 }}{{ 1 == 1.0 }}{{ 'a' in ['a'] }}{{ 'z' not in 'abc' }}{{ 'k' in {'k': 1} }}|{{ 'y' if false else 'n' }}{{ 'y' if true }}[{{ 'y' if false }}]|{{ not none }}{{ none or 'x' }}{{ 0 and 1 }}" +
 		"|{{ [1, 2] + [3] }}{{ 'ab' * 2 }}|{{ (1, 2) }}{{ (1,) }}|{{ {'a': 'b'} }}|{{ none }}{{ true }}{{ 1.5 }}{{ 10 / 4 }}{{ 4 / 2 }}|{{ messages[0].content }}{{ messages[0]['role'] }}{{ messages[9] }}{{ messages[0].missing }}" +
 		"|{{ 'it''s' }}{{ \"q\" 'r' }}|{{ -(3) }}{{ +2 }}|{{ 1e3 }}{{ 1_000 }}|{{ messages | length > 1 }}|{{ range(2, 8, 3) | list }}|{{ dict(a=1) }}|{{ strftime_now('%Y-%m-%d %H:%M %d %b %B %A %a %-d %-m %j %p %y') }}",
-	"raise":             "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}ok",
-	"undefined-attr":    "{{ nope.attr }}",
+	"raise":          "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}ok",
+	"undefined-attr": "{{ nope.attr }}",
+	"generators": "{{ 'y' if messages | selectattr('role', 'eq', 'nobody') else 'n' }}{% set g = messages | map(attribute='role') %}{{ g | join(',') }}|{{ g | list }}|{{ messages | selectattr('role', 'eq', 'user') | first }}" +
+		"|{{ {'a': 1}.items() | list }}{{ {'a': 1}.keys() | length }}{{ 'y' if {}.items() else 'n' }}|{{ [1, 2] | reverse | list }}{{ 'y' if [] | reverse else 'n' }}|{{ [3, 1, 3] | unique | list }}{% for k, v in {'b': 2} | items %}{{ k }}{{ v }}{% endfor %}",
+	"generator-len":     "{{ messages | selectattr('role') | length }}",
+	"generator-json":    "{{ tools | map(attribute='function') | tojson }}",
+	"generator-last":    "{{ messages | selectattr('role') | last }}",
+	"generator-print":   "{{ messages | map(attribute='role') }}",
+	"view-json":         "{{ {'a': 1}.items() | tojson }}",
+	"view-index":        "{{ {'a': 1}.keys()[0] }}",
+	"int-keys":          "{% set m = {0: 'zero', 512: 'half', 'k': 1} %}{{ m[512] }}{{ m[0] }}{{ m.k }}{{ m }}{{ m | tojson }}{% for k in m %}{{ k }};{% endfor %}{{ 512 in m }}{{ m.get(0) }}",
 	"undefined-chain":   "{{ messages[0].nope is defined }}{{ messages[0].nope | length }}{{ messages[0].nope ~ 'x' }}{% for x in messages[0].nope %}{% endfor %}{{ messages[0].nope == none }}",
 	"numbers":           "{{ tools[0].function.parameters | tojson }}{{ 3 / 2 }}{{ 2.0 * 3 }}{{ 1e-7 }}{{ 123456789012345678 }}{{ 0.1 + 0.2 }}{{ [1.5, 2] | sum }}{{ 7 | float }}{{ '3.25' | float }}{{ (0.5 | round) }}{{ 1.5 | round }}{{ 2.5 | round }}",
 	"with-filter-block": "{% with a = 1, b = 'x' %}{{ a }}{{ b }}{% endwith %}{% filter upper %}shout {{ 'it' }}{% endfilter %}",
@@ -260,7 +271,13 @@ func TestParity(t *testing.T) {
 		{"role": "assistant", "content": "  a1  "},
 		{"role": "user", "content": "u2 é"},
 	}
-	for name, src := range featureTemplates {
+	names := make([]string, 0, len(featureTemplates))
+	for name := range featureTemplates {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		src := featureTemplates[name]
 		cases = append(cases, parityCase{Name: "feature/" + name, Template: src, Messages: feature, Tools: []any{weatherTool},
 			AGP: true, Special: qwenSpecial, Mask: name == "generation"})
 	}
@@ -298,6 +315,11 @@ func TestParity(t *testing.T) {
 				require.True(t, errors.As(err, &te), "%s: %v", label, err)
 				assert.Equal(t, w.Error, te.Msg, label)
 			}
+			continue
+		}
+		if strings.Contains(w.Text, "<generator object") {
+			// Python prints an address; gotrain refuses to render it.
+			require.ErrorContains(t, err, "printing a Python generator is not supported", label)
 			continue
 		}
 		require.NoError(t, err, label)

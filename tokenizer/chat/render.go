@@ -44,7 +44,16 @@ func (t *Template) render(msgs []Message, o Options) (Rendered, error) {
 }
 
 // renderRaw renders and returns the text, its provenance runs and the generation blocks.
-func (t *Template) renderRaw(msgs []Message, o Options, tag bool) (string, []run, [][2]int, error) {
+func (t *Template) renderRaw(msgs []Message, o Options, tag bool) (_ string, _ []run, _ [][2]int, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rp, ok := p.(renderPanic)
+			if !ok {
+				panic(p)
+			}
+			err = rp.err
+		}
+	}()
 	sc := newScope(nil)
 	for k, v := range t.special {
 		sc.set(k, newStr(v))

@@ -104,15 +104,90 @@ type list struct {
 	items []value
 	tuple bool
 	tag   int
+	// iter names what Python would have instead of a list: "generator" (what map,
+	// select, selectattr, unique and the items filter yield), "list_reverseiterator"
+	// (reverse), or a dict view ("dict_items", "dict_keys", "dict_values"). These are
+	// always true (iterators) or true when non-empty (views), have no len (iterators),
+	// cannot be indexed, are not JSON, and an iterator is empty once consumed.
+	iter string
+	pos  int
 }
+
+// lazy reports whether l is a one-shot iterator.
+func (l *list) lazy() bool { return l.iter == "generator" || l.iter == "list_reverseiterator" }
+
+// plain reports whether l is a real list or tuple.
+func (l *list) plain() bool { return l.iter == "" }
+
+// renderPanic carries an error out of the value helpers that have no error result
+// (printing a generator); Render recovers it and nothing else.
+type renderPanic struct{ err error }
 
 func newList(items []value) *list { return &list{items: items} }
 
-// dict is an insertion-ordered Python dict with string keys.
+// dict is an insertion-ordered Python dict. Keys are strings; another key (an int, a
+// bool, None) is stored under an internal string (dictKey) and remembered in orig.
 type dict struct {
 	keys []string
 	m    map[string]value
+	orig map[string]value
 	tag  int
+}
+
+// dictKey is the internal key of a Python dict key; equal keys in Python (1, 1.0, True)
+// have the same one.
+func dictKey(k value) (string, error) {
+	switch x := k.(type) {
+	case str:
+		return x.s, nil
+	case nil:
+		return "\x00None", nil
+	case bool, int64:
+		i, _ := intOf(x)
+		return "\x00n:" + strconv.FormatInt(i, 10), nil
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			return "\x00n:" + strconv.FormatInt(int64(x), 10), nil
+		}
+		return "\x00f:" + pyFloat(x), nil
+	}
+	return "", fmt.Errorf("unhashable type: '%s'", typeName(k))
+}
+
+// setKey sets d[k] = v for any hashable key value.
+func (d *dict) setKey(k, v value) error {
+	ik, err := dictKey(k)
+	if err != nil {
+		return err
+	}
+	if _, isStr := k.(str); !isStr {
+		if d.orig == nil {
+			d.orig = map[string]value{}
+		}
+		if _, ok := d.m[ik]; !ok {
+			d.orig[ik] = k
+		}
+	}
+	d.set(ik, v)
+	return nil
+}
+
+// keyVal is the Python value of internal key k.
+func (d *dict) keyVal(k string) value {
+	if v, ok := d.orig[k]; ok {
+		return v
+	}
+	return taggedStr(k, d.tag)
+}
+
+// lookup is d[k] for any key value.
+func (d *dict) lookup(k value) (value, bool) {
+	ik, err := dictKey(k)
+	if err != nil {
+		return nil, false
+	}
+	v, ok := d.m[ik]
+	return v, ok
 }
 
 func newDict() *dict { return &dict{m: map[string]value{}} }
@@ -281,7 +356,7 @@ func truthy(v value) bool {
 	case str:
 		return v.s != ""
 	case *list:
-		return len(v.items) > 0
+		return v.lazy() || len(v.items) > 0
 	case *dict:
 		return len(v.keys) > 0
 	}
@@ -303,6 +378,9 @@ func typeName(v value) string {
 	case str:
 		return "str"
 	case *list:
+		if it := v.(*list).iter; it != "" {
+			return it
+		}
 		if v.(*list).tuple {
 			return "tuple"
 		}
@@ -360,6 +438,9 @@ func repr(v value) string {
 	case str:
 		return pyQuote(v.s)
 	case *list:
+		if v.lazy() {
+			panic(renderPanic{fmt.Errorf("printing a Python %s is not supported (Python prints its address)", v.iter)})
+		}
 		parts := make([]string, len(v.items))
 		for i, e := range v.items {
 			parts[i] = repr(e)
@@ -370,11 +451,15 @@ func repr(v value) string {
 			}
 			return "(" + strings.Join(parts, ", ") + ")"
 		}
+		if v.iter != "" {
+			// A dict view: dict_items([('a', 1)]).
+			return v.iter + "([" + strings.Join(parts, ", ") + "])"
+		}
 		return "[" + strings.Join(parts, ", ") + "]"
 	case *dict:
 		parts := make([]string, len(v.keys))
 		for i, k := range v.keys {
-			parts[i] = pyQuote(k) + ": " + repr(v.m[k])
+			parts[i] = repr(v.keyVal(k)) + ": " + repr(v.m[k])
 		}
 		return "{" + strings.Join(parts, ", ") + "}"
 	case *namespace:
@@ -465,6 +550,9 @@ func equal(a, b value) bool {
 		return false
 	case *list:
 		y, ok := b.(*list)
+		if ok && (!x.plain() || !y.plain()) {
+			return x == y
+		}
 		if !ok || len(x.items) != len(y.items) || x.tuple != y.tuple {
 			return false
 		}
@@ -539,8 +627,8 @@ func compare(a, b value) (int, error) {
 			return strings.Compare(sa.s, sb.s), nil
 		}
 	}
-	if la, ok := a.(*list); ok {
-		if lb, ok := b.(*list); ok {
+	if la, ok := a.(*list); ok && la.plain() {
+		if lb, ok := b.(*list); ok && lb.plain() {
 			for i := 0; i < len(la.items) && i < len(lb.items); i++ {
 				if !equal(la.items[i], lb.items[i]) {
 					return compare(la.items[i], lb.items[i])
@@ -568,6 +656,9 @@ func length(v value) (int, error) {
 	case str:
 		return utf8.RuneCountInString(v.s), nil
 	case *list:
+		if v.lazy() {
+			return 0, fmt.Errorf("object of type '%s' has no len()", v.iter)
+		}
 		return len(v.items), nil
 	case *dict:
 		return len(v.keys), nil
@@ -583,11 +674,16 @@ func length(v value) (int, error) {
 func iterate(v value) ([]value, error) {
 	switch v := v.(type) {
 	case *list:
+		if v.lazy() {
+			items := v.items[v.pos:]
+			v.pos = len(v.items)
+			return items, nil
+		}
 		return v.items, nil
 	case *dict:
 		out := make([]value, len(v.keys))
 		for i, k := range v.keys {
-			out[i] = taggedStr(k, v.tag)
+			out[i] = v.keyVal(k)
 		}
 		return out, nil
 	case str:
