@@ -178,10 +178,15 @@ func samplePrompt(ds data.Dataset) []int64 {
 // padding masked out of attention. Logits are upcast to float32 for the loss, and from
 // models.ChunkedLossMinVocab tokens of vocabulary the loss is computed a chunk of
 // positions at a time, never holding the whole [B, T, vocab] logits (models.LossAuto).
+// Packed windows that carry position_ids (data.LMOptions.SeparateDocuments) attend
+// within each document only.
 func maskedLMStep(m models.CausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
 	in := models.DecoderInput{InputIDs: b.Get(data.LMInputIDs)}
 	if mask := data.MaskName(data.LMInputIDs); b.Has(mask) {
 		in.AttentionMask = b.Get(mask)
+	}
+	if b.Has(data.LMPositionIDs) {
+		in.PositionIDs = b.Get(data.LMPositionIDs)
 	}
 	return models.LMLoss(m, in, b.Get(data.LMLabels), models.LossAuto), nil
 }

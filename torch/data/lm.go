@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -22,6 +23,10 @@ type Encoder interface {
 // cross-entropy ignore_index, transformers' -100): prompt tokens and padding.
 const IgnoreIndex = -100
 
+// LMPositionIDs is the field of each token's position in its document, int64, that
+// packed windows carry with LMOptions.SeparateDocuments: transformers' position_ids.
+const LMPositionIDs = "position_ids"
+
 // LMOptions describe how a text or JSONL file becomes language-model samples.
 type LMOptions struct {
 	// BlockSize is the number of tokens of a packed window, and the most a
@@ -30,6 +35,14 @@ type LMOptions struct {
 	// EOS is the end-of-sequence token put after each document when packing, and after
 	// each completion.
 	EOS int64
+	// SeparateDocuments keeps the documents packed into a window apart, as TRL's
+	// padding-free packing and transformers' DataCollatorWithFlattening do: each window
+	// carries LMPositionIDs, which restart at 0 at each document and at the window's
+	// start, and the label of each document's first token is IgnoreIndex (the previous
+	// document's last token does not learn to predict it). A decoder given these
+	// positions (models.DecoderInput.PositionIDs) attends within each document only,
+	// so a window's loss is that of its documents run one by one.
+	SeparateDocuments bool
 	// MaxLineBytes bounds one line of the file (default 64 MiB); MaxFileBytes the file
 	// (default 8 GiB).
 	MaxLineBytes int
@@ -164,6 +177,9 @@ type LMDataset struct {
 	Kind LMKind
 	// windows are the packed token windows (Documents).
 	windows [][]int64
+	// starts are the offsets, in the joined token stream, of the windows (a multiple of
+	// BlockSize) and docStarts those of the documents, in order (SeparateDocuments).
+	starts, docStarts []int
 	// pairs are the prompt/completion records, tokenized in Get (PromptCompletion).
 	pairs []lmLine
 	path  string
@@ -201,9 +217,13 @@ func NewLMDataset(path string, enc Encoder, o LMOptions) (*LMDataset, error) {
 		d.pairs = lines
 		return d, nil
 	}
-	ids := encodeAll(lines, enc, o.EOS)
+	ids, docStarts := encodeAll(lines, enc, o.EOS)
 	for start := 0; start+o.BlockSize <= len(ids); start += o.BlockSize {
 		d.windows = append(d.windows, ids[start:start+o.BlockSize])
+		d.starts = append(d.starts, start)
+	}
+	if o.SeparateDocuments {
+		d.docStarts = docStarts
 	}
 	if len(d.windows) == 0 {
 		return nil, fmt.Errorf("data: %s: %d tokens make no window of %d (lower --block-size or add text)", path, len(ids), o.BlockSize)
@@ -211,8 +231,9 @@ func NewLMDataset(path string, enc Encoder, o LMOptions) (*LMDataset, error) {
 	return d, nil
 }
 
-// encodeAll tokenizes the documents on every CPU and joins them in order, EOS after each.
-func encodeAll(lines []lmLine, enc Encoder, eos int64) []int64 {
+// encodeAll tokenizes the documents on every CPU and joins them in order, EOS after
+// each; starts are the documents' offsets in ids.
+func encodeAll(lines []lmLine, enc Encoder, eos int64) (ids []int64, starts []int) {
 	parts := make([][]int64, len(lines))
 	var wg sync.WaitGroup
 	next := make(chan int)
@@ -234,11 +255,13 @@ func encodeAll(lines []lmLine, enc Encoder, eos int64) []int64 {
 	for _, p := range parts {
 		n += len(p)
 	}
-	ids := make([]int64, 0, n)
+	ids = make([]int64, 0, n)
+	starts = make([]int, 0, len(parts))
 	for _, p := range parts {
+		starts = append(starts, len(ids))
 		ids = append(ids, p...)
 	}
-	return ids
+	return ids, starts
 }
 
 // Len returns the number of samples.
@@ -249,12 +272,17 @@ func (d *LMDataset) Len() int {
 	return len(d.windows)
 }
 
-// Get writes sample i: LMInputIDs and LMLabels (a window's labels are its ids).
+// Get writes sample i: LMInputIDs and LMLabels (a window's labels are its ids), and
+// LMPositionIDs with SeparateDocuments.
 func (d *LMDataset) Get(i int, s *Sample) error {
 	if d.Kind == Documents {
 		w := d.windows[i]
 		copy(SetValues[int64](s, LMInputIDs, int64(len(w))), w)
-		copy(SetValues[int64](s, LMLabels, int64(len(w))), w)
+		labels := SetValues[int64](s, LMLabels, int64(len(w)))
+		copy(labels, w)
+		if d.o.SeparateDocuments {
+			d.separate(i, labels, SetValues[int64](s, LMPositionIDs, int64(len(w))))
+		}
 		return nil
 	}
 	p := d.pairs[i]
@@ -268,6 +296,24 @@ func (d *LMDataset) Get(i int, s *Sample) error {
 		labels[j] = IgnoreIndex
 	}
 	return nil
+}
+
+// separate writes window i's positions (0 at each document's start and at the
+// window's) and sets the labels of the documents' first tokens to IgnoreIndex.
+func (d *LMDataset) separate(i int, labels, pos []int64) {
+	start := d.starts[i]
+	// The first document that starts after the window's first token.
+	next, _ := slices.BinarySearch(d.docStarts, start+1)
+	p := int64(0)
+	for j := range pos {
+		if next < len(d.docStarts) && d.docStarts[next] == start+j {
+			p = 0
+			labels[j] = IgnoreIndex
+			next++
+		}
+		pos[j] = p
+		p++
+	}
 }
 
 // LMPad is the LoaderOptions.Pad of an LMDataset's batches: input ids padded with pad

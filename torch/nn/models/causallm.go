@@ -16,7 +16,11 @@ type DecoderInput struct {
 	// queries may see, cached ones included: [B, past+T]. nil: no padding.
 	AttentionMask *torch.Tensor
 	// PositionIDs are the tokens' positions, int64 [B, T]. nil: past, past+1, ...,
-	// the same for every row (right padding or none).
+	// the same for every row (right padding or none). Without a cache, a row whose
+	// positions do not go up by one holds packed sequences: a new one starts wherever
+	// they do not (position 0 of the next document), and attention stays within each
+	// (Documents), as transformers detects packed sequences from position_ids — which it
+	// does only without an attention mask; here a padding mask applies as well.
 	PositionIDs *torch.Tensor
 	// Cache holds the keys and values of earlier positions and receives these ones.
 	// nil: no cache (training).
@@ -134,10 +138,14 @@ func (in DecoderInput) Positions() *torch.Tensor {
 // single new token after the cache). Queries see the cached positions and the new ones
 // up to their own, except padding; a padding query sees itself, so that its row is never
 // empty and no NaN reaches the real tokens through it (transformers unmasks such rows for
-// the same reason).
+// the same reason). Packed sequences (Documents) see only their own sequence: the mask is
+// block-diagonal.
 func (in DecoderInput) SDPAMask() (mask *torch.Tensor, causal bool) {
 	t := in.InputIDs.Size(1)
 	past := in.Cache.Len()
+	if docs := in.Documents(); docs != nil {
+		return in.packedMask(torch.Ones([]int64{t, t}, torch.Bool, in.InputIDs.Device()).Tril(0), docs), false
+	}
 	if in.AttentionMask == nil {
 		switch {
 		case past == 0:
@@ -153,6 +161,38 @@ func (in DecoderInput) SDPAMask() (mask *torch.Tensor, causal bool) {
 	allowed := torch.Ones([]int64{t, past + t}, torch.Bool, dev).Tril(past).LogicalAnd(keep)
 	self := torch.Eye(past+t, torch.Bool, dev).Narrow(0, past, t) // [T, S]
 	return allowed.LogicalOr(self), false
+}
+
+// Documents returns, for a forward without a cache and with PositionIDs, the index of
+// each token's sequence in its row, int64 [B, T]: a new sequence starts wherever the
+// position is not the previous one plus one, as transformers'
+// find_packed_sequence_indices computes it. It returns nil otherwise, and the masks are
+// then those of one sequence per row.
+func (in DecoderInput) Documents() *torch.Tensor {
+	if in.PositionIDs == nil || in.Cache != nil {
+		return nil
+	}
+	pos := in.PositionIDs
+	if b := in.InputIDs.Size(0); pos.Size(0) != b {
+		pos = pos.Expand(b, pos.Size(1))
+	}
+	t := pos.Size(1)
+	prev := torch.Cat([]*torch.Tensor{pos.Narrow(1, 0, 1).SubScalar(1), pos.Narrow(1, 0, t-1)}, 1)
+	return pos.Sub(prev).NeScalar(1).Cumsum(1)
+}
+
+// packedMask returns allowed [T, T] (causal, or a sliding window's band) restricted to
+// the keys of each query's own sequence (docs, from Documents) and, with an
+// AttentionMask, to real tokens; a query always sees itself (SDPAMask). [B, 1, T, T].
+func (in DecoderInput) packedMask(allowed, docs *torch.Tensor) *torch.Tensor {
+	same := docs.Unsqueeze(2).Eq(docs.Unsqueeze(1)) // [B, T, T]
+	m := same.LogicalAnd(allowed).Unsqueeze(1)
+	if in.AttentionMask == nil {
+		return m
+	}
+	t := in.InputIDs.Size(1)
+	keep := in.AttentionMask.ToDType(torch.Bool).Unsqueeze(1).Unsqueeze(1) // [B, 1, 1, T]
+	return m.LogicalAnd(keep).LogicalOr(torch.Eye(t, torch.Bool, in.InputIDs.Device()))
 }
 
 // GradientCheckpointer is a module whose layers can recompute their activations in

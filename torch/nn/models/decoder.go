@@ -285,6 +285,10 @@ func (in DecoderInput) slidingSDPAMask(window int64) (mask *torch.Tensor, causal
 	}
 	dev := in.InputIDs.Device()
 	allowed := torch.Ones([]int64{t, s}, torch.Bool, dev).Tril(past).Triu(past - window + 1)
+	if docs := in.Documents(); docs != nil {
+		// Sequences are contiguous, so a window over the row is one within each sequence.
+		return in.packedMask(allowed, docs), false
+	}
 	if in.AttentionMask == nil {
 		return allowed, false
 	}
