@@ -8,6 +8,8 @@
 //	         [--greedy | --temperature T --top-k K --top-p P --seed S]
 //	         [--repetition-penalty R] [--stop STR]... [--device cpu|cuda|cuda:N]
 //	         [--dtype float32|bfloat16|float16] [--adapter DIR] [--json]
+//	generate --model DIR --chat [--system TEXT] [--prompt TEXT] [flags as above]
+//	generate --model DIR --messages FILE.json [flags as above]
 //
 //	go run ./cmd/generate --model ./Qwen2.5-0.5B --prompt "The capital of France is"
 //	go run ./cmd/generate --model ./gpt2 --prompt "Once" --temperature 0.8 --top-p 0.95 --seed 1
@@ -33,6 +35,29 @@
 // included (the BOS a Llama tokenizer adds), new_ids the generated tokens and text
 // their decoding without special tokens.
 //
+// # Chat
+//
+// --chat talks to an instruct model through its chat template (tokenizer_config.json's
+// chat_template or chat_template.jinja), as transformers' apply_chat_template(...,
+// add_generation_prompt=True) renders it: the conversation so far, then the header of
+// the assistant's turn. With --prompt TEXT it is one user turn (after --system TEXT,
+// when given) and one reply; --messages FILE.json renders a given conversation (a JSON
+// list of messages or {"messages": [...], "tools": [...]}, as cmd/tokenize reads it) and
+// generates the next assistant turn. Without either it reads user turns from stdin, one
+// a line, and answers each with the conversation so far (the replies' text appended as
+// assistant turns), until end of input; in a terminal it prompts with "> " on stderr.
+// The prompt ids are the rendered text encoded without adding special tokens (the
+// template writes its own BOS), as apply_chat_template(..., tokenize=True).
+//
+// A reply ends at the model's end-of-sequence tokens (as above) or at the template's
+// end-of-turn token: the special token the template writes right after an assistant
+// message (<|im_end|>, <|eot_id|>, <end_of_turn>, <|end|>, ...), which instruct models
+// emit when their turn is done and which generation_config.json does not always list.
+// Text mode writes the reply alone; --json writes the object above for each reply, with
+// prompt_ids the rendered conversation's ids and text the reply. --chat-date
+// (YYYY-MM-DD, default today) is the date the template's strftime_now sees, and
+// --template-kwarg KEY=JSON passes a template variable (enable_thinking=false).
+//
 // The exit status is 2 for a usage error (a bad or conflicting flag) and 1 when the
 // model, its tokenizer or the generation fails.
 package main
@@ -51,10 +76,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/tokenizer"
+	"github.com/gotrain/gotrain/tokenizer/chat"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 	"github.com/gotrain/gotrain/torch/nn/lora"
@@ -62,14 +89,16 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runIO(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
 // usageLine is the synopsis printed with -h and after a usage error.
 const usageLine = `usage: generate --model DIR --prompt TEXT [--max-new-tokens N]
                 [--greedy | --temperature T --top-k K --top-p P --seed S]
                 [--repetition-penalty R] [--stop STR]... [--device cpu|cuda|cuda:N]
-                [--dtype float32|bfloat16|float16] [--adapter DIR] [--json]`
+                [--dtype float32|bfloat16|float16] [--adapter DIR] [--json]
+                [--chat [--system TEXT] | --messages FILE.json]
+                [--chat-date YYYY-MM-DD] [--template-kwarg KEY=JSON]...`
 
 // Exit statuses.
 const (
@@ -98,7 +127,16 @@ type config struct {
 	DType  string
 	JSON   bool
 
+	Chat     bool   // talk through the chat template
+	System   string // the system turn before --prompt or stdin's turns
+	Messages string // a conversation file whose next assistant turn to generate
+	ChatDate string
+	Kwargs   templateKwargs
+
 	// Derived by validate from which flags were given.
+	chat bool      // --chat or --messages
+	now  time.Time // --chat-date, for strftime_now
+
 	sample  bool
 	seeded  bool
 	device  torch.Device
@@ -119,6 +157,41 @@ func (s *stopStrings) Set(v string) error {
 	return nil
 }
 
+// templateKwargs is the repeatable --template-kwarg flag: template variables by name,
+// their values decoded from JSON (integers as int64, as the chat package renders them).
+type templateKwargs map[string]any
+
+func (k *templateKwargs) String() string {
+	if k == nil || *k == nil {
+		return ""
+	}
+	b, _ := json.Marshal(*k)
+	return string(b)
+}
+
+func (k *templateKwargs) Set(v string) error {
+	key, val, ok := strings.Cut(v, "=")
+	if !ok || key == "" {
+		return fmt.Errorf("want KEY=JSON, got %q", v)
+	}
+	x, err := chat.DecodeValue([]byte(val))
+	if err != nil {
+		return fmt.Errorf("the value of %s is not JSON (a string needs quotes: %s='\"...\"'): %v", key, key, err)
+	}
+	if n, ok := x.(json.Number); ok {
+		if i, err := n.Int64(); err == nil {
+			x = i
+		} else if f, err := n.Float64(); err == nil {
+			x = f
+		}
+	}
+	if *k == nil {
+		*k = templateKwargs{}
+	}
+	(*k)[key] = x
+	return nil
+}
+
 // usageError is a bad command line (exit status 2), as opposed to a failure of the model
 // or its files (1).
 type usageError struct{ msg string }
@@ -129,15 +202,20 @@ func usagef(format string, a ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, a...)}
 }
 
-// run is the command: it parses args, writes the output to stdout and messages to
-// stderr, and returns the exit status.
+// run is the command with the process's stdin (read by --chat without --prompt).
 func run(args []string, stdout, stderr io.Writer) int {
+	return runIO(args, os.Stdin, stdout, stderr)
+}
+
+// runIO is the command: it parses args, reads a chat's user turns from stdin, writes
+// the output to stdout and messages to stderr, and returns the exit status.
+func runIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cfg, err := parseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
 	if err == nil {
-		err = generate(cfg, stdout)
+		err = generate(cfg, stdin, stdout, stderr)
 	}
 	if err == nil {
 		return exitOK
@@ -173,7 +251,12 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(&cfg.Stop, "stop", "stop when the continuation contains `STR` (repeatable)")
 	fs.StringVar(&cfg.Device, "device", "cpu", "`DEVICE`: cpu, cuda or cuda:N")
 	fs.StringVar(&cfg.DType, "dtype", "float32", "`DTYPE` of the weights: float32 (fp32), bfloat16 (bf16) or float16 (fp16)")
-	fs.BoolVar(&cfg.JSON, "json", false, `print one JSON object {"prompt_ids", "new_ids", "text"} instead of streaming text`)
+	fs.BoolVar(&cfg.JSON, "json", false, `print one JSON object {"prompt_ids", "new_ids", "text"} instead of streaming text (one a reply with --chat)`)
+	fs.BoolVar(&cfg.Chat, "chat", false, "talk through the model's chat template: --prompt is one user turn; without it, user turns are read from stdin, one a line")
+	fs.StringVar(&cfg.System, "system", "", "with --chat: the system turn's `TEXT`")
+	fs.StringVar(&cfg.Messages, "messages", "", "render the conversation in `FILE.json` (a list of messages or {\"messages\", \"tools\"}) with the chat template and generate the next assistant turn")
+	fs.StringVar(&cfg.ChatDate, "chat-date", "", "with --chat or --messages: the `YYYY-MM-DD` the template's strftime_now sees (default today)")
+	fs.Var(&cfg.Kwargs, "template-kwarg", "with --chat or --messages: a template variable `KEY=JSON`, such as enable_thinking=false (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
@@ -198,11 +281,21 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 // validate checks the flags' values and combinations and fills the derived fields.
 func (c *config) validate() error {
 	set := c.flagSet
+	c.chat = c.Chat || c.Messages != ""
 	switch {
 	case c.Model == "":
 		return usagef("--model is required: a Hugging Face model directory")
-	case !set["prompt"] && c.MergeTo == "":
-		return usagef("--prompt is required")
+	case !set["prompt"] && c.MergeTo == "" && !c.chat:
+		return usagef("--prompt is required (or --chat, to read user turns from stdin)")
+	case c.Messages != "" && set["prompt"]:
+		return usagef("--messages conflicts with --prompt: the conversation's last turn is the prompt")
+	case c.Messages != "" && set["system"]:
+		return usagef("--messages conflicts with --system: the system turn goes in the file")
+	case set["system"] && !c.chat:
+		return usagef("--system applies to --chat only")
+	case (set["chat-date"] || set["template-kwarg"]) && !c.chat:
+		return usagef("--chat-date and --template-kwarg apply to --chat and --messages only")
+
 	case c.MergeTo != "" && c.Adapter == "":
 		return usagef("--merge-to needs --adapter: the adapter to merge")
 	case c.MaxNewTokens < 1:
@@ -239,6 +332,14 @@ func (c *config) validate() error {
 		return usagef("--dtype: %v", err)
 	}
 	c.dtype = dt
+	c.now = time.Now()
+	if c.ChatDate != "" {
+		d, err := time.ParseInLocation("2006-01-02", c.ChatDate, time.Local)
+		if err != nil {
+			return usagef("--chat-date: want YYYY-MM-DD, got %q", c.ChatDate)
+		}
+		c.now = d
+	}
 	return nil
 }
 
@@ -270,8 +371,9 @@ type output struct {
 	Text      string  `json:"text"`
 }
 
-// generate loads the model and tokenizer of cfg.Model and continues the prompt.
-func generate(cfg *config, stdout io.Writer) (err error) {
+// generate loads the model and tokenizer of cfg.Model and continues the prompt, or
+// with --chat answers the conversation.
+func generate(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	// Ops panic with *torch.Error on libtorch failures (out of memory on the device);
 	// they end the command with a message, not a trace.
 	defer torch.Recover(&err, "generate")
@@ -282,34 +384,71 @@ func generate(cfg *config, stdout io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	ids := tok.Encode(cfg.Prompt, true)
-	if len(ids) == 0 && cfg.Prompt != "" {
-		return fmt.Errorf("the prompt %q encodes to no tokens (the tokenizer adds no BOS), so there is nothing to continue", cfg.Prompt)
+	var ids []int64
+	var conv *conversation
+	if cfg.chat {
+		// The template and a given conversation are checked before the model loads.
+		if conv, err = newConversation(cfg, tok); err != nil {
+			return err
+		}
+	} else {
+		ids = tok.Encode(cfg.Prompt, true)
+		if len(ids) == 0 && cfg.Prompt != "" {
+			return fmt.Errorf("the prompt %q encodes to no tokens (the tokenizer adds no BOS), so there is nothing to continue", cfg.Prompt)
+		}
 	}
 	m, err := loadModel(cfg)
 	if err != nil {
 		return err
 	}
 	defer nn.Free(m)
-	if cfg.MergeTo != "" && cfg.Prompt == "" {
+	if cfg.MergeTo != "" && !cfg.flagSet["prompt"] && !cfg.chat {
 		return nil // merged and written; nothing to continue
 	}
-	if len(ids) == 0 {
-		return fmt.Errorf("the prompt %q encodes to no tokens (the tokenizer adds no BOS), so there is nothing to continue", cfg.Prompt)
-	}
-	dc := m.DecoderConfig()
-	if err := fitsContext(len(ids), cfg.MaxNewTokens, dc.MaxPositions); err != nil {
-		return err
-	}
-	for _, id := range ids {
-		if id >= dc.VocabSize {
-			return fmt.Errorf("the tokenizer gives the prompt token id %d, outside the model's vocabulary of %d (config.json vocab_size): %s/tokenizer.json does not belong to this model",
-				id, dc.VocabSize, cfg.Model)
-		}
-	}
-	stops, err := eosTokens(cfg.Model, dc, tok)
+	g, err := newGenerator(cfg, m, tok, stdout)
 	if err != nil {
 		return err
+	}
+	if !cfg.chat {
+		if len(ids) == 0 {
+			return fmt.Errorf("the prompt %q encodes to no tokens (the tokenizer adds no BOS), so there is nothing to continue", cfg.Prompt)
+		}
+		_, err := g.complete(ids, cfg.Prompt)
+		return err
+	}
+	end, err := conv.turnEnd()
+	if err != nil {
+		return err
+	}
+	if end >= 0 && !slices.Contains(g.opts.StopTokens, end) {
+		g.opts.StopTokens = append(slices.Clone(g.opts.StopTokens), end)
+	}
+	if cfg.flagSet["prompt"] || cfg.Messages != "" {
+		if cfg.flagSet["prompt"] {
+			conv.add("user", cfg.Prompt)
+		}
+		_, err := conv.reply(g)
+		return err
+	}
+	return chatLoop(conv, g, stdin, stderr)
+}
+
+// generator continues prompts with one model and one set of options.
+type generator struct {
+	cfg  *config
+	m    models.CausalLM
+	tok  *tokenizer.Tokenizer
+	dc   models.DecoderConfig
+	opts models.GenerateOptions
+	out  io.Writer
+}
+
+// newGenerator reads the model's stop tokens and turns the flags into options.
+func newGenerator(cfg *config, m models.CausalLM, tok *tokenizer.Tokenizer, out io.Writer) (*generator, error) {
+	dc := m.DecoderConfig()
+	stops, err := eosTokens(cfg.Model, dc, tok)
+	if err != nil {
+		return nil, err
 	}
 	opts := models.GenerateOptions{
 		MaxNewTokens:      cfg.MaxNewTokens,
@@ -333,23 +472,39 @@ func generate(cfg *config, stdout io.Writer) (err error) {
 		opts.StopStrings = cfg.Stop
 		opts.Decode = func(ids []int64) string { return tok.Decode(ids, false) }
 	}
+	return &generator{cfg: cfg, m: m, tok: tok, dc: dc, opts: opts, out: out}, nil
+}
 
+// complete generates the continuation of ids and prints it: in text mode promptText
+// and then the continuation's text as it arrives, with --json one object. It returns
+// the new ids.
+func (g *generator) complete(ids []int64, promptText string) ([]int64, error) {
+	if err := fitsContext(len(ids), g.cfg.MaxNewTokens, g.dc.MaxPositions); err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if id >= g.dc.VocabSize {
+			return nil, fmt.Errorf("the tokenizer gives the prompt token id %d, outside the model's vocabulary of %d (config.json vocab_size): %s/tokenizer.json does not belong to this model",
+				id, g.dc.VocabSize, g.cfg.Model)
+		}
+	}
+	opts := g.opts
 	var stream *textStream
-	if !cfg.JSON {
-		stream = newTextStream(stdout, tok, cfg.Prompt, ids)
+	if !g.cfg.JSON {
+		stream = newTextStream(g.out, g.tok, promptText, ids)
 		opts.Stream = func(_ int, id int64) { stream.step(id) }
 	}
-	out, err := models.Generate(m, [][]int64{ids}, opts)
+	out, err := models.Generate(g.m, [][]int64{ids}, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	newIDs := out[0]
 	if stream != nil {
-		return stream.finish()
+		return newIDs, stream.finish()
 	}
-	enc := json.NewEncoder(stdout)
+	enc := json.NewEncoder(g.out)
 	enc.SetEscapeHTML(false) // "<|endoftext|>" stays readable
-	return enc.Encode(output{PromptIDs: ids, NewIDs: newIDs, Text: tok.Decode(newIDs, true)})
+	return newIDs, enc.Encode(output{PromptIDs: ids, NewIDs: newIDs, Text: g.tok.Decode(newIDs, true)})
 }
 
 // checkDevice refuses a CUDA device this machine does not have before anything is
@@ -401,7 +556,7 @@ func writeMerged(cfg *config, m models.CausalLM) error {
 	if err := models.SavePretrained(cfg.MergeTo, m, models.SaveOptions{MaxShardSize: 5 << 30}); err != nil {
 		return fmt.Errorf("--merge-to: %w", err)
 	}
-	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"} {
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "generation_config.json"} {
 		b, err := os.ReadFile(filepath.Join(cfg.Model, name))
 		if errors.Is(err, os.ErrNotExist) {
 			continue

@@ -313,6 +313,9 @@ func TestMain(m *testing.M) {
 	if fixture.root != "" {
 		os.RemoveAll(fixture.root)
 	}
+	if chatFixture.root != "" {
+		os.RemoveAll(chatFixture.root)
+	}
 	os.Exit(code)
 }
 
@@ -501,8 +504,8 @@ func TestHelp(t *testing.T) {
 	assert.Empty(t, stdout)
 	assert.Contains(t, stderr, usageLine)
 	for _, f := range []string{"model", "adapter", "prompt", "max-new-tokens", "greedy", "temperature", "top-k", "top-p",
-		"seed", "repetition-penalty", "stop", "device", "dtype", "json"} {
-		assert.Regexp(t, `(?m)^  -`+f+`( [A-Z]+)?$`, stderr, f)
+		"seed", "repetition-penalty", "stop", "device", "dtype", "json", "chat", "system", "messages", "chat-date", "template-kwarg"} {
+		assert.Regexp(t, `(?m)^  -`+f+`( [A-Za-z.=-]+)?$`, stderr, f)
 	}
 }
 
