@@ -16,6 +16,7 @@ package chat
 
 import (
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -33,6 +34,8 @@ type Template struct {
 	generation bool
 	special    map[string]string
 	named      map[string]string
+	// openers caches turnOpeners by the options that can change them.
+	openers *sync.Map
 }
 
 // Options are the arguments of one rendering, as apply_chat_template's keyword
@@ -72,7 +75,7 @@ func Parse(src string) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Template{root: root, generation: gen, special: map[string]string{}}, nil
+	return &Template{root: root, generation: gen, special: map[string]string{}, openers: &sync.Map{}}, nil
 }
 
 // HasGenerationBlocks reports whether the template marks the assistant's output with
@@ -93,6 +96,7 @@ func (t *Template) SpecialTokens() map[string]string {
 // template parsed with Parse rather than loaded from a tokenizer directory).
 func (t *Template) WithSpecialTokens(tokens map[string]string) *Template {
 	c := *t
+	c.openers = &sync.Map{}
 	c.special = make(map[string]string, len(tokens))
 	for k, v := range tokens {
 		c.special[k] = v

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -233,6 +234,35 @@ func TestLoadDir(t *testing.T) {
 
 	_, err = LoadDir(t.TempDir())
 	assert.ErrorContains(t, err, "has no chat template")
+
+	// special_tokens_map.json fills the tokens tokenizer_config.json lacks.
+	require.NoError(t, os.WriteFile(filepath.Join(dir2, "chat_template.jinja"), []byte("{{ bos_token }}{{ eos_token }}"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir2, "special_tokens_map.json"),
+		[]byte(`{"bos_token": {"content": "<|begin|>"}, "eos_token": "<ignored>"}`), 0o644))
+	tpl, err = LoadDir(dir2)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"bos_token": "<|begin|>", "eos_token": "<|im_end|>"}, tpl.SpecialTokens())
+}
+
+// A Template renders from several goroutines at once (a data loader's workers).
+func TestRenderConcurrent(t *testing.T) {
+	tpl := loadTestTemplate(t, "Qwen-Qwen3-0.6B.jinja", qwenSpecial)
+	msgs := []Message{{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}}
+	want, err := tpl.Render(msgs, Options{})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				got, err := tpl.Render(msgs, Options{})
+				assert.NoError(t, err)
+				assert.Equal(t, want, got)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // DecodeMessages keeps the order of nested objects and the 1 / 1.0 distinction, which

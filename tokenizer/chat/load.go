@@ -18,7 +18,7 @@ var specialTokenKeys = []string{"bos_token", "eos_token", "unk_token", "sep_toke
 // LoadDir loads the chat template of a Hugging Face model or tokenizer directory: the
 // "chat_template" of tokenizer_config.json (a string, or a list of {"name", "template"}
 // of which "default" is used), else chat_template.jinja. The special tokens of
-// tokenizer_config.json become template variables.
+// tokenizer_config.json (or special_tokens_map.json) become template variables.
 func LoadDir(dir string) (*Template, error) { return LoadDirNamed(dir, "") }
 
 // LoadDirNamed is LoadDir for the template called name in a list of named templates
@@ -35,9 +35,19 @@ func LoadDirNamed(dir, name string) (*Template, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("chat: %w", err)
 	}
+	// special_tokens_map.json (older checkpoints) fills what tokenizer_config.json lacks.
+	legacy := map[string]json.RawMessage{}
+	if data, err := os.ReadFile(filepath.Join(dir, "special_tokens_map.json")); err == nil {
+		if err := json.Unmarshal(data, &legacy); err != nil {
+			return nil, fmt.Errorf("chat: %s: %w", filepath.Join(dir, "special_tokens_map.json"), err)
+		}
+	}
 	special := map[string]string{}
 	for _, k := range specialTokenKeys {
 		raw, ok := cfg[k]
+		if !ok || string(bytes.TrimSpace(raw)) == "null" {
+			raw, ok = legacy[k]
+		}
 		if !ok || string(bytes.TrimSpace(raw)) == "null" {
 			continue
 		}

@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -236,6 +237,22 @@ func (t *Template) provenanceSpans(text string, runs []run, msgs []Message, o Op
 // template without such a header (Mistral), the text the template writes after a user
 // message's content ("[/INST]").
 func (t *Template) turnOpeners(o Options) []string {
+	// The openers depend on the variables and on whether tools and documents are given,
+	// not on the conversation: one probe per set of options (a dataset renders with one).
+	key, err := json.Marshal([]any{o.Vars, o.Tools, o.Documents, o.Now.Format("2006-01-02")})
+	if err == nil {
+		if v, ok := t.openers.Load(string(key)); ok {
+			return v.([]string)
+		}
+	}
+	out := t.probeOpeners(o)
+	if err == nil {
+		t.openers.Store(string(key), out)
+	}
+	return out
+}
+
+func (t *Template) probeOpeners(o Options) []string {
 	const probe = "gotrain-probe-content"
 	msgs := []Message{{"role": "user", "content": probe}}
 	o.AddGenerationPrompt = false
