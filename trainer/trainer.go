@@ -35,6 +35,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"github.com/gotrain/gotrain/amp"
@@ -340,7 +341,13 @@ func (t *Trainer) announce() {
 	t.announced = true
 	t.printf("===== gotrain: training =====\n")
 	t.printf("device: %s (libtorch %s, %d threads)\n", t.Device, torch.Version(), torch.NumThreads())
-	t.printf("parameters: %.2fM\n", float64(nn.NumParameters(t.Model))/1e6)
+	// As PEFT's print_trainable_parameters, so that a LoRA run shows how little it trains.
+	total, trainable := nn.NumParameters(t.Model), int64(0)
+	for _, p := range nn.TrainableParameters(t.Model) {
+		trainable += p.Numel()
+	}
+	t.printf("trainable params: %s || all params: %s || trainable%%: %.4f\n",
+		groupDigits(trainable), groupDigits(total), 100*float64(trainable)/float64(max(total, 1)))
 	t.printf("train samples: %d (%d batches)\n", t.Train.Sampler().Len(), t.Train.Len())
 	if t.Val != nil {
 		t.printf("val samples: %d\n", t.Val.Sampler().Len())
@@ -348,6 +355,24 @@ func (t *Trainer) announce() {
 	if t.RunDir != "" {
 		t.printf("run dir: %s\n", t.RunDir)
 	}
+}
+
+// groupDigits writes n with thousands separators, as Python's format(n, ",d").
+func groupDigits(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 func (t *Trainer) fire(e Event) error {
