@@ -58,12 +58,12 @@ func NewEarlyStopping(monitor string, mode Direction, patience int, minDelta flo
 	return &EarlyStopping{Monitor: monitor, Mode: d, Patience: patience, MinDelta: math.Abs(minDelta), CheckFinite: true, Best: d.worst()}, nil
 }
 
-// Events is EpochEnd.
-func (e *EarlyStopping) Events() EventSet { return Events(EpochEnd) }
+// Events is Evaluated.
+func (e *EarlyStopping) Events() EventSet { return Events(Evaluated) }
 
-// OnEvent checks the metric at EpochEnd.
+// OnEvent checks the metric at each evaluation.
 func (e *EarlyStopping) OnEvent(ev Event, t *Trainer) error {
-	if ev != EpochEnd {
+	if ev != Evaluated {
 		return nil
 	}
 	v, err := monitored(t, "EarlyStopping", e.Monitor)
@@ -166,12 +166,19 @@ func NewModelCheckpoint(dir, monitor string, mode Direction, topK int) (*ModelCh
 
 func (m *ModelCheckpoint) better(a, b float64) bool { return m.Mode.better(a, b) }
 
-// Events is EpochEnd.
-func (m *ModelCheckpoint) Events() EventSet { return Events(EpochEnd) }
+// Events is Evaluated and EpochEnd.
+func (m *ModelCheckpoint) Events() EventSet { return Events(Evaluated, EpochEnd) }
 
-// OnEvent saves at EpochEnd.
+// OnEvent saves at each evaluation: at Evaluated inside an epoch, and at EpochEnd for
+// an epoch's end, so that the checkpoint holds the state every callback has once the
+// epoch ended.
 func (m *ModelCheckpoint) OnEvent(ev Event, t *Trainer) error {
-	if ev != EpochEnd {
+	switch {
+	case ev == Evaluated && t.BatchInEpoch == 0: // an epoch's end: its EpochEnd saves
+		return nil
+	case ev == EpochEnd && t.cfg.EvalEvery > 0: // the epoch's end was no evaluation
+		return nil
+	case ev != Evaluated && ev != EpochEnd:
 		return nil
 	}
 	v, err := monitored(t, "ModelCheckpoint", m.Monitor)
@@ -271,12 +278,12 @@ func (m *ModelCheckpoint) LoadStateDict(d *checkpoint.Dict) error {
 // Path ends in .csv.
 type HistoryWriter struct{ Path string }
 
-// Events is EpochEnd.
-func (h *HistoryWriter) Events() EventSet { return Events(EpochEnd) }
+// Events is Evaluated.
+func (h *HistoryWriter) Events() EventSet { return Events(Evaluated) }
 
-// OnEvent writes at EpochEnd.
+// OnEvent writes at each evaluation.
 func (h *HistoryWriter) OnEvent(ev Event, t *Trainer) error {
-	if ev != EpochEnd {
+	if ev != Evaluated {
 		return nil
 	}
 	var b strings.Builder
@@ -339,7 +346,7 @@ type TensorBoard struct {
 func (tb *TensorBoard) Writer() *tensorboard.Writer { return tb.w }
 
 // Events are the ones OnEvent logs at.
-func (tb *TensorBoard) Events() EventSet { return Events(TrainBegin, Logged, EpochEnd, TrainEnd) }
+func (tb *TensorBoard) Events() EventSet { return Events(TrainBegin, Logged, Evaluated, TrainEnd) }
 
 // OnEvent logs.
 func (tb *TensorBoard) OnEvent(ev Event, t *Trainer) error {
@@ -362,11 +369,15 @@ func (tb *TensorBoard) OnEvent(ev Event, t *Trainer) error {
 		if tb.w != nil {
 			return tb.w.AddScalar("train/loss_step", t.LastLoss, t.GlobalStep)
 		}
-	case EpochEnd:
+	case Evaluated:
 		if tb.w == nil {
 			return nil
 		}
 		r := t.History[len(t.History)-1]
+		x := int64(r.Epoch) // step-budgeted runs plot by optimizer step
+		if t.cfg.EvalEvery > 0 || t.cfg.MaxSteps > 0 {
+			x = r.Step
+		}
 		vals := map[string]float64{"train/loss": r.TrainLoss, "lr": r.LR, "throughput": r.SamplesPerSec, "loss_scale": r.LossScale}
 		if !math.IsNaN(r.ValLoss) {
 			vals["val/loss"] = r.ValLoss
@@ -378,7 +389,7 @@ func (tb *TensorBoard) OnEvent(ev Event, t *Trainer) error {
 		for k, v := range r.Metrics {
 			vals[strings.Replace(k, "_", "/", 1)] = v
 		}
-		if err := tb.w.AddScalars(int64(r.Epoch), vals); err != nil {
+		if err := tb.w.AddScalars(x, vals); err != nil {
 			return err
 		}
 		return tb.w.Flush()
@@ -395,12 +406,12 @@ func (tb *TensorBoard) OnEvent(ev Event, t *Trainer) error {
 // Curves draws loss and accuracy per epoch to a PNG after every epoch.
 type Curves struct{ Path string }
 
-// Events is EpochEnd.
-func (c *Curves) Events() EventSet { return Events(EpochEnd) }
+// Events is Evaluated.
+func (c *Curves) Events() EventSet { return Events(Evaluated) }
 
-// OnEvent draws at EpochEnd.
+// OnEvent draws at each evaluation.
 func (c *Curves) OnEvent(ev Event, t *Trainer) error {
-	if ev != EpochEnd || len(t.History) == 0 {
+	if ev != Evaluated || len(t.History) == 0 {
 		return nil
 	}
 	x := make([]float64, len(t.History))

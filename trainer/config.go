@@ -17,6 +17,15 @@ import (
 // given (see Trainer's doc).
 type Config struct {
 	Epochs int `json:"epochs" yaml:"epochs"`
+	// MaxSteps > 0 is a budget in optimizer steps that replaces Epochs: the run ends
+	// after that many steps, mid-epoch if it falls there, with an evaluation.
+	MaxSteps int `json:"max_steps,omitempty" yaml:"max_steps"`
+	// EvalEvery > 0 makes every EvalEvery optimizer steps the evaluation points
+	// (validation, a History record, checkpoints, early stopping) instead of the
+	// epochs' ends.
+	EvalEvery int `json:"eval_every,omitempty" yaml:"eval_every"`
+	// SaveEvery > 0 also writes the run directory's last.pt every SaveEvery steps.
+	SaveEvery int `json:"save_every,omitempty" yaml:"save_every"`
 	// SchedulerInterval is PerEpoch ("epoch": step the scheduler after each epoch, the
 	// seed's behaviour) or PerStep ("step": after each optimizer step that was not
 	// skipped). WithScheduler sets it.
@@ -72,6 +81,7 @@ func (c Config) Validate() error {
 	}{
 		{"epochs", c.Epochs, 1}, {"accumulation", c.Accumulation, 1}, {"patience", c.Patience, 0},
 		{"top_k", c.TopK, 0}, {"threads", c.Threads, 0}, {"log_every", c.LogEvery, 0},
+		{"max_steps", c.MaxSteps, 0}, {"eval_every", c.EvalEvery, 0}, {"save_every", c.SaveEvery, 0},
 	}
 	for _, f := range ints {
 		if f.v < f.min {

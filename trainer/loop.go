@@ -7,6 +7,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gotrain/gotrain/torch"
@@ -53,9 +54,14 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 	t.progress = newProgress(t.Out, epoch+1, target, nBatches, t.cfg.LogEvery)
 	k := t.cfg.Accumulation
 	windowStart := start - start%k
+	var waited time.Duration
+	// times moves the time since began into the epoch's statistics (validation at an
+	// evaluation point is not training time: began restarts after it).
 	times := func() {
 		t.epochStats.Elapsed += time.Since(began).Seconds()
-		t.epochStats.Wait += it.WaitTime().Seconds()
+		w := it.WaitTime()
+		t.epochStats.Wait += (w - waited).Seconds()
+		waited = w
 	}
 	// Each step's tensors are freed when it ends: the steps share one scope, renewed
 	// after each (one call instead of a close and an open).
@@ -83,6 +89,17 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 			break
 		}
 		windowStart = windowEnd
+		end, err := t.stepPoints(t.BatchInEpoch >= nBatches, times)
+		if err != nil {
+			return err
+		}
+		if end {
+			// The budget is spent, or a stop was agreed at an evaluation: the run ends
+			// here, mid-epoch, where a later Run goes on.
+			t.progress.done()
+			return nil
+		}
+		began = time.Now()
 		if t.BatchInEpoch >= nBatches {
 			break
 		}
@@ -398,17 +415,100 @@ func (t *Trainer) interrupted(cause error) error {
 	return &InterruptedError{Cause: cause, Checkpoint: path, Where: where}
 }
 
-func (t *Trainer) finishEpoch() error {
-	if _, err := t.readSums(fmt.Sprintf("epoch %d", t.Epoch+1)); err != nil {
+// stepPoints runs what the step budget puts after an optimizer step: an evaluation
+// every Config.EvalEvery steps and at Config.MaxSteps, and last.pt every
+// Config.SaveEvery steps. It reports whether the run ends at this step: MaxSteps is
+// reached, or a stop was agreed at its evaluation. epochEnd says the step was the
+// epoch's last, whose evaluation, when epochs are the evaluation points, is
+// finishEpoch's. times books the training time up to the evaluation.
+func (t *Trainer) stepPoints(epochEnd bool, times func()) (end bool, err error) {
+	s := t.GlobalStep
+	last := t.cfg.MaxSteps > 0 && s >= int64(t.cfg.MaxSteps)
+	evaluated := false
+	if (t.cfg.EvalEvery > 0 && s%int64(t.cfg.EvalEvery) == 0) || (last && (t.cfg.EvalEvery > 0 || !epochEnd)) {
+		times()
+		if err := t.evaluate(); err != nil {
+			return false, err
+		}
+		evaluated = true
+	}
+	// At an evaluation the run directory's ModelCheckpoint has written last.pt already.
+	if t.cfg.SaveEvery > 0 && s%int64(t.cfg.SaveEvery) == 0 && !(evaluated && t.RunDir != "") && t.IsMain() && t.RunDir != "" {
+		if err := t.SaveCheckpoint(filepath.Join(t.RunDir, "checkpoints", "last.pt")); err != nil {
+			return false, fmt.Errorf("saving at step %d: %w", s, err)
+		}
+	}
+	if last && epochEnd && t.cfg.EvalEvery == 0 {
+		return false, nil // finishEpoch evaluates, and RunTo ends the run
+	}
+	return last || (evaluated && t.stopReason != ""), nil
+}
+
+// evaluate is an evaluation point inside an epoch (Config.EvalEvery, Config.MaxSteps):
+// the training metrics of the epoch so far, validation, a Record with the step, and
+// Evaluated; the epoch goes on.
+func (t *Trainer) evaluate() error {
+	rec, err := t.evalRecord()
+	if err != nil {
 		return err
+	}
+	if ms, ok := t.Scheduler.(optim.MetricScheduler); ok && t.Scheduler != nil {
+		ms.StepMetric(t.Metrics[t.cfg.Monitor])
+	}
+	if err := t.addRecord(rec); err != nil {
+		return err
+	}
+	return t.agreeToStop()
+}
+
+// finishEpoch ends an epoch: when epochs are the evaluation points (no
+// Config.EvalEvery), its Record and Evaluated; the per-epoch scheduler; EpochEnd.
+func (t *Trainer) finishEpoch() error {
+	var rec *Record
+	if t.cfg.EvalEvery == 0 {
+		r, err := t.evalRecord()
+		if err != nil {
+			return err
+		}
+		rec = &r
+	}
+	if ms, ok := t.Scheduler.(optim.MetricScheduler); ok && t.Scheduler != nil {
+		if rec != nil {
+			ms.StepMetric(t.Metrics[t.cfg.Monitor])
+		}
+	} else if t.Scheduler != nil && t.cfg.SchedulerInterval == PerEpoch {
+		t.Scheduler.Step()
+	}
+	t.Epoch++
+	t.BatchInEpoch = 0
+	if rec != nil {
+		// The epoch is counted before Evaluated, so that its checkpoint resumes at the
+		// next epoch.
+		rec.Epoch = t.Epoch
+		if err := t.addRecord(*rec); err != nil {
+			return err
+		}
+	}
+	if err := t.fire(EpochEnd); err != nil {
+		return err
+	}
+	return t.agreeToStop()
+}
+
+// evalRecord reads the training metrics of the epoch so far (summed over the processes),
+// validates, and returns the Record of this evaluation point.
+func (t *Trainer) evalRecord() (Record, error) {
+	if _, err := t.readSums(fmt.Sprintf("epoch %d, step %d", t.Epoch+1, t.GlobalStep)); err != nil {
+		return Record{}, err
 	}
 	st, err := t.globalStats(t.epochStats)
 	if err != nil {
-		return err
+		return Record{}, err
 	}
 	t.Metrics = means("train_", st.Sums, float64(st.Samples))
 	rec := Record{
 		Epoch:        t.Epoch + 1,
+		Step:         t.GlobalStep,
 		TrainLoss:    t.Metrics["train_loss"],
 		ValLoss:      math.NaN(),
 		ValAcc:       math.NaN(),
@@ -427,7 +527,7 @@ func (t *Trainer) finishEpoch() error {
 	}
 	if t.Val != nil {
 		if err := t.validate(); err != nil {
-			return err
+			return rec, err
 		}
 	}
 	for name, v := range t.Metrics {
@@ -444,23 +544,38 @@ func (t *Trainer) finishEpoch() error {
 			rec.Metrics[name] = v
 		}
 	}
-	if ms, ok := t.Scheduler.(optim.MetricScheduler); ok && t.Scheduler != nil {
-		ms.StepMetric(t.Metrics[t.cfg.Monitor])
-	} else if t.Scheduler != nil && t.cfg.SchedulerInterval == PerEpoch {
-		t.Scheduler.Step()
-	}
-	t.Epoch++
-	t.BatchInEpoch = 0
+	return rec, nil
+}
+
+// addRecord enters an evaluation's Record into History, updates the best metric,
+// prints the record's line and fires Evaluated.
+func (t *Trainer) addRecord(rec Record) error {
 	t.History = append(t.History, rec)
 	if v, ok := t.Metrics[t.cfg.Monitor]; ok && t.cfg.MonitorDirection().better(v, t.BestMetric) {
 		t.BestMetric = v
 	}
-	t.printf("Epoch %d | train_loss: %.4f | val_loss: %.4f | val_acc: %.4f | lr: %.3g | %.0f samples/s | time: %.1fs\n",
-		rec.Epoch, rec.TrainLoss, rec.ValLoss, rec.ValAcc, rec.LR, rec.SamplesPerSec, rec.Elapsed)
-	if err := t.fire(EpochEnd); err != nil {
-		return err
+	t.printf("%s\n", recordLine(rec, t.cfg.EvalEvery > 0 || t.cfg.MaxSteps > 0))
+	return t.fire(Evaluated)
+}
+
+// recordLine is a Record's line in the output: what was measured (a validation that did
+// not run, or a metric the step does not have, such as a language model's accuracy, is
+// left out rather than printed as NaN), with the step on step-budgeted runs.
+func recordLine(rec Record, steps bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Epoch %d", rec.Epoch)
+	if steps {
+		fmt.Fprintf(&b, " step %d", rec.Step)
 	}
-	return t.agreeToStop()
+	fmt.Fprintf(&b, " | train_loss: %.4f", rec.TrainLoss)
+	if !math.IsNaN(rec.ValLoss) {
+		fmt.Fprintf(&b, " | val_loss: %.4f", rec.ValLoss)
+	}
+	if !math.IsNaN(rec.ValAcc) {
+		fmt.Fprintf(&b, " | val_acc: %.4f", rec.ValAcc)
+	}
+	fmt.Fprintf(&b, " | lr: %.3g | %.0f samples/s | time: %.1fs", rec.LR, rec.SamplesPerSec, rec.Elapsed)
+	return b.String()
 }
 
 // agreeToStop makes a stop on any process a stop on every process after the same epoch.

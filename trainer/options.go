@@ -104,6 +104,21 @@ func WithTerminateOnNaN(on bool) Option {
 	return func(t *Trainer) error { t.terminateNaN = on; return nil }
 }
 
+// WithMaxSteps budgets the run in optimizer steps (Config.MaxSteps): Run trains until
+// GlobalStep reaches n, whatever the epochs, ending with an evaluation; a later Run with
+// a larger budget goes on from there. 0 trains by epochs.
+func WithMaxSteps(n int) Option { return func(t *Trainer) error { t.cfg.MaxSteps = n; return nil } }
+
+// WithEvalEvery makes every n optimizer steps an evaluation point (Config.EvalEvery):
+// validation, a History record carrying the step, the best and last checkpoints, early
+// stopping and a metric scheduler then run there instead of at the epochs' ends, and
+// Evaluated fires. Epochs still end (EpochBegin, EpochEnd, a per-epoch scheduler).
+func WithEvalEvery(n int) Option { return func(t *Trainer) error { t.cfg.EvalEvery = n; return nil } }
+
+// WithSaveEvery writes the run directory's checkpoints/last.pt every n optimizer steps
+// too (Config.SaveEvery), from which a run resumes exactly, mid-epoch included.
+func WithSaveEvery(n int) Option { return func(t *Trainer) error { t.cfg.SaveEvery = n; return nil } }
+
 // WithTopK also keeps the checkpoints of the k best epochs by the monitored metric.
 func WithTopK(k int) Option { return func(t *Trainer) error { t.cfg.TopK = k; return nil } }
 

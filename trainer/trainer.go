@@ -47,7 +47,11 @@ import (
 
 // Record is one epoch of history. Its JSON names are the seed's history keys plus more.
 type Record struct {
-	Epoch         int     `json:"epoch"`
+	// Epoch is the epoch the record was made in (1-based): the epoch it ends, or, at an
+	// evaluation inside an epoch (Config.EvalEvery, Config.MaxSteps), the one in progress.
+	Epoch int `json:"epoch"`
+	// Step is the global step (optimizer steps) at the record.
+	Step          int64   `json:"step"`
 	TrainLoss     float64 `json:"train_loss"`
 	ValLoss       float64 `json:"val_loss"`
 	ValAcc        float64 `json:"val_acc"`
@@ -278,9 +282,22 @@ func (t *Trainer) Stop(reason string) {
 // StopReason says why the last run stopped early, "" when it did not.
 func (t *Trainer) StopReason() string { return t.stopReason }
 
-// Run trains until Config.Epochs epochs are complete. Calling it again after a
+// Run trains until Config.Epochs epochs are complete or, with a step budget
+// (WithMaxSteps), until Config.MaxSteps optimizer steps are. Calling it again after a
 // RunTo/RunFor or a resume continues where training stopped.
-func (t *Trainer) Run(ctx context.Context) error { return t.RunTo(ctx, t.cfg.Epochs) }
+func (t *Trainer) Run(ctx context.Context) error {
+	if t.cfg.MaxSteps > 0 {
+		// Enough epochs for the budget, which ends the run (mid-epoch if it falls there).
+		perEpoch := max((t.Train.Len()+t.cfg.Accumulation-1)/t.cfg.Accumulation, 1)
+		return t.RunTo(ctx, (t.cfg.MaxSteps+perEpoch-1)/perEpoch)
+	}
+	return t.RunTo(ctx, t.cfg.Epochs)
+}
+
+// budgetSpent reports whether the step budget (WithMaxSteps) is used up.
+func (t *Trainer) budgetSpent() bool {
+	return t.cfg.MaxSteps > 0 && t.GlobalStep >= int64(t.cfg.MaxSteps)
+}
 
 // RunFor trains n more epochs.
 func (t *Trainer) RunFor(ctx context.Context, n int) error { return t.RunTo(ctx, t.Epoch+n) }
@@ -306,6 +323,10 @@ func (t *Trainer) RunTo(ctx context.Context, target int) (err error) {
 		t.printf("trainer: already at epoch %d of %d; nothing to train (use RunFor to train more)\n", t.Epoch, target)
 		return nil
 	}
+	if t.budgetSpent() {
+		t.printf("trainer: already at step %d of %d; nothing to train (raise the step budget to train more)\n", t.GlobalStep, t.cfg.MaxSteps)
+		return nil
+	}
 	t.announce()
 	if err := t.fire(TrainBegin); err != nil {
 		return err
@@ -320,7 +341,10 @@ func (t *Trainer) RunTo(ctx context.Context, target int) (err error) {
 			return err
 		}
 		if t.stopReason != "" {
-			t.printf("trainer: stopping after epoch %d: %s\n", t.Epoch, t.stopReason)
+			t.printf("trainer: stopping at epoch %d, step %d: %s\n", t.Epoch, t.GlobalStep, t.stopReason)
+			break
+		}
+		if t.budgetSpent() {
 			break
 		}
 	}
