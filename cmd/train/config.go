@@ -53,6 +53,12 @@ type Config struct {
 	LabelColumn string `json:"label_column,omitempty" yaml:"label_column"`
 	// BlockSize is a text's context length.
 	BlockSize int `json:"block_size,omitempty" yaml:"block_size"`
+	// ChatDate (YYYY-MM-DD) is the date a chat template's strftime_now sees when
+	// {"messages"} data is rendered; the run records the day it started ("" on the
+	// command line), so a resumed run renders the same text. TemplateKwargs are further
+	// template variables (enable_thinking: false).
+	ChatDate       string         `json:"chat_date,omitempty" yaml:"chat_date"`
+	TemplateKwargs templateKwargs `json:"template_kwargs,omitempty" yaml:"template_kwargs"`
 	// Synthetic > 0 trains on that many seeded synthetic samples instead of the data set;
 	// Limit > 0 uses only the first Limit samples (smoke runs).
 	Synthetic int `json:"synthetic,omitempty" yaml:"synthetic"`
@@ -136,6 +142,9 @@ func (c Config) validate() error {
 			return &trainer.FieldError{Field: f.name, Msg: fmt.Sprintf("must be %s, got %g", f.rng, f.v)}
 		}
 	}
+	if _, err := parseChatDate(c.ChatDate); err != nil {
+		return &trainer.FieldError{Field: "chat_date", Msg: err.Error()}
+	}
 	if c.AdamKernel != "fused" && c.AdamKernel != "foreach" {
 		return &trainer.FieldError{Field: "adam_kernel", Msg: fmt.Sprintf("must be fused or foreach, got %q", c.AdamKernel)}
 	}
@@ -173,6 +182,8 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.Float64Var(&c.ValSplit, "val-split", c.ValSplit, "hold out this fraction of a single folder or file for validation")
 	fs.StringVar(&c.LabelColumn, "label-column", c.LabelColumn, "a CSV's label column (the other columns are the features)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "a text file's context length in bytes (0: 128)")
+	fs.StringVar(&c.ChatDate, "chat-date", c.ChatDate, "the `YYYY-MM-DD` a chat template's strftime_now sees for {\"messages\"} data (default today, recorded for --resume)")
+	fs.Var(&c.TemplateKwargs, "template-kwarg", "a chat template variable `KEY=JSON` for {\"messages\"} data, such as enable_thinking=false (repeatable)")
 	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "epochs to train")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "batch size")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "data loader worker goroutines")
