@@ -48,7 +48,7 @@ func buildHF(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Tr
 		return nil, err
 	}
 	if c.DataDir == "" {
-		return nil, fmt.Errorf("--model %s needs --data: a .txt file (one document a line) or a .jsonl file of {\"text\"} or {\"prompt\", \"completion\"} lines", c.Model)
+		return nil, fmt.Errorf("--model %s needs --data: a .txt file (one document a line) or a .jsonl file of {\"text\"}, {\"prompt\", \"completion\"} or {\"messages\"} lines", c.Model)
 	}
 	tok, err := tokenizer.LoadDir(c.Model)
 	if err != nil {
@@ -87,8 +87,22 @@ func buildHF(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Tr
 	if cfg.MaxPositions > 0 && int64(block) > cfg.MaxPositions {
 		return nil, fmt.Errorf("--block-size %d is longer than the model's context of %d positions", block, cfg.MaxPositions)
 	}
-	ds, err := data.NewLMDataset(c.DataDir, tok, data.LMOptions{BlockSize: block, EOS: eos})
+	convs, err := isChatData(c.DataDir)
 	if err != nil {
+		return nil, err
+	}
+	var ds data.Dataset
+	if convs {
+		out := io.Writer(os.Stdout)
+		if pg != nil && !pg.IsMain() {
+			out = io.Discard
+		}
+		// c records the chat date chatDataset pins, for --resume.
+		if ds, err = chatDataset(&c, tok, block, out); err != nil {
+			nn.Free(m)
+			return nil, err
+		}
+	} else if ds, err = data.NewLMDataset(c.DataDir, tok, data.LMOptions{BlockSize: block, EOS: eos}); err != nil {
 		return nil, err
 	}
 	if c.Limit > 0 && c.Limit < ds.Len() {
@@ -143,8 +157,13 @@ func buildHFOn(c Config, runDir string, pg *distributed.ProcessGroup, m models.C
 	if pg != nil && !pg.IsMain() {
 		out = io.Discard
 	}
+	prompt, stop := heldOutPrompt(val, tok)
+	stops := []int64{eos}
+	if stop >= 0 && stop != eos {
+		stops = append(stops, stop)
+	}
 	cb := &hfCallback{run: hfRun{model: m, tok: tok, eos: eos}, adapter: adapter, dir: filepath.Join(runDir, "hf"),
-		prompt: samplePrompt(train), tokens: 32, out: out, main: pg == nil || pg.IsMain()}
+		source: c.Model, prompt: prompt, stops: stops, tokens: 32, out: out, main: pg == nil || pg.IsMain()}
 	opts := append(trainerOptions(c.Config), trainer.WithScheduler(sched, c.SchedulerInterval), trainer.WithRunDir(runDir),
 		trainer.WithModelConfig(modelType(c.Model)), trainer.WithRunConfig(c), trainer.WithTrainStep(maskedLMStep),
 		trainer.WithCallbacks(cb))
@@ -160,17 +179,6 @@ func modelType(dir string) string {
 		return t
 	}
 	return filepath.Base(dir)
-}
-
-// samplePrompt is the start of the first training sample, for the epoch's sample: its
-// first 8 tokens.
-func samplePrompt(ds data.Dataset) []int64 {
-	var s data.Sample
-	if ds.Len() == 0 || ds.Get(0, &s) != nil {
-		return nil
-	}
-	ids := data.Values[int64](s.MustField(data.LMInputIDs))
-	return append([]int64{}, ids[:min(8, len(ids))]...)
 }
 
 // maskedLMStep is the fine-tuning step: the next-token cross-entropy of the logits for
@@ -191,15 +199,18 @@ func maskedLMStep(m models.CausalLM, b data.Batch) (*torch.Tensor, trainer.Metri
 	return models.LMLoss(m, in, b.Get(data.LMLabels), models.LossAuto), nil
 }
 
-// hfCallback, after each epoch, records the validation perplexity, prints a sample
-// generated with the model's tokenizer, and writes the adapter (or, without LoRA, the
-// whole model) in Hugging Face's layout to dir/last and, when the epoch is the best so
-// far, to dir/best.
+// hfCallback, after each epoch, records the validation perplexity, prints a greedy
+// continuation of a held-out prompt (heldOutPrompt) apart from the prompt, and writes
+// the adapter (or, without LoRA, the whole model) in Hugging Face's layout, with the
+// source directory's tokenizer files and chat template, to dir/last and, when the epoch
+// is the best so far, to dir/best.
 type hfCallback struct {
 	run     hfRun
 	adapter adapterSaver // nil without LoRA
 	dir     string
-	prompt  []int64
+	source  string  // the model directory, whose tokenizer files the saves copy
+	prompt  []int64 // from the validation set
+	stops   []int64 // the EOS and a chat template's end-of-turn token
 	tokens  int
 	out     io.Writer
 	main    bool // only the main process writes
@@ -222,15 +233,17 @@ func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 	training := h.run.model.ModuleBase().Training()
 	nn.SetTraining(h.run.model, false)
 	defer nn.SetTraining(h.run.model, training)
-	sample := ""
+	fmt.Fprintf(h.out, "epoch %d: val loss %.4f, perplexity %.2f\n", rec.Epoch, rec.ValLoss, rec.Metrics["val_perplexity"])
 	if len(h.prompt) > 0 {
-		gen, err := models.Generate(h.run.model, [][]int64{h.prompt}, models.GenerateOptions{MaxNewTokens: h.tokens, StopTokens: []int64{h.run.eos}})
+		gen, err := models.Generate(h.run.model, [][]int64{h.prompt}, models.GenerateOptions{MaxNewTokens: h.tokens, StopTokens: h.stops})
 		if err != nil {
 			return err
 		}
-		sample = h.run.tok.Decode(append(append([]int64{}, h.prompt...), gen[0]...), true)
+		// The prompt keeps its special tokens (a chat template's markup shows where the
+		// turn starts); the continuation is the text a user would read.
+		fmt.Fprintf(h.out, "  sample prompt (held out): %q\n  continuation: %q\n",
+			h.run.tok.Decode(h.prompt, false), h.run.tok.Decode(gen[0], true))
 	}
-	fmt.Fprintf(h.out, "epoch %d: val loss %.4f, perplexity %.2f; sample: %q\n", rec.Epoch, rec.ValLoss, rec.Metrics["val_perplexity"], sample)
 	if err := h.save(filepath.Join(h.dir, "last")); err != nil {
 		return err
 	}
@@ -242,10 +255,18 @@ func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 
 // save writes the adapter, or the whole model, to dir in Hugging Face's layout.
 func (h *hfCallback) save(dir string) error {
+	var err error
 	if h.adapter != nil {
-		return h.adapter.Save(dir)
+		err = h.adapter.Save(dir)
+	} else {
+		err = models.SavePretrained(dir, h.run.model, models.SaveOptions{MaxShardSize: 5 << 30})
 	}
-	return models.SavePretrained(dir, h.run.model, models.SaveOptions{MaxShardSize: 5 << 30})
+	if err != nil {
+		return err
+	}
+	// As PEFT's and transformers' Trainer save the tokenizer beside the weights, so that
+	// the directory is enough for generate --chat and AutoTokenizer.
+	return copyTokenizerFiles(h.source, dir)
 }
 
 // parseTargets splits --lora-targets: "q_proj,v_proj" or "all-linear".

@@ -72,7 +72,8 @@ func TestFineTuneHFDirectory(t *testing.T) {
 	out, err := child(append(args, "--epochs", "2", "--experiment", "ref")...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "perplexity")
-	assert.Contains(t, string(out), "sample:")
+	assert.Contains(t, string(out), "sample prompt (held out): ")
+	assert.Contains(t, string(out), "continuation: ")
 	ref := filepath.Join(runs, "ref")
 	for _, f := range []string{"hf/last/config.json", "hf/last/model.safetensors", "hf/best/model.safetensors", "checkpoints/last.pt"} {
 		_, err := os.Stat(filepath.Join(ref, f))
