@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 
 	"github.com/gotrain/gotrain/torch"
@@ -85,6 +86,26 @@ func optimizer(c Config, params []*torch.Tensor) (optim.Optimizer, error) {
 
 func scheduler(c Config, opt optim.Optimizer, stepsPerEpoch int) (optim.Scheduler, trainer.Interval, error) {
 	epochs := int64(max(c.Epochs, 1))
+	total := epochs * int64(max(stepsPerEpoch, 1)) // the run's optimizer steps
+	if c.MaxSteps > 0 {
+		total = int64(c.MaxSteps)
+	}
+	warmup := int64(c.WarmupSteps)
+	if c.WarmupRatio > 0 {
+		warmup = int64(math.Ceil(c.WarmupRatio * float64(total)))
+	}
+	if (warmup > 0 || c.MaxSteps > 0) && c.Scheduler == "cosine" {
+		return perStep(optim.NewLambdaLR(opt, warmupCosine(warmup, total)))
+	}
+	switch c.Scheduler {
+	case "linear":
+		return perStep(optim.NewLambdaLR(opt, warmupLinear(warmup, total)))
+	case "constant":
+		return perStep(optim.NewLambdaLR(opt, func(step int64) float64 { return min(1, warmupFactor(step, warmup)) }))
+	}
+	if warmup > 0 {
+		return nil, 0, fmt.Errorf("scheduler %q has no warmup: use linear, constant or cosine with --warmup-steps or --warmup-ratio", c.Scheduler)
+	}
 	switch c.Scheduler {
 	case "", "none":
 		return nil, c.SchedulerInterval, nil
@@ -95,7 +116,7 @@ func scheduler(c Config, opt optim.Optimizer, stepsPerEpoch int) (optim.Schedule
 	case "exponential":
 		return perEpoch(optim.NewExponentialLR(opt, 0.9))
 	case "onecycle":
-		s, err := optim.NewOneCycleLR(opt, []float64{c.LR * 10}, epochs*int64(max(stepsPerEpoch, 1)), optim.OneCycleOptions{})
+		s, err := optim.NewOneCycleLR(opt, []float64{c.LR * 10}, total, optim.OneCycleOptions{})
 		if err != nil {
 			return nil, 0, err
 		}
@@ -103,7 +124,49 @@ func scheduler(c Config, opt optim.Optimizer, stepsPerEpoch int) (optim.Schedule
 	case "plateau":
 		return perEpoch(optim.NewReduceLROnPlateau(opt, optim.PlateauOptions{Mode: c.MonitorDirection().String(), Factor: 0.1, Patience: 2}))
 	}
-	return nil, 0, fmt.Errorf("unknown scheduler %q (want none, step, cosine, exponential, onecycle or plateau)", c.Scheduler)
+	return nil, 0, fmt.Errorf("unknown scheduler %q (want none, step, cosine, exponential, onecycle, plateau, linear or constant)", c.Scheduler)
+}
+
+// warmupFactor is the learning rate's factor at optimizer step step (0-based) of a
+// linear warmup over warmup steps: step/warmup, as transformers' schedules with warmup;
+// 1 or more once it is over.
+func warmupFactor(step, warmup int64) float64 {
+	if step < warmup {
+		return float64(step) / float64(max(warmup, 1))
+	}
+	return 1
+}
+
+// warmupLinear is transformers' get_linear_schedule_with_warmup: up over warmup steps,
+// then down linearly to 0 at step total.
+func warmupLinear(warmup, total int64) func(int64) float64 {
+	return func(step int64) float64 {
+		if step < warmup {
+			return warmupFactor(step, warmup)
+		}
+		return max(0, float64(total-step)/float64(max(total-warmup, 1)))
+	}
+}
+
+// warmupCosine is transformers' get_cosine_schedule_with_warmup (half a cosine wave):
+// up over warmup steps, then down along a cosine to 0 at step total.
+func warmupCosine(warmup, total int64) func(int64) float64 {
+	return func(step int64) float64 {
+		if step < warmup {
+			return warmupFactor(step, warmup)
+		}
+		progress := float64(step-warmup) / float64(max(total-warmup, 1))
+		return max(0, 0.5*(1+math.Cos(math.Pi*progress)))
+	}
+}
+
+// perStep returns a constructor's scheduler, to be stepped every optimizer step, or its
+// error.
+func perStep[T optim.Scheduler](s T, err error) (optim.Scheduler, trainer.Interval, error) {
+	if err != nil {
+		return nil, 0, err
+	}
+	return s, trainer.PerStep, nil
 }
 
 // perEpoch returns a constructor's scheduler, to be stepped every epoch, or its error.

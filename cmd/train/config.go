@@ -75,6 +75,12 @@ type Config struct {
 	// it to the last bit).
 	AdamKernel string `json:"adam_kernel" yaml:"adam_kernel"`
 	Scheduler  string `json:"scheduler" yaml:"scheduler"`
+	// WarmupSteps or WarmupRatio (a fraction of the run's optimizer steps, rounded up,
+	// as transformers does) raise the learning rate linearly from 0 before the
+	// schedule; a warmup, or a step budget (max_steps), makes the scheduler step per
+	// optimizer step.
+	WarmupSteps int     `json:"warmup_steps,omitempty" yaml:"warmup_steps"`
+	WarmupRatio float64 `json:"warmup_ratio,omitempty" yaml:"warmup_ratio"`
 
 	trainer.Config `yaml:",inline"`
 }
@@ -118,6 +124,7 @@ func (c Config) validate() error {
 	}{
 		{"batch_size", c.BatchSize, 1}, {"workers", c.Workers, 0}, {"synthetic", c.Synthetic, 0},
 		{"limit", c.Limit, 0}, {"image_size", c.ImageSize, 0}, {"block_size", c.BlockSize, 0}, {"lora_r", c.LoraR, 0},
+		{"warmup_steps", c.WarmupSteps, 0},
 	}
 	for _, f := range ints {
 		if f.v < f.min {
@@ -136,6 +143,7 @@ func (c Config) validate() error {
 		{"val_split", c.ValSplit, c.ValSplit >= 0 && c.ValSplit < 1, "in [0, 1) (0: none)"},
 		{"lora_alpha", c.LoraAlpha, c.LoraAlpha > 0 && !math.IsInf(c.LoraAlpha, 1), "a finite number > 0"},
 		{"lora_dropout", c.LoraDropout, c.LoraDropout >= 0 && c.LoraDropout < 1, "in [0, 1)"},
+		{"warmup_ratio", c.WarmupRatio, c.WarmupRatio >= 0 && c.WarmupRatio < 1, "in [0, 1) (0: none)"},
 	}
 	for _, f := range floats {
 		if !f.ok { // NaN fails every comparison, so it lands here too
@@ -144,6 +152,9 @@ func (c Config) validate() error {
 	}
 	if _, err := parseChatDate(c.ChatDate); err != nil {
 		return &trainer.FieldError{Field: "chat_date", Msg: err.Error()}
+	}
+	if c.WarmupSteps > 0 && c.WarmupRatio > 0 {
+		return &trainer.FieldError{Field: "warmup_ratio", Msg: "and warmup_steps are two ways to say one thing: give one"}
 	}
 	if c.AdamKernel != "fused" && c.AdamKernel != "foreach" {
 		return &trainer.FieldError{Field: "adam_kernel", Msg: fmt.Sprintf("must be fused or foreach, got %q", c.AdamKernel)}
@@ -161,6 +172,7 @@ func trainerOptions(c trainer.Config) []trainer.Option {
 		trainer.WithMonitor(c.Monitor, c.MonitorMode), trainer.WithTopK(c.TopK), trainer.WithClassNames(c.ClassNames),
 		trainer.WithSeed(c.Seed), trainer.WithDeterministic(c.Deterministic), trainer.WithDevice(c.Device),
 		trainer.WithThreads(c.Threads), trainer.WithLogEvery(c.LogEvery),
+		trainer.WithMaxSteps(c.MaxSteps), trainer.WithEvalEvery(c.EvalEvery), trainer.WithSaveEvery(c.SaveEvery),
 	}
 }
 
@@ -192,7 +204,12 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "weight decay")
 	fs.StringVar(&c.AdamKernel, "adam-kernel", c.AdamKernel, "Adam/AdamW kernels: fused (PyTorch's fused=True) or foreach (PyTorch's default arithmetic, to the last bit)")
 	fs.Float64Var(&c.Momentum, "momentum", c.Momentum, "SGD momentum")
-	fs.StringVar(&c.Scheduler, "scheduler", c.Scheduler, "LR scheduler: none, step, cosine, exponential, onecycle, plateau")
+	fs.StringVar(&c.Scheduler, "scheduler", c.Scheduler, "LR scheduler: none, step, cosine, exponential, onecycle, plateau, linear (to 0 at the run's last step), constant")
+	fs.IntVar(&c.WarmupSteps, "warmup-steps", c.WarmupSteps, "optimizer steps of linear warmup before the schedule (linear, constant, cosine)")
+	fs.Float64Var(&c.WarmupRatio, "warmup-ratio", c.WarmupRatio, "warmup as a fraction of the run's optimizer steps, rounded up")
+	fs.IntVar(&c.MaxSteps, "max-steps", c.MaxSteps, "train for N optimizer steps instead of --epochs (ending mid-epoch if it falls there)")
+	fs.IntVar(&c.EvalEvery, "eval-every", c.EvalEvery, "validate, record and checkpoint every N optimizer steps instead of every epoch")
+	fs.IntVar(&c.SaveEvery, "save-every", c.SaveEvery, "also save checkpoints/last.pt (and a model directory's hf/) every N optimizer steps")
 	fs.TextVar(&c.AMP, "amp", c.AMP, "mixed precision: none, bf16, fp16 (fp16 needs CUDA)")
 	fs.Float64Var(&c.GradClip, "grad-clip", c.GradClip, "clip the gradient norm to this value (0: off)")
 	fs.IntVar(&c.Accumulation, "accumulation", c.Accumulation, "micro-batches per optimizer step")
