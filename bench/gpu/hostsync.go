@@ -80,7 +80,8 @@ func runHostSync(o options) (any, bool, error) {
 		}}
 		// The language-modelling step: no metrics, only the loss the Trainer sums.
 		opts = append(opts, trainer.WithTrainStep(func(m nn.Module, b data.Batch) (*torch.Tensor, trainer.Metrics) {
-			return g.Loss(b.Get(data.LMInputIDs)), nil
+			ids := b.Get(data.LMInputIDs)
+			return models.LMLoss(g, models.DecoderInput{InputIDs: ids}, ids, models.LossFull), nil
 		}))
 	case "vit":
 		c, b := vitSetup(o.size())

@@ -176,7 +176,10 @@ func buildModel(o options, s *spec) (*benchModel, error) {
 		}
 		return &benchModel{
 			module: g,
-			loss:   func(b []*torch.Tensor) *torch.Tensor { return g.Loss(b[0]) },
+			// The whole logits, as transformers computes them: the same work on both sides.
+			loss: func(b []*torch.Tensor) *torch.Tensor {
+				return models.LMLoss(g, models.DecoderInput{InputIDs: b[0]}, b[0], models.LossFull)
+			},
 			batches: func() [][]*torch.Tensor {
 				return drawBatches(func() []*torch.Tensor {
 					return []*torch.Tensor{torch.Randint(0, c.VocabSize, []int64{batch, seq}, torch.Int64, torch.CPU)}
