@@ -163,7 +163,7 @@ func buildHFOn(c Config, runDir string, pg *distributed.ProcessGroup, m models.C
 		stops = append(stops, stop)
 	}
 	cb := &hfCallback{run: hfRun{model: m, tok: tok, eos: eos}, adapter: adapter, dir: filepath.Join(runDir, "hf"),
-		source: c.Model, prompt: prompt, stops: stops, tokens: 32, out: out, main: pg == nil || pg.IsMain()}
+		source: c.Model, prompt: prompt, stops: stops, tokens: 32, out: out, main: pg == nil || pg.IsMain(), saveEvery: c.SaveEvery}
 	opts := append(trainerOptions(c.Config), trainer.WithScheduler(sched, c.SchedulerInterval), trainer.WithRunDir(runDir),
 		trainer.WithModelConfig(modelType(c.Model)), trainer.WithRunConfig(c), trainer.WithTrainStep(maskedLMStep),
 		trainer.WithCallbacks(cb))
@@ -182,7 +182,8 @@ func modelType(dir string) string {
 }
 
 // maskedLMStep is the fine-tuning step: the next-token cross-entropy of the logits for
-// the batch's input_ids against its labels (IgnoreIndex on prompts and padding), with the
+// the batch's input_ids against its labels, summed over the label tokens, with their
+// count (trainer.NumItems) (IgnoreIndex on prompts and padding), with the
 // padding masked out of attention. Logits are upcast to float32 for the loss, and from
 // models.ChunkedLossMinVocab tokens of vocabulary the loss is computed a chunk of
 // positions at a time, never holding the whole [B, T, vocab] logits (models.LossAuto).
@@ -196,14 +197,18 @@ func maskedLMStep(m models.CausalLM, b data.Batch) (*torch.Tensor, trainer.Metri
 	if b.Has(data.LMPositionIDs) {
 		in.PositionIDs = b.Get(data.LMPositionIDs)
 	}
-	return models.LMLoss(m, in, b.Get(data.LMLabels), models.LossAuto), nil
+	// The sum over the label tokens and their number: the Trainer weights by tokens,
+	// across micro-batches and processes, as transformers' num_items_in_batch does.
+	sum, n := models.LMLossSum(m, in, b.Get(data.LMLabels), models.LossAuto)
+	return sum, trainer.Metrics{trainer.NumItems: n}
 }
 
-// hfCallback, after each epoch, records the validation perplexity, prints a greedy
+// hfCallback, at each evaluation, records the validation perplexity, prints a greedy
 // continuation of a held-out prompt (heldOutPrompt) apart from the prompt, and writes
 // the adapter (or, without LoRA, the whole model) in Hugging Face's layout, with the
-// source directory's tokenizer files and chat template, to dir/last and, when the epoch
-// is the best so far, to dir/best.
+// source directory's tokenizer files and chat template, to dir/last and, when the
+// evaluation is the best so far, to dir/best; with saveEvery, dir/last also every
+// saveEvery optimizer steps.
 type hfCallback struct {
 	run     hfRun
 	adapter adapterSaver // nil without LoRA
@@ -214,6 +219,8 @@ type hfCallback struct {
 	tokens  int
 	out     io.Writer
 	main    bool // only the main process writes
+	// saveEvery > 0 writes dir/last every saveEvery optimizer steps (--save-every).
+	saveEvery int
 }
 
 // adapterSaver writes a model's LoRA adapter as PEFT's files.
@@ -222,10 +229,23 @@ type adapterSaver interface {
 }
 
 // Events says which events hfCallback acts at.
-func (h *hfCallback) Events() trainer.EventSet { return trainer.Events(trainer.EpochEnd) }
+func (h *hfCallback) Events() trainer.EventSet {
+	if h.saveEvery > 0 {
+		return trainer.Events(trainer.Evaluated, trainer.AfterOptimizerStep)
+	}
+	return trainer.Events(trainer.Evaluated)
+}
 
-// OnEvent acts at EpochEnd.
+// OnEvent acts at each evaluation and, with saveEvery, at the steps it names.
 func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
+	if e == trainer.AfterOptimizerStep {
+		// An evaluation at the same step saves again with its record; this save is
+		// the step's own.
+		if h.main && t.GlobalStep%int64(h.saveEvery) == 0 {
+			return h.save(filepath.Join(h.dir, "last"))
+		}
+		return nil
+	}
 	rec := perplexityRecord(e, t)
 	if rec == nil || !h.main {
 		return nil
@@ -233,7 +253,7 @@ func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 	training := h.run.model.ModuleBase().Training()
 	nn.SetTraining(h.run.model, false)
 	defer nn.SetTraining(h.run.model, training)
-	fmt.Fprintf(h.out, "epoch %d: val loss %.4f, perplexity %.2f\n", rec.Epoch, rec.ValLoss, rec.Metrics["val_perplexity"])
+	fmt.Fprintf(h.out, "epoch %d, step %d: val loss %.4f, perplexity %.2f\n", rec.Epoch, rec.Step, rec.ValLoss, rec.Metrics["val_perplexity"])
 	if len(h.prompt) > 0 {
 		gen, err := models.Generate(h.run.model, [][]int64{h.prompt}, models.GenerateOptions{MaxNewTokens: h.tokens, StopTokens: h.stops})
 		if err != nil {

@@ -98,11 +98,11 @@ func readByteText(path string, seq int, valFrac float64) (train, val data.Datase
 	return tr, va, nil
 }
 
-// perplexityRecord returns the record of the epoch that e ends, completed with the
-// validation perplexity (exp of the mean validation loss) as metric "val_perplexity";
-// nil when e is not EpochEnd or no epoch is recorded.
+// perplexityRecord returns the record of the evaluation that e announces, completed
+// with the validation perplexity (exp of the mean validation loss per token) as metric
+// "val_perplexity"; nil when e is not Evaluated or nothing is recorded.
 func perplexityRecord(e trainer.Event, t *trainer.Trainer) *trainer.Record {
-	if e != trainer.EpochEnd || len(t.History) == 0 {
+	if e != trainer.Evaluated || len(t.History) == 0 {
 		return nil
 	}
 	rec := &t.History[len(t.History)-1]
@@ -124,7 +124,7 @@ type lmCallback struct {
 	out    io.Writer
 }
 
-// OnEvent acts at EpochEnd.
+// OnEvent acts at each evaluation.
 func (c *lmCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 	rec := perplexityRecord(e, t)
 	if rec == nil {
