@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/trainer"
 )
 
 // TestChatLoRAStepBudget is issue 40's acceptance 3: a LoRA run on {"messages"} data
@@ -77,4 +78,35 @@ func TestChatLoRAStepBudget(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(gout, &reply), "%s", gout)
 	assert.Equal(t, "world", strings.TrimSpace(reply.Text))
+}
+
+// TestPackingFlag: --packing on a model directory's text keeps the packed documents
+// apart (position_ids restart at each document, data.LMOptions.SeparateDocuments), which
+// changes what the model learns from the same windows, and the run records it.
+func TestPackingFlag(t *testing.T) {
+	model := tinyLlamaDir(t)
+	var docs []string
+	for i := range 60 {
+		docs = append(docs, strings.Repeat([]string{"hello ", "world ", "hello world "}[i%3], 1+i%3))
+	}
+	text := writeLines(t, "docs.txt", docs...)
+	runs := t.TempDir()
+	args := []string{"--model", model, "--data", text, "--batch-size", "2", "--block-size", "8", "--epochs", "1",
+		"--scheduler", "none", "--deterministic", "--threads", "1", "--runs-dir", runs}
+	loss := func(name string, extra ...string) float64 {
+		out, err := child(append(append(args, "--experiment", name), extra...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		v, err := checkpoint.Read(filepath.Join(runs, name, "checkpoints", "last.pt"))
+		require.NoError(t, err)
+		l, err := checkpoint.Get(v, "history", 0, "train_loss")
+		require.NoError(t, err)
+		return l.(float64)
+	}
+	packed, plain := loss("packed", "--packing"), loss("plain")
+	assert.NotEqual(t, plain, packed, "attention and positions within documents change the loss")
+	var rec Config
+	ok, err := trainer.ReadRunConfig(filepath.Join(runs, "packed", "checkpoints", "last.pt"), &rec)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.True(t, rec.Packing)
 }

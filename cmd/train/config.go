@@ -53,6 +53,10 @@ type Config struct {
 	LabelColumn string `json:"label_column,omitempty" yaml:"label_column"`
 	// BlockSize is a text's context length.
 	BlockSize int `json:"block_size,omitempty" yaml:"block_size"`
+	// Packing keeps the documents packed into a model directory's text windows apart:
+	// positions restart at each document and attention stays within it
+	// (data.LMOptions.SeparateDocuments).
+	Packing bool `json:"packing,omitempty" yaml:"packing"`
 	// ChatDate (YYYY-MM-DD) is the date a chat template's strftime_now sees when
 	// {"messages"} data is rendered; the run records the day it started ("" on the
 	// command line), so a resumed run renders the same text. TemplateKwargs are further
@@ -194,6 +198,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.Float64Var(&c.ValSplit, "val-split", c.ValSplit, "hold out this fraction of a single folder or file for validation")
 	fs.StringVar(&c.LabelColumn, "label-column", c.LabelColumn, "a CSV's label column (the other columns are the features)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "a text file's context length in bytes (0: 128)")
+	fs.BoolVar(&c.Packing, "packing", c.Packing, "with --model DIR on text: documents packed into a window restart their positions and attend within themselves only")
 	fs.StringVar(&c.ChatDate, "chat-date", c.ChatDate, "the `YYYY-MM-DD` a chat template's strftime_now sees for {\"messages\"} data (default today, recorded for --resume)")
 	fs.Var(&c.TemplateKwargs, "template-kwarg", "a chat template variable `KEY=JSON` for {\"messages\"} data, such as enable_thinking=false (repeatable)")
 	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "epochs to train")

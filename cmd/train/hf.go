@@ -102,7 +102,7 @@ func buildHF(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Tr
 			nn.Free(m)
 			return nil, err
 		}
-	} else if ds, err = data.NewLMDataset(c.DataDir, tok, data.LMOptions{BlockSize: block, EOS: eos}); err != nil {
+	} else if ds, err = data.NewLMDataset(c.DataDir, tok, data.LMOptions{BlockSize: block, EOS: eos, SeparateDocuments: c.Packing}); err != nil {
 		return nil, err
 	}
 	if c.Limit > 0 && c.Limit < ds.Len() {
