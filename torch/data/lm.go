@@ -316,9 +316,11 @@ func (d *LMDataset) separate(i int, labels, pos []int64) {
 	}
 }
 
-// LMPad is the LoaderOptions.Pad of an LMDataset's batches: input ids padded with pad
-// (the mask MaskName(LMInputIDs) marks the real tokens, the attention mask) and labels
-// with IgnoreIndex, so padding is never learned.
+// LMPad is the LoaderOptions.Pad of an LMDataset's or a ChatDataset's batches: input
+// ids padded with pad (the mask MaskName(LMInputIDs) marks the real tokens, the
+// attention mask), labels with IgnoreIndex, so padding is never learned, and the
+// position ids of packed windows of different lengths (packed conversations) with 0, so
+// each padding token is a sequence of its own that no real token attends to.
 func LMPad(pad int64) map[string]float64 {
-	return map[string]float64{LMInputIDs: float64(pad), LMLabels: IgnoreIndex}
+	return map[string]float64{LMInputIDs: float64(pad), LMLabels: IgnoreIndex, LMPositionIDs: 0}
 }
