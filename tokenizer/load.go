@@ -2,12 +2,15 @@ package tokenizer
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 )
 
 // MaxFileSize is the largest tokenizer.json Load reads (256 MiB). The largest real ones
@@ -127,6 +130,11 @@ type tokenizerConfig struct {
 	BOS json.RawMessage `json:"bos_token"`
 	EOS json.RawMessage `json:"eos_token"`
 	PAD json.RawMessage `json:"pad_token"`
+	// AddedTokensDecoder is what transformers' save_pretrained writes of the added
+	// tokens, by id.
+	AddedTokensDecoder map[string]struct {
+		Content string `json:"content"`
+	} `json:"added_tokens_decoder"`
 }
 
 func (t *Tokenizer) applyConfig(data []byte) error {
@@ -155,6 +163,29 @@ func (t *Tokenizer) applyConfig(data []byte) error {
 			return fmt.Errorf("tokenizer: %s %q is not in the vocabulary", f.name, content)
 		}
 		*f.dst = id
+	}
+	// transformers adds every token of added_tokens_decoder that tokenizer.json does not
+	// hold as an added token with that id: a new token at the end of the vocabulary, or an
+	// added token over a vocabulary entry, matched before the model. Either changes the
+	// ids, so such a directory is refused rather than encoded otherwise.
+	type listed struct {
+		id      int64
+		content string
+	}
+	decoder := make([]listed, 0, len(cfg.AddedTokensDecoder))
+	for k, v := range cfg.AddedTokensDecoder {
+		id, err := strconv.ParseInt(k, 10, 64)
+		if err != nil {
+			return fmt.Errorf("tokenizer: added_tokens_decoder: key %q is not a token id", k)
+		}
+		decoder = append(decoder, listed{id, v.Content})
+	}
+	slices.SortFunc(decoder, func(a, b listed) int { return cmp.Compare(a.id, b.id) })
+	for _, d := range decoder {
+		if a, ok := t.added.tokens[d.id]; !ok || a.Content != d.content {
+			return fmt.Errorf("tokenizer: added_tokens_decoder[%d] %q is not an added token of tokenizer.json with that id; transformers would add it and encode differently: %w",
+				d.id, d.content, ErrUnsupported)
+		}
 	}
 	return nil
 }

@@ -270,6 +270,28 @@ func TestLoadFileChecks(t *testing.T) {
 	require.NoError(t, os.WriteFile(cfg, []byte(`{"eos_token": 7}`), 0o644))
 	_, err = LoadDir(dir)
 	require.ErrorContains(t, err, "eos_token: expected a string or an object")
+
+	// added_tokens_decoder must agree with tokenizer.json's added tokens: transformers adds
+	// the ones it lacks, which would change the ids (a directory whose tokenizer.json lost
+	// tokens that its tokenizer_config.json still lists).
+	eot, _ := tok.TokenToID("<|endoftext|>")
+	mask, _ := tok.TokenToID("<mask>")
+	require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, `{"added_tokens_decoder": {"%d": {"content": "<mask>"}, "%d": {"content": "<|endoftext|>", "special": true}}}`, mask, eot), 0o644))
+	_, err = LoadDir(dir)
+	require.NoError(t, err)
+	for raw, want := range map[string]string{
+		fmt.Sprintf(`{"added_tokens_decoder": {"%d": {"content": "<think>"}}}`, mask+1): fmt.Sprintf(`added_tokens_decoder[%d] "<think>" is not an added token`, mask+1),
+		fmt.Sprintf(`{"added_tokens_decoder": {"%d": {"content": "<mask>"}}}`, eot):     fmt.Sprintf(`added_tokens_decoder[%d] "<mask>" is not an added token`, eot),
+		`{"added_tokens_decoder": {"0": {"content": "a"}}}`:                             `added_tokens_decoder[0] "a" is not an added token`,
+		`{"added_tokens_decoder": {"x": {"content": "a"}}}`:                             `key "x" is not a token id`,
+	} {
+		require.NoError(t, os.WriteFile(cfg, []byte(raw), 0o644))
+		_, err = LoadDir(dir)
+		require.ErrorContains(t, err, want, raw)
+		if !strings.Contains(want, "key") {
+			require.ErrorIs(t, err, ErrUnsupported, raw)
+		}
+	}
 }
 
 // FuzzParse: no input makes Parse, Encode or Decode panic. go test runs the seeds;
