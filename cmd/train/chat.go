@@ -118,8 +118,10 @@ func isChatData(path string) (bool, error) {
 }
 
 // chatDataset renders the conversations of c.DataDir with the model directory's chat
-// template. It pins c.ChatDate to today when it is unset, so that the run records the
-// date (c is what the run records).
+// template, packed into windows of block tokens with --packing (each conversation whole,
+// positions restarting and attention within it: data.ChatOptions.Packing). It pins
+// c.ChatDate to today when it is unset, so that the run records the date (c is what the
+// run records).
 func chatDataset(c *Config, tok *tokenizer.Tokenizer, block int, out io.Writer) (*data.ChatDataset, error) {
 	tmpl, err := chat.LoadDir(c.Model)
 	if err != nil {
@@ -132,7 +134,7 @@ func chatDataset(c *Config, tok *tokenizer.Tokenizer, block int, out io.Writer) 
 	if err != nil {
 		return nil, fmt.Errorf("--chat-date %w", err)
 	}
-	ds, err := data.NewChatDataset(c.DataDir, tok, tmpl, data.ChatOptions{BlockSize: block,
+	ds, err := data.NewChatDataset(c.DataDir, tok, tmpl, data.ChatOptions{BlockSize: block, Packing: c.Packing,
 		Template: chat.Options{Now: now, Vars: c.TemplateKwargs.vars()}})
 	if err != nil {
 		return nil, err

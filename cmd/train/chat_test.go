@@ -81,13 +81,45 @@ func TestFineTuneChat(t *testing.T) {
 	assert.Equal(t, templateKwargs{"enable_thinking": false}, rec.TemplateKwargs)
 
 	resumesExactly(t, args, runs, ref)
+
+	// --packing packs whole conversations into windows of the block: at 16 tokens each
+	// multi-turn conversation (10 tokens) opens a window, into which a single-turn one
+	// (6 tokens) fits exactly (best-fit decreasing): 20 full windows.
+	out, err = child(append(args, "--packing", "--block-size", "16", "--epochs", "1", "--max-steps", "2", "--experiment", "packed")...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "chat data: 40 conversations: 40 kept whole, 0 cut to the block size of 16 tokens (trailing turns dropped), 0 dropped (first assistant turn longer than the block); packed into 20 windows, 100.0% filled")
+	ok, err = trainer.ReadRunConfig(filepath.Join(runs, "packed", "checkpoints", "last.pt"), &rec)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.True(t, rec.Packing)
 }
 
-// TestFineTuneChatErrors: bad conversation data and a directory without a chat template
-// are errors naming the file (and line), and the run directory is not created.
+// withTemplate returns a copy of the model directory base (its files) with name, a chat
+// template file, written as content.
+func withTemplate(t *testing.T, base, name, content string) string {
+	t.Helper()
+	dir := t.TempDir()
+	entries, err := os.ReadDir(base)
+	require.NoError(t, err)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(base, e.Name()))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+	return dir
+}
+
+// TestFineTuneChatErrors: bad conversation data, a directory without a chat template and
+// a template with syntax tokenizer/chat does not support (in chat_template.jinja or in
+// tokenizer_config.json) are errors naming the file and line (the template's
+// line:col), and the run directory is not created (issue 40 acceptance 5).
 func TestFineTuneChatErrors(t *testing.T) {
 	model := tinyChatDir(t)
 	noTemplate := tinyLlamaDir(t)
+	unsupportedJinja := withTemplate(t, noTemplate, "chat_template.jinja", "{{ bos_token }}\n{% for m in messages %}{{ m['content'] | frobnicate }}{% endfor %}")
+	unsupportedConfig := withTemplate(t, noTemplate, "tokenizer_config.json",
+		`{"bos_token": "<s>", "eos_token": "</s>", "chat_template": "{% for m in messages %}\n  {% include 'turn.jinja' %}{% endfor %}"}`)
 	good := `{"messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"}]}`
 	for name, c := range map[string]struct {
 		model, data string
@@ -100,6 +132,10 @@ func TestFineTuneChatErrors(t *testing.T) {
 		"template refuses": {model, writeLines(t, "d.jsonl", `{"messages": [{"role": "system", "content": "hi"}, {"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"}]}`),
 			"d.jsonl:1: the chat template refuses the conversation: System role not supported"},
 		"bad chat date": {model, writeLines(t, "e.jsonl", good, good), "chat_date"},
+		"unsupported syntax in chat_template.jinja": {unsupportedJinja, writeLines(t, "f.jsonl", good, good),
+			"chat_template.jinja: chat template 2:42: unsupported filter 'frobnicate'"},
+		"unsupported syntax in tokenizer_config.json": {unsupportedConfig, writeLines(t, "g.jsonl", good, good),
+			"tokenizer_config.json: chat template 2:6: unsupported statement '{% include %}'"},
 	} {
 		runs := filepath.Join(t.TempDir(), "runs")
 		args := []string{"--model", c.model, "--data", c.data, "--runs-dir", runs, "--epochs", "1"}

@@ -55,7 +55,9 @@ type Config struct {
 	BlockSize int `json:"block_size,omitempty" yaml:"block_size"`
 	// Packing keeps the documents packed into a model directory's text windows apart:
 	// positions restart at each document and attention stays within it
-	// (data.LMOptions.SeparateDocuments).
+	// (data.LMOptions.SeparateDocuments); on {"messages"} data it packs whole
+	// conversations into windows of BlockSize tokens the same way
+	// (data.ChatOptions.Packing).
 	Packing bool `json:"packing,omitempty" yaml:"packing"`
 	// ChatDate (YYYY-MM-DD) is the date a chat template's strftime_now sees when
 	// {"messages"} data is rendered; the run records the day it started ("" on the
@@ -198,7 +200,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.Float64Var(&c.ValSplit, "val-split", c.ValSplit, "hold out this fraction of a single folder or file for validation")
 	fs.StringVar(&c.LabelColumn, "label-column", c.LabelColumn, "a CSV's label column (the other columns are the features)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "a text file's context length in bytes (0: 128)")
-	fs.BoolVar(&c.Packing, "packing", c.Packing, "with --model DIR on text: documents packed into a window restart their positions and attend within themselves only")
+	fs.BoolVar(&c.Packing, "packing", c.Packing, "with --model DIR: documents packed into a text window restart their positions and attend within themselves only; {\"messages\"} data is packed into windows of whole conversations, each apart")
 	fs.StringVar(&c.ChatDate, "chat-date", c.ChatDate, "the `YYYY-MM-DD` a chat template's strftime_now sees for {\"messages\"} data (default today, recorded for --resume)")
 	fs.Var(&c.TemplateKwargs, "template-kwarg", "a chat template variable `KEY=JSON` for {\"messages\"} data, such as enable_thinking=false (repeatable)")
 	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "epochs to train")

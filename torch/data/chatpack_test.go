@@ -25,7 +25,7 @@ func packConversations(t *testing.T) string {
 		conv("system", "be brief", "user", "2+2?", "assistant", "4", "user", "3+3?", "assistant", "6"),
 		conv("user", "name?", "assistant", "gotrain"),
 		conv("user", "a", "assistant", "b", "user", strings.Repeat("c", 60), "assistant", "d"), // cut
-		conv("user", strings.Repeat("e", 90), "assistant", "f"),                              // dropped
+		conv("user", strings.Repeat("e", 90), "assistant", "f"),                                // dropped
 		conv("user", "x", "assistant", "y"),
 		conv("user", "long one", "assistant", strings.Repeat("z", 30)),
 	}
