@@ -259,17 +259,28 @@ func TestChat(t *testing.T) {
 	})
 }
 
-// TestChatErrors: a directory without a chat template, a --messages file the command
-// cannot use, and an empty stdin are errors that say what and where (exit status 1);
-// conflicting chat flags are usage errors (2).
+// TestChatErrors: a directory without a chat template or with one of unsupported syntax
+// (named with its file and the template's line:col), a --messages file the command
+// cannot use (a field of the wrong type, an empty conversation, one the template
+// refuses, invalid JSON: named with the file), and an empty stdin are errors that say
+// what and where (exit status 1); conflicting chat flags are usage errors (2).
 func TestChatErrors(t *testing.T) {
 	dir := chatAnswers(t)
 	noTemplate := copyDir(t, dir)
 	require.NoError(t, os.Remove(filepath.Join(noTemplate, "chat_template.jinja")))
+	unsupported := copyDir(t, dir)
+	require.NoError(t, os.WriteFile(filepath.Join(unsupported, "chat_template.jinja"), []byte("{{ bos_token }}\n{{ messages | frobnicate }}"), 0o644))
+	refusing := copyDir(t, dir)
+	require.NoError(t, os.WriteFile(filepath.Join(refusing, "chat_template.jinja"),
+		[]byte(`{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}`), 0o644))
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	require.NoError(t, os.WriteFile(bad, []byte(`{"messages": [{"role": "user", "content": 3}]}`), 0o644))
 	empty := filepath.Join(t.TempDir(), "empty.json")
 	require.NoError(t, os.WriteFile(empty, []byte(`{"messages": []}`), 0o644))
+	system := filepath.Join(t.TempDir(), "system.json")
+	require.NoError(t, os.WriteFile(system, []byte(`[{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]`), 0o644))
+	invalid := filepath.Join(t.TempDir(), "invalid.json")
+	require.NoError(t, os.WriteFile(invalid, []byte(`[{"role": "user" "content": "Hi"}]`), 0o644))
 	for _, c := range []struct {
 		name  string
 		args  []string
@@ -280,6 +291,11 @@ func TestChatErrors(t *testing.T) {
 		{"no template", []string{"--model", noTemplate, "--chat", "--prompt", "Hi"}, "", 1, "has no chat template"},
 		{"wrong field type", []string{"--model", dir, "--messages", bad}, "", 1, bad + ": messages[0]"},
 		{"empty conversation", []string{"--model", dir, "--messages", empty}, "", 1, empty + `: the conversation is empty`},
+		{"template refuses", []string{"--model", refusing, "--messages", system}, "", 1,
+			system + ": the chat template refuses the conversation: System role not supported"},
+		{"invalid JSON", []string{"--model", dir, "--messages", invalid}, "", 1, invalid + ": not valid JSON"},
+		{"unsupported syntax", []string{"--model", unsupported, "--chat", "--prompt", "Hi"}, "", 1,
+			filepath.Join(unsupported, "chat_template.jinja") + ": chat template 2:15: unsupported filter 'frobnicate'"},
 		{"empty stdin", []string{"--model", dir, "--chat"}, "\n", 1, "stdin held no user turn"},
 		{"messages and prompt", []string{"--model", dir, "--messages", empty, "--prompt", "Hi"}, "", 2, "--messages conflicts with --prompt"},
 		{"system without chat", []string{"--model", dir, "--system", "S", "--prompt", "Hi"}, "", 2, "--system applies to --chat only"},

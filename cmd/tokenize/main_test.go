@@ -320,3 +320,50 @@ func TestTokenizeText(t *testing.T) {
 	assert.Equal(t, kwargs{"enable_thinking": false, "effort": "high"}, k)
 	assert.Equal(t, exitRuntime, run([]string{"--model", filepath.Join(dir, "none"), "--text", "x"}, &stdout, &stderr))
 }
+
+// TestTokenizeMessagesErrors: a --messages file with a field of the wrong type, an empty
+// conversation or one the template refuses is an error naming the file (and the message
+// at fault), and a template with unsupported syntax an error naming its file
+// (chat_template.jinja or tokenizer_config.json) and the template's line:col; each
+// exits 1 and prints nothing on stdout (issue 40 acceptance 5).
+func TestTokenizeMessagesErrors(t *testing.T) {
+	tok, err := os.ReadFile(filepath.Join("..", "..", "torch", "data", "testdata", "tiny-llama-tokenizer.json"))
+	require.NoError(t, err)
+	dirWith := func(files map[string]string) string {
+		dir := t.TempDir()
+		files["tokenizer.json"] = string(tok)
+		if _, ok := files["tokenizer_config.json"]; !ok {
+			files["tokenizer_config.json"] = `{"bos_token": "<s>", "eos_token": "</s>"}`
+		}
+		for name, s := range files {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644))
+		}
+		return dir
+	}
+	model := dirWith(map[string]string{"chat_template.jinja": `{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}`})
+	jinja := dirWith(map[string]string{"chat_template.jinja": "{{ bos_token }}\n{{ messages | frobnicate }}"})
+	config := dirWith(map[string]string{"tokenizer_config.json": `{"bos_token": "<s>", "chat_template": "{% for m in messages %}\n{% include 'x' %}{% endfor %}"}`})
+	file := func(name, s string) string {
+		p := filepath.Join(t.TempDir(), name)
+		require.NoError(t, os.WriteFile(p, []byte(s), 0o644))
+		return p
+	}
+	good := file("good.json", `[{"role": "user", "content": "hello"}]`)
+	wrong := file("wrong.json", "{\"messages\": [\n  {\"role\": \"user\", \"content\": \"hello\"},\n  {\"role\": \"assistant\", \"content\": 5}\n]}\n")
+	empty := file("empty.json", `{"messages": []}`)
+	refused := file("refused.json", `[{"role": "system", "content": "x"}, {"role": "user", "content": "hello"}]`)
+	invalid := file("invalid.json", `[{"role": "user" "content": "hello"}]`)
+	for _, c := range []struct{ name, model, messages, want string }{
+		{"wrong field type", model, wrong, wrong + `: messages[1]: "content" is a number`},
+		{"empty conversation", model, empty, empty + ": the conversation is empty"},
+		{"template refuses", model, refused, refused + ": the chat template refuses the conversation: System role not supported"},
+		{"invalid JSON", model, invalid, invalid + ": not valid JSON"},
+		{"unsupported syntax in chat_template.jinja", jinja, good, filepath.Join(jinja, "chat_template.jinja") + ": chat template 2:15: unsupported filter 'frobnicate'"},
+		{"unsupported syntax in tokenizer_config.json", config, good, filepath.Join(config, "tokenizer_config.json") + ": chat template 2:4: unsupported statement '{% include %}'"},
+	} {
+		var stdout, stderr bytes.Buffer
+		assert.Equal(t, exitRuntime, run([]string{"--model", c.model, "--messages", c.messages, "--json"}, &stdout, &stderr), c.name)
+		assert.Contains(t, stderr.String(), c.want, c.name)
+		assert.Empty(t, stdout.String(), c.name)
+	}
+}
