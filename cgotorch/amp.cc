@@ -17,7 +17,8 @@ at::DeviceType devtype(int t) { return t == 1 ? at::kCUDA : at::kCPU; }
 extern "C" {
 
 cg_status cg_autocast_enter(int device_type, int dtype, int *prev_enabled, int *prev_dtype, int *prev_cache) {
-  CG_TRY auto dt = devtype(device_type);
+  CG_TRY if (cg::recording()) cg::refuse("autocast changes thread state outside the trace");
+  auto dt = devtype(device_type);
   *prev_enabled = at::autocast::is_autocast_enabled(dt) ? 1 : 0;
   *prev_dtype = static_cast<int>(at::autocast::get_autocast_dtype(dt));
   *prev_cache = at::autocast::is_autocast_cache_enabled() ? 1 : 0;
@@ -42,6 +43,7 @@ cg_status cg_autocast_exit(int device_type, int prev_enabled, int prev_dtype, in
 
 cg_status cg_amp_unscale(cg_tensor *params, int n, cg_tensor scale, cg_tensor *found_inf) {
   CG_TRY at::NoGradGuard no_grad;
+  if (cg::recording()) cg::refuse("the GradScaler's unscale is not recorded");
   const at::Tensor &sc = T(scale);
   // GradScaler.unscale_: inv_scale = scale.double().reciprocal().float().
   at::Tensor inv = sc.to(at::kDouble).reciprocal().to(at::kFloat);

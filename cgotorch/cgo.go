@@ -89,9 +89,14 @@ func statusErr(code C.int32_t, msg C.cg_msg) *Error {
 	if code == 0 {
 		return nil
 	}
-	e := &Error{Code: Code(code), Msg: C.GoString(C.cg_msg_text(msg))}
+	return &Error{Code: Code(code), Msg: msgText(msg)}
+}
+
+// msgText returns a message's text and frees it.
+func msgText(msg C.cg_msg) string {
+	s := C.GoString(C.cg_msg_text(msg))
 	C.cg_free_msg(msg)
-	return e
+	return s
 }
 
 // st returns a status's error; a nil *Error becomes a nil error.

@@ -427,3 +427,60 @@ void cg_steps_run(const cg_step *s, const cg_stage *stages, const int64_t *group
 }
 #endif
 #endif
+
+// ==== traces (replay.cc) ====
+// A trace is a training step's calls into libtorch recorded once and replayed for the
+// following steps, one call a step (or a run of steps), with no crossing back into Go.
+// While a thread records, every op of ops.tab and the entry points a step uses
+// (cg_zero_grad, cg_backward, cg_optim_step, cg_accumulate, the clipping ones, cg_grad,
+// cg_set_grad_enabled) append their calls; an entry point that cannot be replayed (a
+// read of a value on the host, a callback into Go, a change of thread or autograd state
+// the trace would not repeat) makes it unusable, with the reason. Tensors the step did
+// not make are held by identity (parameters, buffers, optimizer state); those it made are
+// made anew by each replay, which releases them after their last use.
+#ifndef GOTRAIN_CGOTORCH_TRACE_H
+#define GOTRAIN_CGOTORCH_TRACE_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+typedef void *cg_trace;
+// cg_trace_begin starts recording the calling thread's calls, with inputs as the
+// trace's inputs; step is the step counter (cg_accumulate's step) of the recorded step.
+cg_status cg_trace_begin(const cg_tensor *inputs, int n, int64_t step);
+// cg_trace_end stops recording, with outputs as the tensors a replay returns. *out is
+// the trace, or NULL with *why (malloc'd) saying why the step cannot be replayed.
+cg_status cg_trace_end(const cg_tensor *outputs, int n, cg_trace *out, cg_msg *why);
+void cg_trace_free(cg_trace t);
+// cg_trace_same reports whether two traces make the same calls with the same arguments
+// on the same persistent tensors: a step recorded twice that gives the same trace does
+// not depend on values that changed between the two.
+int cg_trace_same(cg_trace a, cg_trace b);
+int cg_trace_outputs(cg_trace t);
+// cg_trace_result is a replay's status, with the scope its outputs joined and the
+// number of steps that completed.
+typedef struct {
+  int32_t code;
+  int32_t scope;
+  cg_msg msg;
+  int32_t done;
+} cg_trace_result;
+// cg_trace_run replays t over inputs (which must have the recorded dtypes, devices and
+// shapes) at step counter step; outs receives its outputs (cg_trace_outputs of them),
+// adopted by the thread's scope. A failure names the entry that failed. opt_kind,
+// opt_groups and opt_hyper are the optimizer's current hyperparameters (cg_optim_step's
+// kind, ngroups and hyper; opt_kind -1: none), which a replayed optimizer step uses
+// instead of the recorded ones, so that a scheduler's learning rate is not baked in.
+void cg_trace_run(cg_trace t, const cg_tensor *inputs, int n, int opt_kind, int opt_groups, const void *opt_hyper,
+                  int64_t step, cg_tensor *outs, cg_trace_result *r);
+// cg_trace_run_batches replays t over nb batches in turn, at step counters step,
+// step+1, ...: batch k's input i is rows starts[k] to starts[k]+sizes[k] of fields[i]
+// or, when order is not NULL, the rows that those positions of the int64 vector order
+// name (cg_steps_run's cg_batches). Only the last step's outputs are kept; r.done counts
+// the steps that completed.
+void cg_trace_run_batches(cg_trace t, const cg_tensor *fields, int n, cg_tensor order, const int64_t *starts,
+                          const int64_t *sizes, int nb, int opt_kind, int opt_groups, const void *opt_hyper,
+                          int64_t step, cg_tensor *outs, cg_trace_result *r);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -243,6 +243,8 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
 extern "C" {
 
 cg_results cg_checkpoint(uintptr_t fn, cg_tensor *inputs, int n, cg_tensor *params, int np) {
+  // Its backward calls back into Go to recompute, which a replay cannot do.
+  if (cg::recording()) cg::refuse("activation checkpointing recomputes in Go");
   c10::intrusive_ptr<State> st;
   try {
     st = c10::make_intrusive<State>(fn);

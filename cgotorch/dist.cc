@@ -338,7 +338,8 @@ void cg_dist_free(cg_pg p) {
 }
 
 cg_status cg_dist_broadcast(cg_pg p, cg_tensor *ts, int n, int root) {
-  CG_TRY auto &pg = P(p);
+  CG_TRY if (cg::recording()) cg::refuse("collectives are not recorded");
+  auto &pg = P(p);
   std::vector<at::Tensor> all;
   for (int i = 0; i < n; i++) all.push_back(T(ts[i]));
   at::NoGradGuard ng;
@@ -355,7 +356,8 @@ cg_status cg_dist_broadcast(cg_pg p, cg_tensor *ts, int n, int root) {
 }
 
 cg_status cg_dist_allreduce(cg_pg p, cg_tensor *ts, int n, enum cg_reduce_op op) {
-  CG_TRY auto &pg = P(p);
+  CG_TRY if (cg::recording()) cg::refuse("collectives are not recorded");
+  auto &pg = P(p);
   std::vector<at::Tensor> all;
   for (int i = 0; i < n; i++) all.push_back(T(ts[i]));
   at::NoGradGuard ng;
@@ -372,7 +374,8 @@ cg_status cg_dist_allreduce(cg_pg p, cg_tensor *ts, int n, enum cg_reduce_op op)
 }
 
 cg_status cg_dist_allreduce_grads(cg_pg p, cg_tensor *params, int n) {
-  CG_TRY auto &pg = P(p);
+  CG_TRY if (cg::recording()) cg::refuse("collectives are not recorded");
+  auto &pg = P(p);
   std::vector<at::Tensor> grads;
   at::NoGradGuard ng;
   for (int i = 0; i < n; i++) {

@@ -203,6 +203,74 @@ at::Tensor batch_norm_counted(const at::Tensor &x, const std::optional<at::Tenso
 // accumulate is cg_accumulate without the exception guard (metrics.cc).
 void accumulate(cg_tensor acc, cg_tensor *values, int n, double weight, int64_t step, int flags);
 
+// ---- recording a step (replay.cc) ----
+// While a thread records (cg_trace_begin), every generated op and every hand-written
+// entry point a step uses appends an entry to the thread's trace: its number, its
+// arguments (tensors as slots) and its results' slots. An entry point that cannot be
+// replayed calls refuse instead, which makes the trace unusable.
+struct Trace;
+extern constinit thread_local Trace *recording_;
+[[gnu::always_inline]] inline bool recording() { return C10_UNLIKELY(recording_ != nullptr); }
+// refuse marks the trace being recorded, if any, as not replayable, for reason why.
+void refuse(const char *why);
+
+// Rec appends one entry to the trace being recorded; op is an ops.tab row's index, or
+// one of replay.cc's numbers for the hand-written entry points.
+class Rec {
+ public:
+  explicit Rec(int op);
+  void t(cg_tensor h);  // a tensor argument (0: none)
+  void list(const cg_tensor *hs, int n);
+  void list(const int64_t *vs, int n);
+  void v(int64_t x);
+  void v(int x) { v(static_cast<int64_t>(x)); }
+  void v(double x);
+  void out(cg_tensor h);  // a tensor result
+  void outs(const cg_tensor *hs, int64_t n);
+
+ private:
+  Trace &tr_;
+};
+
+// Reader reads an entry back while a trace replays, in the order Rec wrote it: tensors
+// come back as handles to their slots, which stay valid for the entry's call.
+class Reader {
+ public:
+  Reader(Trace &tr, const int64_t *w) : tr_(tr), w_(w) {}
+  cg_tensor t();
+  const cg_tensor *tensors(int *n);
+  const int64_t *ints(int *n);
+  int64_t i() { return *w_++; }
+  double d() {
+    double x;
+    std::memcpy(&x, w_++, sizeof x);
+    return x;
+  }
+  void out(at::Tensor t);
+  void outs(const std::vector<at::Tensor> &ts);
+  Trace &trace() { return tr_; }
+
+ private:
+  Trace &tr_;
+  const int64_t *w_;
+};
+
+// The records of the hand-written entry points a step uses (replay.cc).
+void record_zero_grad(const cg_tensor *params, int n, int set_to_none);
+void record_backward(cg_tensor t, cg_tensor grad, int retain);
+void record_optim_step(int kind, int ngroups, const int64_t *group_sizes, const cg_tensor *params,
+                       const cg_tensor *state);
+void record_accumulate(cg_tensor acc, const cg_tensor *values, int n, double weight, int64_t step, int flags);
+void record_clip_norm(const cg_tensor *params, int n, double max_norm, double norm_type, cg_tensor total);
+void record_clip_value(const cg_tensor *params, int n, double clip_value);
+void record_grad(cg_tensor t, cg_tensor grad);
+void record_grad_mode(int on);
+
+// replay_op runs ops.tab's op number op from r (ops_gen.cc); op_name is its name
+// (nullptr for a number that is not an ops.tab row).
+void replay_op(int op, Reader &r);
+const char *op_name(int op);
+
 }  // namespace cg
 
 #define CG_TRY try { cg::sync_num_threads();

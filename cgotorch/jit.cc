@@ -56,7 +56,8 @@ cg_status cg_jit_load(const char *path, int device_type, int device_index, cg_mo
 void cg_jit_free(cg_module m) { delete static_cast<torch::jit::Module *>(m); }
 
 cg_result cg_jit_forward(cg_module m, cg_tensor x) {
-  CG_TRY std::vector<c10::IValue> in{T(x)};
+  CG_TRY if (cg::recording()) cg::refuse("a TorchScript forward is not recorded");
+  std::vector<c10::IValue> in{T(x)};
   c10::IValue out = M(m).forward(std::move(in));
   if (!out.isTensor()) return res(cg::fail(CG_ERR_INVALID, "TorchScript forward returned " + std::string(out.tagKind()) + ", not a Tensor"));
   return res(out.toTensor());
@@ -110,7 +111,8 @@ void cg_named_tensors_free(cg_named_tensors *nt) {
 }
 
 cg_status cg_tensor_set_data(cg_tensor t, cg_tensor src) {
-  CG_TRY T(t).set_data(T(src));
+  CG_TRY if (cg::recording()) cg::refuse("set_data changes a tensor outside the trace");
+  T(t).set_data(T(src));
   return cg::ok();
   CG_CATCH_STATUS
 }

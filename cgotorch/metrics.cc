@@ -82,6 +82,7 @@ extern "C" {
 
 cg_status cg_accumulate(cg_tensor acc, cg_tensor *values, int n, double weight, int64_t step, int flags) {
   CG_TRY cg::accumulate(acc, values, n, weight, step, flags);
+  if (cg::recording()) cg::record_accumulate(acc, values, n, weight, step, flags);
   return cg::ok();
   CG_CATCH_STATUS
 }

@@ -11,6 +11,14 @@ void cg_op_Empty(const int64_t *shape_, int shape_n, int dtype_, int dev_type, i
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
   *ret_ = cg::res(at::empty(shape, cg::options(dtype, dev)));
+  if (cg::recording()) {
+    cg::Rec rec_(0);
+    rec_.list(shape_, shape_n);
+    rec_.v(dtype_);
+    rec_.v(dev_type);
+    rec_.v(dev_index);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -20,6 +28,14 @@ void cg_op_Zeros(const int64_t *shape_, int shape_n, int dtype_, int dev_type, i
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
   *ret_ = cg::res(at::zeros(shape, cg::options(dtype, dev)));
+  if (cg::recording()) {
+    cg::Rec rec_(1);
+    rec_.list(shape_, shape_n);
+    rec_.v(dtype_);
+    rec_.v(dev_type);
+    rec_.v(dev_index);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -29,6 +45,14 @@ void cg_op_Ones(const int64_t *shape_, int shape_n, int dtype_, int dev_type, in
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
   *ret_ = cg::res(at::ones(shape, cg::options(dtype, dev)));
+  if (cg::recording()) {
+    cg::Rec rec_(2);
+    rec_.list(shape_, shape_n);
+    rec_.v(dtype_);
+    rec_.v(dev_type);
+    rec_.v(dev_index);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -38,6 +62,14 @@ void cg_op_Rand(const int64_t *shape_, int shape_n, int dtype_, int dev_type, in
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
   *ret_ = cg::res(at::rand(shape, cg::options(dtype, dev)));
+  if (cg::recording()) {
+    cg::Rec rec_(3);
+    rec_.list(shape_, shape_n);
+    rec_.v(dtype_);
+    rec_.v(dev_type);
+    rec_.v(dev_index);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -47,6 +79,14 @@ void cg_op_Randn(const int64_t *shape_, int shape_n, int dtype_, int dev_type, i
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
   *ret_ = cg::res(at::randn(shape, cg::options(dtype, dev)));
+  if (cg::recording()) {
+    cg::Rec rec_(4);
+    rec_.list(shape_, shape_n);
+    rec_.v(dtype_);
+    rec_.v(dev_type);
+    rec_.v(dev_index);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -57,6 +97,15 @@ void cg_op_Full(const int64_t *shape_, int shape_n, double v_, int dtype_, int d
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
   *ret_ = cg::res(at::full(shape, v, cg::options(dtype, dev)));
+  if (cg::recording()) {
+    cg::Rec rec_(5);
+    rec_.list(shape_, shape_n);
+    rec_.v(v_);
+    rec_.v(dtype_);
+    rec_.v(dev_type);
+    rec_.v(dev_index);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -68,6 +117,16 @@ void cg_op_Arange(double start_, double end_, double step_, int dtype_, int dev_
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
   *ret_ = cg::res(at::arange(start, end, step, cg::options(dtype, dev)));
+  if (cg::recording()) {
+    cg::Rec rec_(6);
+    rec_.v(start_);
+    rec_.v(end_);
+    rec_.v(step_);
+    rec_.v(dtype_);
+    rec_.v(dev_type);
+    rec_.v(dev_index);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -77,6 +136,16 @@ void cg_op_Randint(int64_t low, int64_t high, const int64_t *shape_, int shape_n
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
   *ret_ = cg::res(at::randint(low, high, shape, cg::options(dtype, dev)));
+  if (cg::recording()) {
+    cg::Rec rec_(7);
+    rec_.v(low);
+    rec_.v(high);
+    rec_.list(shape_, shape_n);
+    rec_.v(dtype_);
+    rec_.v(dev_type);
+    rec_.v(dev_index);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -84,6 +153,11 @@ void cg_op_ZerosLike(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::zeros_like(self));
+  if (cg::recording()) {
+    cg::Rec rec_(8);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -91,6 +165,11 @@ void cg_op_OnesLike(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::ones_like(self));
+  if (cg::recording()) {
+    cg::Rec rec_(9);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -99,6 +178,12 @@ void cg_op_FullLike(cg_tensor self_, double v_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar v = cg::scalar(v_);
   *ret_ = cg::res(at::full_like(self, v));
+  if (cg::recording()) {
+    cg::Rec rec_(10);
+    rec_.t(self_);
+    rec_.v(v_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -107,6 +192,14 @@ void cg_op_Eye(int64_t n, int dtype_, int dev_type, int dev_index, cg_result *re
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   at::Device dev = cg::device(dev_type, dev_index);
   *ret_ = cg::res(at::eye(n, cg::options(dtype, dev)));
+  if (cg::recording()) {
+    cg::Rec rec_(11);
+    rec_.v(n);
+    rec_.v(dtype_);
+    rec_.v(dev_type);
+    rec_.v(dev_index);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -116,6 +209,14 @@ void cg_op_To(cg_tensor self_, int dev_type, int dev_index, int nonBlocking_, cg
   at::Device dev = cg::device(dev_type, dev_index);
   bool nonBlocking = nonBlocking_ != 0;
   *ret_ = cg::res(self.to(dev, self.scalar_type(), nonBlocking, false));
+  if (cg::recording()) {
+    cg::Rec rec_(12);
+    rec_.t(self_);
+    rec_.v(dev_type);
+    rec_.v(dev_index);
+    rec_.v(nonBlocking_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -124,6 +225,12 @@ void cg_op_ToDType(cg_tensor self_, int dtype_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   *ret_ = cg::res(self.to(dtype));
+  if (cg::recording()) {
+    cg::Rec rec_(13);
+    rec_.t(self_);
+    rec_.v(dtype_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -131,6 +238,11 @@ void cg_op_Contiguous(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(self.contiguous());
+  if (cg::recording()) {
+    cg::Rec rec_(14);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -138,6 +250,11 @@ void cg_op_Detach(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(self.detach());
+  if (cg::recording()) {
+    cg::Rec rec_(15);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -145,6 +262,11 @@ void cg_op_Clone(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(self.clone());
+  if (cg::recording()) {
+    cg::Rec rec_(16);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -155,6 +277,12 @@ void cg_op_CopyFrom(cg_tensor self_, cg_tensor src_, int nonBlocking_, cg_status
   bool nonBlocking = nonBlocking_ != 0;
   at::NoGradGuard g; self.copy_(src, nonBlocking);
   *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(17);
+    rec_.t(self_);
+    rec_.t(src_);
+    rec_.v(nonBlocking_);
+  }
   CG_CATCH_INTO(status)
 }
 
@@ -162,6 +290,11 @@ void cg_op_Neg(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::neg(self));
+  if (cg::recording()) {
+    cg::Rec rec_(18);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -169,6 +302,11 @@ void cg_op_Exp(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::exp(self));
+  if (cg::recording()) {
+    cg::Rec rec_(19);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -176,6 +314,11 @@ void cg_op_Log(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::log(self));
+  if (cg::recording()) {
+    cg::Rec rec_(20);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -183,6 +326,11 @@ void cg_op_Log1p(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::log1p(self));
+  if (cg::recording()) {
+    cg::Rec rec_(21);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -190,6 +338,11 @@ void cg_op_Sqrt(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::sqrt(self));
+  if (cg::recording()) {
+    cg::Rec rec_(22);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -197,6 +350,11 @@ void cg_op_Rsqrt(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::rsqrt(self));
+  if (cg::recording()) {
+    cg::Rec rec_(23);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -204,6 +362,11 @@ void cg_op_Square(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::square(self));
+  if (cg::recording()) {
+    cg::Rec rec_(24);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -211,6 +374,11 @@ void cg_op_Abs(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::abs(self));
+  if (cg::recording()) {
+    cg::Rec rec_(25);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -218,6 +386,11 @@ void cg_op_Sign(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::sign(self));
+  if (cg::recording()) {
+    cg::Rec rec_(26);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -225,6 +398,11 @@ void cg_op_Floor(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::floor(self));
+  if (cg::recording()) {
+    cg::Rec rec_(27);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -232,6 +410,11 @@ void cg_op_Ceil(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::ceil(self));
+  if (cg::recording()) {
+    cg::Rec rec_(28);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -239,6 +422,11 @@ void cg_op_Round(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::round(self));
+  if (cg::recording()) {
+    cg::Rec rec_(29);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -246,6 +434,11 @@ void cg_op_Sin(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::sin(self));
+  if (cg::recording()) {
+    cg::Rec rec_(30);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -253,6 +446,11 @@ void cg_op_Cos(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::cos(self));
+  if (cg::recording()) {
+    cg::Rec rec_(31);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -260,6 +458,11 @@ void cg_op_Reciprocal(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::reciprocal(self));
+  if (cg::recording()) {
+    cg::Rec rec_(32);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -267,6 +470,11 @@ void cg_op_ReLU(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::relu(self));
+  if (cg::recording()) {
+    cg::Rec rec_(33);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -274,6 +482,11 @@ void cg_op_Sigmoid(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::sigmoid(self));
+  if (cg::recording()) {
+    cg::Rec rec_(34);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -281,6 +494,11 @@ void cg_op_Tanh(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::tanh(self));
+  if (cg::recording()) {
+    cg::Rec rec_(35);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -288,6 +506,11 @@ void cg_op_SiLU(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::silu(self));
+  if (cg::recording()) {
+    cg::Rec rec_(36);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -296,6 +519,12 @@ void cg_op_GELU(cg_tensor self_, int tanhApprox_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   bool tanhApprox = tanhApprox_ != 0;
   *ret_ = cg::res(at::gelu(self, tanhApprox ? "tanh" : "none"));
+  if (cg::recording()) {
+    cg::Rec rec_(37);
+    rec_.t(self_);
+    rec_.v(tanhApprox_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -304,6 +533,12 @@ void cg_op_LeakyReLU(cg_tensor self_, double slope_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar slope = cg::scalar(slope_);
   *ret_ = cg::res(at::leaky_relu(self, slope));
+  if (cg::recording()) {
+    cg::Rec rec_(38);
+    rec_.t(self_);
+    rec_.v(slope_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -311,6 +546,11 @@ void cg_op_IsNaN(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::isnan(self));
+  if (cg::recording()) {
+    cg::Rec rec_(39);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -318,6 +558,11 @@ void cg_op_IsInf(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::isinf(self));
+  if (cg::recording()) {
+    cg::Rec rec_(40);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -325,6 +570,11 @@ void cg_op_IsFinite(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::isfinite(self));
+  if (cg::recording()) {
+    cg::Rec rec_(41);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -332,6 +582,11 @@ void cg_op_LogicalNot(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::logical_not(self));
+  if (cg::recording()) {
+    cg::Rec rec_(42);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -341,6 +596,15 @@ void cg_op_clamp(cg_tensor self_, double lo, double hi, int hasLo_, int hasHi_, 
   bool hasLo = hasLo_ != 0;
   bool hasHi = hasHi_ != 0;
   *ret_ = cg::res(at::clamp(self, hasLo ? std::optional<at::Scalar>(cg::scalar(lo)) : std::nullopt, hasHi ? std::optional<at::Scalar>(cg::scalar(hi)) : std::nullopt));
+  if (cg::recording()) {
+    cg::Rec rec_(43);
+    rec_.t(self_);
+    rec_.v(lo);
+    rec_.v(hi);
+    rec_.v(hasLo_);
+    rec_.v(hasHi_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -349,6 +613,12 @@ void cg_op_Add(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::add(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(44);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -357,6 +627,12 @@ void cg_op_Sub(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::sub(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(45);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -365,6 +641,12 @@ void cg_op_Mul(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::mul(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(46);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -373,6 +655,12 @@ void cg_op_Div(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::div(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(47);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -381,6 +669,12 @@ void cg_op_Pow(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::pow(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(48);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -389,6 +683,12 @@ void cg_op_Remainder(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::remainder(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(49);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -397,6 +697,12 @@ void cg_op_Maximum(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::maximum(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(50);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -405,6 +711,12 @@ void cg_op_Minimum(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::minimum(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(51);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -413,6 +725,12 @@ void cg_op_Eq(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::eq(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(52);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -421,6 +739,12 @@ void cg_op_Ne(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::ne(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(53);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -429,6 +753,12 @@ void cg_op_Lt(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::lt(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(54);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -437,6 +767,12 @@ void cg_op_Le(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::le(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(55);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -445,6 +781,12 @@ void cg_op_Gt(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::gt(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(56);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -453,6 +795,12 @@ void cg_op_Ge(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::ge(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(57);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -461,6 +809,12 @@ void cg_op_LogicalAnd(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::logical_and(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(58);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -469,6 +823,12 @@ void cg_op_LogicalOr(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::logical_or(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(59);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -477,6 +837,12 @@ void cg_op_Matmul(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::matmul(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(60);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -485,6 +851,12 @@ void cg_op_MM(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::mm(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(61);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -493,6 +865,12 @@ void cg_op_BMM(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &o = cg::T(o_);
   *ret_ = cg::res(at::bmm(self, o));
+  if (cg::recording()) {
+    cg::Rec rec_(62);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -504,6 +882,15 @@ void cg_op_Addmm(cg_tensor self_, cg_tensor m1_, cg_tensor m2_, double beta_, do
   at::Scalar beta = cg::scalar(beta_);
   at::Scalar alpha = cg::scalar(alpha_);
   *ret_ = cg::res(at::addmm(self, m1, m2, beta, alpha));
+  if (cg::recording()) {
+    cg::Rec rec_(63);
+    rec_.t(self_);
+    rec_.t(m1_);
+    rec_.t(m2_);
+    rec_.v(beta_);
+    rec_.v(alpha_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -515,6 +902,15 @@ void cg_op_Baddbmm(cg_tensor self_, cg_tensor b1_, cg_tensor b2_, double beta_, 
   at::Scalar beta = cg::scalar(beta_);
   at::Scalar alpha = cg::scalar(alpha_);
   *ret_ = cg::res(at::baddbmm(self, b1, b2, beta, alpha));
+  if (cg::recording()) {
+    cg::Rec rec_(64);
+    rec_.t(self_);
+    rec_.t(b1_);
+    rec_.t(b2_);
+    rec_.v(beta_);
+    rec_.v(alpha_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -524,6 +920,13 @@ void cg_op_Where(cg_tensor cond_, cg_tensor a_, cg_tensor b_, cg_result *ret_) {
   at::Tensor &a = cg::T(a_);
   at::Tensor &b = cg::T(b_);
   *ret_ = cg::res(at::where(cond, a, b));
+  if (cg::recording()) {
+    cg::Rec rec_(65);
+    rec_.t(cond_);
+    rec_.t(a_);
+    rec_.t(b_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -532,6 +935,12 @@ void cg_op_AddScalar(cg_tensor self_, double s_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::add(self, s));
+  if (cg::recording()) {
+    cg::Rec rec_(66);
+    rec_.t(self_);
+    rec_.v(s_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -540,6 +949,12 @@ void cg_op_SubScalar(cg_tensor self_, double s_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::sub(self, s));
+  if (cg::recording()) {
+    cg::Rec rec_(67);
+    rec_.t(self_);
+    rec_.v(s_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -548,6 +963,12 @@ void cg_op_RSubScalar(cg_tensor self_, double s_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::rsub(self, s));
+  if (cg::recording()) {
+    cg::Rec rec_(68);
+    rec_.t(self_);
+    rec_.v(s_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -556,6 +977,12 @@ void cg_op_MulScalar(cg_tensor self_, double s_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::mul(self, s));
+  if (cg::recording()) {
+    cg::Rec rec_(69);
+    rec_.t(self_);
+    rec_.v(s_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -564,6 +991,12 @@ void cg_op_DivScalar(cg_tensor self_, double s_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::div(self, s));
+  if (cg::recording()) {
+    cg::Rec rec_(70);
+    rec_.t(self_);
+    rec_.v(s_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -572,6 +1005,12 @@ void cg_op_PowScalar(cg_tensor self_, double s_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::pow(self, s));
+  if (cg::recording()) {
+    cg::Rec rec_(71);
+    rec_.t(self_);
+    rec_.v(s_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -580,6 +1019,12 @@ void cg_op_RemainderScalar(cg_tensor self_, double s_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::remainder(self, s));
+  if (cg::recording()) {
+    cg::Rec rec_(72);
+    rec_.t(self_);
+    rec_.v(s_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -588,6 +1033,12 @@ void cg_op_EqScalar(cg_tensor self_, double s_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::eq(self, s));
+  if (cg::recording()) {
+    cg::Rec rec_(73);
+    rec_.t(self_);
+    rec_.v(s_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -596,6 +1047,12 @@ void cg_op_NeScalar(cg_tensor self_, double s_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::ne(self, s));
+  if (cg::recording()) {
+    cg::Rec rec_(74);
+    rec_.t(self_);
+    rec_.v(s_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -604,6 +1061,12 @@ void cg_op_LtScalar(cg_tensor self_, double s_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::lt(self, s));
+  if (cg::recording()) {
+    cg::Rec rec_(75);
+    rec_.t(self_);
+    rec_.v(s_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -612,6 +1075,12 @@ void cg_op_LeScalar(cg_tensor self_, double s_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::le(self, s));
+  if (cg::recording()) {
+    cg::Rec rec_(76);
+    rec_.t(self_);
+    rec_.v(s_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -620,6 +1089,12 @@ void cg_op_GtScalar(cg_tensor self_, double s_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::gt(self, s));
+  if (cg::recording()) {
+    cg::Rec rec_(77);
+    rec_.t(self_);
+    rec_.v(s_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -628,6 +1103,12 @@ void cg_op_GeScalar(cg_tensor self_, double s_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::ge(self, s));
+  if (cg::recording()) {
+    cg::Rec rec_(78);
+    rec_.t(self_);
+    rec_.v(s_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -638,6 +1119,12 @@ void cg_op_AddInPlace(cg_tensor self_, cg_tensor o_, double alpha_, cg_status *r
   at::Scalar alpha = cg::scalar(alpha_);
   self.add_(o, alpha);
   *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(79);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.v(alpha_);
+  }
   CG_CATCH_INTO(status)
 }
 
@@ -648,6 +1135,12 @@ void cg_op_SubInPlace(cg_tensor self_, cg_tensor o_, double alpha_, cg_status *r
   at::Scalar alpha = cg::scalar(alpha_);
   self.sub_(o, alpha);
   *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(80);
+    rec_.t(self_);
+    rec_.t(o_);
+    rec_.v(alpha_);
+  }
   CG_CATCH_INTO(status)
 }
 
@@ -657,6 +1150,11 @@ void cg_op_MulInPlace(cg_tensor self_, cg_tensor o_, cg_status *ret_) {
   at::Tensor &o = cg::T(o_);
   self.mul_(o);
   *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(81);
+    rec_.t(self_);
+    rec_.t(o_);
+  }
   CG_CATCH_INTO(status)
 }
 
@@ -666,6 +1164,11 @@ void cg_op_AddScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
   at::Scalar s = cg::scalar(s_);
   self.add_(s);
   *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(82);
+    rec_.t(self_);
+    rec_.v(s_);
+  }
   CG_CATCH_INTO(status)
 }
 
@@ -675,6 +1178,11 @@ void cg_op_SubScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
   at::Scalar s = cg::scalar(s_);
   self.sub_(s);
   *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(83);
+    rec_.t(self_);
+    rec_.v(s_);
+  }
   CG_CATCH_INTO(status)
 }
 
@@ -684,6 +1192,11 @@ void cg_op_MulScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
   at::Scalar s = cg::scalar(s_);
   self.mul_(s);
   *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(84);
+    rec_.t(self_);
+    rec_.v(s_);
+  }
   CG_CATCH_INTO(status)
 }
 
@@ -693,6 +1206,11 @@ void cg_op_DivScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
   at::Scalar s = cg::scalar(s_);
   self.div_(s);
   *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(85);
+    rec_.t(self_);
+    rec_.v(s_);
+  }
   CG_CATCH_INTO(status)
 }
 
@@ -702,6 +1220,11 @@ void cg_op_Fill(cg_tensor self_, double v_, cg_status *ret_) {
   at::Scalar v = cg::scalar(v_);
   self.fill_(v);
   *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(86);
+    rec_.t(self_);
+    rec_.v(v_);
+  }
   CG_CATCH_INTO(status)
 }
 
@@ -710,6 +1233,10 @@ void cg_op_Zero(cg_tensor self_, cg_status *ret_) {
   at::Tensor &self = cg::T(self_);
   self.zero_();
   *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(87);
+    rec_.t(self_);
+  }
   CG_CATCH_INTO(status)
 }
 
@@ -717,6 +1244,11 @@ void cg_op_Sum(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::sum(self));
+  if (cg::recording()) {
+    cg::Rec rec_(88);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -726,6 +1258,13 @@ void cg_op_SumDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdi
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::sum(self, dims, keepdim));
+  if (cg::recording()) {
+    cg::Rec rec_(89);
+    rec_.t(self_);
+    rec_.list(dims_, dims_n);
+    rec_.v(keepdim_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -733,6 +1272,11 @@ void cg_op_Mean(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::mean(self));
+  if (cg::recording()) {
+    cg::Rec rec_(90);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -742,6 +1286,13 @@ void cg_op_MeanDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepd
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::mean(self, dims, keepdim));
+  if (cg::recording()) {
+    cg::Rec rec_(91);
+    rec_.t(self_);
+    rec_.list(dims_, dims_n);
+    rec_.v(keepdim_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -749,6 +1300,11 @@ void cg_op_Max(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::max(self));
+  if (cg::recording()) {
+    cg::Rec rec_(92);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -756,6 +1312,11 @@ void cg_op_Min(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::min(self));
+  if (cg::recording()) {
+    cg::Rec rec_(93);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -765,6 +1326,13 @@ void cg_op_AmaxDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepd
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::amax(self, dims, keepdim));
+  if (cg::recording()) {
+    cg::Rec rec_(94);
+    rec_.t(self_);
+    rec_.list(dims_, dims_n);
+    rec_.v(keepdim_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -774,6 +1342,13 @@ void cg_op_AminDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepd
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::amin(self, dims, keepdim));
+  if (cg::recording()) {
+    cg::Rec rec_(95);
+    rec_.t(self_);
+    rec_.list(dims_, dims_n);
+    rec_.v(keepdim_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -781,6 +1356,11 @@ void cg_op_Prod(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::prod(self));
+  if (cg::recording()) {
+    cg::Rec rec_(96);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -788,6 +1368,11 @@ void cg_op_Std(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::std(self));
+  if (cg::recording()) {
+    cg::Rec rec_(97);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -795,6 +1380,11 @@ void cg_op_Var(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::var(self));
+  if (cg::recording()) {
+    cg::Rec rec_(98);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -804,6 +1394,13 @@ void cg_op_LogSumExp(cg_tensor self_, const int64_t *dims_, int dims_n, int keep
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::logsumexp(self, dims, keepdim));
+  if (cg::recording()) {
+    cg::Rec rec_(99);
+    rec_.t(self_);
+    rec_.list(dims_, dims_n);
+    rec_.v(keepdim_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -811,6 +1408,11 @@ void cg_op_All(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::all(self));
+  if (cg::recording()) {
+    cg::Rec rec_(100);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -818,6 +1420,11 @@ void cg_op_Any(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::any(self));
+  if (cg::recording()) {
+    cg::Rec rec_(101);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -826,6 +1433,12 @@ void cg_op_Norm(cg_tensor self_, double p_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Scalar p = cg::scalar(p_);
   *ret_ = cg::res(at::norm(self, p));
+  if (cg::recording()) {
+    cg::Rec rec_(102);
+    rec_.t(self_);
+    rec_.v(p_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -835,6 +1448,14 @@ void cg_op_MaxDim(cg_tensor self_, int64_t dim, int keepdim_, cg_result2 *ret_) 
   bool keepdim = keepdim_ != 0;
   auto r = at::max(self, dim, keepdim);
   *ret_ = cg::res2(std::get<0>(r), std::get<1>(r));
+  if (cg::recording()) {
+    cg::Rec rec_(103);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.v(keepdim_);
+    rec_.out(ret_->t0);
+    rec_.out(ret_->t1);
+  }
   CG_CATCH_INTO(res2)
 }
 
@@ -844,6 +1465,14 @@ void cg_op_MinDim(cg_tensor self_, int64_t dim, int keepdim_, cg_result2 *ret_) 
   bool keepdim = keepdim_ != 0;
   auto r = at::min(self, dim, keepdim);
   *ret_ = cg::res2(std::get<0>(r), std::get<1>(r));
+  if (cg::recording()) {
+    cg::Rec rec_(104);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.v(keepdim_);
+    rec_.out(ret_->t0);
+    rec_.out(ret_->t1);
+  }
   CG_CATCH_INTO(res2)
 }
 
@@ -854,6 +1483,16 @@ void cg_op_TopK(cg_tensor self_, int64_t k, int64_t dim, int largest_, int sorte
   bool sorted = sorted_ != 0;
   auto r = at::topk(self, k, dim, largest, sorted);
   *ret_ = cg::res2(std::get<0>(r), std::get<1>(r));
+  if (cg::recording()) {
+    cg::Rec rec_(105);
+    rec_.t(self_);
+    rec_.v(k);
+    rec_.v(dim);
+    rec_.v(largest_);
+    rec_.v(sorted_);
+    rec_.out(ret_->t0);
+    rec_.out(ret_->t1);
+  }
   CG_CATCH_INTO(res2)
 }
 
@@ -864,6 +1503,15 @@ void cg_op_Sort(cg_tensor self_, int64_t dim, int descending_, int stable_, cg_r
   bool stable = stable_ != 0;
   auto r = at::sort(self, std::optional<bool>(stable), dim, descending);
   *ret_ = cg::res2(std::get<0>(r), std::get<1>(r));
+  if (cg::recording()) {
+    cg::Rec rec_(106);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.v(descending_);
+    rec_.v(stable_);
+    rec_.out(ret_->t0);
+    rec_.out(ret_->t1);
+  }
   CG_CATCH_INTO(res2)
 }
 
@@ -872,6 +1520,13 @@ void cg_op_Argmax(cg_tensor self_, int64_t dim, int keepdim_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::argmax(self, dim, keepdim));
+  if (cg::recording()) {
+    cg::Rec rec_(107);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.v(keepdim_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -879,6 +1534,11 @@ void cg_op_ArgmaxAll(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::argmax(self));
+  if (cg::recording()) {
+    cg::Rec rec_(108);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -887,6 +1547,13 @@ void cg_op_Argmin(cg_tensor self_, int64_t dim, int keepdim_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::argmin(self, dim, keepdim));
+  if (cg::recording()) {
+    cg::Rec rec_(109);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.v(keepdim_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -894,6 +1561,12 @@ void cg_op_Softmax(cg_tensor self_, int64_t dim, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::softmax(self, dim));
+  if (cg::recording()) {
+    cg::Rec rec_(110);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -901,6 +1574,12 @@ void cg_op_LogSoftmax(cg_tensor self_, int64_t dim, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::log_softmax(self, dim));
+  if (cg::recording()) {
+    cg::Rec rec_(111);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -908,6 +1587,12 @@ void cg_op_Cumsum(cg_tensor self_, int64_t dim, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::cumsum(self, dim));
+  if (cg::recording()) {
+    cg::Rec rec_(112);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -916,6 +1601,12 @@ void cg_op_View(cg_tensor self_, const int64_t *shape_, int shape_n, cg_result *
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef shape(shape_, shape_n);
   *ret_ = cg::res(self.view(shape));
+  if (cg::recording()) {
+    cg::Rec rec_(113);
+    rec_.t(self_);
+    rec_.list(shape_, shape_n);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -924,6 +1615,12 @@ void cg_op_Reshape(cg_tensor self_, const int64_t *shape_, int shape_n, cg_resul
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef shape(shape_, shape_n);
   *ret_ = cg::res(self.reshape(shape));
+  if (cg::recording()) {
+    cg::Rec rec_(114);
+    rec_.t(self_);
+    rec_.list(shape_, shape_n);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -932,6 +1629,12 @@ void cg_op_Permute(cg_tensor self_, const int64_t *dims_, int dims_n, cg_result 
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef dims(dims_, dims_n);
   *ret_ = cg::res(self.permute(dims));
+  if (cg::recording()) {
+    cg::Rec rec_(115);
+    rec_.t(self_);
+    rec_.list(dims_, dims_n);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -940,6 +1643,12 @@ void cg_op_Expand(cg_tensor self_, const int64_t *shape_, int shape_n, cg_result
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef shape(shape_, shape_n);
   *ret_ = cg::res(self.expand(shape));
+  if (cg::recording()) {
+    cg::Rec rec_(116);
+    rec_.t(self_);
+    rec_.list(shape_, shape_n);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -948,6 +1657,12 @@ void cg_op_Repeat(cg_tensor self_, const int64_t *times_, int times_n, cg_result
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef times(times_, times_n);
   *ret_ = cg::res(self.repeat(times));
+  if (cg::recording()) {
+    cg::Rec rec_(117);
+    rec_.t(self_);
+    rec_.list(times_, times_n);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -956,6 +1671,12 @@ void cg_op_Flip(cg_tensor self_, const int64_t *dims_, int dims_n, cg_result *re
   at::Tensor &self = cg::T(self_);
   at::IntArrayRef dims(dims_, dims_n);
   *ret_ = cg::res(self.flip(dims));
+  if (cg::recording()) {
+    cg::Rec rec_(118);
+    rec_.t(self_);
+    rec_.list(dims_, dims_n);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -963,6 +1684,13 @@ void cg_op_Transpose(cg_tensor self_, int64_t d0, int64_t d1, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(self.transpose(d0, d1));
+  if (cg::recording()) {
+    cg::Rec rec_(119);
+    rec_.t(self_);
+    rec_.v(d0);
+    rec_.v(d1);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -970,6 +1698,11 @@ void cg_op_T(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(self.t());
+  if (cg::recording()) {
+    cg::Rec rec_(120);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -977,6 +1710,13 @@ void cg_op_Flatten(cg_tensor self_, int64_t start, int64_t end, cg_result *ret_)
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(self.flatten(start, end));
+  if (cg::recording()) {
+    cg::Rec rec_(121);
+    rec_.t(self_);
+    rec_.v(start);
+    rec_.v(end);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -984,6 +1724,11 @@ void cg_op_Squeeze(cg_tensor self_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(self.squeeze());
+  if (cg::recording()) {
+    cg::Rec rec_(122);
+    rec_.t(self_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -991,6 +1736,12 @@ void cg_op_SqueezeDim(cg_tensor self_, int64_t dim, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(self.squeeze(dim));
+  if (cg::recording()) {
+    cg::Rec rec_(123);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -998,6 +1749,12 @@ void cg_op_Unsqueeze(cg_tensor self_, int64_t dim, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(self.unsqueeze(dim));
+  if (cg::recording()) {
+    cg::Rec rec_(124);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1005,6 +1762,14 @@ void cg_op_Narrow(cg_tensor self_, int64_t dim, int64_t start, int64_t length, c
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(self.narrow(dim, start, length));
+  if (cg::recording()) {
+    cg::Rec rec_(125);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.v(start);
+    rec_.v(length);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1012,6 +1777,15 @@ void cg_op_Slice(cg_tensor self_, int64_t dim, int64_t start, int64_t end, int64
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(self.slice(dim, start, end, step));
+  if (cg::recording()) {
+    cg::Rec rec_(126);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.v(start);
+    rec_.v(end);
+    rec_.v(step);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1019,6 +1793,13 @@ void cg_op_Select(cg_tensor self_, int64_t dim, int64_t index, cg_result *ret_) 
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(self.select(dim, index));
+  if (cg::recording()) {
+    cg::Rec rec_(127);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.v(index);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1027,6 +1808,13 @@ void cg_op_IndexSelect(cg_tensor self_, int64_t dim, cg_tensor index_, cg_result
   at::Tensor &self = cg::T(self_);
   at::Tensor &index = cg::T(index_);
   *ret_ = cg::res(at::index_select(self, dim, index));
+  if (cg::recording()) {
+    cg::Rec rec_(128);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.t(index_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1035,6 +1823,13 @@ void cg_op_Gather(cg_tensor self_, int64_t dim, cg_tensor index_, cg_result *ret
   at::Tensor &self = cg::T(self_);
   at::Tensor &index = cg::T(index_);
   *ret_ = cg::res(at::gather(self, dim, index));
+  if (cg::recording()) {
+    cg::Rec rec_(129);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.t(index_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1044,6 +1839,14 @@ void cg_op_Scatter(cg_tensor self_, int64_t dim, cg_tensor index_, cg_tensor src
   at::Tensor &index = cg::T(index_);
   at::Tensor &src = cg::T(src_);
   *ret_ = cg::res(at::scatter(self, dim, index, src));
+  if (cg::recording()) {
+    cg::Rec rec_(130);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.t(index_);
+    rec_.t(src_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1053,6 +1856,13 @@ void cg_op_MaskedFill(cg_tensor self_, cg_tensor mask_, double v_, cg_result *re
   at::Tensor &mask = cg::T(mask_);
   at::Scalar v = cg::scalar(v_);
   *ret_ = cg::res(at::masked_fill(self, mask, v));
+  if (cg::recording()) {
+    cg::Rec rec_(131);
+    rec_.t(self_);
+    rec_.t(mask_);
+    rec_.v(v_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1061,6 +1871,12 @@ void cg_op_MaskedSelect(cg_tensor self_, cg_tensor mask_, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   at::Tensor &mask = cg::T(mask_);
   *ret_ = cg::res(at::masked_select(self, mask));
+  if (cg::recording()) {
+    cg::Rec rec_(132);
+    rec_.t(self_);
+    rec_.t(mask_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1068,6 +1884,12 @@ void cg_op_Triu(cg_tensor self_, int64_t diagonal, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::triu(self, diagonal));
+  if (cg::recording()) {
+    cg::Rec rec_(133);
+    rec_.t(self_);
+    rec_.v(diagonal);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1075,6 +1897,12 @@ void cg_op_Tril(cg_tensor self_, int64_t diagonal, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::tril(self, diagonal));
+  if (cg::recording()) {
+    cg::Rec rec_(134);
+    rec_.t(self_);
+    rec_.v(diagonal);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1082,6 +1910,13 @@ void cg_op_Split(cg_tensor self_, int64_t size, int64_t dim, cg_results *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::resn(self.split(size, dim));
+  if (cg::recording()) {
+    cg::Rec rec_(135);
+    rec_.t(self_);
+    rec_.v(size);
+    rec_.v(dim);
+    rec_.outs(ret_->ts, ret_->n);
+  }
   CG_CATCH_INTO(resn)
 }
 
@@ -1089,6 +1924,13 @@ void cg_op_Chunk(cg_tensor self_, int64_t chunks, int64_t dim, cg_results *ret_)
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::resn(self.chunk(chunks, dim));
+  if (cg::recording()) {
+    cg::Rec rec_(136);
+    rec_.t(self_);
+    rec_.v(chunks);
+    rec_.v(dim);
+    rec_.outs(ret_->ts, ret_->n);
+  }
   CG_CATCH_INTO(resn)
 }
 
@@ -1096,6 +1938,12 @@ void cg_op_OneHot(cg_tensor self_, int64_t numClasses, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::one_hot(self, numClasses));
+  if (cg::recording()) {
+    cg::Rec rec_(137);
+    rec_.t(self_);
+    rec_.v(numClasses);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1104,6 +1952,13 @@ void cg_op_Multinomial(cg_tensor self_, int64_t numSamples, int replacement_, cg
   at::Tensor &self = cg::T(self_);
   bool replacement = replacement_ != 0;
   *ret_ = cg::res(at::multinomial(self, numSamples, replacement));
+  if (cg::recording()) {
+    cg::Rec rec_(138);
+    rec_.t(self_);
+    rec_.v(numSamples);
+    rec_.v(replacement_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1111,6 +1966,12 @@ void cg_op_Cat(const cg_tensor *ts_, int ts_n, int64_t dim, cg_result *ret_) {
   CG_TRY
   std::vector<at::Tensor> ts = cg::tensors(ts_, ts_n);
   *ret_ = cg::res(at::cat(ts, dim));
+  if (cg::recording()) {
+    cg::Rec rec_(139);
+    rec_.list(ts_, ts_n);
+    rec_.v(dim);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1118,6 +1979,12 @@ void cg_op_Stack(const cg_tensor *ts_, int ts_n, int64_t dim, cg_result *ret_) {
   CG_TRY
   std::vector<at::Tensor> ts = cg::tensors(ts_, ts_n);
   *ret_ = cg::res(at::stack(ts, dim));
+  if (cg::recording()) {
+    cg::Rec rec_(140);
+    rec_.list(ts_, ts_n);
+    rec_.v(dim);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1127,6 +1994,13 @@ void cg_op_Linear(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_result *ret_) {
   at::Tensor &w = cg::T(w_);
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::linear(x, w, b));
+  if (cg::recording()) {
+    cg::Rec rec_(141);
+    rec_.t(x_);
+    rec_.t(w_);
+    rec_.t(b_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1139,6 +2013,17 @@ void cg_op_conv2d(cg_tensor x_, cg_tensor w_, cg_tensor b_, const int64_t *strid
   at::IntArrayRef padding(padding_, padding_n);
   at::IntArrayRef dilation(dilation_, dilation_n);
   *ret_ = cg::res(at::conv2d(x, w, b, stride, padding, dilation, groups));
+  if (cg::recording()) {
+    cg::Rec rec_(142);
+    rec_.t(x_);
+    rec_.t(w_);
+    rec_.t(b_);
+    rec_.list(stride_, stride_n);
+    rec_.list(padding_, padding_n);
+    rec_.list(dilation_, dilation_n);
+    rec_.v(groups);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1151,6 +2036,16 @@ void cg_op_maxPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const i
   at::IntArrayRef dilation(dilation_, dilation_n);
   bool ceil = ceil_ != 0;
   *ret_ = cg::res(at::max_pool2d(x, kernel, stride, padding, dilation, ceil));
+  if (cg::recording()) {
+    cg::Rec rec_(143);
+    rec_.t(x_);
+    rec_.list(kernel_, kernel_n);
+    rec_.list(stride_, stride_n);
+    rec_.list(padding_, padding_n);
+    rec_.list(dilation_, dilation_n);
+    rec_.v(ceil_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1163,6 +2058,16 @@ void cg_op_avgPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const i
   bool ceil = ceil_ != 0;
   bool countIncludePad = countIncludePad_ != 0;
   *ret_ = cg::res(at::avg_pool2d(x, kernel, stride, padding, ceil, countIncludePad));
+  if (cg::recording()) {
+    cg::Rec rec_(144);
+    rec_.t(x_);
+    rec_.list(kernel_, kernel_n);
+    rec_.list(stride_, stride_n);
+    rec_.list(padding_, padding_n);
+    rec_.v(ceil_);
+    rec_.v(countIncludePad_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1171,6 +2076,12 @@ void cg_op_adaptiveAvgPool2d(cg_tensor x_, const int64_t *out_, int out_n, cg_re
   at::Tensor &x = cg::T(x_);
   at::IntArrayRef out(out_, out_n);
   *ret_ = cg::res(at::adaptive_avg_pool2d(x, out));
+  if (cg::recording()) {
+    cg::Rec rec_(145);
+    rec_.t(x_);
+    rec_.list(out_, out_n);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1183,6 +2094,18 @@ void cg_op_batchNorm(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor running
   std::optional<at::Tensor> runningVar = cg::opt(runningVar_);
   bool training = training_ != 0;
   *ret_ = cg::res(at::batch_norm(x, w, b, runningMean, runningVar, training, momentum, eps, true));
+  if (cg::recording()) {
+    cg::Rec rec_(146);
+    rec_.t(x_);
+    rec_.t(w_);
+    rec_.t(b_);
+    rec_.t(runningMean_);
+    rec_.t(runningVar_);
+    rec_.v(training_);
+    rec_.v(momentum);
+    rec_.v(eps);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1196,6 +2119,20 @@ void cg_op_batchNormCounted(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor 
   std::optional<at::Tensor> count = cg::opt(count_);
   bool training = training_ != 0;
   *ret_ = cg::res(cg::batch_norm_counted(x, w, b, runningMean, runningVar, count, ranks, training, momentum, eps));
+  if (cg::recording()) {
+    cg::Rec rec_(147);
+    rec_.t(x_);
+    rec_.t(w_);
+    rec_.t(b_);
+    rec_.t(runningMean_);
+    rec_.t(runningVar_);
+    rec_.t(count_);
+    rec_.v(ranks);
+    rec_.v(training_);
+    rec_.v(momentum);
+    rec_.v(eps);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1206,6 +2143,15 @@ void cg_op_LayerNorm(cg_tensor x_, const int64_t *normalizedShape_, int normaliz
   std::optional<at::Tensor> w = cg::opt(w_);
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::layer_norm(x, normalizedShape, w, b, eps));
+  if (cg::recording()) {
+    cg::Rec rec_(148);
+    rec_.t(x_);
+    rec_.list(normalizedShape_, normalizedShape_n);
+    rec_.t(w_);
+    rec_.t(b_);
+    rec_.v(eps);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1215,6 +2161,15 @@ void cg_op_GroupNorm(cg_tensor x_, int64_t groups, cg_tensor w_, cg_tensor b_, d
   std::optional<at::Tensor> w = cg::opt(w_);
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::group_norm(x, groups, w, b, eps));
+  if (cg::recording()) {
+    cg::Rec rec_(149);
+    rec_.t(x_);
+    rec_.v(groups);
+    rec_.t(w_);
+    rec_.t(b_);
+    rec_.v(eps);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1223,6 +2178,13 @@ void cg_op_Dropout(cg_tensor x_, double p, int training_, cg_result *ret_) {
   at::Tensor &x = cg::T(x_);
   bool training = training_ != 0;
   *ret_ = cg::res(at::dropout(x, p, training));
+  if (cg::recording()) {
+    cg::Rec rec_(150);
+    rec_.t(x_);
+    rec_.v(p);
+    rec_.v(training_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1231,6 +2193,13 @@ void cg_op_Embedding(cg_tensor weight_, cg_tensor indices_, int64_t paddingIdx, 
   at::Tensor &weight = cg::T(weight_);
   at::Tensor &indices = cg::T(indices_);
   *ret_ = cg::res(at::embedding(weight, indices, paddingIdx));
+  if (cg::recording()) {
+    cg::Rec rec_(151);
+    rec_.t(weight_);
+    rec_.t(indices_);
+    rec_.v(paddingIdx);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1243,6 +2212,18 @@ void cg_op_scaledDotProductAttention(cg_tensor q_, cg_tensor k_, cg_tensor v_, c
   bool causal = causal_ != 0;
   bool hasScale = hasScale_ != 0;
   *ret_ = cg::res(at::scaled_dot_product_attention(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt));
+  if (cg::recording()) {
+    cg::Rec rec_(152);
+    rec_.t(q_);
+    rec_.t(k_);
+    rec_.t(v_);
+    rec_.t(mask_);
+    rec_.v(dropout);
+    rec_.v(causal_);
+    rec_.v(scale);
+    rec_.v(hasScale_);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1256,6 +2237,7 @@ void cg_op_sdpBackend(cg_tensor q_, cg_tensor k_, cg_tensor v_, cg_tensor mask_,
   bool hasScale = hasScale_ != 0;
   *out = at::_fused_sdp_choice(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt);
   *ret_ = cg::ok();
+  if (cg::recording()) cg::refuse("_fused_sdp_choice reads a value on the host");
   CG_CATCH_INTO(status)
 }
 
@@ -1265,6 +2247,16 @@ void cg_op_crossEntropy(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t r
   at::Tensor &y = cg::T(y_);
   std::optional<at::Tensor> weight = cg::opt(weight_);
   *ret_ = cg::res(at::cross_entropy_loss(x, y, weight, reduction, ignoreIndex, labelSmoothing));
+  if (cg::recording()) {
+    cg::Rec rec_(154);
+    rec_.t(x_);
+    rec_.t(y_);
+    rec_.t(weight_);
+    rec_.v(reduction);
+    rec_.v(ignoreIndex);
+    rec_.v(labelSmoothing);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1274,6 +2266,15 @@ void cg_op_nllLoss(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduct
   at::Tensor &y = cg::T(y_);
   std::optional<at::Tensor> weight = cg::opt(weight_);
   *ret_ = cg::res(at::nll_loss_nd(x, y, weight, reduction, ignoreIndex));
+  if (cg::recording()) {
+    cg::Rec rec_(155);
+    rec_.t(x_);
+    rec_.t(y_);
+    rec_.t(weight_);
+    rec_.v(reduction);
+    rec_.v(ignoreIndex);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1282,6 +2283,13 @@ void cg_op_mseLoss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret
   at::Tensor &x = cg::T(x_);
   at::Tensor &y = cg::T(y_);
   *ret_ = cg::res(at::mse_loss(x, y, reduction));
+  if (cg::recording()) {
+    cg::Rec rec_(156);
+    rec_.t(x_);
+    rec_.t(y_);
+    rec_.v(reduction);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1290,6 +2298,13 @@ void cg_op_l1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret_
   at::Tensor &x = cg::T(x_);
   at::Tensor &y = cg::T(y_);
   *ret_ = cg::res(at::l1_loss(x, y, reduction));
+  if (cg::recording()) {
+    cg::Rec rec_(157);
+    rec_.t(x_);
+    rec_.t(y_);
+    rec_.v(reduction);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1298,6 +2313,14 @@ void cg_op_smoothL1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, double be
   at::Tensor &x = cg::T(x_);
   at::Tensor &y = cg::T(y_);
   *ret_ = cg::res(at::smooth_l1_loss(x, y, reduction, beta));
+  if (cg::recording()) {
+    cg::Rec rec_(158);
+    rec_.t(x_);
+    rec_.t(y_);
+    rec_.v(reduction);
+    rec_.v(beta);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
@@ -1308,7 +2331,1590 @@ void cg_op_bceWithLogits(cg_tensor x_, cg_tensor y_, cg_tensor weight_, cg_tenso
   std::optional<at::Tensor> weight = cg::opt(weight_);
   std::optional<at::Tensor> posWeight = cg::opt(posWeight_);
   *ret_ = cg::res(at::binary_cross_entropy_with_logits(x, y, weight, posWeight, reduction));
+  if (cg::recording()) {
+    cg::Rec rec_(159);
+    rec_.t(x_);
+    rec_.t(y_);
+    rec_.t(weight_);
+    rec_.t(posWeight_);
+    rec_.v(reduction);
+    rec_.out(ret_->t);
+  }
   CG_CATCH_INTO(res)
 }
 
 }  // extern "C"
+
+const char *cg::op_name(int op) {
+  static const char *const names[] = {
+      "empty",
+      "zeros",
+      "ones",
+      "rand",
+      "randn",
+      "full",
+      "arange",
+      "randint",
+      "zeros_like",
+      "ones_like",
+      "full_like",
+      "eye",
+      "to",
+      "to",
+      "contiguous",
+      "detach",
+      "clone",
+      "copy_",
+      "neg",
+      "exp",
+      "log",
+      "log1p",
+      "sqrt",
+      "rsqrt",
+      "square",
+      "abs",
+      "sign",
+      "floor",
+      "ceil",
+      "round",
+      "sin",
+      "cos",
+      "reciprocal",
+      "relu",
+      "sigmoid",
+      "tanh",
+      "silu",
+      "gelu",
+      "leaky_relu",
+      "isnan",
+      "isinf",
+      "isfinite",
+      "logical_not",
+      "clamp",
+      "add",
+      "sub",
+      "mul",
+      "div",
+      "pow",
+      "remainder",
+      "maximum",
+      "minimum",
+      "eq",
+      "ne",
+      "lt",
+      "le",
+      "gt",
+      "ge",
+      "logical_and",
+      "logical_or",
+      "matmul",
+      "mm",
+      "bmm",
+      "addmm",
+      "baddbmm",
+      "where",
+      "add",
+      "sub",
+      "rsub",
+      "mul",
+      "div",
+      "pow",
+      "remainder",
+      "eq",
+      "ne",
+      "lt",
+      "le",
+      "gt",
+      "ge",
+      "add_",
+      "sub_",
+      "mul_",
+      "add_",
+      "sub_",
+      "mul_",
+      "div_",
+      "fill_",
+      "zero_",
+      "sum",
+      "sum",
+      "mean",
+      "mean",
+      "max",
+      "min",
+      "amax",
+      "amin",
+      "prod",
+      "std",
+      "var",
+      "logsumexp",
+      "all",
+      "any",
+      "norm",
+      "max",
+      "min",
+      "topk",
+      "sort",
+      "argmax",
+      "argmax",
+      "argmin",
+      "softmax",
+      "log_softmax",
+      "cumsum",
+      "view",
+      "reshape",
+      "permute",
+      "expand",
+      "repeat",
+      "flip",
+      "transpose",
+      "t",
+      "flatten",
+      "squeeze",
+      "squeeze",
+      "unsqueeze",
+      "narrow",
+      "slice",
+      "select",
+      "index_select",
+      "gather",
+      "scatter",
+      "masked_fill",
+      "masked_select",
+      "triu",
+      "tril",
+      "split",
+      "chunk",
+      "one_hot",
+      "multinomial",
+      "cat",
+      "stack",
+      "linear",
+      "conv2d",
+      "max_pool2d",
+      "avg_pool2d",
+      "adaptive_avg_pool2d",
+      "batch_norm",
+      "batch_norm",
+      "layer_norm",
+      "group_norm",
+      "dropout",
+      "embedding",
+      "scaled_dot_product_attention",
+      "_fused_sdp_choice",
+      "cross_entropy",
+      "nll_loss",
+      "mse_loss",
+      "l1_loss",
+      "smooth_l1_loss",
+      "binary_cross_entropy_with_logits",
+  };
+  return op >= 0 && op < static_cast<int>(std::size(names)) ? names[op] : nullptr;
+}
+
+void cg::replay_op(int op, cg::Reader &rd_) {
+  switch (op) {
+    case 0: {  // Empty
+      int shape_n;
+      const int64_t *shape_ = rd_.ints(&shape_n);
+      int dtype_ = static_cast<int>(rd_.i());
+      int dev_type = static_cast<int>(rd_.i());
+      int dev_index = static_cast<int>(rd_.i());
+      at::IntArrayRef shape(shape_, shape_n);
+      at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
+      at::Device dev = cg::device(dev_type, dev_index);
+      rd_.out(at::empty(shape, cg::options(dtype, dev)));
+      return;
+    }
+    case 1: {  // Zeros
+      int shape_n;
+      const int64_t *shape_ = rd_.ints(&shape_n);
+      int dtype_ = static_cast<int>(rd_.i());
+      int dev_type = static_cast<int>(rd_.i());
+      int dev_index = static_cast<int>(rd_.i());
+      at::IntArrayRef shape(shape_, shape_n);
+      at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
+      at::Device dev = cg::device(dev_type, dev_index);
+      rd_.out(at::zeros(shape, cg::options(dtype, dev)));
+      return;
+    }
+    case 2: {  // Ones
+      int shape_n;
+      const int64_t *shape_ = rd_.ints(&shape_n);
+      int dtype_ = static_cast<int>(rd_.i());
+      int dev_type = static_cast<int>(rd_.i());
+      int dev_index = static_cast<int>(rd_.i());
+      at::IntArrayRef shape(shape_, shape_n);
+      at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
+      at::Device dev = cg::device(dev_type, dev_index);
+      rd_.out(at::ones(shape, cg::options(dtype, dev)));
+      return;
+    }
+    case 3: {  // Rand
+      int shape_n;
+      const int64_t *shape_ = rd_.ints(&shape_n);
+      int dtype_ = static_cast<int>(rd_.i());
+      int dev_type = static_cast<int>(rd_.i());
+      int dev_index = static_cast<int>(rd_.i());
+      at::IntArrayRef shape(shape_, shape_n);
+      at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
+      at::Device dev = cg::device(dev_type, dev_index);
+      rd_.out(at::rand(shape, cg::options(dtype, dev)));
+      return;
+    }
+    case 4: {  // Randn
+      int shape_n;
+      const int64_t *shape_ = rd_.ints(&shape_n);
+      int dtype_ = static_cast<int>(rd_.i());
+      int dev_type = static_cast<int>(rd_.i());
+      int dev_index = static_cast<int>(rd_.i());
+      at::IntArrayRef shape(shape_, shape_n);
+      at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
+      at::Device dev = cg::device(dev_type, dev_index);
+      rd_.out(at::randn(shape, cg::options(dtype, dev)));
+      return;
+    }
+    case 5: {  // Full
+      int shape_n;
+      const int64_t *shape_ = rd_.ints(&shape_n);
+      double v_ = rd_.d();
+      int dtype_ = static_cast<int>(rd_.i());
+      int dev_type = static_cast<int>(rd_.i());
+      int dev_index = static_cast<int>(rd_.i());
+      at::IntArrayRef shape(shape_, shape_n);
+      at::Scalar v = cg::scalar(v_);
+      at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
+      at::Device dev = cg::device(dev_type, dev_index);
+      rd_.out(at::full(shape, v, cg::options(dtype, dev)));
+      return;
+    }
+    case 6: {  // Arange
+      double start_ = rd_.d();
+      double end_ = rd_.d();
+      double step_ = rd_.d();
+      int dtype_ = static_cast<int>(rd_.i());
+      int dev_type = static_cast<int>(rd_.i());
+      int dev_index = static_cast<int>(rd_.i());
+      at::Scalar start = cg::scalar(start_);
+      at::Scalar end = cg::scalar(end_);
+      at::Scalar step = cg::scalar(step_);
+      at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
+      at::Device dev = cg::device(dev_type, dev_index);
+      rd_.out(at::arange(start, end, step, cg::options(dtype, dev)));
+      return;
+    }
+    case 7: {  // Randint
+      int64_t low = rd_.i();
+      int64_t high = rd_.i();
+      int shape_n;
+      const int64_t *shape_ = rd_.ints(&shape_n);
+      int dtype_ = static_cast<int>(rd_.i());
+      int dev_type = static_cast<int>(rd_.i());
+      int dev_index = static_cast<int>(rd_.i());
+      at::IntArrayRef shape(shape_, shape_n);
+      at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
+      at::Device dev = cg::device(dev_type, dev_index);
+      rd_.out(at::randint(low, high, shape, cg::options(dtype, dev)));
+      return;
+    }
+    case 8: {  // ZerosLike
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::zeros_like(self));
+      return;
+    }
+    case 9: {  // OnesLike
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::ones_like(self));
+      return;
+    }
+    case 10: {  // FullLike
+      cg_tensor self_ = rd_.t();
+      double v_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar v = cg::scalar(v_);
+      rd_.out(at::full_like(self, v));
+      return;
+    }
+    case 11: {  // Eye
+      int64_t n = rd_.i();
+      int dtype_ = static_cast<int>(rd_.i());
+      int dev_type = static_cast<int>(rd_.i());
+      int dev_index = static_cast<int>(rd_.i());
+      at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
+      at::Device dev = cg::device(dev_type, dev_index);
+      rd_.out(at::eye(n, cg::options(dtype, dev)));
+      return;
+    }
+    case 12: {  // To
+      cg_tensor self_ = rd_.t();
+      int dev_type = static_cast<int>(rd_.i());
+      int dev_index = static_cast<int>(rd_.i());
+      int nonBlocking_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      at::Device dev = cg::device(dev_type, dev_index);
+      bool nonBlocking = nonBlocking_ != 0;
+      rd_.out(self.to(dev, self.scalar_type(), nonBlocking, false));
+      return;
+    }
+    case 13: {  // ToDType
+      cg_tensor self_ = rd_.t();
+      int dtype_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
+      rd_.out(self.to(dtype));
+      return;
+    }
+    case 14: {  // Contiguous
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(self.contiguous());
+      return;
+    }
+    case 15: {  // Detach
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(self.detach());
+      return;
+    }
+    case 16: {  // Clone
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(self.clone());
+      return;
+    }
+    case 17: {  // CopyFrom
+      cg_tensor self_ = rd_.t();
+      cg_tensor src_ = rd_.t();
+      int nonBlocking_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &src = cg::T(src_);
+      bool nonBlocking = nonBlocking_ != 0;
+      at::NoGradGuard g; self.copy_(src, nonBlocking);
+      return;
+    }
+    case 18: {  // Neg
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::neg(self));
+      return;
+    }
+    case 19: {  // Exp
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::exp(self));
+      return;
+    }
+    case 20: {  // Log
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::log(self));
+      return;
+    }
+    case 21: {  // Log1p
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::log1p(self));
+      return;
+    }
+    case 22: {  // Sqrt
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::sqrt(self));
+      return;
+    }
+    case 23: {  // Rsqrt
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::rsqrt(self));
+      return;
+    }
+    case 24: {  // Square
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::square(self));
+      return;
+    }
+    case 25: {  // Abs
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::abs(self));
+      return;
+    }
+    case 26: {  // Sign
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::sign(self));
+      return;
+    }
+    case 27: {  // Floor
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::floor(self));
+      return;
+    }
+    case 28: {  // Ceil
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::ceil(self));
+      return;
+    }
+    case 29: {  // Round
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::round(self));
+      return;
+    }
+    case 30: {  // Sin
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::sin(self));
+      return;
+    }
+    case 31: {  // Cos
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::cos(self));
+      return;
+    }
+    case 32: {  // Reciprocal
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::reciprocal(self));
+      return;
+    }
+    case 33: {  // ReLU
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::relu(self));
+      return;
+    }
+    case 34: {  // Sigmoid
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::sigmoid(self));
+      return;
+    }
+    case 35: {  // Tanh
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::tanh(self));
+      return;
+    }
+    case 36: {  // SiLU
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::silu(self));
+      return;
+    }
+    case 37: {  // GELU
+      cg_tensor self_ = rd_.t();
+      int tanhApprox_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      bool tanhApprox = tanhApprox_ != 0;
+      rd_.out(at::gelu(self, tanhApprox ? "tanh" : "none"));
+      return;
+    }
+    case 38: {  // LeakyReLU
+      cg_tensor self_ = rd_.t();
+      double slope_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar slope = cg::scalar(slope_);
+      rd_.out(at::leaky_relu(self, slope));
+      return;
+    }
+    case 39: {  // IsNaN
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::isnan(self));
+      return;
+    }
+    case 40: {  // IsInf
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::isinf(self));
+      return;
+    }
+    case 41: {  // IsFinite
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::isfinite(self));
+      return;
+    }
+    case 42: {  // LogicalNot
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::logical_not(self));
+      return;
+    }
+    case 43: {  // clamp
+      cg_tensor self_ = rd_.t();
+      double lo = rd_.d();
+      double hi = rd_.d();
+      int hasLo_ = static_cast<int>(rd_.i());
+      int hasHi_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      bool hasLo = hasLo_ != 0;
+      bool hasHi = hasHi_ != 0;
+      rd_.out(at::clamp(self, hasLo ? std::optional<at::Scalar>(cg::scalar(lo)) : std::nullopt, hasHi ? std::optional<at::Scalar>(cg::scalar(hi)) : std::nullopt));
+      return;
+    }
+    case 44: {  // Add
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::add(self, o));
+      return;
+    }
+    case 45: {  // Sub
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::sub(self, o));
+      return;
+    }
+    case 46: {  // Mul
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::mul(self, o));
+      return;
+    }
+    case 47: {  // Div
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::div(self, o));
+      return;
+    }
+    case 48: {  // Pow
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::pow(self, o));
+      return;
+    }
+    case 49: {  // Remainder
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::remainder(self, o));
+      return;
+    }
+    case 50: {  // Maximum
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::maximum(self, o));
+      return;
+    }
+    case 51: {  // Minimum
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::minimum(self, o));
+      return;
+    }
+    case 52: {  // Eq
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::eq(self, o));
+      return;
+    }
+    case 53: {  // Ne
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::ne(self, o));
+      return;
+    }
+    case 54: {  // Lt
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::lt(self, o));
+      return;
+    }
+    case 55: {  // Le
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::le(self, o));
+      return;
+    }
+    case 56: {  // Gt
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::gt(self, o));
+      return;
+    }
+    case 57: {  // Ge
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::ge(self, o));
+      return;
+    }
+    case 58: {  // LogicalAnd
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::logical_and(self, o));
+      return;
+    }
+    case 59: {  // LogicalOr
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::logical_or(self, o));
+      return;
+    }
+    case 60: {  // Matmul
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::matmul(self, o));
+      return;
+    }
+    case 61: {  // MM
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::mm(self, o));
+      return;
+    }
+    case 62: {  // BMM
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      rd_.out(at::bmm(self, o));
+      return;
+    }
+    case 63: {  // Addmm
+      cg_tensor self_ = rd_.t();
+      cg_tensor m1_ = rd_.t();
+      cg_tensor m2_ = rd_.t();
+      double beta_ = rd_.d();
+      double alpha_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &m1 = cg::T(m1_);
+      at::Tensor &m2 = cg::T(m2_);
+      at::Scalar beta = cg::scalar(beta_);
+      at::Scalar alpha = cg::scalar(alpha_);
+      rd_.out(at::addmm(self, m1, m2, beta, alpha));
+      return;
+    }
+    case 64: {  // Baddbmm
+      cg_tensor self_ = rd_.t();
+      cg_tensor b1_ = rd_.t();
+      cg_tensor b2_ = rd_.t();
+      double beta_ = rd_.d();
+      double alpha_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &b1 = cg::T(b1_);
+      at::Tensor &b2 = cg::T(b2_);
+      at::Scalar beta = cg::scalar(beta_);
+      at::Scalar alpha = cg::scalar(alpha_);
+      rd_.out(at::baddbmm(self, b1, b2, beta, alpha));
+      return;
+    }
+    case 65: {  // Where
+      cg_tensor cond_ = rd_.t();
+      cg_tensor a_ = rd_.t();
+      cg_tensor b_ = rd_.t();
+      at::Tensor &cond = cg::T(cond_);
+      at::Tensor &a = cg::T(a_);
+      at::Tensor &b = cg::T(b_);
+      rd_.out(at::where(cond, a, b));
+      return;
+    }
+    case 66: {  // AddScalar
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      rd_.out(at::add(self, s));
+      return;
+    }
+    case 67: {  // SubScalar
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      rd_.out(at::sub(self, s));
+      return;
+    }
+    case 68: {  // RSubScalar
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      rd_.out(at::rsub(self, s));
+      return;
+    }
+    case 69: {  // MulScalar
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      rd_.out(at::mul(self, s));
+      return;
+    }
+    case 70: {  // DivScalar
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      rd_.out(at::div(self, s));
+      return;
+    }
+    case 71: {  // PowScalar
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      rd_.out(at::pow(self, s));
+      return;
+    }
+    case 72: {  // RemainderScalar
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      rd_.out(at::remainder(self, s));
+      return;
+    }
+    case 73: {  // EqScalar
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      rd_.out(at::eq(self, s));
+      return;
+    }
+    case 74: {  // NeScalar
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      rd_.out(at::ne(self, s));
+      return;
+    }
+    case 75: {  // LtScalar
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      rd_.out(at::lt(self, s));
+      return;
+    }
+    case 76: {  // LeScalar
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      rd_.out(at::le(self, s));
+      return;
+    }
+    case 77: {  // GtScalar
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      rd_.out(at::gt(self, s));
+      return;
+    }
+    case 78: {  // GeScalar
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      rd_.out(at::ge(self, s));
+      return;
+    }
+    case 79: {  // AddInPlace
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      double alpha_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      at::Scalar alpha = cg::scalar(alpha_);
+      self.add_(o, alpha);
+      return;
+    }
+    case 80: {  // SubInPlace
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      double alpha_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      at::Scalar alpha = cg::scalar(alpha_);
+      self.sub_(o, alpha);
+      return;
+    }
+    case 81: {  // MulInPlace
+      cg_tensor self_ = rd_.t();
+      cg_tensor o_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &o = cg::T(o_);
+      self.mul_(o);
+      return;
+    }
+    case 82: {  // AddScalarInPlace
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      self.add_(s);
+      return;
+    }
+    case 83: {  // SubScalarInPlace
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      self.sub_(s);
+      return;
+    }
+    case 84: {  // MulScalarInPlace
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      self.mul_(s);
+      return;
+    }
+    case 85: {  // DivScalarInPlace
+      cg_tensor self_ = rd_.t();
+      double s_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar s = cg::scalar(s_);
+      self.div_(s);
+      return;
+    }
+    case 86: {  // Fill
+      cg_tensor self_ = rd_.t();
+      double v_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar v = cg::scalar(v_);
+      self.fill_(v);
+      return;
+    }
+    case 87: {  // Zero
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      self.zero_();
+      return;
+    }
+    case 88: {  // Sum
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::sum(self));
+      return;
+    }
+    case 89: {  // SumDims
+      cg_tensor self_ = rd_.t();
+      int dims_n;
+      const int64_t *dims_ = rd_.ints(&dims_n);
+      int keepdim_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      at::IntArrayRef dims(dims_, dims_n);
+      bool keepdim = keepdim_ != 0;
+      rd_.out(at::sum(self, dims, keepdim));
+      return;
+    }
+    case 90: {  // Mean
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::mean(self));
+      return;
+    }
+    case 91: {  // MeanDims
+      cg_tensor self_ = rd_.t();
+      int dims_n;
+      const int64_t *dims_ = rd_.ints(&dims_n);
+      int keepdim_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      at::IntArrayRef dims(dims_, dims_n);
+      bool keepdim = keepdim_ != 0;
+      rd_.out(at::mean(self, dims, keepdim));
+      return;
+    }
+    case 92: {  // Max
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::max(self));
+      return;
+    }
+    case 93: {  // Min
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::min(self));
+      return;
+    }
+    case 94: {  // AmaxDims
+      cg_tensor self_ = rd_.t();
+      int dims_n;
+      const int64_t *dims_ = rd_.ints(&dims_n);
+      int keepdim_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      at::IntArrayRef dims(dims_, dims_n);
+      bool keepdim = keepdim_ != 0;
+      rd_.out(at::amax(self, dims, keepdim));
+      return;
+    }
+    case 95: {  // AminDims
+      cg_tensor self_ = rd_.t();
+      int dims_n;
+      const int64_t *dims_ = rd_.ints(&dims_n);
+      int keepdim_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      at::IntArrayRef dims(dims_, dims_n);
+      bool keepdim = keepdim_ != 0;
+      rd_.out(at::amin(self, dims, keepdim));
+      return;
+    }
+    case 96: {  // Prod
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::prod(self));
+      return;
+    }
+    case 97: {  // Std
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::std(self));
+      return;
+    }
+    case 98: {  // Var
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::var(self));
+      return;
+    }
+    case 99: {  // LogSumExp
+      cg_tensor self_ = rd_.t();
+      int dims_n;
+      const int64_t *dims_ = rd_.ints(&dims_n);
+      int keepdim_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      at::IntArrayRef dims(dims_, dims_n);
+      bool keepdim = keepdim_ != 0;
+      rd_.out(at::logsumexp(self, dims, keepdim));
+      return;
+    }
+    case 100: {  // All
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::all(self));
+      return;
+    }
+    case 101: {  // Any
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::any(self));
+      return;
+    }
+    case 102: {  // Norm
+      cg_tensor self_ = rd_.t();
+      double p_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Scalar p = cg::scalar(p_);
+      rd_.out(at::norm(self, p));
+      return;
+    }
+    case 103: {  // MaxDim
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      int keepdim_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      bool keepdim = keepdim_ != 0;
+      auto r = at::max(self, dim, keepdim);
+      rd_.out(std::get<0>(r));
+      rd_.out(std::get<1>(r));
+      return;
+    }
+    case 104: {  // MinDim
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      int keepdim_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      bool keepdim = keepdim_ != 0;
+      auto r = at::min(self, dim, keepdim);
+      rd_.out(std::get<0>(r));
+      rd_.out(std::get<1>(r));
+      return;
+    }
+    case 105: {  // TopK
+      cg_tensor self_ = rd_.t();
+      int64_t k = rd_.i();
+      int64_t dim = rd_.i();
+      int largest_ = static_cast<int>(rd_.i());
+      int sorted_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      bool largest = largest_ != 0;
+      bool sorted = sorted_ != 0;
+      auto r = at::topk(self, k, dim, largest, sorted);
+      rd_.out(std::get<0>(r));
+      rd_.out(std::get<1>(r));
+      return;
+    }
+    case 106: {  // Sort
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      int descending_ = static_cast<int>(rd_.i());
+      int stable_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      bool descending = descending_ != 0;
+      bool stable = stable_ != 0;
+      auto r = at::sort(self, std::optional<bool>(stable), dim, descending);
+      rd_.out(std::get<0>(r));
+      rd_.out(std::get<1>(r));
+      return;
+    }
+    case 107: {  // Argmax
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      int keepdim_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      bool keepdim = keepdim_ != 0;
+      rd_.out(at::argmax(self, dim, keepdim));
+      return;
+    }
+    case 108: {  // ArgmaxAll
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::argmax(self));
+      return;
+    }
+    case 109: {  // Argmin
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      int keepdim_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      bool keepdim = keepdim_ != 0;
+      rd_.out(at::argmin(self, dim, keepdim));
+      return;
+    }
+    case 110: {  // Softmax
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::softmax(self, dim));
+      return;
+    }
+    case 111: {  // LogSoftmax
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::log_softmax(self, dim));
+      return;
+    }
+    case 112: {  // Cumsum
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::cumsum(self, dim));
+      return;
+    }
+    case 113: {  // View
+      cg_tensor self_ = rd_.t();
+      int shape_n;
+      const int64_t *shape_ = rd_.ints(&shape_n);
+      at::Tensor &self = cg::T(self_);
+      at::IntArrayRef shape(shape_, shape_n);
+      rd_.out(self.view(shape));
+      return;
+    }
+    case 114: {  // Reshape
+      cg_tensor self_ = rd_.t();
+      int shape_n;
+      const int64_t *shape_ = rd_.ints(&shape_n);
+      at::Tensor &self = cg::T(self_);
+      at::IntArrayRef shape(shape_, shape_n);
+      rd_.out(self.reshape(shape));
+      return;
+    }
+    case 115: {  // Permute
+      cg_tensor self_ = rd_.t();
+      int dims_n;
+      const int64_t *dims_ = rd_.ints(&dims_n);
+      at::Tensor &self = cg::T(self_);
+      at::IntArrayRef dims(dims_, dims_n);
+      rd_.out(self.permute(dims));
+      return;
+    }
+    case 116: {  // Expand
+      cg_tensor self_ = rd_.t();
+      int shape_n;
+      const int64_t *shape_ = rd_.ints(&shape_n);
+      at::Tensor &self = cg::T(self_);
+      at::IntArrayRef shape(shape_, shape_n);
+      rd_.out(self.expand(shape));
+      return;
+    }
+    case 117: {  // Repeat
+      cg_tensor self_ = rd_.t();
+      int times_n;
+      const int64_t *times_ = rd_.ints(&times_n);
+      at::Tensor &self = cg::T(self_);
+      at::IntArrayRef times(times_, times_n);
+      rd_.out(self.repeat(times));
+      return;
+    }
+    case 118: {  // Flip
+      cg_tensor self_ = rd_.t();
+      int dims_n;
+      const int64_t *dims_ = rd_.ints(&dims_n);
+      at::Tensor &self = cg::T(self_);
+      at::IntArrayRef dims(dims_, dims_n);
+      rd_.out(self.flip(dims));
+      return;
+    }
+    case 119: {  // Transpose
+      cg_tensor self_ = rd_.t();
+      int64_t d0 = rd_.i();
+      int64_t d1 = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(self.transpose(d0, d1));
+      return;
+    }
+    case 120: {  // T
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(self.t());
+      return;
+    }
+    case 121: {  // Flatten
+      cg_tensor self_ = rd_.t();
+      int64_t start = rd_.i();
+      int64_t end = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(self.flatten(start, end));
+      return;
+    }
+    case 122: {  // Squeeze
+      cg_tensor self_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(self.squeeze());
+      return;
+    }
+    case 123: {  // SqueezeDim
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(self.squeeze(dim));
+      return;
+    }
+    case 124: {  // Unsqueeze
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(self.unsqueeze(dim));
+      return;
+    }
+    case 125: {  // Narrow
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      int64_t start = rd_.i();
+      int64_t length = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(self.narrow(dim, start, length));
+      return;
+    }
+    case 126: {  // Slice
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      int64_t start = rd_.i();
+      int64_t end = rd_.i();
+      int64_t step = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(self.slice(dim, start, end, step));
+      return;
+    }
+    case 127: {  // Select
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      int64_t index = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(self.select(dim, index));
+      return;
+    }
+    case 128: {  // IndexSelect
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      cg_tensor index_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &index = cg::T(index_);
+      rd_.out(at::index_select(self, dim, index));
+      return;
+    }
+    case 129: {  // Gather
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      cg_tensor index_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &index = cg::T(index_);
+      rd_.out(at::gather(self, dim, index));
+      return;
+    }
+    case 130: {  // Scatter
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      cg_tensor index_ = rd_.t();
+      cg_tensor src_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &index = cg::T(index_);
+      at::Tensor &src = cg::T(src_);
+      rd_.out(at::scatter(self, dim, index, src));
+      return;
+    }
+    case 131: {  // MaskedFill
+      cg_tensor self_ = rd_.t();
+      cg_tensor mask_ = rd_.t();
+      double v_ = rd_.d();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &mask = cg::T(mask_);
+      at::Scalar v = cg::scalar(v_);
+      rd_.out(at::masked_fill(self, mask, v));
+      return;
+    }
+    case 132: {  // MaskedSelect
+      cg_tensor self_ = rd_.t();
+      cg_tensor mask_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &mask = cg::T(mask_);
+      rd_.out(at::masked_select(self, mask));
+      return;
+    }
+    case 133: {  // Triu
+      cg_tensor self_ = rd_.t();
+      int64_t diagonal = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::triu(self, diagonal));
+      return;
+    }
+    case 134: {  // Tril
+      cg_tensor self_ = rd_.t();
+      int64_t diagonal = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::tril(self, diagonal));
+      return;
+    }
+    case 135: {  // Split
+      cg_tensor self_ = rd_.t();
+      int64_t size = rd_.i();
+      int64_t dim = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.outs(self.split(size, dim));
+      return;
+    }
+    case 136: {  // Chunk
+      cg_tensor self_ = rd_.t();
+      int64_t chunks = rd_.i();
+      int64_t dim = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.outs(self.chunk(chunks, dim));
+      return;
+    }
+    case 137: {  // OneHot
+      cg_tensor self_ = rd_.t();
+      int64_t numClasses = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      rd_.out(at::one_hot(self, numClasses));
+      return;
+    }
+    case 138: {  // Multinomial
+      cg_tensor self_ = rd_.t();
+      int64_t numSamples = rd_.i();
+      int replacement_ = static_cast<int>(rd_.i());
+      at::Tensor &self = cg::T(self_);
+      bool replacement = replacement_ != 0;
+      rd_.out(at::multinomial(self, numSamples, replacement));
+      return;
+    }
+    case 139: {  // Cat
+      int ts_n;
+      const cg_tensor *ts_ = rd_.tensors(&ts_n);
+      int64_t dim = rd_.i();
+      std::vector<at::Tensor> ts = cg::tensors(ts_, ts_n);
+      rd_.out(at::cat(ts, dim));
+      return;
+    }
+    case 140: {  // Stack
+      int ts_n;
+      const cg_tensor *ts_ = rd_.tensors(&ts_n);
+      int64_t dim = rd_.i();
+      std::vector<at::Tensor> ts = cg::tensors(ts_, ts_n);
+      rd_.out(at::stack(ts, dim));
+      return;
+    }
+    case 141: {  // Linear
+      cg_tensor x_ = rd_.t();
+      cg_tensor w_ = rd_.t();
+      cg_tensor b_ = rd_.t();
+      at::Tensor &x = cg::T(x_);
+      at::Tensor &w = cg::T(w_);
+      std::optional<at::Tensor> b = cg::opt(b_);
+      rd_.out(at::linear(x, w, b));
+      return;
+    }
+    case 142: {  // conv2d
+      cg_tensor x_ = rd_.t();
+      cg_tensor w_ = rd_.t();
+      cg_tensor b_ = rd_.t();
+      int stride_n;
+      const int64_t *stride_ = rd_.ints(&stride_n);
+      int padding_n;
+      const int64_t *padding_ = rd_.ints(&padding_n);
+      int dilation_n;
+      const int64_t *dilation_ = rd_.ints(&dilation_n);
+      int64_t groups = rd_.i();
+      at::Tensor &x = cg::T(x_);
+      at::Tensor &w = cg::T(w_);
+      std::optional<at::Tensor> b = cg::opt(b_);
+      at::IntArrayRef stride(stride_, stride_n);
+      at::IntArrayRef padding(padding_, padding_n);
+      at::IntArrayRef dilation(dilation_, dilation_n);
+      rd_.out(at::conv2d(x, w, b, stride, padding, dilation, groups));
+      return;
+    }
+    case 143: {  // maxPool2d
+      cg_tensor x_ = rd_.t();
+      int kernel_n;
+      const int64_t *kernel_ = rd_.ints(&kernel_n);
+      int stride_n;
+      const int64_t *stride_ = rd_.ints(&stride_n);
+      int padding_n;
+      const int64_t *padding_ = rd_.ints(&padding_n);
+      int dilation_n;
+      const int64_t *dilation_ = rd_.ints(&dilation_n);
+      int ceil_ = static_cast<int>(rd_.i());
+      at::Tensor &x = cg::T(x_);
+      at::IntArrayRef kernel(kernel_, kernel_n);
+      at::IntArrayRef stride(stride_, stride_n);
+      at::IntArrayRef padding(padding_, padding_n);
+      at::IntArrayRef dilation(dilation_, dilation_n);
+      bool ceil = ceil_ != 0;
+      rd_.out(at::max_pool2d(x, kernel, stride, padding, dilation, ceil));
+      return;
+    }
+    case 144: {  // avgPool2d
+      cg_tensor x_ = rd_.t();
+      int kernel_n;
+      const int64_t *kernel_ = rd_.ints(&kernel_n);
+      int stride_n;
+      const int64_t *stride_ = rd_.ints(&stride_n);
+      int padding_n;
+      const int64_t *padding_ = rd_.ints(&padding_n);
+      int ceil_ = static_cast<int>(rd_.i());
+      int countIncludePad_ = static_cast<int>(rd_.i());
+      at::Tensor &x = cg::T(x_);
+      at::IntArrayRef kernel(kernel_, kernel_n);
+      at::IntArrayRef stride(stride_, stride_n);
+      at::IntArrayRef padding(padding_, padding_n);
+      bool ceil = ceil_ != 0;
+      bool countIncludePad = countIncludePad_ != 0;
+      rd_.out(at::avg_pool2d(x, kernel, stride, padding, ceil, countIncludePad));
+      return;
+    }
+    case 145: {  // adaptiveAvgPool2d
+      cg_tensor x_ = rd_.t();
+      int out_n;
+      const int64_t *out_ = rd_.ints(&out_n);
+      at::Tensor &x = cg::T(x_);
+      at::IntArrayRef out(out_, out_n);
+      rd_.out(at::adaptive_avg_pool2d(x, out));
+      return;
+    }
+    case 146: {  // batchNorm
+      cg_tensor x_ = rd_.t();
+      cg_tensor w_ = rd_.t();
+      cg_tensor b_ = rd_.t();
+      cg_tensor runningMean_ = rd_.t();
+      cg_tensor runningVar_ = rd_.t();
+      int training_ = static_cast<int>(rd_.i());
+      double momentum = rd_.d();
+      double eps = rd_.d();
+      at::Tensor &x = cg::T(x_);
+      std::optional<at::Tensor> w = cg::opt(w_);
+      std::optional<at::Tensor> b = cg::opt(b_);
+      std::optional<at::Tensor> runningMean = cg::opt(runningMean_);
+      std::optional<at::Tensor> runningVar = cg::opt(runningVar_);
+      bool training = training_ != 0;
+      rd_.out(at::batch_norm(x, w, b, runningMean, runningVar, training, momentum, eps, true));
+      return;
+    }
+    case 147: {  // batchNormCounted
+      cg_tensor x_ = rd_.t();
+      cg_tensor w_ = rd_.t();
+      cg_tensor b_ = rd_.t();
+      cg_tensor runningMean_ = rd_.t();
+      cg_tensor runningVar_ = rd_.t();
+      cg_tensor count_ = rd_.t();
+      int64_t ranks = rd_.i();
+      int training_ = static_cast<int>(rd_.i());
+      double momentum = rd_.d();
+      double eps = rd_.d();
+      at::Tensor &x = cg::T(x_);
+      std::optional<at::Tensor> w = cg::opt(w_);
+      std::optional<at::Tensor> b = cg::opt(b_);
+      std::optional<at::Tensor> runningMean = cg::opt(runningMean_);
+      std::optional<at::Tensor> runningVar = cg::opt(runningVar_);
+      std::optional<at::Tensor> count = cg::opt(count_);
+      bool training = training_ != 0;
+      rd_.out(cg::batch_norm_counted(x, w, b, runningMean, runningVar, count, ranks, training, momentum, eps));
+      return;
+    }
+    case 148: {  // LayerNorm
+      cg_tensor x_ = rd_.t();
+      int normalizedShape_n;
+      const int64_t *normalizedShape_ = rd_.ints(&normalizedShape_n);
+      cg_tensor w_ = rd_.t();
+      cg_tensor b_ = rd_.t();
+      double eps = rd_.d();
+      at::Tensor &x = cg::T(x_);
+      at::IntArrayRef normalizedShape(normalizedShape_, normalizedShape_n);
+      std::optional<at::Tensor> w = cg::opt(w_);
+      std::optional<at::Tensor> b = cg::opt(b_);
+      rd_.out(at::layer_norm(x, normalizedShape, w, b, eps));
+      return;
+    }
+    case 149: {  // GroupNorm
+      cg_tensor x_ = rd_.t();
+      int64_t groups = rd_.i();
+      cg_tensor w_ = rd_.t();
+      cg_tensor b_ = rd_.t();
+      double eps = rd_.d();
+      at::Tensor &x = cg::T(x_);
+      std::optional<at::Tensor> w = cg::opt(w_);
+      std::optional<at::Tensor> b = cg::opt(b_);
+      rd_.out(at::group_norm(x, groups, w, b, eps));
+      return;
+    }
+    case 150: {  // Dropout
+      cg_tensor x_ = rd_.t();
+      double p = rd_.d();
+      int training_ = static_cast<int>(rd_.i());
+      at::Tensor &x = cg::T(x_);
+      bool training = training_ != 0;
+      rd_.out(at::dropout(x, p, training));
+      return;
+    }
+    case 151: {  // Embedding
+      cg_tensor weight_ = rd_.t();
+      cg_tensor indices_ = rd_.t();
+      int64_t paddingIdx = rd_.i();
+      at::Tensor &weight = cg::T(weight_);
+      at::Tensor &indices = cg::T(indices_);
+      rd_.out(at::embedding(weight, indices, paddingIdx));
+      return;
+    }
+    case 152: {  // scaledDotProductAttention
+      cg_tensor q_ = rd_.t();
+      cg_tensor k_ = rd_.t();
+      cg_tensor v_ = rd_.t();
+      cg_tensor mask_ = rd_.t();
+      double dropout = rd_.d();
+      int causal_ = static_cast<int>(rd_.i());
+      double scale = rd_.d();
+      int hasScale_ = static_cast<int>(rd_.i());
+      at::Tensor &q = cg::T(q_);
+      at::Tensor &k = cg::T(k_);
+      at::Tensor &v = cg::T(v_);
+      std::optional<at::Tensor> mask = cg::opt(mask_);
+      bool causal = causal_ != 0;
+      bool hasScale = hasScale_ != 0;
+      rd_.out(at::scaled_dot_product_attention(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt));
+      return;
+    }
+    case 154: {  // crossEntropy
+      cg_tensor x_ = rd_.t();
+      cg_tensor y_ = rd_.t();
+      cg_tensor weight_ = rd_.t();
+      int64_t reduction = rd_.i();
+      int64_t ignoreIndex = rd_.i();
+      double labelSmoothing = rd_.d();
+      at::Tensor &x = cg::T(x_);
+      at::Tensor &y = cg::T(y_);
+      std::optional<at::Tensor> weight = cg::opt(weight_);
+      rd_.out(at::cross_entropy_loss(x, y, weight, reduction, ignoreIndex, labelSmoothing));
+      return;
+    }
+    case 155: {  // nllLoss
+      cg_tensor x_ = rd_.t();
+      cg_tensor y_ = rd_.t();
+      cg_tensor weight_ = rd_.t();
+      int64_t reduction = rd_.i();
+      int64_t ignoreIndex = rd_.i();
+      at::Tensor &x = cg::T(x_);
+      at::Tensor &y = cg::T(y_);
+      std::optional<at::Tensor> weight = cg::opt(weight_);
+      rd_.out(at::nll_loss_nd(x, y, weight, reduction, ignoreIndex));
+      return;
+    }
+    case 156: {  // mseLoss
+      cg_tensor x_ = rd_.t();
+      cg_tensor y_ = rd_.t();
+      int64_t reduction = rd_.i();
+      at::Tensor &x = cg::T(x_);
+      at::Tensor &y = cg::T(y_);
+      rd_.out(at::mse_loss(x, y, reduction));
+      return;
+    }
+    case 157: {  // l1Loss
+      cg_tensor x_ = rd_.t();
+      cg_tensor y_ = rd_.t();
+      int64_t reduction = rd_.i();
+      at::Tensor &x = cg::T(x_);
+      at::Tensor &y = cg::T(y_);
+      rd_.out(at::l1_loss(x, y, reduction));
+      return;
+    }
+    case 158: {  // smoothL1Loss
+      cg_tensor x_ = rd_.t();
+      cg_tensor y_ = rd_.t();
+      int64_t reduction = rd_.i();
+      double beta = rd_.d();
+      at::Tensor &x = cg::T(x_);
+      at::Tensor &y = cg::T(y_);
+      rd_.out(at::smooth_l1_loss(x, y, reduction, beta));
+      return;
+    }
+    case 159: {  // bceWithLogits
+      cg_tensor x_ = rd_.t();
+      cg_tensor y_ = rd_.t();
+      cg_tensor weight_ = rd_.t();
+      cg_tensor posWeight_ = rd_.t();
+      int64_t reduction = rd_.i();
+      at::Tensor &x = cg::T(x_);
+      at::Tensor &y = cg::T(y_);
+      std::optional<at::Tensor> weight = cg::opt(weight_);
+      std::optional<at::Tensor> posWeight = cg::opt(posWeight_);
+      rd_.out(at::binary_cross_entropy_with_logits(x, y, weight, posWeight, reduction));
+      return;
+    }
+  }
+  TORCH_CHECK(false, "replay: op ", op, " is not in ops.tab");
+}

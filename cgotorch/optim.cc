@@ -296,6 +296,8 @@ extern "C" {
 cg_status cg_optim_step(enum cg_optimizer kind, int ngroups, const int64_t *group_sizes, const void *hyper,
                         cg_tensor *params, cg_tensor *state) {
   CG_TRY at::NoGradGuard no_grad;
+  // Recorded before it runs: the state slots it fills are empty in this step's record.
+  if (cg::recording()) cg::record_optim_step(kind, ngroups, group_sizes, params, state);
   Slots s{state};
   switch (kind) {
     case CG_OPT_SGD: return run_groups(ngroups, group_sizes, static_cast<const cg_sgd_hyper *>(hyper), params, s);
@@ -324,6 +326,7 @@ cg_status cg_zero_grad(cg_tensor *params, int n, int set_to_none) {
     zero.push_back(g);
   }
   for (auto &b : buckets(zero)) at::_foreach_zero_(pick(zero, b));
+  if (cg::recording()) cg::record_zero_grad(params, n, set_to_none);
   return cg::ok();
   CG_CATCH_STATUS
 }
@@ -365,7 +368,8 @@ extern "C" {
 cg_status cg_clip_grad_norm(cg_tensor *params, int n, double max_norm, double norm_type, int error_if_nonfinite,
                             double *total_norm) {
   *total_norm = 0;
-  CG_TRY at::Tensor total = clip_norm(params, n, max_norm, norm_type, error_if_nonfinite != 0);
+  CG_TRY if (cg::recording()) cg::refuse("clip_grad_norm_ reads the norm on the host");
+  at::Tensor total = clip_norm(params, n, max_norm, norm_type, error_if_nonfinite != 0);
   if (total.defined()) *total_norm = total.item<double>();
   return cg::ok();
   CG_CATCH_STATUS
@@ -374,7 +378,9 @@ cg_status cg_clip_grad_norm(cg_tensor *params, int n, double max_norm, double no
 cg_result cg_clip_grad_norm_tensor(cg_tensor *params, int n, double max_norm, double norm_type) {
   CG_TRY at::Tensor total = clip_norm(params, n, max_norm, norm_type, false);
   if (!total.defined()) total = at::zeros({}, at::TensorOptions().dtype(at::kFloat));
-  return cg::res(total);
+  cg_result r = cg::res(total);
+  if (cg::recording()) cg::record_clip_norm(params, n, max_norm, norm_type, r.t);
+  return r;
   CG_CATCH_RESULT
 }
 
@@ -387,6 +393,7 @@ cg_status cg_clip_grad_value(cg_tensor *params, int n, double clip_value) {
     at::_foreach_clamp_min_(l, -clip_value);
     at::_foreach_clamp_max_(l, clip_value);
   }
+  if (cg::recording()) cg::record_clip_value(params, n, clip_value);
   return cg::ok();
   CG_CATCH_STATUS
 }

@@ -58,7 +58,7 @@ int cg_get_num_threads(void) {
 }
 
 cg_status cg_manual_seed(uint64_t seed) {
-  CG_TRY
+  CG_TRY if (cg::recording()) cg::refuse("manual_seed changes the generator outside the trace");
   // at::manual_seed seeds the CPU generator and, when CUDA is present, every CUDA generator.
   at::manual_seed(seed);
   return cg::ok();
@@ -87,7 +87,8 @@ cg_result cg_get_rng_state(int dt, int di) {
 }
 
 cg_status cg_set_rng_state(int dt, int di, cg_tensor state) {
-  CG_TRY auto gen = default_generator(dt, di);
+  CG_TRY if (cg::recording()) cg::refuse("set_rng_state changes the generator outside the trace");
+  auto gen = default_generator(dt, di);
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(T(state));
   return cg::ok();
@@ -133,7 +134,10 @@ void cg_tensor_device(cg_tensor t, int *type, int *index) {
 }
 int cg_tensor_requires_grad(cg_tensor t) { return T(t).requires_grad() ? 1 : 0; }
 int cg_tensor_is_contiguous(cg_tensor t) { return T(t).is_contiguous() ? 1 : 0; }
-void *cg_tensor_data_ptr(cg_tensor t) { return T(t).data_ptr(); }
+void *cg_tensor_data_ptr(cg_tensor t) {
+  if (cg::recording()) cg::refuse("data_ptr gives the host a tensor's memory");
+  return T(t).data_ptr();
+}
 int64_t cg_tensor_storage_offset(cg_tensor t) { return T(t).storage_offset(); }
 
 // ---- creation ----
@@ -163,7 +167,8 @@ cg_status cg_randperm_seeded(int64_t n, uint64_t seed, int64_t *out) {
 }
 
 cg_status cg_copy_to_host(cg_tensor t, void *dst, int64_t nbytes) {
-  CG_TRY at::Tensor c = T(t).detach().to(at::kCPU).contiguous();
+  CG_TRY if (cg::recording()) cg::refuse("a copy to the host reads values on the host");
+  at::Tensor c = T(t).detach().to(at::kCPU).contiguous();
   int64_t need = c.numel() * c.element_size();
   if (need != nbytes) return cg::fail(CG_ERR_INVALID, "copy_to_host: buffer is " + std::to_string(nbytes) + " bytes, tensor needs " + std::to_string(need));
   if (need > 0) std::memcpy(dst, c.data_ptr(), need);
@@ -172,7 +177,8 @@ cg_status cg_copy_to_host(cg_tensor t, void *dst, int64_t nbytes) {
 }
 
 cg_status cg_item(cg_tensor t, double *d, int64_t *i) {
-  CG_TRY at::Scalar s = T(t).item();
+  CG_TRY if (cg::recording()) cg::refuse("item reads a value on the host");
+  at::Scalar s = T(t).item();
   if (s.isIntegral(true)) {
     *i = s.toLong();
     *d = static_cast<double>(*i);
@@ -186,31 +192,44 @@ cg_status cg_item(cg_tensor t, double *d, int64_t *i) {
 
 // ---- autograd ----
 cg_status cg_set_requires_grad(cg_tensor t, int on) {
-  CG_TRY T(t).set_requires_grad(on != 0);
+  CG_TRY if (cg::recording()) cg::refuse("set_requires_grad changes autograd state outside the trace");
+  T(t).set_requires_grad(on != 0);
   return cg::ok();
   CG_CATCH_STATUS
 }
 
 cg_status cg_backward(cg_tensor t, cg_tensor grad, int retain_graph) {
   CG_TRY T(t).backward(cg::undefined_or(grad), retain_graph ? std::optional<bool>(true) : std::nullopt);
+  if (cg::recording()) cg::record_backward(t, grad, retain_graph);
   return cg::ok();
   CG_CATCH_STATUS
 }
 
 cg_result cg_grad(cg_tensor t) {
   CG_TRY const at::Tensor &g = T(t).grad();
-  if (!g.defined()) return cg_result{CG_OK, 0, 0, 0};
-  return res(g);
+  cg_result r = g.defined() ? res(g) : cg_result{CG_OK, 0, 0, 0};
+  if (cg::recording()) cg::record_grad(t, r.t);
+  return r;
   CG_CATCH_RESULT
 }
 
 cg_status cg_set_grad(cg_tensor t, cg_tensor grad) {
-  CG_TRY T(t).mutable_grad() = cg::undefined_or(grad);
+  CG_TRY if (cg::recording()) cg::refuse("set_grad changes a gradient outside the trace");
+  T(t).mutable_grad() = cg::undefined_or(grad);
   return cg::ok();
   CG_CATCH_STATUS
 }
 
 int cg_grad_enabled(void) { return at::GradMode::is_enabled() ? 1 : 0; }
-void cg_set_grad_enabled(int on) { at::GradMode::set_enabled(on != 0); }
+void cg_set_grad_enabled(int on) {
+  at::GradMode::set_enabled(on != 0);
+  if (cg::recording()) {
+    try {
+      cg::record_grad_mode(on);
+    } catch (...) {
+      cg::refuse("set_grad_enabled: recording failed");
+    }
+  }
+}
 
 }  // extern "C"

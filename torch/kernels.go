@@ -95,6 +95,23 @@ func (a *OptimizerArgs) Step() error {
 	return wrapErr("optimizer step", err)
 }
 
+// setHyper puts the step's hyperparameters in h, for a replayed step (Trace.Run); a nil
+// a has none.
+func (a *OptimizerArgs) setHyper(h *cgotorch.Hyper) {
+	switch {
+	case a == nil:
+		h.SetNone()
+	case a.sgd != nil:
+		h.SetSGD(a.sgd)
+	case a.adam != nil:
+		h.SetAdam(a.adam)
+	case a.rmsprop != nil:
+		h.SetRMSprop(a.rmsprop)
+	case a.adagrad != nil:
+		h.SetAdagrad(a.adagrad)
+	}
+}
+
 // borrow returns the state and parameter handles in C's layout, in borrowed buffers.
 func (a *OptimizerArgs) borrow() (st, ps *[]cgotorch.Tensor) {
 	st = borrowHandles(len(a.params) * OptimizerStateSlots)

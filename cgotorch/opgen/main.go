@@ -201,7 +201,9 @@ func (o op) cxxLocals() []string {
 	return out
 }
 
-func (o op) cxxBody() string {
+// cxxBody is the op's C function: the locals, the expression, and, while the calling
+// thread records a trace (replay.cc), the call's entry in it.
+func (o op) cxxBody(num int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s {\n  CG_TRY\n", o.prototype())
 	for _, l := range o.cxxLocals() {
@@ -209,16 +211,110 @@ func (o op) cxxBody() string {
 	}
 	switch o.result {
 	case "tensor":
-		fmt.Fprintf(&b, "  *ret_ = cg::res(%s);\n  CG_CATCH_INTO(res)\n}\n", o.expr)
+		fmt.Fprintf(&b, "  *ret_ = cg::res(%s);\n", o.expr)
 	case "tensor2":
-		fmt.Fprintf(&b, "  auto r = %s;\n  *ret_ = cg::res2(std::get<0>(r), std::get<1>(r));\n  CG_CATCH_INTO(res2)\n}\n", o.expr)
+		fmt.Fprintf(&b, "  auto r = %s;\n  *ret_ = cg::res2(std::get<0>(r), std::get<1>(r));\n", o.expr)
 	case "tensors":
-		fmt.Fprintf(&b, "  *ret_ = cg::resn(%s);\n  CG_CATCH_INTO(resn)\n}\n", o.expr)
+		fmt.Fprintf(&b, "  *ret_ = cg::resn(%s);\n", o.expr)
 	case "int64":
-		fmt.Fprintf(&b, "  *out = %s;\n  *ret_ = cg::ok();\n  CG_CATCH_INTO(status)\n}\n", o.expr)
+		fmt.Fprintf(&b, "  *out = %s;\n  *ret_ = cg::ok();\n", o.expr)
 	default:
-		fmt.Fprintf(&b, "  %s;\n  *ret_ = cg::ok();\n  CG_CATCH_INTO(status)\n}\n", o.expr)
+		fmt.Fprintf(&b, "  %s;\n  *ret_ = cg::ok();\n", o.expr)
 	}
+	if o.result == "int64" {
+		fmt.Fprintf(&b, "  if (cg::recording()) cg::refuse(\"%s reads a value on the host\");\n", o.name)
+	} else {
+		fmt.Fprintf(&b, "  if (cg::recording()) {\n    cg::Rec rec_(%d);\n", num)
+		for _, l := range o.recArgs() {
+			fmt.Fprintf(&b, "    %s\n", l)
+		}
+		b.WriteString("  }\n")
+	}
+	wrap := map[string]string{"tensor": "res", "tensor2": "res2", "tensors": "resn"}[o.result]
+	if wrap == "" {
+		wrap = "status"
+	}
+	fmt.Fprintf(&b, "  CG_CATCH_INTO(%s)\n}\n", wrap)
+	return b.String()
+}
+
+// recArgs append the call's arguments and results to its trace entry (cg::Rec), in the
+// order replayCase reads them back.
+func (o op) recArgs() []string {
+	var out []string
+	if o.self {
+		out = append(out, "rec_.t(self_);")
+	}
+	for _, p := range o.params {
+		n := p.name
+		switch p.kind {
+		case "tensor", "tensor?":
+			out = append(out, fmt.Sprintf("rec_.t(%s_);", n))
+		case "tensors", "int64s":
+			out = append(out, fmt.Sprintf("rec_.list(%s_, %s_n);", n, n))
+		case "int64", "double":
+			out = append(out, fmt.Sprintf("rec_.v(%s);", n))
+		case "scalar", "bool", "dtype":
+			out = append(out, fmt.Sprintf("rec_.v(%s_);", n))
+		case "device":
+			out = append(out, fmt.Sprintf("rec_.v(%s_type);", n), fmt.Sprintf("rec_.v(%s_index);", n))
+		}
+	}
+	switch o.result {
+	case "tensor":
+		out = append(out, "rec_.out(ret_->t);")
+	case "tensor2":
+		out = append(out, "rec_.out(ret_->t0);", "rec_.out(ret_->t1);")
+	case "tensors":
+		out = append(out, "rec_.outs(ret_->ts, ret_->n);")
+	}
+	return out
+}
+
+// replayCase is the op's case in cg::replay_op: the C parameters read back from the
+// entry (cg::Reader), the same locals and expression as the C function, and the results
+// stored in their slots.
+func (o op) replayCase(num int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "    case %d: {  // %s\n", num, o.goName)
+	if o.self {
+		b.WriteString("      cg_tensor self_ = rd_.t();\n")
+	}
+	for _, p := range o.params {
+		n := p.name
+		switch p.kind {
+		case "tensor", "tensor?":
+			fmt.Fprintf(&b, "      cg_tensor %s_ = rd_.t();\n", n)
+		case "tensors":
+			fmt.Fprintf(&b, "      int %s_n;\n      const cg_tensor *%s_ = rd_.tensors(&%s_n);\n", n, n, n)
+		case "int64s":
+			fmt.Fprintf(&b, "      int %s_n;\n      const int64_t *%s_ = rd_.ints(&%s_n);\n", n, n, n)
+		case "int64":
+			fmt.Fprintf(&b, "      int64_t %s = rd_.i();\n", n)
+		case "double":
+			fmt.Fprintf(&b, "      double %s = rd_.d();\n", n)
+		case "scalar":
+			fmt.Fprintf(&b, "      double %s_ = rd_.d();\n", n)
+		case "bool", "dtype":
+			fmt.Fprintf(&b, "      int %s_ = static_cast<int>(rd_.i());\n", n)
+		case "device":
+			fmt.Fprintf(&b, "      int %s_type = static_cast<int>(rd_.i());\n      int %s_index = static_cast<int>(rd_.i());\n", n, n)
+		}
+	}
+	for _, l := range o.cxxLocals() {
+		fmt.Fprintf(&b, "      %s\n", l)
+	}
+	switch o.result {
+	case "tensor":
+		fmt.Fprintf(&b, "      rd_.out(%s);\n", o.expr)
+	case "tensor2":
+		fmt.Fprintf(&b, "      auto r = %s;\n      rd_.out(std::get<0>(r));\n      rd_.out(std::get<1>(r));\n", o.expr)
+	case "tensors":
+		fmt.Fprintf(&b, "      rd_.outs(%s);\n", o.expr)
+	default:
+		fmt.Fprintf(&b, "      %s;\n", o.expr)
+	}
+	b.WriteString("      return;\n    }\n")
 	return b.String()
 }
 
@@ -393,11 +489,25 @@ func genCC(ops []op) []byte {
 	var b bytes.Buffer
 	b.WriteString(header)
 	b.WriteString("#include <ATen/core/grad_mode.h>\n#include \"internal.h\"\n#include \"ops_gen.h\"\n\nextern \"C\" {\n\n")
-	for _, o := range ops {
-		b.WriteString(o.cxxBody())
+	for i, o := range ops {
+		b.WriteString(o.cxxBody(i))
 		b.WriteString("\n")
 	}
-	b.WriteString("}  // extern \"C\"\n")
+	b.WriteString("}  // extern \"C\"\n\n")
+	// An op's number in a trace is its row's index: the entry and its case below come
+	// from the same row, so no number is kept anywhere else.
+	b.WriteString("const char *cg::op_name(int op) {\n  static const char *const names[] = {\n")
+	for _, o := range ops {
+		fmt.Fprintf(&b, "      %q,\n", o.name)
+	}
+	b.WriteString("  };\n  return op >= 0 && op < static_cast<int>(std::size(names)) ? names[op] : nullptr;\n}\n\n")
+	b.WriteString("void cg::replay_op(int op, cg::Reader &rd_) {\n  switch (op) {\n")
+	for i, o := range ops {
+		if o.result != "int64" { // a host read: never in a trace
+			b.WriteString(o.replayCase(i))
+		}
+	}
+	b.WriteString("  }\n  TORCH_CHECK(false, \"replay: op \", op, \" is not in ops.tab\");\n}\n")
 	return b.Bytes()
 }
 

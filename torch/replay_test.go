@@ -1,0 +1,351 @@
+package torch_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/torch"
+)
+
+// replayNet is a two-layer MLP with Dropout and a layer written here, as a user writes
+// one (gate: h * sigmoid(g * h), g a parameter), and an optimizer's state for it.
+type replayNet struct {
+	w1, b1, g, w2, b2 *torch.Tensor
+	state             [][torch.OptimizerStateSlots]*torch.Tensor
+}
+
+func newReplayNet(seed int64, out int64) *replayNet {
+	torch.ManualSeed(seed)
+	leaf := func(shape ...int64) *torch.Tensor {
+		return torch.Randn(shape, torch.Float32, torch.CPU).MulScalar(0.3).Escape().SetRequiresGrad(true)
+	}
+	var n *replayNet
+	torch.WithScope(func() { n = &replayNet{w1: leaf(16, 8), b1: leaf(16), g: leaf(16), w2: leaf(out, 16), b2: leaf(out)} })
+	n.state = make([][torch.OptimizerStateSlots]*torch.Tensor, 5)
+	return n
+}
+
+func (n *replayNet) params() []*torch.Tensor { return []*torch.Tensor{n.w1, n.b1, n.g, n.w2, n.b2} }
+
+// gate is the user's layer: nothing about it is known to the recorder but its ops.
+func gate(h, g *torch.Tensor) *torch.Tensor { return h.Mul(h.Mul(g).Sigmoid()) }
+
+func (n *replayNet) forward(x *torch.Tensor) *torch.Tensor {
+	h := torch.Linear(x, n.w1, n.b1).ReLU()
+	h = torch.Dropout(gate(h, n.g), 0.25, true)
+	return torch.Linear(h, n.w2, n.b2)
+}
+
+// step is one eager training step: zero_grad, forward, loss, the running sum,
+// backward, the optimizer step.
+func (n *replayNet) step(x, y *torch.Tensor, loss func(out, y *torch.Tensor) *torch.Tensor, sums *torch.Tensor,
+	args torch.OptimizerArgs, at int64) *torch.Tensor {
+	torch.ZeroGrads(n.params(), true)
+	l := loss(n.forward(x), y)
+	torch.Accumulate(sums, []*torch.Tensor{l}, float64(x.Size(0)), at, torch.AccumulateTrack)
+	l.Backward()
+	if err := args.Step(); err != nil {
+		panic(err)
+	}
+	return l
+}
+
+func (n *replayNet) values() [][]float32 {
+	var out [][]float32
+	for i, p := range n.params() {
+		out = append(out, p.Float32s())
+		for _, s := range n.state[i] {
+			if s != nil {
+				out = append(out, s.Float32s())
+			}
+		}
+	}
+	return out
+}
+
+func (n *replayNet) free() {
+	for i, p := range n.params() {
+		p.Free()
+		for _, s := range n.state[i] {
+			if s != nil {
+				s.Free()
+			}
+		}
+	}
+}
+
+var replayOptimizers = map[string]func(n *replayNet) torch.OptimizerArgs{
+	"sgd": func(n *replayNet) torch.OptimizerArgs {
+		return torch.NewOptimizerArgs([]torch.SGDHyper{{LR: 0.05, Momentum: 0.9, WeightDecay: 1e-3}}, []int64{5}, n.params(), n.state)
+	},
+	"adam-fused": func(n *replayNet) torch.OptimizerArgs {
+		return torch.NewOptimizerArgs([]torch.AdamHyper{{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Fused: true}}, []int64{5}, n.params(), n.state)
+	},
+	"adamw-foreach": func(n *replayNet) torch.OptimizerArgs {
+		return torch.NewOptimizerArgs([]torch.AdamHyper{{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, DecoupledWeightDecay: true}}, []int64{5}, n.params(), n.state)
+	},
+	"rmsprop": func(n *replayNet) torch.OptimizerArgs {
+		return torch.NewOptimizerArgs([]torch.RMSpropHyper{{LR: 1e-2, Alpha: 0.99, Eps: 1e-8, Momentum: 0.5, Centered: true}, {LR: 2e-2, Alpha: 0.9, Eps: 1e-8}}, []int64{2, 3}, n.params(), n.state)
+	},
+	"adagrad": func(n *replayNet) torch.OptimizerArgs {
+		return torch.NewOptimizerArgs([]torch.AdagradHyper{{LR: 0.1, Eps: 1e-10}}, []int64{5}, n.params(), n.state)
+	},
+}
+
+// replayLosses are losses with their targets.
+var replayLosses = map[string]struct {
+	loss   func(out, y *torch.Tensor) *torch.Tensor
+	target func() *torch.Tensor
+	out    int64
+}{
+	"cross_entropy": {
+		func(out, y *torch.Tensor) *torch.Tensor {
+			return torch.CrossEntropy(out, y, torch.CrossEntropyOptions{LabelSmoothing: 0.1})
+		},
+		func() *torch.Tensor { return torch.Randint(0, 4, []int64{6}, torch.Int64, torch.CPU) }, 4,
+	},
+	"mse_loss": {
+		func(out, y *torch.Tensor) *torch.Tensor { return torch.MSELoss(out, y, torch.ReductionMean) },
+		func() *torch.Tensor { return torch.Randn([]int64{6, 3}, torch.Float32, torch.CPU) }, 3,
+	},
+	"smooth_l1_loss": {
+		func(out, y *torch.Tensor) *torch.Tensor { return torch.SmoothL1Loss(out, y, torch.ReductionSum, 0.5) },
+		func() *torch.Tensor { return torch.Randn([]int64{6, 3}, torch.Float32, torch.CPU) }, 3,
+	},
+}
+
+// TestReplayMatchesEager: a step recorded from eager code, with a layer written in the
+// test, is replayed from its fourth step on (the first recording makes the optimizer's
+// state, the next two agree), and gives the eager step's losses, running sums,
+// gradients, parameters and optimizer state to the bit, step after step, for every
+// optimizer (two parameter groups for RMSprop) — Dropout drawing the same masks.
+func TestReplayMatchesEager(t *testing.T) {
+	for lname, l := range replayLosses {
+		for oname, mk := range replayOptimizers {
+			t.Run(lname+"/"+oname, func(t *testing.T) {
+				live := torch.LiveTensors()
+				rep, eager := newReplayNet(7, l.out), newReplayNet(7, l.out)
+				sumR := torch.FromSlice([]float64{0, 0, 0}).Escape()
+				sumE := torch.FromSlice([]float64{0, 0, 0}).Escape()
+				var r torch.Replayer
+				for i := range 7 {
+					torch.WithScope(func() {
+						torch.ManualSeed(int64(100 + i))
+						x := torch.Randn([]int64{6, 8}, torch.Float32, torch.CPU)
+						y := l.target()
+						at := int64(i + 1)
+						torch.ManualSeed(int64(200 + i))
+						args := mk(rep)
+						outs, replayed := r.Step([]*torch.Tensor{x, y}, &args, at, func() []*torch.Tensor {
+							return []*torch.Tensor{rep.step(x, y, l.loss, sumR, mk(rep), at)}
+						})
+						assert.Equal(t, i >= 3, replayed, "step %d replayed", i)
+						assert.Empty(t, r.Why())
+
+						torch.ManualSeed(int64(200 + i))
+						le := eager.step(x, y, l.loss, sumE, mk(eager), at)
+						assert.Equal(t, le.Float32s(), outs[0].Float32s(), "step %d: loss", i)
+					})
+				}
+				assert.Equal(t, eager.values(), rep.values(), "parameters and optimizer state")
+				assert.Equal(t, sumE.Float64s(), sumR.Float64s(), "running sums")
+				for i, p := range rep.params() {
+					torch.WithScope(func() {
+						assert.Equal(t, eager.params()[i].Grad().Float32s(), p.Grad().Float32s(), "gradient %d", i)
+					})
+				}
+				r.Free()
+				rep.free()
+				eager.free()
+				sumR.Free()
+				sumE.Free()
+				assert.Equal(t, live, torch.LiveTensors(), "live tensors")
+			})
+		}
+	}
+}
+
+// TestReplayRunBatches: once ready, a trace replayed over a run of batches in one call
+// (RunBatches) gives the losses, sums, parameters and optimizer state of the eager
+// steps over the same batches, to the bit, for consecutive rows (Narrow) and a shuffled
+// order (IndexSelect).
+func TestReplayRunBatches(t *testing.T) {
+	starts := []int64{0, 6, 12, 18, 24, 30, 36}
+	for oname, mk := range replayOptimizers {
+		for _, shuffled := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/shuffled=%v", oname, shuffled), func(t *testing.T) {
+				rep, eager := newReplayNet(11, 4), newReplayNet(11, 4)
+				defer rep.free()
+				defer eager.free()
+				torch.ManualSeed(5)
+				x := torch.Randn([]int64{42, 8}, torch.Float32, torch.CPU).Escape()
+				y := torch.Randint(0, 4, []int64{42}, torch.Int64, torch.CPU).Escape()
+				defer x.Free()
+				defer y.Free()
+				var order *torch.Tensor
+				if shuffled {
+					order = torch.FromSlice(torch.RandpermSeeded(42, 9)).Escape()
+					defer order.Free()
+				}
+				batch := func(i int) (*torch.Tensor, *torch.Tensor) {
+					if order != nil {
+						idx := order.Narrow(0, starts[i], 6)
+						return x.IndexSelect(0, idx), y.IndexSelect(0, idx)
+					}
+					return x.Narrow(0, starts[i], 6), y.Narrow(0, starts[i], 6)
+				}
+				loss := replayLosses["cross_entropy"].loss
+				sumR := torch.FromSlice([]float64{0, 0, 0}).Escape()
+				sumE := torch.FromSlice([]float64{0, 0, 0}).Escape()
+				defer sumR.Free()
+				defer sumE.Free()
+				var r torch.Replayer
+				defer r.Free()
+
+				var lastR, lastE []float32
+				torch.WithScope(func() {
+					torch.ManualSeed(300)
+					for i := range 3 {
+						xb, yb := batch(i)
+						args := mk(rep)
+						r.Step([]*torch.Tensor{xb, yb}, &args, int64(i+1), func() []*torch.Tensor {
+							return []*torch.Tensor{rep.step(xb, yb, loss, sumR, mk(rep), int64(i+1))}
+						})
+					}
+					require.True(t, r.Ready())
+					args := mk(rep)
+					b := &torch.BatchRun{Fields: []*torch.Tensor{x, y}, Order: order, Starts: starts[3:], Sizes: []int64{6, 6, 6, 6}}
+					lastR = r.RunBatches(b, &args, 4)[0].Float32s()
+					assert.Equal(t, 4, b.Done)
+				})
+				torch.WithScope(func() {
+					torch.ManualSeed(300)
+					for i := range starts {
+						xb, yb := batch(i)
+						lastE = eager.step(xb, yb, loss, sumE, mk(eager), int64(i+1)).Float32s()
+					}
+				})
+				assert.Equal(t, lastE, lastR, "last loss")
+				assert.Equal(t, eager.values(), rep.values(), "parameters and optimizer state")
+				assert.Equal(t, sumE.Float64s(), sumR.Float64s(), "running sums")
+			})
+		}
+	}
+}
+
+// TestReplayRefuses: a step that reads a value on the host, recomputes in Go
+// (checkpointing) or changes the generator's seed is not recorded, and one that depends
+// on a Go value changing from step to step is never replayed; each runs eagerly, with
+// the reason.
+func TestReplayRefuses(t *testing.T) {
+	n := newReplayNet(3, 4)
+	defer n.free()
+	cases := []struct {
+		name string
+		step func(x *torch.Tensor, i int) *torch.Tensor
+		why  string
+	}{
+		{"item", func(x *torch.Tensor, _ int) *torch.Tensor {
+			out := n.forward(x)
+			if out.Sum().Item() > 1e9 {
+				return out.Neg()
+			}
+			return out
+		}, "item"},
+		{"checkpoint", func(x *torch.Tensor, _ int) *torch.Tensor {
+			return torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
+				return []*torch.Tensor{n.forward(in[0])}
+			}, []*torch.Tensor{x}, n.params())[0]
+		}, "checkpointing"},
+		{"seed", func(x *torch.Tensor, i int) *torch.Tensor {
+			torch.ManualSeed(int64(i))
+			return n.forward(x)
+		}, "manual_seed"},
+		{"go scalar", func(x *torch.Tensor, i int) *torch.Tensor { return n.forward(x).MulScalar(float64(i)) },
+			"different work"},
+		{"host tensor", func(x *torch.Tensor, i int) *torch.Tensor {
+			return n.forward(x).Mul(torch.FromSlice([]float32{float32(i)}))
+		}, "different work"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var r torch.Replayer
+			defer r.Free()
+			for i := range 6 {
+				torch.WithScope(func() {
+					x := torch.Randn([]int64{2, 8}, torch.Float32, torch.CPU)
+					eagerRan := false
+					_, replayed := r.Step([]*torch.Tensor{x}, nil, 0, func() []*torch.Tensor {
+						eagerRan = true
+						out := c.step(x, i).Sum()
+						out.Backward()
+						return []*torch.Tensor{out}
+					})
+					assert.False(t, replayed)
+					assert.True(t, eagerRan)
+				})
+			}
+			assert.Contains(t, r.Why(), c.why)
+		})
+	}
+}
+
+// TestReplayShapes: a trace holds for the shapes it was recorded with; a batch of
+// another shape is recorded apart (a last, shorter batch) while the first shape goes on
+// being replayed.
+func TestReplayShapes(t *testing.T) {
+	n := newReplayNet(3, 4)
+	defer n.free()
+	var r torch.Replayer
+	defer r.Free()
+	step := func(rows int64) (replayed bool) {
+		torch.WithScope(func() {
+			x := torch.Randn([]int64{rows, 8}, torch.Float32, torch.CPU)
+			_, replayed = r.Step([]*torch.Tensor{x}, nil, 0, func() []*torch.Tensor {
+				out := n.forward(x).Sum()
+				out.Backward()
+				return []*torch.Tensor{out}
+			})
+		})
+		return replayed
+	}
+	for i := range 3 {
+		assert.Equal(t, i == 2, step(4), "4 rows, step %d", i)
+	}
+	assert.False(t, step(3))
+	assert.True(t, step(4))
+	assert.False(t, step(3))
+	assert.True(t, step(3))
+}
+
+// TestReplayErrorsNameTheOp: a replayed call that fails panics with a *torch.Error whose
+// message names the call, as the eager step's would.
+func TestReplayErrorsNameTheOp(t *testing.T) {
+	n := newReplayNet(5, 4)
+	defer n.free()
+	var r torch.Replayer
+	defer r.Free()
+	loss := replayLosses["cross_entropy"].loss
+	torch.WithScope(func() {
+		run := func(y *torch.Tensor) {
+			x := torch.Randn([]int64{3, 8}, torch.Float32, torch.CPU)
+			r.Step([]*torch.Tensor{x, y}, nil, 0, func() []*torch.Tensor {
+				l := loss(n.forward(x), y)
+				l.Backward()
+				return []*torch.Tensor{l}
+			})
+		}
+		for range 3 {
+			run(torch.Zeros([]int64{3}, torch.Int64, torch.CPU))
+		}
+		require.True(t, r.Ready())
+		err := panicErr(func() { run(torch.FromSlice([]int64{0, 9, 1})) }) // class 9 of 4
+		var te *torch.Error
+		require.True(t, errors.As(err, &te), "a *torch.Error, got %v", err)
+		assert.Contains(t, te.Msg, "cross_entropy: ")
+	})
+}
