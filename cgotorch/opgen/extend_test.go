@@ -29,7 +29,7 @@ func TestExtendOp(t *testing.T) {
 	require.NoError(t, err)
 	num := strconv.Itoa(len(ops)) // its number in a trace: its row's index
 	want := map[string][]string{
-		"../ops_gen.h":           {"void cg_op_Cube(cg_tensor self_, cg_result *ret_);"},
+		"../ops_gen.h": {"void cg_op_Cube(cg_tensor self_, cg_result *ret_);"},
 		"../ops_gen.cc": {
 			"void cg_op_Cube(cg_tensor self_, cg_result *ret_) {\n  CG_TRY\n  at::Tensor &self = cg::T(self_);\n  *ret_ = cg::res(at::pow(self, 3));\n" +
 				"  if (cg::recording()) {\n    cg::Rec rec_(" + num + ");\n    rec_.t(self_);\n    rec_.out(ret_->t);\n  }\n  CG_CATCH_INTO(res)\n}",
