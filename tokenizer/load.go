@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+
+	"github.com/gotrain/gotrain/internal/jsonpos"
 )
 
 // MaxFileSize is the largest tokenizer.json Load reads (256 MiB). The largest real ones
@@ -97,12 +99,12 @@ func jsonError(data []byte, err error) error {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		// Offset is just past the offending byte.
-		line, col := lineCol(data, se.Offset-1)
+		line, col := jsonpos.LineCol(data, se.Offset-1)
 		return fmt.Errorf("tokenizer: malformed JSON at line %d, column %d: %v", line, col, err)
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		line, col := lineCol(data, te.Offset)
+		line, col := jsonpos.LineCol(data, te.Offset)
 		field := te.Field
 		if field == "" {
 			field = "(top level)"
@@ -110,19 +112,6 @@ func jsonError(data []byte, err error) error {
 		return fmt.Errorf("tokenizer: field %s at line %d, column %d: JSON %s where %s was expected", field, line, col, te.Value, te.Type)
 	}
 	return fmt.Errorf("tokenizer: %w", err)
-}
-
-func lineCol(data []byte, off int64) (int, int) {
-	if off < 0 {
-		off = 0
-	}
-	if off > int64(len(data)) {
-		off = int64(len(data))
-	}
-	before := data[:off]
-	line := bytes.Count(before, []byte{'\n'}) + 1
-	col := int(off) - (bytes.LastIndexByte(before, '\n') + 1) + 1
-	return line, col
 }
 
 // tokenizerConfig is the part of transformers' tokenizer_config.json read here.

@@ -4,13 +4,13 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
+	"github.com/gotrain/gotrain/internal/chatcli"
 	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/tokenizer/chat"
@@ -42,9 +42,9 @@ func newConversation(cfg *config, tok *tokenizer.Tokenizer) (*conversation, erro
 		if err != nil {
 			return nil, fmt.Errorf("--messages: %w", err)
 		}
-		msgs, tools, err := chat.DecodeConversation(bytes.TrimPrefix(data, []byte("\uFEFF")))
+		msgs, tools, err := chatcli.DecodeMessages(cfg.Messages, data)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", cfg.Messages, err)
+			return nil, err
 		}
 		c.msgs, c.opts.Tools, c.src = msgs, tools, cfg.Messages
 		// A conversation the template refuses fails before the model is loaded.

@@ -262,8 +262,9 @@ func TestChat(t *testing.T) {
 // TestChatErrors: a directory without a chat template or with one of unsupported syntax
 // (named with its file and the template's line:col), a --messages file the command
 // cannot use (a field of the wrong type, an empty conversation, one the template
-// refuses, invalid JSON: named with the file), and an empty stdin are errors that say
-// what and where (exit status 1); conflicting chat flags are usage errors (2).
+// refuses: named with the file; invalid JSON: FILE:LINE:COL), and an empty stdin are
+// errors that say what and where (exit status 1); conflicting chat flags are usage
+// errors (2).
 func TestChatErrors(t *testing.T) {
 	dir := chatAnswers(t)
 	noTemplate := copyDir(t, dir)
@@ -280,7 +281,7 @@ func TestChatErrors(t *testing.T) {
 	system := filepath.Join(t.TempDir(), "system.json")
 	require.NoError(t, os.WriteFile(system, []byte(`[{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]`), 0o644))
 	invalid := filepath.Join(t.TempDir(), "invalid.json")
-	require.NoError(t, os.WriteFile(invalid, []byte(`[{"role": "user" "content": "Hi"}]`), 0o644))
+	require.NoError(t, os.WriteFile(invalid, []byte("[\n  {\"role\": \"user\"\n   \"content\": \"Hi\"}\n]\n"), 0o644))
 	for _, c := range []struct {
 		name  string
 		args  []string
@@ -293,7 +294,8 @@ func TestChatErrors(t *testing.T) {
 		{"empty conversation", []string{"--model", dir, "--messages", empty}, "", 1, empty + `: the conversation is empty`},
 		{"template refuses", []string{"--model", refusing, "--messages", system}, "", 1,
 			system + ": the chat template refuses the conversation: System role not supported"},
-		{"invalid JSON", []string{"--model", dir, "--messages", invalid}, "", 1, invalid + ": not valid JSON"},
+		{"invalid JSON", []string{"--model", dir, "--messages", invalid}, "", 1,
+			invalid + ":3:4: not valid JSON: invalid character '\"' after object key:value pair"},
 		{"unsupported syntax", []string{"--model", unsupported, "--chat", "--prompt", "Hi"}, "", 1,
 			filepath.Join(unsupported, "chat_template.jinja") + ": chat template 2:15: unsupported filter 'frobnicate'"},
 		{"empty stdin", []string{"--model", dir, "--chat"}, "\n", 1, "stdin held no user turn"},

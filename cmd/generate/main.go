@@ -79,9 +79,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gotrain/gotrain/internal/chatcli"
 	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/tokenizer"
-	"github.com/gotrain/gotrain/tokenizer/chat"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 	"github.com/gotrain/gotrain/torch/nn/lora"
@@ -131,7 +131,7 @@ type config struct {
 	System   string // the system turn before --prompt or stdin's turns
 	Messages string // a conversation file whose next assistant turn to generate
 	ChatDate string
-	Kwargs   templateKwargs
+	Kwargs   chatcli.Kwargs
 
 	// Derived by validate from which flags were given.
 	chat bool      // --chat or --messages
@@ -154,41 +154,6 @@ func (s *stopStrings) Set(v string) error {
 		return errors.New("a stop string may not be empty")
 	}
 	*s = append(*s, v)
-	return nil
-}
-
-// templateKwargs is the repeatable --template-kwarg flag: template variables by name,
-// their values decoded from JSON (integers as int64, as the chat package renders them).
-type templateKwargs map[string]any
-
-func (k *templateKwargs) String() string {
-	if k == nil || *k == nil {
-		return ""
-	}
-	b, _ := json.Marshal(*k)
-	return string(b)
-}
-
-func (k *templateKwargs) Set(v string) error {
-	key, val, ok := strings.Cut(v, "=")
-	if !ok || key == "" {
-		return fmt.Errorf("want KEY=JSON, got %q", v)
-	}
-	x, err := chat.DecodeValue([]byte(val))
-	if err != nil {
-		return fmt.Errorf("the value of %s is not JSON (a string needs quotes: %s='\"...\"'): %v", key, key, err)
-	}
-	if n, ok := x.(json.Number); ok {
-		if i, err := n.Int64(); err == nil {
-			x = i
-		} else if f, err := n.Float64(); err == nil {
-			x = f
-		}
-	}
-	if *k == nil {
-		*k = templateKwargs{}
-	}
-	(*k)[key] = x
 	return nil
 }
 
@@ -332,13 +297,8 @@ func (c *config) validate() error {
 		return usagef("--dtype: %v", err)
 	}
 	c.dtype = dt
-	c.now = time.Now()
-	if c.ChatDate != "" {
-		d, err := time.ParseInLocation("2006-01-02", c.ChatDate, time.Local)
-		if err != nil {
-			return usagef("--chat-date: want YYYY-MM-DD, got %q", c.ChatDate)
-		}
-		c.now = d
+	if c.now, err = chatcli.Date(c.ChatDate); err != nil {
+		return usagef("--chat-date: %v", err)
 	}
 	return nil
 }

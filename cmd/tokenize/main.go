@@ -35,7 +35,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -45,6 +44,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/chatcli"
 	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/tokenizer/chat"
 )
@@ -71,47 +71,11 @@ type config struct {
 	Messages            string
 	AddGenerationPrompt bool
 	ChatDate            string
-	Kwargs              kwargs
+	Kwargs              chatcli.Kwargs
 	JSON                bool
 
 	text bool      // --text was given (an empty text is a text)
 	now  time.Time // from --chat-date
-}
-
-// kwargs is the repeatable --template-kwarg flag.
-type kwargs map[string]any
-
-func (k *kwargs) String() string {
-	if k == nil || *k == nil {
-		return ""
-	}
-	b, _ := json.Marshal(*k)
-	return string(b)
-}
-
-func (k *kwargs) Set(v string) error {
-	key, val, ok := strings.Cut(v, "=")
-	if !ok || key == "" {
-		return fmt.Errorf("want KEY=JSON, got %q", v)
-	}
-	var x any
-	dec := json.NewDecoder(strings.NewReader(val))
-	dec.UseNumber()
-	if err := dec.Decode(&x); err != nil {
-		return fmt.Errorf("the value of %s is not JSON (a string needs quotes: %s='\"...\"'): %v", key, key, err)
-	}
-	if n, ok := x.(json.Number); ok {
-		if i, err := n.Int64(); err == nil {
-			x = i
-		} else if f, err := n.Float64(); err == nil {
-			x = f
-		}
-	}
-	if *k == nil {
-		*k = kwargs{}
-	}
-	(*k)[key] = x
-	return nil
 }
 
 // usageError is a bad command line (exit status 2).
@@ -184,13 +148,9 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	case cfg.text && (set["chat-date"] || set["template-kwarg"]):
 		return nil, usagef("--chat-date and --template-kwarg apply to --messages only")
 	}
-	cfg.now = time.Now()
-	if cfg.ChatDate != "" {
-		d, err := time.ParseInLocation("2006-01-02", cfg.ChatDate, time.Local)
-		if err != nil {
-			return nil, usagef("--chat-date: want YYYY-MM-DD, got %q", cfg.ChatDate)
-		}
-		cfg.now = d
+	var err error
+	if cfg.now, err = chatcli.Date(cfg.ChatDate); err != nil {
+		return nil, usagef("--chat-date: %v", err)
 	}
 	return cfg, nil
 }
@@ -216,9 +176,9 @@ func tokenize(cfg *config, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		msgs, tools, err := chat.DecodeConversation(bytes.TrimPrefix(data, []byte("\uFEFF")))
+		msgs, tools, err := chatcli.DecodeMessages(cfg.Messages, data)
 		if err != nil {
-			return fmt.Errorf("%s: %w", cfg.Messages, err)
+			return err
 		}
 		tmpl, err := chat.LoadDir(cfg.Model)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gotrain/gotrain/internal/chatcli"
 	"github.com/gotrain/gotrain/internal/testpy"
 	"github.com/gotrain/gotrain/tokenizer"
 )
@@ -314,18 +315,19 @@ func TestTokenizeText(t *testing.T) {
 		assert.Contains(t, stderr.String(), "usage: tokenize")
 	}
 	// A kwarg reaches the template; a missing directory is a runtime error.
-	k := kwargs{}
+	k := chatcli.Kwargs{}
 	require.NoError(t, k.Set(`enable_thinking=false`))
 	require.NoError(t, k.Set(`effort="high"`))
-	assert.Equal(t, kwargs{"enable_thinking": false, "effort": "high"}, k)
+	assert.Equal(t, chatcli.Kwargs{"enable_thinking": false, "effort": "high"}, k)
 	assert.Equal(t, exitRuntime, run([]string{"--model", filepath.Join(dir, "none"), "--text", "x"}, &stdout, &stderr))
 }
 
 // TestTokenizeMessagesErrors: a --messages file with a field of the wrong type, an empty
 // conversation or one the template refuses is an error naming the file (and the message
-// at fault), and a template with unsupported syntax an error naming its file
-// (chat_template.jinja or tokenizer_config.json) and the template's line:col; each
-// exits 1 and prints nothing on stdout (issue 40 acceptance 5).
+// at fault), invalid JSON one naming FILE:LINE:COL, and a template with unsupported
+// syntax an error naming its file (chat_template.jinja or tokenizer_config.json) and the
+// template's line:col; each exits 1 and prints nothing on stdout (issue 40 acceptance
+// 5).
 func TestTokenizeMessagesErrors(t *testing.T) {
 	tok, err := os.ReadFile(filepath.Join("..", "..", "torch", "data", "testdata", "tiny-llama-tokenizer.json"))
 	require.NoError(t, err)
@@ -352,12 +354,14 @@ func TestTokenizeMessagesErrors(t *testing.T) {
 	wrong := file("wrong.json", "{\"messages\": [\n  {\"role\": \"user\", \"content\": \"hello\"},\n  {\"role\": \"assistant\", \"content\": 5}\n]}\n")
 	empty := file("empty.json", `{"messages": []}`)
 	refused := file("refused.json", `[{"role": "system", "content": "x"}, {"role": "user", "content": "hello"}]`)
-	invalid := file("invalid.json", `[{"role": "user" "content": "hello"}]`)
+	invalid := file("invalid.json", "[\n  {\"role\": \"user\"\n   \"content\": \"hello\"}\n]\n")
+	truncated := file("truncated.json", `[{"role": "user", "content": "hel`)
 	for _, c := range []struct{ name, model, messages, want string }{
 		{"wrong field type", model, wrong, wrong + `: messages[1]: "content" is a number`},
 		{"empty conversation", model, empty, empty + ": the conversation is empty"},
 		{"template refuses", model, refused, refused + ": the chat template refuses the conversation: System role not supported"},
-		{"invalid JSON", model, invalid, invalid + ": not valid JSON"},
+		{"invalid JSON", model, invalid, invalid + ":3:4: not valid JSON: invalid character '\"' after object key:value pair"},
+		{"truncated JSON", model, truncated, truncated + ":1:33: not valid JSON: unexpected end of JSON input"},
 		{"unsupported syntax in chat_template.jinja", jinja, good, filepath.Join(jinja, "chat_template.jinja") + ": chat template 2:15: unsupported filter 'frobnicate'"},
 		{"unsupported syntax in tokenizer_config.json", config, good, filepath.Join(config, "tokenizer_config.json") + ": chat template 2:4: unsupported statement '{% include %}'"},
 	} {

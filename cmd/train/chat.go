@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/chatcli"
 	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/tokenizer/chat"
@@ -22,56 +23,13 @@ import (
 )
 
 // templateKwargs is the repeatable --template-kwarg flag and the config's
-// template_kwargs: chat template variables by name, their values decoded from JSON.
-type templateKwargs map[string]any
+// template_kwargs: chat template variables by name, their values decoded from JSON as
+// a resumed run decodes them from its record.
+type templateKwargs = chatcli.Kwargs
 
-func (k *templateKwargs) String() string {
-	if k == nil || *k == nil {
-		return ""
-	}
-	b, _ := json.Marshal(*k)
-	return string(b)
-}
-
-// Set adds KEY=JSON.
-func (k *templateKwargs) Set(v string) error {
-	key, val, ok := strings.Cut(v, "=")
-	if !ok || key == "" {
-		return fmt.Errorf("want KEY=JSON, got %q", v)
-	}
-	var x any
-	if err := json.Unmarshal([]byte(val), &x); err != nil {
-		return fmt.Errorf("the value of %s is not JSON (a string needs quotes: %s='\"...\"'): %v", key, key, err)
-	}
-	if *k == nil {
-		*k = templateKwargs{}
-	}
-	(*k)[key] = x
-	return nil
-}
-
-// vars returns the variables as the template sees them: JSON numbers that are integers
-// become int64 (Python's int), as the run config decodes every number as float64.
-func (k templateKwargs) vars() map[string]any {
-	if len(k) == 0 {
-		return nil
-	}
-	out := make(map[string]any, len(k))
-	for name, v := range k {
-		if f, ok := v.(float64); ok && f == float64(int64(f)) {
-			v = int64(f)
-		}
-		out[name] = v
-	}
-	return out
-}
-
-// parseChatDate reads a chat date, YYYY-MM-DD; "" is none.
+// parseChatDate reads the config's chat_date, YYYY-MM-DD ("" is today).
 func parseChatDate(s string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	d, err := time.ParseInLocation("2006-01-02", s, time.Local)
+	d, err := chatcli.Date(s)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("must be a date YYYY-MM-DD, got %q", s)
 	}
@@ -135,7 +93,7 @@ func chatDataset(c *Config, tok *tokenizer.Tokenizer, block int, out io.Writer) 
 		return nil, fmt.Errorf("--chat-date %w", err)
 	}
 	ds, err := data.NewChatDataset(c.DataDir, tok, tmpl, data.ChatOptions{BlockSize: block, Packing: c.Packing,
-		Template: chat.Options{Now: now, Vars: c.TemplateKwargs.vars()}})
+		Template: chat.Options{Now: now, Vars: c.TemplateKwargs}})
 	if err != nil {
 		return nil, err
 	}

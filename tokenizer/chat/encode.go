@@ -1,15 +1,11 @@
 package chat
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/gotrain/gotrain/tokenizer"
 )
@@ -75,23 +71,22 @@ var conversationRoles = map[string]bool{"system": true, "user": true, "assistant
 
 // DecodeConversation reads one conversation as a JSONL line or a JSON file holds it: an
 // object {"messages": [...]} with optional "tools" (a list of objects, or null), or a
-// bare list of messages. Nested JSON objects become Object, which keeps the file's key
-// order (as Python's json does, which tojson shows); numbers are int64 when they are
-// integers that fit, else float64 (Python's int and float). It checks what a template
-// may rely on: a non-empty list of message objects, each with a known role (system,
-// user, assistant, tool, ipython), content a string, a list of parts (objects with a
-// "type"; a text part has a string "text") or null, tool_calls a list of objects, and
-// reasoning_content, name and tool_call_id strings. A message's other keys are kept;
-// the record's other keys are ignored.
+// bare list of messages, decoded by DecodeValue: nested JSON objects become Object,
+// which keeps the file's key order (as Python's json does, which tojson shows), and
+// numbers json.Number as written (rendered as Python's int or float: 1 and 1.0 differ).
+// Invalid JSON is an error wrapping DecodeValue's *json.SyntaxError, whose Offset
+// places it. It checks what a template may rely on: a non-empty list of message
+// objects, each with a known role (system, user, assistant, tool, ipython), content a
+// string, a list of parts (objects with a "type"; a text part has a string "text") or
+// null, tool_calls a list of objects, and reasoning_content, name and tool_call_id
+// strings. A message's other keys are kept; the record's other keys are ignored.
 func DecodeConversation(raw []byte) (msgs []Message, tools []any, err error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	v, err := decodeConversationValue(dec)
-	if err != nil {
-		return nil, nil, fmt.Errorf("not valid JSON: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
+	v, err := DecodeValue(raw)
+	if errors.Is(err, errTrailing) {
 		return nil, nil, errors.New("more than one JSON value on the line")
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("not valid JSON: %w", err)
 	}
 	var msgsV, toolsV any
 	switch v := v.(type) {
@@ -207,7 +202,7 @@ func conversationKind(v any) string {
 		return "a string"
 	case bool:
 		return "a boolean"
-	case int64, float64:
+	case json.Number:
 		return "a number"
 	case []any:
 		return "a list"
@@ -215,69 +210,5 @@ func conversationKind(v any) string {
 		return "an object"
 	default:
 		return fmt.Sprintf("%T", v)
-	}
-}
-
-// decodeConversationValue decodes one JSON value: objects as Object (keys in the file's
-// order; a repeated key keeps its last value and first place, as Python's json), numbers
-// as int64 when they are integers that fit, else float64 (Python's int and float).
-func decodeConversationValue(dec *json.Decoder) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			obj := Object{Values: map[string]any{}}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				k := kt.(string)
-				v, err := decodeConversationValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				if _, seen := obj.Values[k]; !seen {
-					obj.Keys = append(obj.Keys, k)
-				}
-				obj.Values[k] = v
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return obj, nil
-		case '[':
-			list := []any{}
-			for dec.More() {
-				v, err := decodeConversationValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				list = append(list, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return list, nil
-		}
-		return nil, fmt.Errorf("unexpected %v", t)
-	case json.Number:
-		s := t.String()
-		if !strings.ContainsAny(s, ".eE") {
-			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-				return n, nil
-			}
-		}
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return nil, fmt.Errorf("number %s: %v", s, err)
-		}
-		return f, nil
-	default:
-		return t, nil // string, bool, nil
 	}
 }

@@ -142,9 +142,26 @@ func TestDecodeConversation(t *testing.T) {
 	call := msgs[0]["tool_calls"].([]any)[0].(Object)
 	args := call.Values["function"].(Object).Values["arguments"].(Object)
 	assert.Equal(t, []string{"z", "a"}, args.Keys)
-	assert.Equal(t, int64(1), args.Values["z"])
-	assert.Equal(t, 2.0, args.Values["a"])
+	assert.Equal(t, json.Number("1"), args.Values["z"])
+	assert.Equal(t, json.Number("2.0"), args.Values["a"])
 	assert.Equal(t, []string{"b", "a"}, tools[0].(Object).Keys)
+	tpl, err := Parse("{{ messages[0].tool_calls[0].function.arguments | tojson }}")
+	require.NoError(t, err)
+	r, err := tpl.Render(msgs, Options{})
+	require.NoError(t, err)
+	assert.Equal(t, `{"z": 1, "a": 2.0}`, r.Text, "2.0 stays a float, as Python's json keeps it")
+	back, err := json.Marshal(args)
+	require.NoError(t, err)
+	assert.Equal(t, `{"z":1,"a":2.0}`, string(back), "an Object marshals in its order")
+
+	// Invalid JSON wraps encoding/json's error, its Offset just past the offending byte
+	// (here the '"' of "content", where a comma was wanted).
+	raw := "[\n {\"role\": \"user\"\n  \"content\": \"x\"}]"
+	_, _, err = DecodeConversation([]byte(raw))
+	var se *json.SyntaxError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, strings.Index(raw, `"content"`)+1, int(se.Offset))
+	assert.ErrorContains(t, err, "not valid JSON: invalid character '\"' after object key:value pair")
 
 	msgs, tools, err = DecodeConversation([]byte(`[{"role": "user", "content": [{"type": "text", "text": "hi"}]}]`))
 	require.NoError(t, err)

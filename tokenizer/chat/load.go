@@ -129,20 +129,20 @@ func (t *Template) TemplateNames() []string {
 
 // DecodeMessages decodes a JSON array of messages. Unlike encoding/json into
 // []Message, nested objects keep their key order (as Object) and numbers keep
-// Python's distinction of 1 and 1.0 (as json.Number), so that tojson renders them as transformers does.
+// Python's distinction of 1 and 1.0 (as json.Number), so that tojson renders them as
+// transformers does. DecodeConversation reads the same JSON and checks the fields
+// templates read.
 func DecodeMessages(data []byte) ([]Message, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeOrdered(dec)
+	v, err := DecodeValue(data)
+	if errors.Is(err, errTrailing) {
+		return nil, errors.New("chat: trailing data after the messages array")
+	}
 	if err != nil {
 		return nil, err
 	}
 	arr, ok := v.([]any)
 	if !ok {
 		return nil, errors.New("chat: messages must be a JSON array")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("chat: trailing data after the messages array")
 	}
 	out := make([]Message, len(arr))
 	for i, m := range arr {
@@ -155,14 +155,35 @@ func DecodeMessages(data []byte) ([]Message, error) {
 	return out, nil
 }
 
-// DecodeValue decodes any JSON value (a tools list, say) as DecodeMessages decodes
-// messages: objects as Object, numbers kept as written.
+// errTrailing is a second JSON value after the first.
+var errTrailing = errors.New("more than one JSON value")
+
+// DecodeValue decodes one JSON value (a tools list, say) as DecodeMessages decodes
+// messages: objects as Object, numbers as json.Number, kept as written. Invalid JSON is
+// an error wrapping a *json.SyntaxError whose Offset is, as json.Unmarshal's, just past
+// the offending byte.
 func DecodeValue(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	return decodeOrdered(dec)
+	v, err := decodeOrdered(dec)
+	if err != nil {
+		// The streaming decoder's offsets are relative to the value it was reading for
+		// some errors; json.Unmarshal's are into data.
+		var se *json.SyntaxError
+		if errors.As(json.Unmarshal(data, new(json.RawMessage)), &se) {
+			err = se
+		}
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errTrailing
+	}
+	return v, nil
 }
 
+// decodeOrdered decodes the decoder's next value: objects as Object (keys in the
+// file's order; a repeated key keeps its last value and first place, as Python's json),
+// numbers as the decoder gives them.
 func decodeOrdered(dec *json.Decoder) (any, error) {
 	tok, err := dec.Token()
 	if err != nil {

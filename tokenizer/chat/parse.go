@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"slices"
 	"strconv"
 )
 
@@ -536,29 +537,8 @@ func (p *parser) parseExpr() (expr, error) {
 	return e, nil
 }
 
-func (p *parser) parseOr() (expr, error) {
-	l, err := p.parseAnd()
-	for err == nil && p.isName("or") {
-		t := p.next()
-		var r expr
-		if r, err = p.parseAnd(); err == nil {
-			l = &binExpr{op: "or", l: l, r: r, p: t.pos}
-		}
-	}
-	return l, err
-}
-
-func (p *parser) parseAnd() (expr, error) {
-	l, err := p.parseNot()
-	for err == nil && p.isName("and") {
-		t := p.next()
-		var r expr
-		if r, err = p.parseNot(); err == nil {
-			l = &binExpr{op: "and", l: l, r: r, p: t.pos}
-		}
-	}
-	return l, err
-}
+func (p *parser) parseOr() (expr, error)  { return p.binLevel(p.parseAnd, "or") }
+func (p *parser) parseAnd() (expr, error) { return p.binLevel(p.parseNot, "and") }
 
 func (p *parser) parseNot() (expr, error) {
 	if p.isName("not") {
@@ -608,17 +588,13 @@ func (p *parser) parseCompare() (expr, error) {
 	return c, nil
 }
 
+// binLevel parses a left-associative level of binary operators ops (symbols, or the
+// keywords or and and) between operands that next parses.
 func (p *parser) binLevel(next func() (expr, error), ops ...string) (expr, error) {
 	l, err := next()
 	for err == nil {
 		t := p.cur()
-		found := false
-		for _, o := range ops {
-			if t.kind == tOp && t.val == o {
-				found = true
-			}
-		}
-		if !found {
+		if !slices.ContainsFunc(ops, func(o string) bool { return p.isOp(o) || p.isName(o) }) {
 			break
 		}
 		p.next()
@@ -714,49 +690,31 @@ func (p *parser) parsePrimary() (expr, error) {
 		case "[":
 			p.next()
 			l := &listExpr{}
-			for !p.isOp("]") {
-				if len(l.items) > 0 {
-					if err := p.expectOp(","); err != nil {
-						return nil, err
-					}
-					if p.isOp("]") {
-						break
-					}
-				}
+			if err := p.parseSeq("]", func() error {
 				e, err := p.parseExpr()
-				if err != nil {
-					return nil, err
-				}
 				l.items = append(l.items, e)
+				return err
+			}); err != nil {
+				return nil, err
 			}
-			p.next()
 			return l, nil
 		case "{":
 			p.next()
 			d := &dictExpr{}
-			for !p.isOp("}") {
-				if len(d.keys) > 0 {
-					if err := p.expectOp(","); err != nil {
-						return nil, err
-					}
-					if p.isOp("}") {
-						break
-					}
-				}
+			if err := p.parseSeq("}", func() error {
 				k, err := p.parseExpr()
 				if err != nil {
-					return nil, err
+					return err
 				}
 				if err := p.expectOp(":"); err != nil {
-					return nil, err
+					return err
 				}
 				v, err := p.parseExpr()
-				if err != nil {
-					return nil, err
-				}
 				d.keys, d.vals = append(d.keys, k), append(d.vals, v)
+				return err
+			}); err != nil {
+				return nil, err
 			}
-			p.next()
 			return d, nil
 		}
 	}
@@ -837,39 +795,48 @@ func (p *parser) parseArgs() ([]expr, []kwarg, error) {
 	}
 	var args []expr
 	var kwargs []kwarg
-	for !p.isOp(")") {
-		if len(args)+len(kwargs) > 0 {
-			if err := p.expectOp(","); err != nil {
-				return nil, nil, err
-			}
-			if p.isOp(")") {
-				break
-			}
-		}
+	err := p.parseSeq(")", func() error {
 		if p.isOp("*") || p.isOp("**") {
-			return nil, nil, errAt(p.cur().pos, "unsupported: *args and **kwargs in calls")
+			return errAt(p.cur().pos, "unsupported: *args and **kwargs in calls")
 		}
 		if p.cur().kind == tName && p.peek().kind == tOp && p.peek().val == "=" {
 			name := p.next().val
 			p.next()
 			v, err := p.parseExpr()
-			if err != nil {
-				return nil, nil, err
-			}
 			kwargs = append(kwargs, kwarg{name, v})
-			continue
+			return err
 		}
 		if len(kwargs) > 0 {
-			return nil, nil, errAt(p.cur().pos, "positional argument after keyword argument")
+			return errAt(p.cur().pos, "positional argument after keyword argument")
 		}
 		v, err := p.parseExpr()
-		if err != nil {
-			return nil, nil, err
-		}
 		args = append(args, v)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return args, kwargs, nil
+}
+
+// parseSeq parses items up to the operator end, which it consumes: comma-separated,
+// with a trailing comma allowed, as Python's lists, dicts and calls are.
+func (p *parser) parseSeq(end string, item func() error) error {
+	for n := 0; !p.isOp(end); n++ {
+		if n > 0 {
+			if err := p.expectOp(","); err != nil {
+				return err
+			}
+			if p.isOp(end) {
+				break
+			}
+		}
+		if err := item(); err != nil {
+			return err
+		}
 	}
 	p.next()
-	return args, kwargs, nil
+	return nil
 }
 
 func (p *parser) parseCall(fn expr) (expr, error) {

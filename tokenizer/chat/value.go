@@ -3,8 +3,9 @@ package chat
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -213,6 +214,27 @@ type Object struct {
 	Values map[string]any
 }
 
+// MarshalJSON writes the object with its keys in order, so that DecodeValue reads back
+// the same Object.
+func (o Object) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i, k := range o.Keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		kj, err := json.Marshal(k)
+		if err != nil {
+			return nil, err
+		}
+		vj, err := json.Marshal(o.Values[k])
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", k, err)
+		}
+		b = append(append(append(b, kj...), ':'), vj...)
+	}
+	return append(b, '}'), nil
+}
+
 // toValue converts a Go value (as decoded from JSON, or built by a caller) into a
 // template value; strings, lists and dicts get tag (0 for none).
 func toValue(x any, tag int) (value, error) {
@@ -255,58 +277,39 @@ func toValue(x any, tag int) (value, error) {
 		case json.Number:
 			return numberValue(v)
 		case []any:
-			l := &list{items: make([]value, len(v)), tag: tag}
-			for i, e := range v {
-				var err error
-				if l.items[i], err = toValue(e, tag); err != nil {
-					return nil, err
-				}
-			}
-			return l, nil
+			return listValue(v, tag)
 		case []string:
-			l := &list{items: make([]value, len(v)), tag: tag}
-			for i, e := range v {
-				l.items[i] = taggedStr(e, tag)
-			}
-			return l, nil
+			return listValue(v, tag)
 		case []map[string]any:
-			l := &list{items: make([]value, len(v)), tag: tag}
-			for i, e := range v {
-				var err error
-				if l.items[i], err = toValue(e, tag); err != nil {
-					return nil, err
-				}
-			}
-			return l, nil
+			return listValue(v, tag)
 		case map[string]any:
-			keys := make([]string, 0, len(v))
-			for k := range v {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			return objectValue(keys, v, tag)
+			return objectValue(slices.Sorted(maps.Keys(v)), v, tag)
 		case Object:
 			return objectValue(v.Keys, v.Values, tag)
 		case *Object:
 			return objectValue(v.Keys, v.Values, tag)
 		case map[string]string:
-			d := newDict()
-			d.tag = tag
-			keys := make([]string, 0, len(v))
-			for k := range v {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
-				d.set(k, taggedStr(v[k], tag))
-			}
-			return d, nil
+			return objectValue(slices.Sorted(maps.Keys(v)), v, tag)
 		}
 	}
 	return nil, fmt.Errorf("unsupported value of type %T", x)
 }
 
-func objectValue(keys []string, m map[string]any, tag int) (value, error) {
+// listValue converts the elements of a Go slice into a template list.
+func listValue[E any](v []E, tag int) (value, error) {
+	l := &list{items: make([]value, len(v)), tag: tag}
+	for i, e := range v {
+		var err error
+		if l.items[i], err = toValue(e, tag); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// objectValue converts the entries of a Go map into a template dict, in the order of
+// keys.
+func objectValue[V any](keys []string, m map[string]V, tag int) (value, error) {
 	d := newDict()
 	d.tag = tag
 	for _, k := range keys {
