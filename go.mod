@@ -9,6 +9,8 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
+require github.com/dlclark/regexp2 v1.12.0 // indirect
+
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
 	codeberg.org/go-latex/latex v0.2.0 // indirect

@@ -41,6 +41,12 @@ GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S
 LLAMA3 = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 QWEN2 = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 
+# DeepSeek-V3's pre-tokenizer (its tokenizer.json, with the CJK range's \u3040 as the
+# character the JSON escape stands for) and GPT-OSS's o200k pattern.
+DEEPSEEK = [r"\p{N}{1,3}", "[一-龥\u3040-ゟ゠-ヿ]+",
+            r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_""" "\x60" r"""{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""]
+O200K = r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+
 def template(tok, bos):
     return processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])
 
@@ -164,6 +170,18 @@ def build_splits():
     tok.decoder = None
     return tok
 
+def build_deepseek():
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(p), behavior="isolated", invert=False) for p in DEEPSEEK] +
+                                  [pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    return byte_level(pre, None, ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"], "<｜begin▁of▁sentence｜>")
+
+def build_o200k():
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(O200K), behavior="isolated", invert=False),
+                                   pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    tok = byte_level(pre, None, ["<|startoftext|>", "<|endoftext|>", "<|return|>"], "<|startoftext|>")
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in ["<|start|>", "<|message|>", "<|end|>"]])
+    return tok
+
 kinds = args["kinds"]
 rng = random.Random(args["seed"])
 result = {}
@@ -197,6 +215,8 @@ for kind in kinds:
         return steps
     r["stream"] = [stream(ids, False) for ids in r["special"]] + [stream(s, False) for s in seqs]
     r["stream_skip"] = [stream(ids, True) for ids in r["special"]]
+    # The fuzz texts: ids only, in one batch.
+    r["fuzz"] = [e.ids for e in tok.encode_batch(args["fuzz"], add_special_tokens=True)]
     r["id_to_token"] = [tok.id_to_token(i) for i in range(n + 2)]
     r["token_to_id"] = [None if s is None else tok.token_to_id(s) for s in r["id_to_token"]]
     result[kind] = r
@@ -328,18 +348,49 @@ type kindResult struct {
 	RandomDecodedSkip []string  `json:"random_decoded_skip"`
 	Stream            [][]any   `json:"stream"`
 	StreamSkip        [][]any   `json:"stream_skip"`
+	Fuzz              [][]int64 `json:"fuzz"`
 	IDToToken         []*string `json:"id_to_token"`
 	TokenToID         []*int64  `json:"token_to_id"`
 }
 
-var kinds = []string{"gpt2", "llama3", "qwen2", "llama2", "mistral", "metaspace", "splits"}
+var kinds = []string{"gpt2", "llama3", "qwen2", "llama2", "mistral", "metaspace", "splits", "deepseek", "o200k"}
 
-const randomCount = 400
+// randomCount random strings get the whole comparison (ids, decoding, streaming);
+// fuzzCount more, from fuzzStrings, get their ids compared, in one batch.
+const (
+	randomCount = 400
+	fuzzCount   = 3000
+)
+
+// fuzzStrings are random texts for the ids comparison: randomStrings' characters with
+// runs of digits, whitespace, punctuation and one script mixed in, so that quantifiers
+// ({1,3}, +, *) and lookaheads meet long runs and every boundary between classes.
+func fuzzStrings(seed uint64, n int) []string {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	base := randomStrings(seed, n)
+	runs := []string{"0123456789", " \t\u00a0\u3000", "\r\n", "!?.,;:'\"-/()[]{}", "abcXYZ", "ΑβγΔ", "漢字カナかな", "😀👍🏽\u200d"}
+	for i := range base {
+		var sb strings.Builder
+		sb.WriteString(base[i])
+		for range rng.IntN(4) {
+			src := []rune(runs[rng.IntN(len(runs))])
+			for range 1 + rng.IntN(9) {
+				sb.WriteRune(src[rng.IntN(len(src))])
+			}
+			if rng.IntN(2) == 0 {
+				sb.WriteString(randomStrings(rng.Uint64(), 1)[0])
+			}
+		}
+		base[i] = sb.String()
+	}
+	return base
+}
 
 var fixture struct {
 	once    sync.Once
 	dir     string
 	texts   []string
+	fuzz    []string
 	results map[string]*kindResult
 }
 
@@ -355,9 +406,11 @@ func trained(t *testing.T) (string, []string, map[string]*kindResult) {
 		}
 		fixture.dir = dir
 		fixture.texts = append(append([]string(nil), corpus...), randomStrings(33, randomCount)...)
+		fixture.fuzz = fuzzStrings(34, fuzzCount)
 		in, err := json.Marshal(map[string]any{
 			"dir":        dir,
 			"texts":      fixture.texts,
+			"fuzz":       fixture.fuzz,
 			"paragraphs": paragraphs,
 			"kjv":        filepath.Join(testpy.Root(), ".cache", "corpus", "kjv.txt"),
 			"seed":       33,
@@ -411,6 +464,15 @@ func TestParityEncode(t *testing.T) {
 	eachKind(t, func(t *testing.T, kind string, tok *Tokenizer, r *kindResult, texts []string) {
 		require.Equal(t, r.VocabSize, tok.VocabSize())
 		bad := 0
+		require.Len(t, r.Fuzz, len(fixture.fuzz))
+		for i, text := range fixture.fuzz {
+			got, err := tok.TryEncode(text, true)
+			require.NoError(t, err)
+			if !equalIDs(got, r.Fuzz[i]) && bad < 5 {
+				bad++
+				t.Errorf("%s: fuzz text %d %q:\n go     %v\n python %v", kind, i, text, got, r.Fuzz[i])
+			}
+		}
 		for i, text := range texts {
 			got := tok.Encode(text, true)
 			if !equalIDs(got, r.Special[i]) && bad < 5 {

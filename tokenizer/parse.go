@@ -371,6 +371,7 @@ const supportedPreTokenizers = "Sequence, ByteLevel, Split, Metaspace"
 
 // newPreTokenizer builds a pre-tokenizer of type typ other than Sequence.
 func newPreTokenizer(raw json.RawMessage, field, typ string) (preTokenizer, error) {
+	var err error
 	switch typ {
 	case "ByteLevel":
 		j := struct {
@@ -396,11 +397,11 @@ func newPreTokenizer(raw json.RawMessage, field, typ string) (preTokenizer, erro
 		}
 		s := &preSplit{behavior: b, invert: j.Invert}
 		if j.Pattern.Regex != nil {
-			m, ok := knownRegexes[*j.Pattern.Regex]
-			if !ok {
-				return nil, fmt.Errorf("tokenizer: %s.pattern: the Split regular expression %q is %w (supported: the exact patterns of GPT-2, Llama 3 and Qwen2)", field, *j.Pattern.Regex, ErrUnsupported)
+			if m, ok := knownRegexes[*j.Pattern.Regex]; ok {
+				s.pattern.regex = m // a hand-written fast path
+			} else if s.pattern.generic, err = compileRegex(*j.Pattern.Regex, field); err != nil {
+				return nil, err
 			}
-			s.pattern.regex = m
 		} else {
 			lit, err := literalPattern(j.Pattern, field)
 			if err != nil {

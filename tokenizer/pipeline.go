@@ -116,15 +116,40 @@ type span struct {
 	match      bool
 }
 
-// pattern finds the matches of a Split pattern: a known regular expression, or a
-// literal string.
+// pattern finds the matches of a Split pattern: a known regular expression (regex),
+// another one (generic), a character predicate (each character it holds for is one
+// match, as tokenizers' Pattern for Fn(char) -> bool), a function, or a literal string.
 type pattern struct {
-	regex   matchEnd // nil for a literal
+	regex   matchEnd
+	generic *genericRegex
+	pred    func(rune) bool
+	fn      func(dst []span, s string) []span
 	literal string
 }
 
 // find covers s (non-empty) with spans, as tokenizers' Pattern::find_matches.
 func (p *pattern) find(dst []span, s string) []span {
+	switch {
+	case p.generic != nil:
+		return p.generic.find(dst, s)
+	case p.fn != nil:
+		return p.fn(dst, s)
+	case p.pred != nil:
+		prev := 0
+		for i, r := range s {
+			if p.pred(r) {
+				if i > prev {
+					dst = append(dst, span{prev, i, false})
+				}
+				prev = i + utf8.RuneLen(r)
+				dst = append(dst, span{i, prev, true})
+			}
+		}
+		if prev < len(s) {
+			dst = append(dst, span{prev, len(s), false})
+		}
+		return dst
+	}
 	if p.regex != nil {
 		for i := 0; i < len(s); {
 			e := p.regex(s, i)

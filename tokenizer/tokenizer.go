@@ -36,9 +36,26 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // encode(text, add_special_tokens=True). Text that is not valid UTF-8 is first made
 // valid: each run of invalid bytes becomes U+FFFD. Encode never truncates or pads,
 // whatever the file's truncation and padding say (transformers turns those off too
-// unless a call asks for them).
+// unless a call asks for them). A Split regex over its budget (see TryEncode) panics
+// with an error wrapping ErrBudget.
 func (t *Tokenizer) Encode(text string, addSpecialTokens bool) []int64 {
 	return t.AppendEncode(nil, text, addSpecialTokens)
+}
+
+// TryEncode is Encode returning an error where Encode panics: when a Split regular
+// expression outside the hand-written fast paths exceeds its budget (ErrBudget), which
+// only a pattern that backtracks catastrophically does.
+func (t *Tokenizer) TryEncode(text string, addSpecialTokens bool) (ids []int64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			be, ok := r.(*budgetError)
+			if !ok {
+				panic(r)
+			}
+			ids, err = nil, be.err
+		}
+	}()
+	return t.Encode(text, addSpecialTokens), nil
 }
 
 // AppendEncode is Encode appending to dst, for callers that reuse a buffer.

@@ -182,8 +182,8 @@ func TestParseErrors(t *testing.T) {
 			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "ByteLevel"}, map[string]any{"type": "Digits"}}}
 		}, want: `pre_tokenizer.pretokenizers[1]: pre-tokenizer "Digits" is not supported`, unsupported: true},
 		{name: "regex", edit: func(m map[string]any) {
-			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `\d+`}, "behavior": "Isolated", "invert": false}
-		}, want: `the Split regular expression "\\d+" is not supported`, unsupported: true},
+			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `\d++`}, "behavior": "Isolated", "invert": false}
+		}, want: `pre_tokenizer.pattern: the regular expression "\\d++" is not supported by the regex engine`, unsupported: true},
 		{name: "behavior", edit: func(m map[string]any) {
 			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "Sideways", "invert": false}
 		}, want: `unknown split behavior "Sideways"`},
