@@ -215,6 +215,13 @@ func normalizeAligned(n normalizer, s alignedText) alignedText {
 		return prependAligned(s, n.prefix)
 	case normReplace:
 		return replaceAligned(s, n.pattern, n.content)
+	case normRegexReplace:
+		return replaceSpansAligned(s, n.re.find(nil, s.text), n.content)
+	case normLowercase:
+		if s.text == "" {
+			return s
+		}
+		return transformAligned(s, lowercaseChanges(s.text))
 	case normUnicode:
 		return unicodeAligned(s, n.form)
 	case normStrip:
@@ -269,6 +276,28 @@ func replaceAligned(s alignedText, pattern, content string) alignedText {
 			al = append(al, s.al[end-1])
 		}
 		last = end
+	}
+	sb.WriteString(s.text[last:])
+	al = append(al, s.al[last:]...)
+	return alignedText{sb.String(), al}
+}
+
+// replaceSpansAligned is replaceAligned for the matches of a regex.
+func replaceSpansAligned(s alignedText, spans []span, content string) alignedText {
+	var sb strings.Builder
+	al := make([][2]int, 0, len(s.al))
+	last := 0
+	for _, sp := range spans {
+		if !sp.match || sp.end == sp.start {
+			continue
+		}
+		sb.WriteString(s.text[last:sp.start])
+		al = append(al, s.al[last:sp.start]...)
+		sb.WriteString(content)
+		for range len(content) {
+			al = append(al, s.al[sp.end-1])
+		}
+		last = sp.end
 	}
 	sb.WriteString(s.text[last:])
 	al = append(al, s.al[last:]...)

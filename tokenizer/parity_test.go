@@ -182,6 +182,20 @@ def build_o200k():
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in ["<|start|>", "<|message|>", "<|end|>"]])
     return tok
 
+def build_words():
+    # Lowercase and Replace with regexes (a lookbehind and a lookahead), Whitespace then
+    # Digits one by one.
+    norm = normalizers.Sequence([normalizers.Lowercase(), normalizers.Replace(Regex(r"\s{2,}"), " "),
+                                 normalizers.Replace(Regex(r"(?<=\d),(?=\d)"), "")])
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=True)])
+    return sentencepiece(norm, pre, None, "<s>")
+
+def build_punct():
+    # WhitespaceSplit, Punctuation merged with the next piece, Digits in runs.
+    pre = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(behavior="merged_with_next"),
+                                   pre_tokenizers.Digits(individual_digits=False)])
+    return sentencepiece(normalizers.NFKC(), pre, decoders.ByteFallback(), "<s>")
+
 kinds = args["kinds"]
 rng = random.Random(args["seed"])
 result = {}
@@ -353,7 +367,7 @@ type kindResult struct {
 	TokenToID         []*int64  `json:"token_to_id"`
 }
 
-var kinds = []string{"gpt2", "llama3", "qwen2", "llama2", "mistral", "metaspace", "splits", "deepseek", "o200k"}
+var kinds = []string{"gpt2", "llama3", "qwen2", "llama2", "mistral", "metaspace", "splits", "deepseek", "o200k", "words", "punct"}
 
 // randomCount random strings get the whole comparison (ids, decoding, streaming);
 // fuzzCount more, from fuzzStrings, get their ids compared, in one batch.

@@ -314,7 +314,7 @@ func parseReplace(raw json.RawMessage, field string) (pattern, content string, e
 	return pattern, j.Content, nil
 }
 
-const supportedNormalizers = "Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Strip"
+const supportedNormalizers = "Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Strip, Lowercase"
 
 // newNormalizer builds a normalizer of type typ other than Sequence.
 func newNormalizer(raw json.RawMessage, field, typ string) (normalizer, error) {
@@ -328,11 +328,24 @@ func newNormalizer(raw json.RawMessage, field, typ string) (normalizer, error) {
 		}
 		return normPrepend{j.Prepend}, nil
 	case "Replace":
+		var j struct {
+			Pattern patternJSON `json:"pattern"`
+			Content string      `json:"content"`
+		}
+		if err := decodeField(raw, field, &j); err == nil && j.Pattern.Regex != nil {
+			re, err := compileRegex(*j.Pattern.Regex, field)
+			if err != nil {
+				return nil, err
+			}
+			return normRegexReplace{re, j.Content}, nil
+		}
 		pattern, content, err := parseReplace(raw, field)
 		if err != nil {
 			return nil, err
 		}
 		return normReplace{pattern, content}, nil
+	case "Lowercase":
+		return normLowercase{}, nil
 	case "NFC":
 		return normUnicode{norm.NFC}, nil
 	case "NFD":
@@ -367,7 +380,7 @@ func literalPattern(p patternJSON, field string) (string, error) {
 	return "", fmt.Errorf("tokenizer: %s.pattern: neither String nor Regex", field)
 }
 
-const supportedPreTokenizers = "Sequence, ByteLevel, Split, Metaspace"
+const supportedPreTokenizers = "Sequence, ByteLevel, Split, Metaspace, Whitespace, WhitespaceSplit, Digits, Punctuation, BertPreTokenizer"
 
 // newPreTokenizer builds a pre-tokenizer of type typ other than Sequence.
 func newPreTokenizer(raw json.RawMessage, field, typ string) (preTokenizer, error) {
@@ -410,6 +423,32 @@ func newPreTokenizer(raw json.RawMessage, field, typ string) (preTokenizer, erro
 			s.pattern.literal = lit
 		}
 		return s, nil
+	case "Whitespace":
+		return newWhitespace(), nil
+	case "WhitespaceSplit":
+		return newWhitespaceSplit(), nil
+	case "BertPreTokenizer":
+		return newBertPreTokenizer(), nil
+	case "Digits":
+		var j struct {
+			Individual bool `json:"individual_digits"`
+		}
+		if err := decodeField(raw, field, &j); err != nil {
+			return nil, err
+		}
+		return newDigits(j.Individual), nil
+	case "Punctuation":
+		j := struct {
+			Behavior string `json:"behavior"`
+		}{Behavior: "Isolated"}
+		if err := decodeField(raw, field, &j); err != nil {
+			return nil, err
+		}
+		b, ok := splitBehaviors[j.Behavior]
+		if !ok {
+			return nil, fmt.Errorf("tokenizer: %s.behavior: unknown split behavior %q", field, j.Behavior)
+		}
+		return &preSplit{pattern: pattern{pred: isBertPunct}, behavior: b}, nil
 	case "Metaspace":
 		m, err := parseMetaspace(raw, field)
 		if err != nil {
