@@ -12,10 +12,13 @@ import (
 	"github.com/gotrain/gotrain/torch/nn"
 )
 
-// This file holds what Llama, Qwen2 and Mistral share, as transformers' modular files
-// share LlamaRMSNorm, LlamaRotaryEmbedding, LlamaAttention, LlamaMLP and
-// LlamaDecoderLayer: each architecture's file only describes its config and which
-// projections have a bias or a sliding window.
+// This file holds the blocks decoder architectures are put together from, as
+// transformers' modular files share LlamaRMSNorm, LlamaRotaryEmbedding (rope.go),
+// LlamaAttention, LlamaMLP and LlamaModel: RMSNorm and GemmaRMSNorm, Attention (with
+// the queries' scale, soft-capping and a sliding window), GatedMLP, and DecoderModel,
+// the embeddings, layers and final norm around a family's own decoder layer. Each
+// architecture's file holds its config, its decoder layer with its forward, and its
+// registration.
 
 // The bounds of the sizes sizes.go does not cover, far above every released model.
 const (
@@ -23,21 +26,20 @@ const (
 	maxHeadDim = 1 << 14
 )
 
-// decoderSpec is what builds a Llama-family decoder, whichever config it came from.
-type decoderSpec struct {
+// decoderSizes are the sizes and settings every decoder built on DecoderModel has,
+// whichever config they came from.
+type decoderSizes struct {
 	vocab, hidden, intermediate, layers, heads, kvHeads, headDim, maxPos int64
 	eps, initStd, attnDropout                                            float64
 	act                                                                  string
-	qkvBias, oBias, mlpBias, tie                                         bool
 	padIdx                                                               *int64
 	rope                                                                 RopeParameters
-	// windows holds each layer's sliding window, 0 for full attention.
-	windows []int64
 }
 
 // validate checks every size before anything is allocated; errors name the config
-// (cfg, "LlamaConfig") and the config.json field.
-func (s decoderSpec) validate(cfg string) error {
+// (cfg, "LlamaConfig") and the config.json field. The memory check counts the
+// projections and embeddings (untied unless tied), not the biases and norms.
+func (s decoderSizes) validate(cfg string, tied bool) error {
 	err := checkSizes(cfg,
 		configSize{"vocab_size", s.vocab, 1, maxVocab}, configSize{"hidden_size", s.hidden, 1, maxHidden},
 		configSize{"intermediate_size", s.intermediate, 1, maxIntermediate},
@@ -49,11 +51,6 @@ func (s decoderSpec) validate(cfg string) error {
 	}
 	if s.padIdx != nil {
 		if err := checkSizes(cfg, configSize{"pad_token_id", *s.padIdx, 0, s.vocab - 1}); err != nil {
-			return err
-		}
-	}
-	for i, w := range s.windows {
-		if err := checkSizes(cfg, configSize{fmt.Sprintf("sliding_window (layer %d)", i), w, 0, maxPositions}); err != nil {
 			return err
 		}
 	}
@@ -78,26 +75,20 @@ func (s decoderSpec) validate(cfg string) error {
 	}
 	// With the sizes bounded above, none of these products overflows.
 	h, q, kv := s.hidden, s.heads*s.headDim, s.kvHeads*s.headDim
-	attn := h*(q+2*kv) + q*h
-	if s.qkvBias {
-		attn += q + 2*kv
-	}
-	if s.oBias {
-		attn += h
-	}
-	mlp := 3 * h * s.intermediate
-	if s.mlpBias {
-		mlp += 2*s.intermediate + h
-	}
-	params := s.vocab*h + s.layers*(attn+mlp+2*h) + h
-	if !s.tie {
+	params := s.vocab*h + s.layers*(h*(q+2*kv)+q*h+3*h*s.intermediate)
+	if !tied {
 		params += s.vocab * h
 	}
 	return checkFits(cfg, params)
 }
 
-// decoderActivation is transformers' ACT2FN for the hidden_act names Llama-family
-// configs use.
+// checkWindow checks a sliding window of config field name.
+func checkWindow(cfg, name string, w int64) error {
+	return checkSizes(cfg, configSize{name, w, 1, maxPositions})
+}
+
+// decoderActivation is transformers' ACT2FN for the hidden_act names decoder configs
+// use.
 func decoderActivation(name string) (func(*torch.Tensor) *torch.Tensor, error) {
 	switch name {
 	case "silu", "swish":
@@ -113,11 +104,14 @@ func decoderActivation(name string) (func(*torch.Tensor) *torch.Tensor, error) {
 }
 
 // RMSNorm is transformers' LlamaRMSNorm: x / sqrt(mean(x²) + eps), computed in float32,
-// times "weight" in x's dtype.
+// times "weight". Llama's form rounds the normalised x to x's dtype before the product;
+// with WeightInFloat32 (OLMo 2's Olmo2RMSNorm) the product is taken in float32 and then
+// rounded.
 type RMSNorm struct {
 	nn.Base
-	Weight *torch.Tensor
-	Eps    float64
+	Weight          *torch.Tensor
+	Eps             float64
+	WeightInFloat32 bool
 }
 
 // NewRMSNorm returns an RMSNorm over the last dimension of size dim, weight one.
@@ -130,10 +124,37 @@ func NewRMSNorm(dim int64, eps float64) *RMSNorm {
 // Forward normalises x over its last dimension.
 func (n *RMSNorm) Forward(x *torch.Tensor) *torch.Tensor {
 	dt := x.DType()
-	h := x.ToDType(torch.Float32)
-	variance := h.PowScalar(2).MeanDims([]int64{-1}, true)
-	h = h.Mul(variance.AddScalar(n.Eps).Rsqrt())
+	h := rms(x.ToDType(torch.Float32), n.Eps)
+	if n.WeightInFloat32 {
+		return n.Weight.Mul(h).ToDType(dt)
+	}
 	return n.Weight.Mul(h.ToDType(dt))
+}
+
+// rms is x / sqrt(mean(x²) + eps) over the last dimension.
+func rms(x *torch.Tensor, eps float64) *torch.Tensor {
+	return x.Mul(x.PowScalar(2).MeanDims([]int64{-1}, true).AddScalar(eps).Rsqrt())
+}
+
+// GemmaRMSNorm is transformers' GemmaRMSNorm (Gemma 2 and 3): the normalised x times
+// (1 + weight), all in float32, then rounded to x's dtype. Its weight starts at zero.
+type GemmaRMSNorm struct {
+	nn.Base
+	Weight *torch.Tensor
+	Eps    float64
+}
+
+// NewGemmaRMSNorm returns a GemmaRMSNorm over the last dimension of size dim, weight
+// zero (a scale of one).
+func NewGemmaRMSNorm(dim int64, eps float64) *GemmaRMSNorm {
+	n := &GemmaRMSNorm{Eps: eps}
+	n.Weight = n.RegisterParameter("weight", torch.Zeros([]int64{dim}, torch.Float32, torch.CPU))
+	return n
+}
+
+// Forward normalises x over its last dimension.
+func (n *GemmaRMSNorm) Forward(x *torch.Tensor) *torch.Tensor {
+	return rms(x.ToDType(torch.Float32), n.Eps).Mul(n.Weight.ToDType(torch.Float32).AddScalar(1)).ToDType(x.DType())
 }
 
 // newLinear is nn.Linear(in, out, bias) initialised as transformers' _init_weights
@@ -148,43 +169,106 @@ func newLinear(in, out int64, bias bool, std float64) *nn.Linear {
 	return l
 }
 
-// DecoderAttention is transformers' LlamaAttention (Qwen2Attention, MistralAttention):
-// "q_proj", "k_proj", "v_proj", "o_proj"; rotary positions on queries and keys;
+// Attention is transformers' LlamaAttention and the attention of the families built on
+// it: "q_proj", "k_proj", "v_proj", "o_proj"; rotary positions on queries and keys;
 // grouped-query attention, each of num_key_value_heads key/value heads shared by
 // num_attention_heads/num_key_value_heads query heads; causal, padding and
-// sliding-window masks, through torch.ScaledDotProductAttention.
-type DecoderAttention struct {
+// sliding-window masks. A family's decoder layer calls Project, shapes and normalises
+// the queries and keys as its model does, and calls Attend. QNorm and KNorm are the
+// "q_norm" and "k_norm" of the families that have them (nil otherwise); the layer's
+// forward says where they apply.
+type Attention struct {
 	nn.Base
 	QProj, KProj, VProj, OProj *nn.Linear
-	heads, kvHeads, headDim    int64
+	QNorm, KNorm               nn.Layer
+	Heads, KVHeads, HeadDim    int64
+	// Scale multiplies the queries' dot products: 1/sqrt(head_dim), or Gemma's
+	// query_pre_attn_scalar^-0.5.
+	Scale float64
+	// SoftCap is attn_logit_softcapping (Gemma 2): the scores become
+	// tanh(scores/SoftCap)·SoftCap before the mask. 0: none. Soft-capped attention is
+	// computed as transformers' eager_attention_forward does, not through SDPA.
+	SoftCap float64
 	// Window is the layer's sliding window (0: full attention): a query sees the
 	// Window positions up to and including its own.
 	Window  int64
-	dropout float64
-	layer   int
+	Dropout float64
+	// Layer is the layer's index in the KV cache.
+	Layer int
 }
 
-// forward attends x [B, T, hidden] with the rotary cos and sin of its positions.
-func (a *DecoderAttention) forward(x, cos, sin *torch.Tensor, at attention) *torch.Tensor {
-	shape := x.Shape()
-	b, t := shape[0], shape[1]
-	heads := func(l *nn.Linear, n int64) *torch.Tensor {
-		return l.Forward(x).View(b, t, n, a.headDim).Transpose(1, 2)
+// attentionSizes are newAttention's arguments.
+type attentionSizes struct {
+	hidden, heads, kvHeads, headDim int64
+	qkvBias, oBias                  bool
+	initStd, dropout                float64
+}
+
+// newAttention returns the projections "q_proj", "k_proj", "v_proj" and "o_proj" for
+// layer, initialised as transformers does, with the scale 1/sqrt(head_dim).
+func newAttention(s attentionSizes, layer int) *Attention {
+	a := &Attention{Heads: s.heads, KVHeads: s.kvHeads, HeadDim: s.headDim, Scale: 1 / math.Sqrt(float64(s.headDim)), Dropout: s.dropout, Layer: layer}
+	a.QProj = nn.Register(&a.Base, "q_proj", newLinear(s.hidden, s.heads*s.headDim, s.qkvBias, s.initStd))
+	a.KProj = nn.Register(&a.Base, "k_proj", newLinear(s.hidden, s.kvHeads*s.headDim, s.qkvBias, s.initStd))
+	a.VProj = nn.Register(&a.Base, "v_proj", newLinear(s.hidden, s.kvHeads*s.headDim, s.qkvBias, s.initStd))
+	a.OProj = nn.Register(&a.Base, "o_proj", newLinear(s.heads*s.headDim, s.hidden, s.oBias, s.initStd))
+	return a
+}
+
+// Project returns x's queries, keys and values [B, T, heads·head_dim] (keys and values
+// with the key/value heads).
+func (a *Attention) Project(x *torch.Tensor) (q, k, v *torch.Tensor) {
+	return a.QProj.Forward(x), a.KProj.Forward(x), a.VProj.Forward(x)
+}
+
+// SplitHeads views x [B, T, n·head_dim] as heads: [B, n, T, head_dim].
+func (a *Attention) SplitHeads(x *torch.Tensor) *torch.Tensor {
+	s := x.Shape()
+	return x.View(s[0], s[1], s[2]/a.HeadDim, a.HeadDim).Transpose(1, 2)
+}
+
+// Attend rotates the queries and keys q, k [B, H, T, D] by in's positions, adds k and
+// v to the cache, attends and returns o_proj of the heads' outputs, [B, T, hidden].
+func (a *Attention) Attend(q, k, v *torch.Tensor, in layerInput) *torch.Tensor {
+	b, t := q.Size(0), q.Size(2)
+	q, k = ApplyRotary(q, k, in.cos, in.sin)
+	if in.cache != nil {
+		k, v = in.cache.Update(a.Layer, k, v)
 	}
-	q, k, v := heads(a.QProj, a.heads), heads(a.KProj, a.kvHeads), heads(a.VProj, a.kvHeads)
-	q, k = ApplyRotary(q, k, cos, sin)
-	if at.cache != nil {
-		k, v = at.cache.Update(a.layer, k, v)
-	}
-	if n := a.heads / a.kvHeads; n > 1 {
+	if n := a.Heads / a.KVHeads; n > 1 {
 		k, v = repeatKV(k, n), repeatKV(v, n)
 	}
 	dropout := 0.0
 	if a.Training() {
-		dropout = a.dropout
+		dropout = a.Dropout
 	}
-	y := torch.ScaledDotProductAttention(q, k, v, at.mask, dropout, at.causal, 1/math.Sqrt(float64(a.headDim)))
-	return a.OProj.Forward(y.Transpose(1, 2).Reshape(b, t, a.heads*a.headDim))
+	var y *torch.Tensor
+	if a.SoftCap > 0 {
+		y = softCappedAttention(q, k, v, in.attention, dropout, a.Scale, a.SoftCap, a.Training())
+	} else {
+		y = torch.ScaledDotProductAttention(q, k, v, in.mask, dropout, in.causal, a.Scale)
+	}
+	return a.OProj.Forward(y.Transpose(1, 2).Reshape(b, t, a.Heads*a.HeadDim))
+}
+
+// softCappedAttention is transformers' eager_attention_forward with softcap: the
+// scores q·kᵀ·scale soft-capped, masked, a softmax in float32 rounded to q's dtype,
+// dropout, times v. [B, H, T, D].
+func softCappedAttention(q, k, v *torch.Tensor, at attention, dropout, scale, softCap float64, training bool) *torch.Tensor {
+	w := q.Matmul(k.Transpose(2, 3)).MulScalar(scale).DivScalar(softCap).Tanh().MulScalar(softCap)
+	mask := at.mask
+	if mask == nil && at.causal {
+		t, s := q.Size(2), k.Size(2)
+		mask = torch.Ones([]int64{t, s}, torch.Bool, q.Device()).Tril(s - t)
+	}
+	if mask != nil {
+		w = w.MaskedFill(mask.LogicalNot(), math.Inf(-1))
+	}
+	p := w.ToDType(torch.Float32).Softmax(-1).ToDType(q.DType())
+	if dropout > 0 {
+		p = torch.Dropout(p, dropout, training)
+	}
+	return p.Matmul(v)
 }
 
 // repeatKV is transformers' repeat_kv: [B, KV, S, D] -> [B, KV·n, S, D], each key/value
@@ -194,12 +278,24 @@ func repeatKV(x *torch.Tensor, n int64) *torch.Tensor {
 	return x.Unsqueeze(2).Expand(s[0], s[1], n, s[2], s[3]).Reshape(s[0], s[1]*n, s[2], s[3])
 }
 
-// GatedMLP is transformers' LlamaMLP, the SwiGLU feed-forward block:
-// down_proj(act(gate_proj(x)) · up_proj(x)).
+// GatedMLP is transformers' LlamaMLP, the gated feed-forward block:
+// down_proj(act(gate_proj(x)) · up_proj(x)) — SwiGLU with SiLU, GeGLU with Gemma's
+// tanh GELU.
 type GatedMLP struct {
 	nn.Base
 	GateProj, UpProj, DownProj *nn.Linear
 	act                        func(*torch.Tensor) *torch.Tensor
+}
+
+// newGatedMLP returns the block's "gate_proj", "up_proj" and "down_proj", initialised
+// as transformers does; act names the activation (validated by decoderSizes).
+func newGatedMLP(hidden, intermediate int64, act string, bias bool, std float64) *GatedMLP {
+	m := &GatedMLP{}
+	m.act, _ = decoderActivation(act)
+	m.GateProj = nn.Register(&m.Base, "gate_proj", newLinear(hidden, intermediate, bias, std))
+	m.UpProj = nn.Register(&m.Base, "up_proj", newLinear(hidden, intermediate, bias, std))
+	m.DownProj = nn.Register(&m.Base, "down_proj", newLinear(intermediate, hidden, bias, std))
+	return m
 }
 
 // Forward applies the block to x [..., hidden].
@@ -207,65 +303,85 @@ func (m *GatedMLP) Forward(x *torch.Tensor) *torch.Tensor {
 	return m.DownProj.Forward(m.act(m.GateProj.Forward(x)).Mul(m.UpProj.Forward(x)))
 }
 
-// DecoderLayer is transformers' LlamaDecoderLayer: "self_attn" after "input_layernorm"
-// and "mlp" after "post_attention_layernorm", each added to its input.
-type DecoderLayer struct {
-	nn.Base
-	SelfAttn               *DecoderAttention
-	MLP                    *GatedMLP
-	InputLayernorm         *RMSNorm
-	PostAttentionLayernorm *RMSNorm
+// layerInput is what DecoderModel gives each layer's forward besides the hidden
+// states: the rotary cosines and sines of the positions, the layer's mask and the
+// cache.
+type layerInput struct {
+	cos, sin *torch.Tensor
+	attention
 }
 
-func (l *DecoderLayer) forward(x, cos, sin *torch.Tensor, at attention) *torch.Tensor {
-	x = x.Add(l.SelfAttn.forward(l.InputLayernorm.Forward(x), cos, sin, at))
-	return x.Add(l.MLP.Forward(l.PostAttentionLayernorm.Forward(x)))
+// decoderLayer is a family's decoder layer ("layers.N"): its forward over the hidden
+// states [B, T, hidden], and its sliding window (0: full attention), which chooses its
+// mask.
+type decoderLayer interface {
+	nn.Module
+	forward(x *torch.Tensor, in layerInput) *torch.Tensor
+	window() int64
 }
 
-// DecoderModel is transformers' LlamaModel (Qwen2Model, MistralModel): "embed_tokens",
-// "layers.0", "layers.1", ..., the final "norm", and "rotary_emb" (no state-dict
-// entries).
-type DecoderModel struct {
+// DecoderModel is transformers' LlamaModel and the bodies of the families built like
+// it: "embed_tokens", the family's decoder layers "layers.0", "layers.1", ..., the
+// final "norm", and "rotary_emb" (no state-dict entries). LocalRotaryEmb, when set
+// (Gemma 3's local base), gives the sliding layers their positions.
+type DecoderModel[L decoderLayer] struct {
 	nn.Base
-	EmbedTokens *nn.Embedding
-	Layers      []*DecoderLayer
-	Norm        *RMSNorm
-	RotaryEmb   *RotaryEmbedding
+	EmbedTokens    *nn.Embedding
+	Layers         []L
+	Norm           nn.Layer
+	RotaryEmb      *RotaryEmbedding
+	LocalRotaryEmb *RotaryEmbedding
 	// checkpointing recomputes each layer's activations in backward (GradientCheckpointer).
 	checkpointing bool
 }
 
 // SetGradientCheckpointing makes each layer recompute its activations in the backward
 // pass of training instead of keeping them (GradientCheckpointer).
-func (d *DecoderModel) SetGradientCheckpointing(on bool) { d.checkpointing = on }
+func (d *DecoderModel[L]) SetGradientCheckpointing(on bool) { d.checkpointing = on }
 
 // Forward returns the final hidden states [B, T, hidden] of in's tokens.
-func (d *DecoderModel) Forward(in DecoderInput) *torch.Tensor {
-	x := d.EmbedTokens.Forward(in.InputIDs)
-	cos, sin := d.RotaryEmb.Forward(x, in.Positions())
+func (d *DecoderModel[L]) Forward(in DecoderInput) *torch.Tensor {
+	return d.ForwardEmbeddings(d.EmbedTokens.Forward(in.InputIDs), in)
+}
+
+// ForwardEmbeddings returns the final hidden states [B, T, hidden] of the input
+// embeddings x of in's tokens (a family that scales its embeddings scales them
+// first).
+func (d *DecoderModel[L]) ForwardEmbeddings(x *torch.Tensor, in DecoderInput) *torch.Tensor {
+	pos := in.Positions()
+	cos, sin := d.RotaryEmb.Forward(x, pos)
+	var localCos, localSin *torch.Tensor
+	if d.LocalRotaryEmb != nil {
+		localCos, localSin = d.LocalRotaryEmb.Forward(x, pos)
+	}
 	full := attention{cache: in.Cache}
 	full.mask, full.causal = in.SDPAMask()
 	windowed := map[int64]attention{}
 	for _, l := range d.Layers {
-		at := full
-		if w := l.SelfAttn.Window; w > 0 {
-			var ok bool
-			if at, ok = windowed[w]; !ok {
+		li := layerInput{cos: cos, sin: sin, attention: full}
+		if w := l.window(); w > 0 {
+			at, ok := windowed[w]
+			if !ok {
 				at = attention{cache: in.Cache}
 				at.mask, at.causal = in.slidingSDPAMask(w)
 				windowed[w] = at
 			}
+			li.attention = at
+			if localCos != nil {
+				li.cos, li.sin = localCos, localSin
+			}
 		}
 		// A layer's temporaries autograd did not save are freed when it returns, as in
 		// PyTorch (the cache's buffers are its own, escaped).
-		if d.checkpointing && in.Cache == nil && l.Training() {
+		if d.checkpointing && in.Cache == nil && l.ModuleBase().Training() {
+			causal := li.causal
 			x = torch.Local(func() *torch.Tensor {
 				return nn.Checkpoint(l, func(x *torch.Tensor, ex []*torch.Tensor) *torch.Tensor {
-					return l.forward(x, ex[0], ex[1], attention{mask: ex[2], causal: at.causal})
-				}, x, cos, sin, at.mask)
+					return l.forward(x, layerInput{cos: ex[0], sin: ex[1], attention: attention{mask: ex[2], causal: causal}})
+				}, x, li.cos, li.sin, li.mask)
 			})
 		} else {
-			x = torch.Local(func() *torch.Tensor { return l.forward(x, cos, sin, at) })
+			x = torch.Local(func() *torch.Tensor { return l.forward(x, li) })
 		}
 	}
 	in.Cache.Advance(in.InputIDs.Size(1))
@@ -297,39 +413,29 @@ func (in DecoderInput) slidingSDPAMask(window int64) (mask *torch.Tensor, causal
 	return allowed.LogicalAnd(keep).LogicalOr(self), false
 }
 
-// decoderLM is the body the Llama-family *ForCausalLM types share: "model" and
-// "lm_head", whose weight is model.embed_tokens.weight itself when the config ties
-// them.
-type decoderLM struct {
-	model  *DecoderModel
+// decoderLM is the body the *ForCausalLM types built on DecoderModel share: "model"
+// and "lm_head", whose weight is model.embed_tokens.weight itself when the config
+// ties them.
+type decoderLM[L decoderLayer] struct {
+	model  *DecoderModel[L]
 	lmHead *nn.Linear
 }
 
-// build makes lm the decoder that spec describes (cfg names the config in errors),
-// registered on base (buildDecoder), after the checks spec makes.
-func (lm *decoderLM) build(base *nn.Base, cfg string, spec func() (decoderSpec, error)) error {
-	s, err := spec()
-	if err != nil {
-		return fmt.Errorf("models: %w", err)
-	}
-	*lm, err = buildDecoder(base, cfg, s)
-	return err
-}
-
-// buildDecoder registers "model" and "lm_head" on base as transformers'
+// buildDecoder registers "model" (a DecoderModel of the layers newLayer returns, the
+// final norm newNorm returns) and "lm_head" on base as transformers'
 // *ForCausalLM.__init__ does, initialised as its _init_weights: linear and embedding
-// weights N(0, initializer_range²) (the padding row zero), biases zero, norms one.
-// Sizes are validated first.
-func buildDecoder(base *nn.Base, cfg string, s decoderSpec) (lm decoderLM, err error) {
-	if err := s.validate(cfg); err != nil {
-		return decoderLM{}, fmt.Errorf("models: %w", err)
+// weights N(0, initializer_range²) (the padding row zero), biases zero, norms as the
+// norm's constructor makes them. The sizes are validated first; cfg names the config in
+// errors.
+func buildDecoder[L decoderLayer](base *nn.Base, cfg string, s decoderSizes, tie bool, newLayer func(i int) L, newNorm func() nn.Layer) (lm decoderLM[L], err error) {
+	if err := s.validate(cfg, tie); err != nil {
+		return decoderLM[L]{}, fmt.Errorf("models: %w", err)
 	}
-	act, _ := decoderActivation(s.act)
 	rope, err := NewRotaryEmbedding(s.rope, s.headDim, s.maxPos)
 	if err != nil {
-		return decoderLM{}, err
+		return decoderLM[L]{}, err
 	}
-	d := &DecoderModel{}
+	d := &DecoderModel[L]{}
 	nn.Register(base, "model", d)
 	defer func() {
 		if err != nil { // free what was built before an allocation failed
@@ -349,55 +455,39 @@ func buildDecoder(base *nn.Base, cfg string, s decoderSpec) (lm decoderLM, err e
 	}
 	d.EmbedTokens = nn.Register(&d.Base, "embed_tokens", emb)
 	layers := nn.Register(&d.Base, "layers", nn.NewModuleList())
-	for i := range s.layers {
-		l := &DecoderLayer{}
-		a := &DecoderAttention{heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, dropout: s.attnDropout, layer: int(i)}
-		if int(i) < len(s.windows) {
-			a.Window = s.windows[i]
-		}
-		a.QProj = nn.Register(&a.Base, "q_proj", newLinear(s.hidden, s.heads*s.headDim, s.qkvBias, s.initStd))
-		a.KProj = nn.Register(&a.Base, "k_proj", newLinear(s.hidden, s.kvHeads*s.headDim, s.qkvBias, s.initStd))
-		a.VProj = nn.Register(&a.Base, "v_proj", newLinear(s.hidden, s.kvHeads*s.headDim, s.qkvBias, s.initStd))
-		a.OProj = nn.Register(&a.Base, "o_proj", newLinear(s.heads*s.headDim, s.hidden, s.oBias, s.initStd))
-		l.SelfAttn = nn.Register(&l.Base, "self_attn", a)
-		mlp := &GatedMLP{act: act}
-		mlp.GateProj = nn.Register(&mlp.Base, "gate_proj", newLinear(s.hidden, s.intermediate, s.mlpBias, s.initStd))
-		mlp.UpProj = nn.Register(&mlp.Base, "up_proj", newLinear(s.hidden, s.intermediate, s.mlpBias, s.initStd))
-		mlp.DownProj = nn.Register(&mlp.Base, "down_proj", newLinear(s.intermediate, s.hidden, s.mlpBias, s.initStd))
-		l.MLP = nn.Register(&l.Base, "mlp", mlp)
-		l.InputLayernorm = nn.Register(&l.Base, "input_layernorm", NewRMSNorm(s.hidden, s.eps))
-		l.PostAttentionLayernorm = nn.Register(&l.Base, "post_attention_layernorm", NewRMSNorm(s.hidden, s.eps))
+	for i := range int(s.layers) {
+		l := newLayer(i)
 		layers.Append(l)
 		d.Layers = append(d.Layers, l)
 	}
-	d.Norm = nn.Register(&d.Base, "norm", NewRMSNorm(s.hidden, s.eps))
+	d.Norm = nn.Register(&d.Base, "norm", newNorm())
 	d.RotaryEmb = nn.Register(&d.Base, "rotary_emb", rope)
 	var head *nn.Linear
-	if s.tie {
+	if tie {
 		head = &nn.Linear{Weight: emb.Weight}
 		head.RegisterParameter("weight", emb.Weight)
 	} else {
 		head = newLinear(s.hidden, s.vocab, false, s.initStd)
 	}
 	nn.Register(base, "lm_head", head)
-	return decoderLM{model: d, lmHead: head}, nil
+	return decoderLM[L]{model: d, lmHead: head}, nil
 }
 
 // Forward returns the logits [B, T, vocab] of in's tokens (CausalLM).
-func (lm decoderLM) Forward(in DecoderInput) *torch.Tensor {
+func (lm decoderLM[L]) Forward(in DecoderInput) *torch.Tensor {
 	return lm.OutputHead().Logits(lm.HiddenStates(in))
 }
 
 // HiddenStates returns the final hidden states [B, T, hidden_size] of in's tokens,
 // after the final norm (HiddenStateLM).
-func (lm decoderLM) HiddenStates(in DecoderInput) *torch.Tensor { return lm.model.Forward(in) }
+func (lm decoderLM[L]) HiddenStates(in DecoderInput) *torch.Tensor { return lm.model.Forward(in) }
 
 // OutputHead returns lm_head (HiddenStateLM).
-func (lm decoderLM) OutputHead() LMHead { return LMHead{Layer: lm.lmHead} }
+func (lm decoderLM[L]) OutputHead() LMHead { return LMHead{Layer: lm.lmHead} }
 
 // Loss returns the language-modelling loss transformers computes for labels=ids,
 // chunked for vocabularies of ChunkedLossMinVocab tokens and more (LMLoss, LossAuto).
-func (lm decoderLM) Loss(ids *torch.Tensor) *torch.Tensor {
+func (lm decoderLM[L]) Loss(ids *torch.Tensor) *torch.Tensor {
 	return lmLoss(lm, chunked(lm, LossAuto), DecoderInput{InputIDs: ids}, ids)
 }
 

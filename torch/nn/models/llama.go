@@ -3,6 +3,8 @@ package models
 import (
 	"fmt"
 
+	"github.com/gotrain/gotrain/torch"
+
 	"github.com/gotrain/gotrain/torch/nn"
 )
 
@@ -44,18 +46,17 @@ func (c LlamaConfig) withDefaults() LlamaConfig {
 	return c
 }
 
-func (c LlamaConfig) spec() (decoderSpec, error) {
+// check refuses what transformers' LlamaConfig.validate_architecture refuses: heads
+// that do not divide hidden_size.
+func (c LlamaConfig) check() error {
 	const cfg = "LlamaConfig"
 	if err := checkSizes(cfg, configSize{"num_attention_heads", c.NumAttentionHeads, 1, maxHeads}); err != nil {
-		return decoderSpec{}, err
+		return err
 	}
 	if c.HiddenSize%c.NumAttentionHeads != 0 {
-		// transformers' LlamaConfig.validate_architecture refuses it too.
-		return decoderSpec{}, fmt.Errorf("%s: hidden_size %d is not divisible by num_attention_heads %d", cfg, c.HiddenSize, c.NumAttentionHeads)
+		return fmt.Errorf("%s: hidden_size %d is not divisible by num_attention_heads %d", cfg, c.HiddenSize, c.NumAttentionHeads)
 	}
-	s := c.LlamaFamilyConfig.spec()
-	s.qkvBias, s.oBias, s.mlpBias = c.AttentionBias, c.AttentionBias, c.MLPBias
-	return s, nil
+	return nil
 }
 
 // LlamaForCausalLM is transformers' LlamaForCausalLM: the decoder "model"
@@ -67,9 +68,57 @@ func (c LlamaConfig) spec() (decoderSpec, error) {
 type LlamaForCausalLM struct {
 	nn.Base
 	Config LlamaConfig
-	Model  *DecoderModel
+	Model  *DecoderModel[*LlamaDecoderLayer]
 	LMHead *nn.Linear
-	decoderLM
+	decoderLM[*LlamaDecoderLayer]
+}
+
+// LlamaDecoderLayer is transformers' LlamaDecoderLayer, which Qwen2's and Mistral's
+// modular files inherit: "self_attn" after "input_layernorm" and "mlp" after
+// "post_attention_layernorm", each added to its input.
+type LlamaDecoderLayer struct {
+	nn.Base
+	SelfAttn               *Attention
+	MLP                    *GatedMLP
+	InputLayernorm         *RMSNorm
+	PostAttentionLayernorm *RMSNorm
+}
+
+func (l *LlamaDecoderLayer) forward(x *torch.Tensor, in layerInput) *torch.Tensor {
+	a := l.SelfAttn
+	q, k, v := a.Project(l.InputLayernorm.Forward(x))
+	x = x.Add(a.Attend(a.SplitHeads(q), a.SplitHeads(k), a.SplitHeads(v), in))
+	return x.Add(l.MLP.Forward(l.PostAttentionLayernorm.Forward(x)))
+}
+
+func (l *LlamaDecoderLayer) window() int64 { return l.SelfAttn.Window }
+
+// newLlamaDecoderLayer returns layer i of sizes s, its attention of sizes a sliding
+// over window positions (0: full attention), its MLP with biases if mlpBias.
+func newLlamaDecoderLayer(s decoderSizes, a attentionSizes, mlpBias bool, i int, window int64) *LlamaDecoderLayer {
+	l := &LlamaDecoderLayer{}
+	l.SelfAttn = nn.Register(&l.Base, "self_attn", newAttention(a, i))
+	l.SelfAttn.Window = window
+	l.MLP = nn.Register(&l.Base, "mlp", newGatedMLP(s.hidden, s.intermediate, s.act, mlpBias, s.initStd))
+	l.InputLayernorm = nn.Register(&l.Base, "input_layernorm", NewRMSNorm(s.hidden, s.eps))
+	l.PostAttentionLayernorm = nn.Register(&l.Base, "post_attention_layernorm", NewRMSNorm(s.hidden, s.eps))
+	return l
+}
+
+// buildLlamaLike registers on base the decoder of LlamaDecoderLayers that f describes,
+// with biases on the q, k, v projections (qkvBias), o_proj (oBias) and the MLP
+// (mlpBias), layer i sliding over windows[i] positions (none if windows is nil); cfg
+// names the config in errors.
+func buildLlamaLike(base *nn.Base, cfg string, f LlamaFamilyConfig, qkvBias, oBias, mlpBias bool, windows []int64) (decoderLM[*LlamaDecoderLayer], error) {
+	s := f.sizes()
+	a := s.attention(qkvBias, oBias)
+	return buildDecoder(base, cfg, s, f.TieWordEmbeddings, func(i int) *LlamaDecoderLayer {
+		var w int64
+		if windows != nil {
+			w = windows[i]
+		}
+		return newLlamaDecoderLayer(s, a, mlpBias, i, w)
+	}, func() nn.Layer { return NewRMSNorm(s.hidden, s.eps) })
 }
 
 // NewLlamaForCausalLM returns LlamaForCausalLM(config) initialised as transformers
@@ -78,7 +127,12 @@ type LlamaForCausalLM struct {
 // field.
 func NewLlamaForCausalLM(c LlamaConfig) (*LlamaForCausalLM, error) {
 	m := &LlamaForCausalLM{Config: c.withDefaults()}
-	if err := m.build(&m.Base, "LlamaConfig", m.Config.spec); err != nil {
+	if err := m.Config.check(); err != nil {
+		return nil, fmt.Errorf("models: %w", err)
+	}
+	bias := m.Config.AttentionBias
+	var err error
+	if m.decoderLM, err = buildLlamaLike(&m.Base, "LlamaConfig", m.Config.LlamaFamilyConfig, bias, bias, m.Config.MLPBias, nil); err != nil {
 		return nil, err
 	}
 	m.Model, m.LMHead = m.model, m.lmHead

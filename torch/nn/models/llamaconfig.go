@@ -114,15 +114,21 @@ func (c LlamaFamilyConfig) checkLayers(cfg string) error {
 	return nil
 }
 
-// spec is the decoderSpec of the shared fields: no biases, full attention in every
-// layer. The architecture adds its biases and windows.
-func (c LlamaFamilyConfig) spec() decoderSpec {
-	return decoderSpec{
+// sizes are the decoderSizes of the shared fields.
+func (c LlamaFamilyConfig) sizes() decoderSizes {
+	return decoderSizes{
 		vocab: c.VocabSize, hidden: c.HiddenSize, intermediate: c.IntermediateSize, layers: c.NumHiddenLayers,
 		heads: c.NumAttentionHeads, kvHeads: c.NumKeyValueHeads, headDim: c.HeadDim, maxPos: c.MaxPositionEmbeddings,
 		eps: c.RMSNormEps, initStd: c.InitializerRange, attnDropout: c.AttentionDropout, act: c.HiddenAct,
-		tie: c.TieWordEmbeddings, padIdx: c.PadTokenID, rope: c.RopeParameters,
+		padIdx: c.PadTokenID, rope: c.RopeParameters,
 	}
+}
+
+// attention returns the sizes of an Attention block of s, with biases on the q, k
+// and v projections (qkvBias) and on o_proj (oBias).
+func (s decoderSizes) attention(qkvBias, oBias bool) attentionSizes {
+	return attentionSizes{hidden: s.hidden, heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim,
+		qkvBias: qkvBias, oBias: oBias, initStd: s.initStd, dropout: s.attnDropout}
 }
 
 // decoderConfig is DecoderConfig for a model of this config: the vocabulary,

@@ -1,6 +1,10 @@
 package models
 
-import "github.com/gotrain/gotrain/torch/nn"
+import (
+	"fmt"
+
+	"github.com/gotrain/gotrain/torch/nn"
+)
 
 // MistralConfig is transformers' MistralConfig, with the keys of its config.json (the
 // v5 form; ParseMistralConfig reads the v4 form too): those of LlamaFamilyConfig and
@@ -33,39 +37,37 @@ func (c MistralConfig) withDefaults() MistralConfig {
 	return c
 }
 
-func (c MistralConfig) spec() (decoderSpec, error) {
-	const cfg = "MistralConfig"
-	if err := c.checkLayers(cfg); err != nil {
-		return decoderSpec{}, err
-	}
-	s := c.LlamaFamilyConfig.spec()
-	if c.SlidingWindow != nil {
-		if err := checkSizes(cfg, configSize{"sliding_window", *c.SlidingWindow, 1, maxPositions}); err != nil {
-			return decoderSpec{}, err
-		}
-		s.windows = make([]int64, c.NumHiddenLayers)
-		for i := range s.windows {
-			s.windows[i] = *c.SlidingWindow
-		}
-	}
-	return s, nil
-}
-
 // MistralForCausalLM is transformers' MistralForCausalLM: LlamaForCausalLM's modules
-// and names, no biases, and the config's sliding window on every layer.
+// and names (its layers are LlamaDecoderLayers, as Mistral's modular file inherits
+// them), no biases, and the config's sliding window on every layer.
 type MistralForCausalLM struct {
 	nn.Base
 	Config MistralConfig
-	Model  *DecoderModel
+	Model  *DecoderModel[*LlamaDecoderLayer]
 	LMHead *nn.Linear
-	decoderLM
+	decoderLM[*LlamaDecoderLayer]
 }
 
 // NewMistralForCausalLM returns MistralForCausalLM(config) initialised as transformers
 // does, in float32 on the CPU; a config out of range is an error naming the field.
 func NewMistralForCausalLM(c MistralConfig) (*MistralForCausalLM, error) {
+	const cfg = "MistralConfig"
 	m := &MistralForCausalLM{Config: c.withDefaults()}
-	if err := m.build(&m.Base, "MistralConfig", m.Config.spec); err != nil {
+	if err := m.Config.checkLayers(cfg); err != nil {
+		return nil, fmt.Errorf("models: %w", err)
+	}
+	var windows []int64
+	if w := m.Config.SlidingWindow; w != nil {
+		if err := checkWindow(cfg, "sliding_window", *w); err != nil {
+			return nil, fmt.Errorf("models: %w", err)
+		}
+		windows = make([]int64, m.Config.NumHiddenLayers)
+		for i := range windows {
+			windows[i] = *w
+		}
+	}
+	var err error
+	if m.decoderLM, err = buildLlamaLike(&m.Base, cfg, m.Config.LlamaFamilyConfig, false, false, false, windows); err != nil {
 		return nil, err
 	}
 	m.Model, m.LMHead = m.model, m.lmHead

@@ -61,9 +61,12 @@ func (c Qwen2Config) withDefaults() Qwen2Config {
 	return c
 }
 
-// windows returns each layer's sliding window (0: full attention).
-func (c Qwen2Config) windows() ([]int64, error) {
-	const cfg = "Qwen2Config"
+// windows returns each layer's sliding window (0: full attention); cfg names the
+// config in errors.
+func (c Qwen2Config) windows(cfg string) ([]int64, error) {
+	if err := c.checkLayers(cfg); err != nil {
+		return nil, err
+	}
 	if int64(len(c.LayerTypes)) != c.NumHiddenLayers {
 		return nil, fmt.Errorf("%s: layer_types has %d entries for %d layers (num_hidden_layers)", cfg, len(c.LayerTypes), c.NumHiddenLayers)
 	}
@@ -75,7 +78,7 @@ func (c Qwen2Config) windows() ([]int64, error) {
 			if !c.UseSlidingWindow || c.SlidingWindow == nil {
 				return nil, fmt.Errorf("%s: layer_types[%d] is %q but the sliding window is off (use_sliding_window false or sliding_window null)", cfg, i, t)
 			}
-			if err := checkSizes(cfg, configSize{"sliding_window", *c.SlidingWindow, 1, maxPositions}); err != nil {
+			if err := checkWindow(cfg, "sliding_window", *c.SlidingWindow); err != nil {
 				return nil, err
 			}
 			w[i] = *c.SlidingWindow
@@ -86,35 +89,28 @@ func (c Qwen2Config) windows() ([]int64, error) {
 	return w, nil
 }
 
-func (c Qwen2Config) spec() (decoderSpec, error) {
-	if err := c.checkLayers("Qwen2Config"); err != nil {
-		return decoderSpec{}, err
-	}
-	w, err := c.windows()
-	if err != nil {
-		return decoderSpec{}, err
-	}
-	s := c.LlamaFamilyConfig.spec()
-	s.qkvBias, s.windows = true, w
-	return s, nil
-}
-
 // Qwen2ForCausalLM is transformers' Qwen2ForCausalLM: LlamaForCausalLM's modules and
-// names, with biases on q_proj, k_proj and v_proj (none on o_proj or the MLP), and a
-// sliding window on the layers the config marks sliding_attention.
+// names (its layers are LlamaDecoderLayers, as Qwen2's modular file inherits them),
+// with biases on q_proj, k_proj and v_proj (none on o_proj or the MLP), and a sliding
+// window on the layers the config marks sliding_attention.
 type Qwen2ForCausalLM struct {
 	nn.Base
 	Config Qwen2Config
-	Model  *DecoderModel
+	Model  *DecoderModel[*LlamaDecoderLayer]
 	LMHead *nn.Linear
-	decoderLM
+	decoderLM[*LlamaDecoderLayer]
 }
 
 // NewQwen2ForCausalLM returns Qwen2ForCausalLM(config) initialised as transformers
 // does, in float32 on the CPU; a config out of range is an error naming the field.
 func NewQwen2ForCausalLM(c Qwen2Config) (*Qwen2ForCausalLM, error) {
+	const cfg = "Qwen2Config"
 	m := &Qwen2ForCausalLM{Config: c.withDefaults()}
-	if err := m.build(&m.Base, "Qwen2Config", m.Config.spec); err != nil {
+	w, err := m.Config.windows(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("models: %w", err)
+	}
+	if m.decoderLM, err = buildLlamaLike(&m.Base, cfg, m.Config.LlamaFamilyConfig, true, false, false, w); err != nil {
 		return nil, err
 	}
 	m.Model, m.LMHead = m.model, m.lmHead
