@@ -9,7 +9,10 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require github.com/dlclark/regexp2 v1.12.0 // indirect
+require (
+	github.com/dlclark/regexp2 v1.12.0 // indirect
+	github.com/rivo/uniseg v0.4.7 // indirect
+)
 
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect

@@ -40,6 +40,28 @@ func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b
 // (one long word would evict many short ones).
 const maxCachedWord = 256
 
+// wordModel is the model of a tokenizer.json: BPE, Unigram or WordPiece.
+type wordModel interface {
+	// encodeWord appends the ids of one pre-tokenized word to dst.
+	encodeWord(dst []int64, w string) []int64
+	// wordTokens appends the tokens of w with their byte ranges in w, for EncodeOffsets
+	// (BPE has its own path there).
+	wordTokens(dst []wordToken, w string) []wordToken
+	// tables returns the vocabulary and the id-to-token table.
+	tables() (map[string]int32, *idTable)
+}
+
+// wordToken is a token of a word and its byte range in the word.
+type wordToken struct {
+	id         int32
+	start, end int
+}
+
+func (m *bpe) tables() (map[string]int32, *idTable) { return m.vocab, &m.idTokens }
+
+// wordTokens is not used: EncodeOffsets follows BPE's merges itself.
+func (m *bpe) wordTokens(dst []wordToken, w string) []wordToken { panic("tokenizer: bpe.wordTokens") }
+
 // encodeWord appends the ids of one pre-tokenized word to dst.
 func (m *bpe) encodeWord(dst []int64, w string) []int64 {
 	if m.ignoreMerges {

@@ -167,7 +167,21 @@ func (e *offsetEncoder) encodeText(src alignedText) {
 // a character the model drops (unknown, no unk token) shifts the ranges after it, and
 // byte-fallback symbols count in the order the model made them.
 func (e *offsetEncoder) word(w alignedText) {
-	m := e.t.model
+	m, ok := e.t.model.(*bpe)
+	if !ok {
+		for _, tk := range e.t.model.wordTokens(nil, w.text) {
+			off := [2]int{0, 0}
+			if tk.end > tk.start {
+				off = w.original(tk.start, tk.end)
+			}
+			v := ""
+			if e.trim {
+				v, _ = e.t.idTokens.get(int64(tk.id))
+			}
+			e.add(int64(tk.id), off, v)
+		}
+		return
+	}
 	if m.ignoreMerges {
 		if id, ok := m.vocab[w.text]; ok {
 			e.add(int64(id), w.original(0, len(w.text)), w.text)
@@ -217,6 +231,12 @@ func normalizeAligned(n normalizer, s alignedText) alignedText {
 		return replaceAligned(s, n.pattern, n.content)
 	case normRegexReplace:
 		return replaceSpansAligned(s, n.re.find(nil, s.text), n.content)
+	case *normPrecompiled:
+		ch, ok := n.changes(s.text)
+		if !ok || s.text == "" {
+			return s
+		}
+		return transformAligned(s, ch)
 	case normLowercase:
 		if s.text == "" {
 			return s

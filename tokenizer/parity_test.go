@@ -196,6 +196,39 @@ def build_punct():
                                    pre_tokenizers.Digits(individual_digits=False)])
     return sentencepiece(normalizers.NFKC(), pre, decoders.ByteFallback(), "<s>")
 
+def spm_model(byte_fallback):
+    # A SentencePiece Unigram model trained on the lines, as a .model file.
+    import io, sentencepiece as spm
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines[:4000]), model_writer=buf, vocab_size=1500,
+                                   model_type="unigram", byte_fallback=byte_fallback, hard_vocab_limit=False,
+                                   character_coverage=0.995, minloglevel=2)
+    path = os.path.join(out_dir, "sp%d.model" % byte_fallback)
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+    return path
+
+def build_unigram():
+    # transformers' SentencePiece converter: Precompiled (the model's NFKC rules) and a
+    # regex Replace, Metaspace, Unigram with byte fallback.
+    from transformers.convert_slow_tokenizer import SpmConverter
+    class Conv(SpmConverter):
+        handle_byte_fallback = True
+    class Slow:
+        vocab_file = spm_model(True)
+        legacy = False
+        add_prefix_space = True
+    tok = Conv(Slow()).converted()
+    tok.post_processor = template(tok, "<s>")
+    tok.add_special_tokens([AddedToken("[MASK]", special=True, normalized=False)])
+    return tok
+
+def build_t5():
+    # transformers 5's T5 tokenizer from a SentencePiece model: WhitespaceSplit and
+    # Metaspace, Unigram with an unk and no byte fallback, "$A </s>", extra ids.
+    import transformers
+    return transformers.T5TokenizerFast(vocab_file=spm_model(False), extra_ids=5).backend_tokenizer
+
 kinds = args["kinds"]
 rng = random.Random(args["seed"])
 result = {}
@@ -367,7 +400,7 @@ type kindResult struct {
 	TokenToID         []*int64  `json:"token_to_id"`
 }
 
-var kinds = []string{"gpt2", "llama3", "qwen2", "llama2", "mistral", "metaspace", "splits", "deepseek", "o200k", "words", "punct"}
+var kinds = []string{"gpt2", "llama3", "qwen2", "llama2", "mistral", "metaspace", "splits", "deepseek", "o200k", "words", "punct", "unigram", "t5"}
 
 // randomCount random strings get the whole comparison (ids, decoding, streaming);
 // fuzzCount more, from fuzzStrings, get their ids compared, in one batch.
@@ -655,15 +688,18 @@ func TestParityCorpusReachesOptions(t *testing.T) {
 		kind, option string
 		off          func(*Tokenizer)
 	}{
-		{"llama3", "ignore_merges", func(tk *Tokenizer) { tk.model.ignoreMerges = false }},
+		{"llama3", "ignore_merges", func(tk *Tokenizer) { tk.model.(*bpe).ignoreMerges = false }},
 		{"llama3", "rstrip", setAdded("[END]", func(a *AddedToken) { a.RStrip = false })},
 		{"gpt2", "lstrip", setAdded("<mask>", func(a *AddedToken) { a.LStrip = false })},
 		{"llama2", "single_word", setAdded("[WORD]", func(a *AddedToken) { a.SingleWord = false })},
-		{"llama2", "byte_fallback", func(tk *Tokenizer) { tk.model.byteFallback = false }},
+		{"llama2", "byte_fallback", func(tk *Tokenizer) { tk.model.(*bpe).byteFallback = false }},
 		{"mistral", "prepend_scheme first", func(tk *Tokenizer) { tk.pre.(*preMetaspace).scheme = prependAlways }},
-		{"mistral", "fuse_unk", func(tk *Tokenizer) { tk.model.fuseUnk = false }},
+		{"mistral", "fuse_unk", func(tk *Tokenizer) { tk.model.(*bpe).fuseUnk = false }},
 		{"qwen2", "NFC", func(tk *Tokenizer) { tk.normalizer = nil }},
-		{"metaspace", "continuing_subword_prefix", func(tk *Tokenizer) { tk.model.prefix = "" }},
+		{"unigram", "byte_fallback", func(tk *Tokenizer) { tk.model.(*unigram).byteFallback = false }},
+		{"unigram", "Precompiled", func(tk *Tokenizer) { tk.normalizer = tk.normalizer.(normSequence)[1:] }},
+		{"t5", "unk", func(tk *Tokenizer) { tk.model.(*unigram).unk = -1 }},
+		{"metaspace", "continuing_subword_prefix", func(tk *Tokenizer) { tk.model.(*bpe).prefix = "" }},
 	}
 	for _, c := range cases {
 		t.Run(c.kind+" "+c.option, func(t *testing.T) {

@@ -108,6 +108,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if t.model, err = parseModel(f.Model); err != nil {
 		return nil, err
 	}
+	t.vocab, t.idTokens = t.model.tables()
 	if t.normalizer, err = parseComponent(normalizers, f.Normalizer, "normalizer"); err != nil {
 		return nil, err
 	}
@@ -144,7 +145,7 @@ func decodeField(raw json.RawMessage, field string, v any) error {
 	return nil
 }
 
-func parseModel(raw json.RawMessage) (*bpe, error) {
+func parseModel(raw json.RawMessage) (wordModel, error) {
 	if isNull(raw) {
 		return nil, fmt.Errorf("tokenizer: the file has no model")
 	}
@@ -160,8 +161,10 @@ func parseModel(raw json.RawMessage) (*bpe, error) {
 		// Files from before the model had a "type" are BPE when they have merges.
 	case ty.Type == nil:
 		return nil, fmt.Errorf("tokenizer: model: no \"type\" (supported: BPE)")
+	case *ty.Type == "Unigram":
+		return parseUnigram(raw)
 	case *ty.Type != "BPE":
-		return nil, fmt.Errorf("tokenizer: model type %q is %w (supported: BPE)", *ty.Type, ErrUnsupported)
+		return nil, fmt.Errorf("tokenizer: model type %q is %w (supported: BPE, Unigram)", *ty.Type, ErrUnsupported)
 	}
 	var j bpeJSON
 	if err := decodeField(raw, "model", &j); err != nil {
@@ -314,7 +317,7 @@ func parseReplace(raw json.RawMessage, field string) (pattern, content string, e
 	return pattern, j.Content, nil
 }
 
-const supportedNormalizers = "Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Strip, Lowercase"
+const supportedNormalizers = "Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Strip, Lowercase, Precompiled"
 
 // newNormalizer builds a normalizer of type typ other than Sequence.
 func newNormalizer(raw json.RawMessage, field, typ string) (normalizer, error) {
@@ -346,6 +349,8 @@ func newNormalizer(raw json.RawMessage, field, typ string) (normalizer, error) {
 		return normReplace{pattern, content}, nil
 	case "Lowercase":
 		return normLowercase{}, nil
+	case "Precompiled":
+		return parsePrecompiled(raw, field)
 	case "NFC":
 		return normUnicode{norm.NFC}, nil
 	case "NFD":
@@ -641,7 +646,7 @@ func (t *Tokenizer) addTokens(list []addedTokenJSON) error {
 	a.byContent = make(map[string]int64)
 	a.special = make(map[string]bool)
 	a.decodeAs = make(map[int64]string)
-	next := int64(len(t.model.vocab))
+	next := int64(len(t.vocab))
 	for k, j := range list {
 		if j.Content == "" {
 			continue
@@ -662,7 +667,7 @@ func (t *Tokenizer) addTokens(list []addedTokenJSON) error {
 			if old == tok {
 				continue
 			}
-		} else if id, ok := t.model.vocab[tok.Content]; ok {
+		} else if id, ok := t.vocab[tok.Content]; ok {
 			tok.ID = int64(id)
 		} else {
 			tok.ID = next
@@ -681,11 +686,11 @@ func (t *Tokenizer) addTokens(list []addedTokenJSON) error {
 	}
 	overlap := 0
 	for content := range a.byContent {
-		if _, ok := t.model.vocab[content]; ok {
+		if _, ok := t.vocab[content]; ok {
 			overlap++
 		}
 	}
-	t.vocabSize = len(t.model.vocab) + len(a.byContent) - overlap
+	t.vocabSize = len(t.vocab) + len(a.byContent) - overlap
 	// The matchers, built in id order so that the one kept for two tokens with the same
 	// text does not vary between runs.
 	for _, tok := range t.AddedTokens() {

@@ -25,13 +25,16 @@ var ErrBudget = errors.New("tokenizer: regex budget exceeded")
 
 // regexMatchBudget bounds the time of one regexp2 match (one pre-token). regexp2
 // matches the patterns of released files at several MB/s, so a legitimate match of
-// that length is millions of characters; a variable so that tests can lower it.
-var regexMatchBudget = time.Second
+// that length is millions of characters; generous, since it is wall-clock time and a
+// loaded machine must not fail a legitimate text. Variables so that tests can lower
+// them.
+var regexMatchBudget = 5 * time.Second
 
-// regexPerByte bounds the time of splitting one text: regexBase plus this per byte.
+// regexPerByte bounds the time of splitting one text: regexBase plus this per byte
+// (regexp2 does several bytes per microsecond on released patterns).
 var (
 	regexPerByte = time.Microsecond
-	regexBase    = 100 * time.Millisecond
+	regexBase    = 5 * time.Second
 )
 
 // budgetError is what a regex split panics with when over budget; TryEncode and

@@ -12,8 +12,8 @@ import (
 // budget with an error naming the field and the pattern, never a hang; TryEncode
 // returns it, Encode panics with it.
 func TestRegexBudget(t *testing.T) {
-	defer func(b time.Duration) { regexMatchBudget = b }(regexMatchBudget)
-	regexMatchBudget = 20 * time.Millisecond
+	defer func(b, base time.Duration) { regexMatchBudget, regexBase = b, base }(regexMatchBudget, regexBase)
+	regexMatchBudget, regexBase = 20*time.Millisecond, 20*time.Millisecond
 	data := tinyFile(t, func(m map[string]any) {
 		m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
 			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `(a+)+b`}, "behavior": "Isolated", "invert": false},

@@ -10,12 +10,14 @@ import (
 // Tokenizer encodes text to token ids and decodes ids to text as the tokenizer.json it
 // was loaded from specifies. It is immutable and safe for concurrent use.
 type Tokenizer struct {
-	model      *bpe
-	normalizer normalizer     // nil: none
-	pre        preTokenizer   // nil: the whole text is one word
-	decoder    decoder        // nil: tokens joined by spaces
-	post       *template      // nil: nothing added
-	trim       *byteLevelTrim // nil: offsets are not trimmed (EncodeOffsets)
+	model      wordModel
+	vocab      map[string]int32 // the model's
+	idTokens   *idTable         // the model's
+	normalizer normalizer       // nil: none
+	pre        preTokenizer     // nil: the whole text is one word
+	decoder    decoder          // nil: tokens joined by spaces
+	post       *template        // nil: nothing added
+	trim       *byteLevelTrim   // nil: offsets are not trimmed (EncodeOffsets)
 	added      addedVocab
 	vocabSize  int
 
@@ -136,7 +138,7 @@ func (t *Tokenizer) decodeToken(id int64) (string, bool) {
 	if tok, ok := t.added.tokens[id]; ok {
 		return tok.Content, true
 	}
-	return t.model.idTokens.get(id)
+	return t.idTokens.get(id)
 }
 
 // IDToToken returns the token string of id (as tokenizers' id_to_token: byte-level
@@ -148,7 +150,7 @@ func (t *Tokenizer) TokenToID(token string) (int64, bool) {
 	if id, ok := t.added.byContent[token]; ok {
 		return id, true
 	}
-	id, ok := t.model.vocab[token]
+	id, ok := t.vocab[token]
 	return int64(id), ok
 }
 

@@ -164,8 +164,8 @@ func TestParseErrors(t *testing.T) {
 		{name: "wrong type", raw: `{"added_tokens": 5}`, want: "field added_tokens"},
 		{name: "no model", raw: `{"version": "1.0"}`, want: "the file has no model"},
 		{name: "version", edit: func(m map[string]any) { m["version"] = "2.0" }, want: `unknown tokenizer.json version "2.0"`},
-		{name: "unigram", edit: func(m map[string]any) { model(m)["type"] = "Unigram" }, want: `tokenizer: model type "Unigram" is not supported (supported: BPE)`, unsupported: true},
-		{name: "wordpiece", edit: func(m map[string]any) { model(m)["type"] = "WordPiece" }, want: `model type "WordPiece" is not supported (supported: BPE)`, unsupported: true},
+		{name: "unigram", edit: func(m map[string]any) { model(m)["type"] = "WordLevel" }, want: `tokenizer: model type "WordLevel" is not supported (supported: BPE, Unigram)`, unsupported: true},
+		{name: "wordpiece", edit: func(m map[string]any) { model(m)["type"] = "WordPiece" }, want: `model type "WordPiece" is not supported (supported: BPE, Unigram)`, unsupported: true},
 		{name: "dropout", edit: func(m map[string]any) { model(m)["dropout"] = 0.1 }, want: "model.dropout is 0.1", unsupported: true},
 		{name: "merge not in vocab", edit: func(m map[string]any) {
 			model(m)["merges"] = []any{[]string{"h", "zz"}}
