@@ -11,13 +11,17 @@
 //     tokens), the Metaspace pre-tokenizer and decoder, and the Prepend, Replace, NFC,
 //     NFD, NFKC, NFKD and Strip normalizers, and the Replace, ByteFallback, Fuse and
 //     Strip decoders;
+//   - any other Split or Replace regex (DeepSeek-V3's, o200k's) through regexp2 with a
+//     time budget (ErrBudget, TryEncode); the Whitespace, WhitespaceSplit, Digits,
+//     Punctuation and BertPreTokenizer pre-tokenizers; Lowercase;
+//   - Unigram models (T5, SentencePiece conversions) with the Precompiled normalizer;
 //   - added tokens (special or not) with lstrip, rstrip, single_word and normalized,
 //     matched before the model and never split;
 //   - the TemplateProcessing post-processor (the BOS token Llama adds) and ByteLevel's
 //     (nothing to do for ids).
 //
 // Anything else in a file (another model type, pre-tokenizer, normalizer, decoder or
-// post-processor, a Split regex other than the known ones) is refused when the file is
+// post-processor, a regex with syntax regexp2 lacks) is refused when the file is
 // loaded, with an error that names it and wraps ErrUnsupported: a tokenizer that loads
 // encodes as tokenizers does, or it does not load.
 //
