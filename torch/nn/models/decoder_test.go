@@ -37,6 +37,38 @@ func buildQwen2(raw []byte) (models.Pretrained, error) {
 	return models.NewQwen2ForCausalLM(c)
 }
 
+func buildQwen3(raw []byte) (models.Pretrained, error) {
+	c, err := models.ParseQwen3Config(raw)
+	if err != nil {
+		return nil, err
+	}
+	return models.NewQwen3ForCausalLM(c)
+}
+
+func buildOlmo2(raw []byte) (models.Pretrained, error) {
+	c, err := models.ParseOlmo2Config(raw)
+	if err != nil {
+		return nil, err
+	}
+	return models.NewOlmo2ForCausalLM(c)
+}
+
+func buildGemma3(raw []byte) (models.Pretrained, error) {
+	c, err := models.ParseGemma3TextConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	return models.NewGemma3ForCausalLM(c)
+}
+
+func buildGemma2(raw []byte) (models.Pretrained, error) {
+	c, err := models.ParseGemma2Config(raw)
+	if err != nil {
+		return nil, err
+	}
+	return models.NewGemma2ForCausalLM(c)
+}
+
 func buildMistral(raw []byte) (models.Pretrained, error) {
 	c, err := models.ParseMistralConfig(raw)
 	if err != nil {
@@ -234,6 +266,32 @@ func TestLlamaMatchesTransformers(t *testing.T) { runDecoderParity(t, "llama", b
 // embeddings with the sliding window off (as Qwen2.5's small models), and a model whose
 // second layer slides over 4 positions, against Qwen2ForCausalLM.
 func TestQwen2MatchesTransformers(t *testing.T) { runDecoderParity(t, "qwen2", buildQwen2) }
+
+// TestQwen3MatchesTransformers is issue 41's item 4 for qwen3: per-head q/k norms with
+// biases on all four projections, a head_dim other than hidden/heads, tied embeddings,
+// and a model whose second layer slides over 4 positions (generation runs past the
+// window), against Qwen3ForCausalLM.
+func TestQwen3MatchesTransformers(t *testing.T) { runDecoderParity(t, "qwen3", buildQwen3) }
+
+// TestOlmo2MatchesTransformers is issue 41's item 4 for olmo2: norms after attention
+// and MLP, q/k norms over the whole projections with fewer key/value heads, biases and a
+// padding token, against Olmo2ForCausalLM.
+func TestOlmo2MatchesTransformers(t *testing.T) { runDecoderParity(t, "olmo2", buildOlmo2) }
+
+// TestGemma3MatchesTransformers is issue 41's item 4 for gemma3_text: (1 + w) norms,
+// four per layer, scaled embeddings, per-head q/k norms, query_pre_attn_scalar, a
+// sliding layer with the local rotary base beside a global one with linear scaling
+// (rope_parameters nested by layer type, and the v4 keys), and soft-capped logits (with
+// attn_logit_softcapping set, which Gemma 3 does not apply), with generation past the
+// windows, against Gemma3ForCausalLM.
+func TestGemma3MatchesTransformers(t *testing.T) { runDecoderParity(t, "gemma3_text", buildGemma3) }
+
+// TestGemma2MatchesTransformers is issue 41's item 4 for gemma2: soft-capped attention
+// (transformers' eager path) on a layer sliding over 3 positions and a global one,
+// soft-capped logits (through the chunked loss's head too), (1 + w) norms, scaled
+// embeddings, query_pre_attn_scalar and biases, with generation past the window,
+// against Gemma2ForCausalLM.
+func TestGemma2MatchesTransformers(t *testing.T) { runDecoderParity(t, "gemma2", buildGemma2) }
 
 // TestMistralMatchesTransformers is issue 33's item 5 for mistral: a 5-position sliding
 // window on every layer, against MistralForCausalLM.

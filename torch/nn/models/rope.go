@@ -164,6 +164,9 @@ func (r RopeParameters) validate() error {
 type RotaryEmbedding struct {
 	nn.Base
 	InvFreq *torch.Tensor
+	// Float32 keeps the cosines and sines in float32 whatever the model's dtype, as
+	// OlmoRotaryEmbedding does (ApplyRotary then rounds the rotated queries and keys).
+	Float32 bool
 	params  RopeParameters
 	headDim int64
 	maxPos  int64
@@ -236,7 +239,8 @@ func llama3InvFreq(inv *torch.Tensor, p RopeParameters) *torch.Tensor {
 }
 
 // Forward returns the cosines and sines [B or 1, T, head_dim] of positions [B or 1, T]
-// (int64) in x's dtype, as LlamaRotaryEmbedding.forward(x, position_ids).
+// (int64) in x's dtype (float32 with Float32), as LlamaRotaryEmbedding.forward(x,
+// position_ids).
 func (r *RotaryEmbedding) Forward(x, positions *torch.Tensor) (cos, sin *torch.Tensor) {
 	if r.params.RopeType == RopeDynamic {
 		r.dynamicUpdate(positions)
@@ -251,7 +255,11 @@ func (r *RotaryEmbedding) Forward(x, positions *torch.Tensor) (cos, sin *torch.T
 	torch.NoGrad(func() {
 		freqs := positions.ToDType(torch.Float32).Unsqueeze(-1).Mul(inv)
 		emb := torch.Cat([]*torch.Tensor{freqs, freqs}, -1)
-		out = [2]*torch.Tensor{emb.Cos().ToDType(x.DType()), emb.Sin().ToDType(x.DType())}
+		dt := x.DType()
+		if r.Float32 {
+			dt = torch.Float32
+		}
+		out = [2]*torch.Tensor{emb.Cos().ToDType(dt), emb.Sin().ToDType(dt)}
 	})
 	return out[0], out[1]
 }
@@ -277,10 +285,15 @@ func (r *RotaryEmbedding) dynamicUpdate(positions *torch.Tensor) {
 }
 
 // ApplyRotary is transformers' apply_rotary_pos_emb: q·cos + rotate_half(q)·sin and the
-// same for k, with q, k [B, H, T, D] and cos, sin [B or 1, T, D].
+// same for k, with q, k [B, H, T, D] and cos, sin [B or 1, T, D], returned in q's and
+// k's dtypes (float32 cosines promote the products, as in OLMo's).
 func ApplyRotary(q, k, cos, sin *torch.Tensor) (*torch.Tensor, *torch.Tensor) {
 	cos, sin = cos.Unsqueeze(1), sin.Unsqueeze(1)
-	return q.Mul(cos).Add(rotateHalf(q).Mul(sin)), k.Mul(cos).Add(rotateHalf(k).Mul(sin))
+	qe, ke := q.Mul(cos).Add(rotateHalf(q).Mul(sin)), k.Mul(cos).Add(rotateHalf(k).Mul(sin))
+	if qe.DType() != q.DType() {
+		qe, ke = qe.ToDType(q.DType()), ke.ToDType(k.DType())
+	}
+	return qe, ke
 }
 
 // rotateHalf is transformers' rotate_half: (x1, x2) -> (-x2, x1) over the halves of the

@@ -1,4 +1,4 @@
-"""Reference side of the Llama, Qwen2 and Mistral parity tests (decoder_test.go).
+"""Reference side of the decoder parity tests (decoder_test.go).
 
 usage: python decoders.py DIR ARCH
 
@@ -20,12 +20,20 @@ import sys
 import torch
 import transformers
 from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Olmo2Config,
+    Olmo2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 d, arch = sys.argv[1], sys.argv[2]
@@ -69,6 +77,47 @@ CASES = {
         # Layer 1 slides over 4 positions.
         "qwen2_sliding": (Qwen2Config, Qwen2ForCausalLM,
                           dict(SMALL, use_sliding_window=True, sliding_window=4, max_window_layers=1), {}),
+    },
+    "qwen3": {
+        # Biases on all four projections, a head_dim other than hidden/heads, tied,
+        # sharded.
+        "qwen3_tied": (Qwen3Config, Qwen3ForCausalLM,
+                       dict(SMALL, head_dim=16, attention_bias=True, tie_word_embeddings=True,
+                            rope_parameters=dict(rope_type="default", rope_theta=1000000.0)), dict(shard="20KB")),
+        # Layer 1 slides over 4 positions.
+        "qwen3_sliding": (Qwen3Config, Qwen3ForCausalLM,
+                          dict(SMALL, head_dim=8, use_sliding_window=True, sliding_window=4, max_window_layers=1), {}),
+    },
+    "olmo2": {
+        # q/k norms over the whole projections (fewer key/value heads), biases, a
+        # padding token.
+        "olmo2": (Olmo2Config, Olmo2ForCausalLM,
+                  dict(SMALL, attention_bias=True, pad_token_id=0), dict(shard="20KB")),
+    },
+    "gemma3_text": {
+        # Layer 0 slides over 4 positions with the local base, layer 1 is global with
+        # linear scaling; biases, query_pre_attn_scalar other than head_dim, tied.
+        "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM,
+                   dict(SMALL, head_dim=16, query_pre_attn_scalar=24, attention_bias=True, sliding_window=4,
+                        layer_types=["sliding_attention", "full_attention"], pad_token_id=0,
+                        rope_parameters={"full_attention": dict(rope_type="linear", rope_theta=1000000.0, factor=2.0),
+                                         "sliding_attention": dict(rope_type="default", rope_theta=10000.0)}),
+                   dict(shard="20KB")),
+        # Soft-capped logits, untied; attn_logit_softcapping is in the config but
+        # Gemma3Attention does not apply it (eager, so that no SDPA path could).
+        "gemma3_softcap": (Gemma3TextConfig, Gemma3ForCausalLM,
+                           dict(SMALL, head_dim=8, sliding_window=3, layer_types=["sliding_attention", "full_attention"],
+                                attn_logit_softcapping=2.0, final_logit_softcapping=3.0, tie_word_embeddings=False),
+                           dict(eager=True)),
+    },
+    "gemma2": {
+        # Soft-capped attention (eager, as transformers requires) and logits, a sliding
+        # layer of 3 positions, query_pre_attn_scalar other than head_dim, biases, tied.
+        "gemma2": (Gemma2Config, Gemma2ForCausalLM,
+                   dict(SMALL, head_dim=16, query_pre_attn_scalar=20, attention_bias=True, sliding_window=3,
+                        attn_logit_softcapping=2.0, final_logit_softcapping=3.0,
+                        rope_parameters=dict(rope_type="default", rope_theta=10000.0)),
+                   dict(eager=True, shard="20KB")),
     },
     "mistral": {
         "mistral": (MistralConfig, MistralForCausalLM, dict(SMALL, sliding_window=5), dict(shard="20KB")),
@@ -119,9 +168,25 @@ def greedy(m, ids, mask=None, use_cache=True, n=20):
 
 def v4_config(src, dst):
     """Rewrites a v5 config.json as transformers 4 wrote it: rope_theta and rope_scaling
-    at the top level (the type under the old "type" key), torch_dtype, no layer_types."""
+    at the top level (the type under the old "type" key), torch_dtype, no layer_types
+    (Gemma 3: the global rope as rope_theta and rope_scaling, the local base as
+    rope_local_base_freq, and sliding_window_pattern)."""
     c = json.load(open(src))
     rope = c.pop("rope_parameters")
+    if "sliding_attention" in rope:
+        c["rope_local_base_freq"] = rope["sliding_attention"]["rope_theta"]
+        types = c["layer_types"]
+        c["sliding_window_pattern"] = types.index("full_attention") + 1
+        assert all((t == "full_attention") == ((i + 1) % c["sliding_window_pattern"] == 0) for i, t in enumerate(types))
+        rope = rope["full_attention"]
+        # Gemma 3's files on the Hub spell rope_scaling's type rope_type, the only
+        # spelling transformers 5 reads for it.
+        c["rope_theta"] = rope.pop("rope_theta")
+        c["rope_scaling"] = None if rope["rope_type"] == "default" else rope
+        c["torch_dtype"] = c.pop("dtype")
+        c.pop("layer_types")
+        json.dump(c, open(dst, "w"), indent=2)
+        return
     c["rope_theta"] = rope.pop("rope_theta")
     rtype = rope.pop("rope_type")
     c["rope_scaling"] = None if rtype == "default" else dict(rope, type=rtype)
@@ -135,8 +200,11 @@ def make(name, cfg_cls, model_cls, kw, extra):
     os.makedirs(out)
     cfg = cfg_cls(**kw)
     torch.manual_seed(0)
+    if extra.get("eager"):
+        # Soft-capped attention has no SDPA path.
+        cfg._attn_implementation = "eager"
     m = model_cls(cfg)
-    assert m.config._attn_implementation == "sdpa", m.config._attn_implementation
+    assert m.config._attn_implementation == ("eager" if extra.get("eager") else "sdpa"), m.config._attn_implementation
     randomize(m)
     m.eval()
     g = torch.Generator().manual_seed(2)
@@ -185,12 +253,14 @@ def make(name, cfg_cls, model_cls, kw, extra):
     v4 = os.path.join(out, "hf_v4")
     shutil.copytree(hf, v4)
     v4_config(os.path.join(hf, "config.json"), os.path.join(v4, "config.json"))
-    # transformers reads the v4 form as the same model.
+    # transformers reads the v4 form as the same model (Gemma 3's v4 form computes its
+    # linear-scaled frequencies through another path, a few float32 ulps away).
     m4 = model_cls.from_pretrained(v4)
     with torch.no_grad():
-        torch.testing.assert_close(m4(ids).logits, r["eval_logits"], rtol=0, atol=0)
-    got = {k: v for k, v in m4.config.rope_parameters.items() if k != "type"}
-    assert got == m.config.rope_parameters, (got, m.config.rope_parameters)
+        torch.testing.assert_close(m4(ids).logits, r["eval_logits"], rtol=0, atol=1e-5 if "sliding_attention" in m.config.rope_parameters else 0)
+    def untyped(p):
+        return {k: untyped(v) if isinstance(v, dict) else v for k, v in p.items() if k != "type"}
+    assert untyped(m4.config.rope_parameters) == m.config.rope_parameters, (m4.config.rope_parameters, m.config.rope_parameters)
 
     mb = model_cls.from_pretrained(hf, dtype=torch.bfloat16)
     mb.save_pretrained(os.path.join(out, "bf16"))

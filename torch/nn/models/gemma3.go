@@ -1,0 +1,221 @@
+package models
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/nn"
+)
+
+// Gemma3TextConfig is transformers' Gemma3TextConfig, the text decoder of Gemma 3, with
+// the keys of its config.json (the v5 form; ParseGemma3TextConfig reads the v4 form
+// too): Gemma2Config's keys with the rotary embeddings given per layer type. Its
+// AttnLogitSoftcapping is kept for config.json but, as in transformers'
+// Gemma3Attention, not applied. Start from DefaultGemma3TextConfig and change what
+// differs.
+type Gemma3TextConfig struct {
+	Gemma2Config
+	// RopeParameters holds the rotary embedding of each layer type: full_attention's
+	// (the global base, 1e6 by default, with any scaling) and sliding_attention's (the
+	// local base, 1e4 by default).
+	RopeParameters map[string]RopeParameters `json:"rope_parameters"`
+}
+
+// DefaultGemma3TextConfig returns Gemma3TextConfig()'s defaults (Gemma 3 1B's shape:
+// 262208 tokens, 26 layers of width 2304, 8 heads of 256 over 4 key/value heads, a
+// 4096-token window on five layers of six, tied embeddings, no soft-capping).
+func DefaultGemma3TextConfig() Gemma3TextConfig {
+	c := Gemma3TextConfig{Gemma2Config: DefaultGemma2Config()}
+	c.VocabSize, c.MaxPositionEmbeddings, c.ModelType = 262208, 131072, "gemma3_text"
+	c.FinalLogitSoftcapping, c.AttnLogitSoftcapping = nil, nil
+	return c
+}
+
+// The bases of Gemma 3's rotary embeddings when a config names none.
+const (
+	gemma3GlobalTheta = 1e6
+	gemma3LocalTheta  = 1e4
+)
+
+// ParseGemma3TextConfig reads a Gemma 3 text config.json in either form transformers
+// writes: v5 (rope_parameters nested by layer type, layer_types) or v4 (rope_theta,
+// rope_local_base_freq and rope_scaling for the global layers, sliding_window_pattern).
+func ParseGemma3TextConfig(raw []byte) (Gemma3TextConfig, error) {
+	const cfg = "Gemma3TextConfig"
+	c := DefaultGemma3TextConfig()
+	var aux struct {
+		RopeParameters json.RawMessage `json:"rope_parameters"`
+		RopeScaling    json.RawMessage `json:"rope_scaling"`
+		RopeTheta      *float64        `json:"rope_theta"`
+		LocalBase      *float64        `json:"rope_local_base_freq"`
+		Pattern        *int64          `json:"sliding_window_pattern"`
+	}
+	if err := json.Unmarshal(raw, &aux); err != nil {
+		return c, fmt.Errorf("models: %s: %w", ConfigFile, err)
+	}
+	// rope_parameters is read below, by layer type.
+	var rest map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &rest); err != nil {
+		return c, fmt.Errorf("models: %s: %w", ConfigFile, err)
+	}
+	delete(rest, "rope_parameters")
+	trimmed, _ := json.Marshal(rest)
+	if err := json.Unmarshal(trimmed, &c); err != nil {
+		return c, fmt.Errorf("models: %s: %w", ConfigFile, jsonFieldError(trimmed, &c, err))
+	}
+	if c.ModelType != "gemma3_text" {
+		return c, fmt.Errorf("models: %s: model_type %q is not gemma3_text", ConfigFile, c.ModelType)
+	}
+	// The types stay empty until read: a v4 rope_scaling names its type under "type",
+	// which RopeParameters reads only where no rope_type is set.
+	var full, local RopeParameters
+	if isJSONObject(aux.RopeParameters) {
+		var byType map[string]json.RawMessage
+		if err := json.Unmarshal(aux.RopeParameters, &byType); err != nil {
+			return c, fmt.Errorf("models: %s: rope_parameters: %w", ConfigFile, err)
+		}
+		for k, v := range byType {
+			var p *RopeParameters
+			switch k {
+			case FullAttention:
+				p = &full
+			case SlidingAttention:
+				p = &local
+			default:
+				return c, fmt.Errorf("models: %s: %s: rope_parameters must be given per layer type (%s, %s), not %q",
+					ConfigFile, cfg, FullAttention, SlidingAttention, k)
+			}
+			if err := json.Unmarshal(v, p); err != nil {
+				return c, fmt.Errorf("models: %s: rope_parameters.%s: %w", ConfigFile, k, err)
+			}
+		}
+	}
+	if isJSONObject(aux.RopeScaling) {
+		if err := json.Unmarshal(aux.RopeScaling, &full); err != nil {
+			return c, fmt.Errorf("models: %s: rope_scaling: %w", ConfigFile, err)
+		}
+	}
+	full.RopeTheta = ropeTheta(full.RopeTheta, aux.RopeTheta, gemma3GlobalTheta)
+	local.RopeTheta = ropeTheta(local.RopeTheta, aux.LocalBase, gemma3LocalTheta)
+	for _, p := range []*RopeParameters{&full, &local} {
+		if p.RopeType == "" {
+			p.RopeType = RopeDefault
+		}
+		if p.RopeType == RopeLlama3 && p.OriginalMaxPositionEmbeddings == 0 {
+			p.OriginalMaxPositionEmbeddings = c.MaxPositionEmbeddings
+		}
+	}
+	c.RopeParameters = map[string]RopeParameters{FullAttention: full, SlidingAttention: local}
+	if c.LayerTypes == nil && c.NumHiddenLayers > 0 && c.NumHiddenLayers <= maxLayers {
+		pattern := int64(6)
+		if aux.Pattern != nil {
+			pattern = *aux.Pattern
+		}
+		if pattern < 1 {
+			return c, fmt.Errorf("models: %s: %s: sliding_window_pattern %d must be positive", ConfigFile, cfg, pattern)
+		}
+		c.LayerTypes = make([]string, c.NumHiddenLayers)
+		for i := range c.LayerTypes {
+			c.LayerTypes[i] = SlidingAttention
+			if (int64(i)+1)%pattern == 0 {
+				c.LayerTypes[i] = FullAttention
+			}
+		}
+	}
+	c.DType = dtypeField(raw)
+	return c, nil
+}
+
+// ropeTheta is a base given in rope_parameters, else the v4 top-level one, else def.
+func ropeTheta(inner float64, top *float64, def float64) float64 {
+	switch {
+	case inner != 0:
+		return inner
+	case top != nil:
+		return *top
+	}
+	return def
+}
+
+// Gemma3ForCausalLM is transformers' Gemma3ForCausalLM: Gemma2ForCausalLM's modules
+// and names, with each layer's queries and keys normalised per head ("self_attn.q_norm",
+// "self_attn.k_norm", GemmaRMSNorms) and its sliding layers on the local rotary base;
+// no soft-capped attention.
+type Gemma3ForCausalLM struct {
+	nn.Base
+	Config Gemma3TextConfig
+	Model  *DecoderModel[*Gemma3DecoderLayer]
+	LMHead *nn.Linear
+	gemmaLM[*Gemma3DecoderLayer]
+}
+
+// Gemma3DecoderLayer is transformers' Gemma3DecoderLayer: the attention and the MLP each
+// between a pre-norm and a post-norm, each added to its input.
+type Gemma3DecoderLayer struct {
+	nn.Base
+	SelfAttn                 *Attention
+	MLP                      *GatedMLP
+	InputLayernorm           *GemmaRMSNorm
+	PostAttentionLayernorm   *GemmaRMSNorm
+	PreFeedforwardLayernorm  *GemmaRMSNorm
+	PostFeedforwardLayernorm *GemmaRMSNorm
+}
+
+func (l *Gemma3DecoderLayer) forward(x *torch.Tensor, in layerInput) *torch.Tensor {
+	a := l.SelfAttn
+	q, k, v := a.Project(l.InputLayernorm.Forward(x))
+	q, k = a.QNorm.Forward(a.SplitHeads(q)), a.KNorm.Forward(a.SplitHeads(k))
+	x = x.Add(l.PostAttentionLayernorm.Forward(a.Attend(q, k, a.SplitHeads(v), in)))
+	return x.Add(l.PostFeedforwardLayernorm.Forward(l.MLP.Forward(l.PreFeedforwardLayernorm.Forward(x))))
+}
+
+func (l *Gemma3DecoderLayer) window() int64 { return l.SelfAttn.Window }
+
+// NewGemma3ForCausalLM returns Gemma3ForCausalLM(config) initialised as transformers
+// does, in float32 on the CPU; a config out of range is an error naming the field.
+func NewGemma3ForCausalLM(c Gemma3TextConfig) (*Gemma3ForCausalLM, error) {
+	const cfg = "Gemma3TextConfig"
+	s, windows, err := c.Gemma2Config.sizes(cfg, c.RopeParameters[FullAttention])
+	if err != nil {
+		return nil, fmt.Errorf("models: %w", err)
+	}
+	local, err := NewRotaryEmbedding(c.RopeParameters[SlidingAttention], c.HeadDim, c.MaxPositionEmbeddings)
+	if err != nil {
+		return nil, fmt.Errorf("%w (rope_parameters.%s)", err, SlidingAttention)
+	}
+	m := &Gemma3ForCausalLM{Config: c}
+	lm, err := buildDecoder(&m.Base, cfg, s, c.TieWordEmbeddings, func(i int) *Gemma3DecoderLayer {
+		l := &Gemma3DecoderLayer{}
+		a := nn.Register(&l.Base, "self_attn", newAttention(s.attention(c.AttentionBias, c.AttentionBias), i))
+		a.QNorm = nn.Register(&a.Base, "q_norm", NewGemmaRMSNorm(s.headDim, s.eps))
+		a.KNorm = nn.Register(&a.Base, "k_norm", NewGemmaRMSNorm(s.headDim, s.eps))
+		a.Scale, a.Window = 1/math.Sqrt(c.QueryPreAttnScalar), windows[i]
+		l.SelfAttn = a
+		l.MLP = nn.Register(&l.Base, "mlp", newGatedMLP(s.hidden, s.intermediate, s.act, false, s.initStd))
+		l.InputLayernorm, l.PostAttentionLayernorm, l.PreFeedforwardLayernorm, l.PostFeedforwardLayernorm = gemmaNorms(&l.Base, s)
+		return l
+	}, func() nn.Layer { return NewGemmaRMSNorm(s.hidden, s.eps) })
+	if err != nil {
+		nn.Free(local)
+		return nil, err
+	}
+	m.gemmaLM = newGemmaLM(lm, c.Gemma2Config)
+	m.Model, m.LMHead = lm.model, lm.lmHead
+	m.Model.LocalRotaryEmb = nn.Register(&m.Model.Base, "rotary_emb_local", local)
+	return m, nil
+}
+
+func init() {
+	RegisterArchitecture(Architecture{ModelType: "gemma3_text", Class: "Gemma3ForCausalLM",
+		New: fromJSON(ParseGemma3TextConfig, NewGemma3ForCausalLM), Rename: decoderCheckpointKey})
+}
+
+// PretrainedConfig returns the config as save_pretrained writes it (the v5 form), with
+// model_type and architectures set.
+func (m *Gemma3ForCausalLM) PretrainedConfig() any {
+	c := m.Config
+	c.ModelType, c.Architectures = "gemma3_text", []string{"Gemma3ForCausalLM"}
+	return c
+}
