@@ -308,126 +308,6 @@ cg_status cg_dist_barrier(cg_pg pg);
 #endif
 #endif
 
-// ==== chains (chain.cc) ====
-// A chain is a Sequential of built-in layers run as one call: each stage's ATen call on
-// the previous stage's output, the same calls and in the same order as the layers' own
-// forwards, so the result, its autograd graph and the random draws are the same. Only the
-// last output gets a handle; the intermediates live in the autograd graph alone.
-#ifndef GOTRAIN_CGOTORCH_CHAIN_H
-#define GOTRAIN_CGOTORCH_CHAIN_H
-#include "stages_gen.h"
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-// cg_stage is one stage: an op of ops.tab's rows marked stage (enum cg_stage_op,
-// stages_gen.h) with its arguments other than the input, in the row's order: tensors in
-// tensors (NULL: none), doubles and scalars in doubles, and int64s, bools (0 or 1) and
-// int64 lists (their length, then the values) one after another in ints.
-#define CG_STAGE_TENSORS 6
-#define CG_STAGE_DOUBLES 4
-#define CG_STAGE_INTS 16
-typedef struct {
-  int32_t op;  // enum cg_stage_op
-  cg_tensor tensors[CG_STAGE_TENSORS];
-  double doubles[CG_STAGE_DOUBLES];
-  int64_t ints[CG_STAGE_INTS];
-} cg_stage;
-
-// cg_chain_result is cg_result with the index of the stage that failed (-1: none).
-typedef struct {
-  int32_t code;
-  int32_t scope;
-  cg_msg msg;
-  cg_tensor t;
-  int32_t stage;
-} cg_chain_result;
-
-// cg_chain_forward runs the n stages over x and returns the last one's output.
-cg_chain_result cg_chain_forward(const cg_stage *stages, int n, cg_tensor x);
-
-#ifdef __cplusplus
-}
-#endif
-#endif
-
-// ==== training steps (step.cc) ====
-// cg_step_run is a whole training step in one call: the optimizer's gradients set to
-// None, the chain over x, a built-in loss of its output against y, the loss added to a
-// running sum (cg_accumulate), the backward pass and the optimizer step (cg_optim_step).
-// Each part makes the ATen calls its own entry point makes, in the same order, so a step
-// run this way and one run call by call give the same bits, autograd graph and random
-// draws. For a small model the crossings and the caller's code between them are a
-// visible share of a step; this is one crossing.
-#ifndef GOTRAIN_CGOTORCH_STEP_H
-#define GOTRAIN_CGOTORCH_STEP_H
-#ifdef __cplusplus
-extern "C" {
-#endif
-// cg_step holds a step's scalar arguments; its arrays are cg_step_run's parameters.
-typedef struct {
-  int32_t nstages;
-  cg_stage loss;  // a stage of an ops.tab row marked loss, over the output and the target
-  cg_tensor sums;  // cg_accumulate's acc (NULL: no sum)
-  double sum_weight;
-  int64_t sum_step;
-  int32_t sum_flags;
-  int32_t optimizer;  // enum cg_optimizer, or -1: no zero_grad and no optimizer step
-  int32_t ngroups;
-  int32_t nparams;
-} cg_step;
-// The parts of a step, to say which one failed.
-enum cg_step_phase {
-  CG_PHASE_NONE = -1,
-  CG_PHASE_ZERO_GRAD = 0,
-  CG_PHASE_FORWARD = 1,
-  CG_PHASE_LOSS = 2,
-  CG_PHASE_SUMS = 3,
-  CG_PHASE_BACKWARD = 4,
-  CG_PHASE_OPTIMIZER = 5,
-  CG_PHASE_BATCH = 6  // cg_steps_run slicing a batch
-};
-// cg_step_result is cg_result for the loss, with the phase that failed and, in the
-// forward, the stage.
-typedef struct {
-  int32_t code;
-  int32_t scope;
-  cg_msg msg;
-  cg_tensor loss;
-  int32_t phase;
-  int32_t stage;
-  int32_t done;  // steps that completed (cg_steps_run; the one that failed is the next)
-} cg_step_result;
-// cg_step_run runs step s over input x and target y: the stages are s.nstages cg_stages;
-// group_sizes, hyper, params and state are cg_optim_step's (params are also the ones
-// whose gradients are set to None first). The loss is adopted by the thread's scope, as a
-// cg_result's tensor, also when a later part fails.
-void cg_step_run(const cg_step *s, const cg_stage *stages, const int64_t *group_sizes, const void *hyper,
-                 cg_tensor *params, cg_tensor *state, cg_tensor x, cg_tensor y, cg_step_result *r);
-// cg_batches is a run of batches that cg_steps_run slices itself from a resident
-// dataset's inputs x and targets y (rows along dim 0). Batch i (of n) is rows starts[i] to
-// starts[i]+sizes[i] of them (narrow, a view) or, when order is not NULL, the rows that
-// positions starts[i] to starts[i]+sizes[i] of the int64 vector order name
-// (index_select): what a resident Loader's batch is. starts and sizes are
-// cg_steps_run's parameters.
-typedef struct {
-  cg_tensor x, y;
-  cg_tensor order;
-  int32_t n;
-} cg_batches;
-// cg_steps_run runs step s over each batch of b in turn, as b.n calls of cg_step_run
-// would: each batch's loss is added to s.sums with the batch's rows as its weight, at
-// step s.sum_step + i (s.sum_weight is not used). Only the last step's loss is adopted,
-// as r's tensor; r.done counts the steps that completed, and a failure stops the run
-// (r.phase and r.stage say where, in step r.done).
-void cg_steps_run(const cg_step *s, const cg_stage *stages, const int64_t *group_sizes, const void *hyper,
-                  cg_tensor *params, cg_tensor *state, const cg_batches *b, const int64_t *starts,
-                  const int64_t *sizes, cg_step_result *r);
-#ifdef __cplusplus
-}
-#endif
-#endif
-
 // ==== traces (replay.cc) ====
 // A trace is a training step's calls into libtorch recorded once and replayed for the
 // following steps, one call a step (or a run of steps), with no crossing back into Go.
@@ -455,7 +335,6 @@ void cg_trace_free(cg_trace t);
 // on the same persistent tensors: a step recorded twice that gives the same trace does
 // not depend on values that changed between the two.
 int cg_trace_same(cg_trace a, cg_trace b);
-int cg_trace_outputs(cg_trace t);
 // cg_trace_result is a replay's status, with the scope its outputs joined and the
 // number of steps that completed.
 typedef struct {
@@ -465,8 +344,8 @@ typedef struct {
   int32_t done;
 } cg_trace_result;
 // cg_trace_run replays t over inputs (which must have the recorded dtypes, devices and
-// shapes) at step counter step; outs receives its outputs (cg_trace_outputs of them),
-// adopted by the thread's scope. A failure names the entry that failed. opt_kind,
+// shapes) at step counter step; outs receives its outputs (as many as cg_trace_end
+// was given), adopted by the thread's scope. A failure names the entry that failed. opt_kind,
 // opt_groups and opt_hyper are the optimizer's current hyperparameters (cg_optim_step's
 // kind, ngroups and hyper; opt_kind -1: none), which a replayed optimizer step uses
 // instead of the recorded ones, so that a scheduler's learning rate is not baked in.

@@ -190,12 +190,8 @@ extern constinit thread_local uint64_t threads_seen;
   }
 }
 
-// chain_stage is one stage of a chain over its input (stages_gen.cc, from ops.tab).
-at::Tensor chain_stage(const cg_stage &s, const at::Tensor &in);
-// loss_stage is a step's loss of the output in and target (stages_gen.cc, from ops.tab).
-at::Tensor loss_stage(const cg_stage &s, const at::Tensor &in, const at::Tensor &target);
 // batch_norm_counted is ops.tab's batchNormCounted: nn's BatchNorm layers' forward
-// (chain.cc).
+// (tensor.cc).
 at::Tensor batch_norm_counted(const at::Tensor &x, const std::optional<at::Tensor> &w,
                               const std::optional<at::Tensor> &b, const std::optional<at::Tensor> &running_mean,
                               const std::optional<at::Tensor> &running_var, const std::optional<at::Tensor> &count,
@@ -248,7 +244,6 @@ class Reader {
   }
   void out(at::Tensor t);
   void outs(const std::vector<at::Tensor> &ts);
-  Trace &trace() { return tr_; }
 
  private:
   Trace &tr_;

@@ -388,8 +388,6 @@ int cg_trace_same(cg_trace a, cg_trace b) {
   return static_cast<cg::Trace *>(a)->same(*static_cast<cg::Trace *>(b)) ? 1 : 0;
 }
 
-int cg_trace_outputs(cg_trace t) { return static_cast<int>(static_cast<cg::Trace *>(t)->outputs.size()); }
-
 void cg_trace_run(cg_trace t, const cg_tensor *inputs, int n, int opt_kind, int opt_groups, const void *opt_hyper,
                   int64_t step, cg_tensor *outs, cg_trace_result *r) {
   Optim o{opt_kind, opt_groups, opt_hyper};

@@ -47,9 +47,6 @@ func TraceFree(t Trace) { C.cg_trace_free(C.cg_trace(t)) }
 // TraceSame is cg_trace_same.
 func TraceSame(a, b Trace) bool { return C.cg_trace_same(C.cg_trace(a), C.cg_trace(b)) != 0 }
 
-// TraceOutputs is the number of tensors a replay of t returns.
-func TraceOutputs(t Trace) int { return int(C.cg_trace_outputs(C.cg_trace(t))) }
-
 // Hyper is an optimizer's current hyperparameters in C's layout, for a replayed
 // optimizer step. It keeps its buffers from one step to the next.
 type Hyper struct {

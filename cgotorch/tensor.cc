@@ -233,3 +233,21 @@ void cg_set_grad_enabled(int on) {
 }
 
 }  // extern "C"
+
+at::Tensor cg::batch_norm_counted(const at::Tensor &x, const std::optional<at::Tensor> &w,
+                                  const std::optional<at::Tensor> &b, const std::optional<at::Tensor> &running_mean,
+                                  const std::optional<at::Tensor> &running_var, const std::optional<at::Tensor> &count,
+                                  int64_t ranks, bool training, double momentum, double eps) {
+  int64_t d = x.dim();
+  if (!(d >= 0 && d < 63 && (ranks >> d) & 1)) {
+    std::string want;
+    for (int64_t i = 0; i < 63; i++)
+      if ((ranks >> i) & 1) want += (want.empty() ? "" : " ") + std::to_string(i);
+    TORCH_CHECK(false, "expected [", want, "]-d input, got ", d, "-d");
+  }
+  if (training && count) {
+    at::NoGradGuard no_grad;
+    count->add_(cg::scalar(1));
+  }
+  return at::batch_norm(x, w, b, running_mean, running_var, training || !running_mean, momentum, eps, true);
+}

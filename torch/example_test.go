@@ -56,20 +56,24 @@ func Example_errorRule() {
 	// true add true
 }
 
-// A chain runs layers' ops in one libtorch call; only its result becomes a Tensor, and it
-// is what the functions give one by one.
-func ExampleChain() {
+// A step written as eager code is recorded, and replayed in one call once two
+// recordings agree, with the same results.
+func ExampleReplayer() {
 	torch.WithScope(func() {
-		x := torch.FromSlice([]float32{-1, 2, -3, 4}, 2, 2)
-		w := torch.FromSlice([]float32{1, 0, 0, 1, 1, 1}, 3, 2)
-		b := torch.FromSlice([]float32{0, 0, -1}, 3)
-		stages := []torch.Stage{torch.LinearStage(w, b), torch.ReLUStage()}
-		before := torch.LiveTensors()
-		y := torch.Chain(x, stages)
-		fmt.Println(y.Shape(), y.Float32s(), "new tensors:", torch.LiveTensors()-before)
-		fmt.Println(torch.Linear(x, w, b).ReLU().Float32s())
+		w := torch.FromSlice([]float32{1, 2, 3, 4}, 2, 2)
+		var r torch.Replayer
+		defer r.Free()
+		for i := range 4 {
+			x := torch.FromSlice([]float32{float32(i), 1}, 1, 2)
+			outs, replayed := r.Step([]*torch.Tensor{x}, nil, 0, func() []*torch.Tensor {
+				return []*torch.Tensor{torch.Linear(x, w, nil).ReLU().Sum()}
+			})
+			fmt.Println(outs[0].Item(), replayed)
+		}
 	})
 	// Output:
-	// [2 3] [0 2 0 0 4 0] new tensors: 1
-	// [0 2 0 0 4 0]
+	// 6 false
+	// 10 false
+	// 14 true
+	// 18 true
 }

@@ -349,3 +349,17 @@ func TestReplayErrorsNameTheOp(t *testing.T) {
 		assert.Contains(t, te.Msg, "cross_entropy: ")
 	})
 }
+
+func panicErr(f func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e, ok := r.(error)
+			if !ok {
+				e = fmt.Errorf("%v", r)
+			}
+			err = e
+		}
+	}()
+	f()
+	return nil
+}

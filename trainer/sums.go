@@ -77,15 +77,6 @@ func (s *deviceSums) add(loss *torch.Tensor, ms Metrics, weight float64, step in
 	torch.Accumulate(s.acc, s.vals, weight, step, flags)
 }
 
-// lossOnly returns the accumulator for a step that adds its loss alone
-// (torch.TrainStep's sum), making it on the first call.
-func (s *deviceSums) lossOnly() *torch.Tensor {
-	if !s.hasNames(nil) {
-		s.resize([]string{"loss"})
-	}
-	return s.acc
-}
-
 // hasNames reports whether acc has a sum for the loss and each of ms.
 func (s *deviceSums) hasNames(ms Metrics) bool {
 	if s.acc == nil || len(s.names) == 0 || s.names[0] != "loss" {

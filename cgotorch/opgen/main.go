@@ -36,7 +36,6 @@ type op struct {
 	expr   string
 	doc    string
 	line   int
-	stage  string // the row's seventh field: "stage" (a chain stage), "loss" (a step's loss) or ""
 }
 
 var kinds = map[string]bool{
@@ -60,19 +59,13 @@ func parse(src []byte, file string) ([]op, error) {
 			continue
 		}
 		f := strings.Split(line, " | ")
-		if len(f) != 6 && len(f) != 7 {
-			return nil, fmt.Errorf("%s:%d: want 6 fields separated by \" | \" (and a seventh, stage or loss), got %d", file, n, len(f))
+		if len(f) != 6 {
+			return nil, fmt.Errorf("%s:%d: want 6 fields separated by \" | \", got %d", file, n, len(f))
 		}
 		for i := range f {
 			f[i] = strings.TrimSpace(f[i])
 		}
 		o := op{goName: f[0], name: f[1], result: f[3], expr: f[4], doc: f[5], line: n}
-		if len(f) == 7 {
-			if f[6] != "stage" && f[6] != "loss" {
-				return nil, fmt.Errorf("%s:%d: the seventh field may only be \"stage\" or \"loss\", got %q", file, n, f[6])
-			}
-			o.stage = f[6]
-		}
 		if prev, ok := seen[o.goName]; ok {
 			return nil, fmt.Errorf("%s:%d: %s is already declared on line %d", file, n, o.goName, prev)
 		}
@@ -104,11 +97,6 @@ func parse(src []byte, file string) ([]op, error) {
 		for i, p := range o.params {
 			if p.variadic && (i != len(o.params)-1 || p.kind != "int64s") {
 				return nil, fmt.Errorf("%s:%d: only a last int64s param can be variadic", file, n)
-			}
-		}
-		if o.stage != "" {
-			if err := o.checkStage(); err != nil {
-				return nil, fmt.Errorf("%s:%d: %s cannot be a %s: %v", file, n, o.goName, o.stage, err)
 			}
 		}
 		ops = append(ops, o)
@@ -542,24 +530,11 @@ func generate(table []byte, tablePath, cgoDir, torchDir string) (map[string][]by
 	if err != nil {
 		return nil, fmt.Errorf("torch methods: %w", err)
 	}
-	stages := stageOps(ops)
-	sg, err := genStagesGo(stages)
-	if err != nil {
-		return nil, fmt.Errorf("stage ops: %w", err)
-	}
-	tsg, err := genGo(stages, "\npackage torch\n\nimport \"github.com/gotrain/gotrain/cgotorch\"\n\n", op.stageFunc)
-	if err != nil {
-		return nil, fmt.Errorf("stage functions: %w", err)
-	}
 	return map[string][]byte{
-		filepath.Join(cgoDir, "ops_gen.h"):       genH(ops),
-		filepath.Join(cgoDir, "ops_gen.cc"):      genCC(ops),
-		filepath.Join(cgoDir, "ops_gen.go"):      cgo,
-		filepath.Join(torchDir, "ops_gen.go"):    tg,
-		filepath.Join(cgoDir, "stages_gen.h"):    genStagesH(stages),
-		filepath.Join(cgoDir, "stages_gen.cc"):   genStagesCC(stages),
-		filepath.Join(cgoDir, "stages_gen.go"):   sg,
-		filepath.Join(torchDir, "stages_gen.go"): tsg,
+		filepath.Join(cgoDir, "ops_gen.h"):    genH(ops),
+		filepath.Join(cgoDir, "ops_gen.cc"):   genCC(ops),
+		filepath.Join(cgoDir, "ops_gen.go"):   cgo,
+		filepath.Join(torchDir, "ops_gen.go"): tg,
 	}, nil
 }
 

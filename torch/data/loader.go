@@ -268,17 +268,18 @@ func (it *Iter) Runs(fields ...string) bool {
 	return true
 }
 
-// NextRun hands out up to n of the epoch's next batches (fewer at its end) as a run that
-// torch.TrainStep.RunBatches slices itself, instead of as Batches of tensors made one
-// by one: b gets the resident fields named x and y, each batch's first row and size and,
-// when a batch is not consecutive rows (a shuffled epoch), the epoch's order as an int64
-// tensor, which the iterator owns until it closes. Its batches hold the same rows as
-// Next's would. It returns the index of the run's first batch, or false at the end of
-// the epoch, after an error or a cancel (see Err), or
-// when Runs(x, y) is false. The run counts as handed out: a run that a step does not
+// NextRun hands out up to n of the epoch's next batches, as long as they are whole
+// (BatchSize rows: a shorter last batch is left to Next), as a run that
+// torch.Trace.RunBatches slices itself, instead of as Batches of tensors made one by
+// one: b gets the resident tensors of the named fields, each batch's first row and size
+// and, when a batch is not consecutive rows (a shuffled epoch), the epoch's order as an
+// int64 tensor, which the iterator owns until it closes. Its batches hold the same rows
+// as Next's would. It returns the index of the run's first batch, or false at the end
+// of the epoch or of its whole batches, after an error or a cancel (see Err), or when
+// Runs(fields...) is false. The run counts as handed out: a run that a step does not
 // finish is not handed out again.
-func (it *Iter) NextRun(n int, x, y string, b *torch.Batches) (first int, ok bool) {
-	if n < 1 || !it.Runs(x, y) || !it.more() {
+func (it *Iter) NextRun(n int, fields []string, b *torch.BatchRun) (first int, ok bool) {
+	if n < 1 || !it.Runs(fields...) || !it.more() {
 		return 0, false
 	}
 	if err := it.ctx.Err(); err != nil {
@@ -286,15 +287,25 @@ func (it *Iter) NextRun(n int, x, y string, b *torch.Batches) (first int, ok boo
 		return 0, false
 	}
 	first = it.next
-	last := min(first+n, it.end)
+	bs := it.l.opts.BatchSize
+	last := first
+	for last < min(first+n, it.end) && len(it.batchIndices(last)) == bs {
+		last++
+	}
+	if last == first {
+		return 0, false
+	}
 	// Batch k is positions k*bs onwards of the order; when every batch of the run is
 	// consecutive rows, it is named by its first row instead, and no order is needed.
-	bs := it.l.opts.BatchSize
 	rows := true
 	for k := first; k < last && rows; k++ {
 		rows = consecutive(it.batchIndices(k))
 	}
-	b.X, b.Y, b.Order = it.l.residentField(x), it.l.residentField(y), nil
+	b.Fields = b.Fields[:0]
+	for _, name := range fields {
+		b.Fields = append(b.Fields, it.l.residentField(name))
+	}
+	b.Order = nil
 	if !rows {
 		b.Order = it.orderTensor()
 	}

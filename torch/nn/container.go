@@ -2,7 +2,6 @@ package nn
 
 import (
 	"strconv"
-	"sync"
 
 	"github.com/gotrain/gotrain/torch"
 )
@@ -34,104 +33,12 @@ func (s *Sequential) Len() int { return len(s.mods) }
 // At returns stage i.
 func (s *Sequential) At(i int) Layer { return s.mods[i] }
 
-// Forward feeds x through every stage in order. A run of consecutive built-in layers
-// (Linear, Conv2d, BatchNorm1d/2d, the pools, the activations, Flatten, Dropout,
-// Identity, and Sequentials of them) crosses into libtorch once, as a torch.Chain, with
-// the result its layers' Forwards give one by one; any other module's Forward is called
-// as it is.
+// Forward feeds x through every stage in order.
 func (s *Sequential) Forward(x *torch.Tensor) *torch.Tensor {
-	buf := stageBufs.Get().(*[]torch.Stage)
-	defer stageBufs.Put(buf)
-	run := (*buf)[:0]
 	for _, m := range s.mods {
-		var ok bool
-		if run, ok = appendStages(run, m); ok {
-			continue
-		}
-		x = torch.Chain(x, run)
-		clear(run) // the pool does not keep the layers' tensors alive
-		run = run[:0]
 		x = m.Forward(x)
 	}
-	x = torch.Chain(x, run)
-	clear(run)
-	*buf = run[:0]
 	return x
-}
-
-// stageBufs are Forward's stage buffers: pooled so that a forward pass neither
-// allocates one nor clears a large array on its stack.
-var stageBufs = sync.Pool{New: func() any { b := make([]torch.Stage, 0, 16); return &b }}
-
-// Stages returns m's forward as chain stages, as Sequential's Forward runs them, and
-// true; or false when some part of m is not a built-in layer a stage covers (then m's
-// Forward is the only way to run it). The stages read m's tensors when they run, but
-// hold its layers' settings (training mode, Dropout's p) as they are now.
-func Stages(m Module) ([]torch.Stage, bool) {
-	st, ok := appendStages(nil, m)
-	if !ok {
-		return nil, false
-	}
-	return st, true
-}
-
-// appendStages appends m's forward as chain stages to dst, or returns dst unchanged and
-// false when m's Forward is not one (a user's module, or a layer in a state its stage
-// does not cover). It switches on concrete types, so a type that embeds a layer and
-// overrides Forward is called as it is.
-func appendStages(dst []torch.Stage, m Module) ([]torch.Stage, bool) {
-	switch m := m.(type) {
-	case *Linear:
-		if m.Wrapper != nil {
-			return dst, false
-		}
-		return append(dst, torch.LinearStage(m.Weight, m.Bias)), true
-	case *Conv2d:
-		return append(dst, torch.Conv2dStage(m.Weight, m.Bias, m.Options)), true
-	case *MaxPool2d:
-		return append(dst, torch.MaxPool2dStage(m.Options)), true
-	case *AvgPool2d:
-		return append(dst, torch.AvgPool2dStage(m.Options)), true
-	case *AdaptiveAvgPool2d:
-		return append(dst, torch.AdaptiveAvgPool2dStage(m.H, m.W)), true
-	case *BatchNorm:
-		training := m.Training()
-		if training && m.NumBatchesTracked != nil && m.CumulativeAverage {
-			return dst, false // its momentum is read back from the count
-		}
-		return append(dst, torch.BatchNormStage(torch.BatchNormStageOptions{
-			RunningMean: m.RunningMean, RunningVar: m.RunningVar, Weight: m.Weight, Bias: m.Bias,
-			Training: training, Momentum: m.Momentum, Eps: m.Eps, BatchesTracked: m.NumBatchesTracked,
-			Ranks: m.inputDims, Name: m.name})), true
-	case *Dropout:
-		return append(dst, torch.DropoutStage(m.P, m.Training())), true
-	case *Flatten:
-		return append(dst, torch.FlattenStage(m.StartDim, m.EndDim)), true
-	case *ReLU:
-		return append(dst, torch.ReLUStage()), true
-	case *LeakyReLU:
-		return append(dst, torch.LeakyReLUStage(m.Slope)), true
-	case *GELU:
-		return append(dst, torch.GELUStage(m.Tanh)), true
-	case *SiLU:
-		return append(dst, torch.SiLUStage()), true
-	case *Tanh:
-		return append(dst, torch.TanhStage()), true
-	case *Sigmoid:
-		return append(dst, torch.SigmoidStage()), true
-	case *Identity:
-		return dst, true
-	case *Sequential:
-		n := len(dst)
-		for _, c := range m.mods {
-			var ok bool
-			if dst, ok = appendStages(dst, c); !ok {
-				return dst[:n], false
-			}
-		}
-		return dst, true
-	}
-	return dst, false
 }
 
 // ModuleList is nn.ModuleList: modules registered as "0", "1", ..., for a parent's

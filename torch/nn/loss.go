@@ -70,30 +70,3 @@ type BCEWithLogitsLoss struct {
 func (l *BCEWithLogitsLoss) Forward(input, target *torch.Tensor) *torch.Tensor {
 	return torch.BCEWithLogits(input, target, l.Weight, l.PosWeight, l.Reduction)
 }
-
-// LossStageOf returns the torch.LossStage of l when l is one of the losses a
-// torch.TrainStep computes (*CrossEntropyLoss, *NLLLoss, *MSELoss, *L1Loss,
-// *SmoothL1Loss, *BCEWithLogitsLoss), and false otherwise.
-// It switches on concrete types, so a type that embeds one of them and overrides Forward
-// is not taken for it.
-func LossStageOf(l any) (torch.LossStage, bool) {
-	switch l := l.(type) {
-	case *CrossEntropyLoss:
-		return torch.CrossEntropyStage(l.CrossEntropyOptions), true
-	case *NLLLoss:
-		return torch.NLLLossStage(l.CrossEntropyOptions), true
-	case *MSELoss:
-		return torch.MSELossStage(l.Reduction), true
-	case *L1Loss:
-		return torch.L1LossStage(l.Reduction), true
-	case *SmoothL1Loss:
-		beta := l.Beta
-		if beta == 0 {
-			beta = 1 // as Forward
-		}
-		return torch.SmoothL1LossStage(l.Reduction, beta), true
-	case *BCEWithLogitsLoss:
-		return torch.BCEWithLogitsStage(l.Weight, l.PosWeight, l.Reduction), true
-	}
-	return torch.LossStage{}, false
-}
