@@ -327,1078 +327,1078 @@ package cgotorch
 */
 import "C"
 
-// OpEmpty is empty (ops.tab line 26).
+// OpEmpty is empty (ops.tab line 27).
 func OpEmpty(shape []int64, dtype int, devType, devIndex int) Result {
 	var r C.cg_result
 	C.cg_op_Empty(i64p(shape), C.int(len(shape)), C.int(dtype), C.int(devType), C.int(devIndex), &r)
 	return rt(r)
 }
 
-// OpZeros is zeros (ops.tab line 27).
+// OpZeros is zeros (ops.tab line 28).
 func OpZeros(shape []int64, dtype int, devType, devIndex int) Result {
 	var r C.cg_result
 	C.cg_op_Zeros(i64p(shape), C.int(len(shape)), C.int(dtype), C.int(devType), C.int(devIndex), &r)
 	return rt(r)
 }
 
-// OpOnes is ones (ops.tab line 28).
+// OpOnes is ones (ops.tab line 29).
 func OpOnes(shape []int64, dtype int, devType, devIndex int) Result {
 	var r C.cg_result
 	C.cg_op_Ones(i64p(shape), C.int(len(shape)), C.int(dtype), C.int(devType), C.int(devIndex), &r)
 	return rt(r)
 }
 
-// OpRand is rand (ops.tab line 29).
+// OpRand is rand (ops.tab line 30).
 func OpRand(shape []int64, dtype int, devType, devIndex int) Result {
 	var r C.cg_result
 	C.cg_op_Rand(i64p(shape), C.int(len(shape)), C.int(dtype), C.int(devType), C.int(devIndex), &r)
 	return rt(r)
 }
 
-// OpRandn is randn (ops.tab line 30).
+// OpRandn is randn (ops.tab line 31).
 func OpRandn(shape []int64, dtype int, devType, devIndex int) Result {
 	var r C.cg_result
 	C.cg_op_Randn(i64p(shape), C.int(len(shape)), C.int(dtype), C.int(devType), C.int(devIndex), &r)
 	return rt(r)
 }
 
-// OpFull is full (ops.tab line 31).
+// OpFull is full (ops.tab line 32).
 func OpFull(shape []int64, v float64, dtype int, devType, devIndex int) Result {
 	var r C.cg_result
 	C.cg_op_Full(i64p(shape), C.int(len(shape)), C.double(v), C.int(dtype), C.int(devType), C.int(devIndex), &r)
 	return rt(r)
 }
 
-// OpArange is arange (ops.tab line 32).
+// OpArange is arange (ops.tab line 33).
 func OpArange(start float64, end float64, step float64, dtype int, devType, devIndex int) Result {
 	var r C.cg_result
 	C.cg_op_Arange(C.double(start), C.double(end), C.double(step), C.int(dtype), C.int(devType), C.int(devIndex), &r)
 	return rt(r)
 }
 
-// OpRandint is randint (ops.tab line 33).
+// OpRandint is randint (ops.tab line 34).
 func OpRandint(low int64, high int64, shape []int64, dtype int, devType, devIndex int) Result {
 	var r C.cg_result
 	C.cg_op_Randint(C.int64_t(low), C.int64_t(high), i64p(shape), C.int(len(shape)), C.int(dtype), C.int(devType), C.int(devIndex), &r)
 	return rt(r)
 }
 
-// OpZerosLike is zeros_like (ops.tab line 34).
+// OpZerosLike is zeros_like (ops.tab line 35).
 func OpZerosLike(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_ZerosLike(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpOnesLike is ones_like (ops.tab line 35).
+// OpOnesLike is ones_like (ops.tab line 36).
 func OpOnesLike(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_OnesLike(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpFullLike is full_like (ops.tab line 36).
+// OpFullLike is full_like (ops.tab line 37).
 func OpFullLike(self Tensor, v float64) Result {
 	var r C.cg_result
 	C.cg_op_FullLike(C.cg_tensor(self), C.double(v), &r)
 	return rt(r)
 }
 
-// OpEye is eye (ops.tab line 37).
+// OpEye is eye (ops.tab line 38).
 func OpEye(n int64, dtype int, devType, devIndex int) Result {
 	var r C.cg_result
 	C.cg_op_Eye(C.int64_t(n), C.int(dtype), C.int(devType), C.int(devIndex), &r)
 	return rt(r)
 }
 
-// OpTo is to (ops.tab line 40).
+// OpTo is to (ops.tab line 41).
 func OpTo(self Tensor, devType, devIndex int, nonBlocking bool) Result {
 	var r C.cg_result
 	C.cg_op_To(C.cg_tensor(self), C.int(devType), C.int(devIndex), cbool(nonBlocking), &r)
 	return rt(r)
 }
 
-// OpToDType is to (ops.tab line 41).
+// OpToDType is to (ops.tab line 42).
 func OpToDType(self Tensor, dtype int) Result {
 	var r C.cg_result
 	C.cg_op_ToDType(C.cg_tensor(self), C.int(dtype), &r)
 	return rt(r)
 }
 
-// OpContiguous is contiguous (ops.tab line 42).
+// OpContiguous is contiguous (ops.tab line 43).
 func OpContiguous(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Contiguous(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpDetach is detach (ops.tab line 43).
+// OpDetach is detach (ops.tab line 44).
 func OpDetach(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Detach(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpClone is clone (ops.tab line 44).
+// OpClone is clone (ops.tab line 45).
 func OpClone(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Clone(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpCopyFrom is copy_ (ops.tab line 45).
+// OpCopyFrom is copy_ (ops.tab line 46).
 func OpCopyFrom(self Tensor, src Tensor, nonBlocking bool) error {
 	var r C.cg_status
 	C.cg_op_CopyFrom(C.cg_tensor(self), C.cg_tensor(src), cbool(nonBlocking), &r)
 	return st(r)
 }
 
-// OpNeg is neg (ops.tab line 48).
+// OpNeg is neg (ops.tab line 49).
 func OpNeg(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Neg(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpExp is exp (ops.tab line 49).
+// OpExp is exp (ops.tab line 50).
 func OpExp(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Exp(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpLog is log (ops.tab line 50).
+// OpLog is log (ops.tab line 51).
 func OpLog(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Log(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpLog1p is log1p (ops.tab line 51).
+// OpLog1p is log1p (ops.tab line 52).
 func OpLog1p(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Log1p(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpSqrt is sqrt (ops.tab line 52).
+// OpSqrt is sqrt (ops.tab line 53).
 func OpSqrt(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Sqrt(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpRsqrt is rsqrt (ops.tab line 53).
+// OpRsqrt is rsqrt (ops.tab line 54).
 func OpRsqrt(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Rsqrt(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpSquare is square (ops.tab line 54).
+// OpSquare is square (ops.tab line 55).
 func OpSquare(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Square(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpAbs is abs (ops.tab line 55).
+// OpAbs is abs (ops.tab line 56).
 func OpAbs(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Abs(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpSign is sign (ops.tab line 56).
+// OpSign is sign (ops.tab line 57).
 func OpSign(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Sign(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpFloor is floor (ops.tab line 57).
+// OpFloor is floor (ops.tab line 58).
 func OpFloor(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Floor(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpCeil is ceil (ops.tab line 58).
+// OpCeil is ceil (ops.tab line 59).
 func OpCeil(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Ceil(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpRound is round (ops.tab line 59).
+// OpRound is round (ops.tab line 60).
 func OpRound(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Round(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpSin is sin (ops.tab line 60).
+// OpSin is sin (ops.tab line 61).
 func OpSin(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Sin(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpCos is cos (ops.tab line 61).
+// OpCos is cos (ops.tab line 62).
 func OpCos(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Cos(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpReciprocal is reciprocal (ops.tab line 62).
+// OpReciprocal is reciprocal (ops.tab line 63).
 func OpReciprocal(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Reciprocal(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpReLU is relu (ops.tab line 63).
+// OpReLU is relu (ops.tab line 64).
 func OpReLU(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_ReLU(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpSigmoid is sigmoid (ops.tab line 64).
+// OpSigmoid is sigmoid (ops.tab line 65).
 func OpSigmoid(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Sigmoid(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpTanh is tanh (ops.tab line 65).
+// OpTanh is tanh (ops.tab line 66).
 func OpTanh(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Tanh(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpSiLU is silu (ops.tab line 66).
+// OpSiLU is silu (ops.tab line 67).
 func OpSiLU(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_SiLU(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpGELU is gelu (ops.tab line 67).
+// OpGELU is gelu (ops.tab line 68).
 func OpGELU(self Tensor, tanhApprox bool) Result {
 	var r C.cg_result
 	C.cg_op_GELU(C.cg_tensor(self), cbool(tanhApprox), &r)
 	return rt(r)
 }
 
-// OpLeakyReLU is leaky_relu (ops.tab line 68).
+// OpLeakyReLU is leaky_relu (ops.tab line 69).
 func OpLeakyReLU(self Tensor, slope float64) Result {
 	var r C.cg_result
 	C.cg_op_LeakyReLU(C.cg_tensor(self), C.double(slope), &r)
 	return rt(r)
 }
 
-// OpIsNaN is isnan (ops.tab line 69).
+// OpIsNaN is isnan (ops.tab line 70).
 func OpIsNaN(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_IsNaN(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpIsInf is isinf (ops.tab line 70).
+// OpIsInf is isinf (ops.tab line 71).
 func OpIsInf(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_IsInf(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpIsFinite is isfinite (ops.tab line 71).
+// OpIsFinite is isfinite (ops.tab line 72).
 func OpIsFinite(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_IsFinite(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpLogicalNot is logical_not (ops.tab line 72).
+// OpLogicalNot is logical_not (ops.tab line 73).
 func OpLogicalNot(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_LogicalNot(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// Opclamp is clamp (ops.tab line 73).
+// Opclamp is clamp (ops.tab line 74).
 func Opclamp(self Tensor, lo float64, hi float64, hasLo bool, hasHi bool) Result {
 	var r C.cg_result
 	C.cg_op_clamp(C.cg_tensor(self), C.double(lo), C.double(hi), cbool(hasLo), cbool(hasHi), &r)
 	return rt(r)
 }
 
-// OpAdd is add (ops.tab line 76).
+// OpAdd is add (ops.tab line 77).
 func OpAdd(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Add(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpSub is sub (ops.tab line 77).
+// OpSub is sub (ops.tab line 78).
 func OpSub(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Sub(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpMul is mul (ops.tab line 78).
+// OpMul is mul (ops.tab line 79).
 func OpMul(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Mul(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpDiv is div (ops.tab line 79).
+// OpDiv is div (ops.tab line 80).
 func OpDiv(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Div(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpPow is pow (ops.tab line 80).
+// OpPow is pow (ops.tab line 81).
 func OpPow(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Pow(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpRemainder is remainder (ops.tab line 81).
+// OpRemainder is remainder (ops.tab line 82).
 func OpRemainder(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Remainder(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpMaximum is maximum (ops.tab line 82).
+// OpMaximum is maximum (ops.tab line 83).
 func OpMaximum(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Maximum(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpMinimum is minimum (ops.tab line 83).
+// OpMinimum is minimum (ops.tab line 84).
 func OpMinimum(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Minimum(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpEq is eq (ops.tab line 84).
+// OpEq is eq (ops.tab line 85).
 func OpEq(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Eq(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpNe is ne (ops.tab line 85).
+// OpNe is ne (ops.tab line 86).
 func OpNe(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Ne(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpLt is lt (ops.tab line 86).
+// OpLt is lt (ops.tab line 87).
 func OpLt(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Lt(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpLe is le (ops.tab line 87).
+// OpLe is le (ops.tab line 88).
 func OpLe(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Le(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpGt is gt (ops.tab line 88).
+// OpGt is gt (ops.tab line 89).
 func OpGt(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Gt(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpGe is ge (ops.tab line 89).
+// OpGe is ge (ops.tab line 90).
 func OpGe(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Ge(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpLogicalAnd is logical_and (ops.tab line 90).
+// OpLogicalAnd is logical_and (ops.tab line 91).
 func OpLogicalAnd(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_LogicalAnd(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpLogicalOr is logical_or (ops.tab line 91).
+// OpLogicalOr is logical_or (ops.tab line 92).
 func OpLogicalOr(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_LogicalOr(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpMatmul is matmul (ops.tab line 92).
+// OpMatmul is matmul (ops.tab line 93).
 func OpMatmul(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Matmul(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpMM is mm (ops.tab line 93).
+// OpMM is mm (ops.tab line 94).
 func OpMM(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_MM(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpBMM is bmm (ops.tab line 94).
+// OpBMM is bmm (ops.tab line 95).
 func OpBMM(self Tensor, o Tensor) Result {
 	var r C.cg_result
 	C.cg_op_BMM(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return rt(r)
 }
 
-// OpAddmm is addmm (ops.tab line 95).
+// OpAddmm is addmm (ops.tab line 96).
 func OpAddmm(self Tensor, m1 Tensor, m2 Tensor, beta float64, alpha float64) Result {
 	var r C.cg_result
 	C.cg_op_Addmm(C.cg_tensor(self), C.cg_tensor(m1), C.cg_tensor(m2), C.double(beta), C.double(alpha), &r)
 	return rt(r)
 }
 
-// OpBaddbmm is baddbmm (ops.tab line 96).
+// OpBaddbmm is baddbmm (ops.tab line 97).
 func OpBaddbmm(self Tensor, b1 Tensor, b2 Tensor, beta float64, alpha float64) Result {
 	var r C.cg_result
 	C.cg_op_Baddbmm(C.cg_tensor(self), C.cg_tensor(b1), C.cg_tensor(b2), C.double(beta), C.double(alpha), &r)
 	return rt(r)
 }
 
-// OpWhere is where (ops.tab line 97).
+// OpWhere is where (ops.tab line 98).
 func OpWhere(cond Tensor, a Tensor, b Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Where(C.cg_tensor(cond), C.cg_tensor(a), C.cg_tensor(b), &r)
 	return rt(r)
 }
 
-// OpAddScalar is add (ops.tab line 100).
+// OpAddScalar is add (ops.tab line 101).
 func OpAddScalar(self Tensor, s float64) Result {
 	var r C.cg_result
 	C.cg_op_AddScalar(C.cg_tensor(self), C.double(s), &r)
 	return rt(r)
 }
 
-// OpSubScalar is sub (ops.tab line 101).
+// OpSubScalar is sub (ops.tab line 102).
 func OpSubScalar(self Tensor, s float64) Result {
 	var r C.cg_result
 	C.cg_op_SubScalar(C.cg_tensor(self), C.double(s), &r)
 	return rt(r)
 }
 
-// OpRSubScalar is rsub (ops.tab line 102).
+// OpRSubScalar is rsub (ops.tab line 103).
 func OpRSubScalar(self Tensor, s float64) Result {
 	var r C.cg_result
 	C.cg_op_RSubScalar(C.cg_tensor(self), C.double(s), &r)
 	return rt(r)
 }
 
-// OpMulScalar is mul (ops.tab line 103).
+// OpMulScalar is mul (ops.tab line 104).
 func OpMulScalar(self Tensor, s float64) Result {
 	var r C.cg_result
 	C.cg_op_MulScalar(C.cg_tensor(self), C.double(s), &r)
 	return rt(r)
 }
 
-// OpDivScalar is div (ops.tab line 104).
+// OpDivScalar is div (ops.tab line 105).
 func OpDivScalar(self Tensor, s float64) Result {
 	var r C.cg_result
 	C.cg_op_DivScalar(C.cg_tensor(self), C.double(s), &r)
 	return rt(r)
 }
 
-// OpPowScalar is pow (ops.tab line 105).
+// OpPowScalar is pow (ops.tab line 106).
 func OpPowScalar(self Tensor, s float64) Result {
 	var r C.cg_result
 	C.cg_op_PowScalar(C.cg_tensor(self), C.double(s), &r)
 	return rt(r)
 }
 
-// OpRemainderScalar is remainder (ops.tab line 106).
+// OpRemainderScalar is remainder (ops.tab line 107).
 func OpRemainderScalar(self Tensor, s float64) Result {
 	var r C.cg_result
 	C.cg_op_RemainderScalar(C.cg_tensor(self), C.double(s), &r)
 	return rt(r)
 }
 
-// OpEqScalar is eq (ops.tab line 107).
+// OpEqScalar is eq (ops.tab line 108).
 func OpEqScalar(self Tensor, s float64) Result {
 	var r C.cg_result
 	C.cg_op_EqScalar(C.cg_tensor(self), C.double(s), &r)
 	return rt(r)
 }
 
-// OpNeScalar is ne (ops.tab line 108).
+// OpNeScalar is ne (ops.tab line 109).
 func OpNeScalar(self Tensor, s float64) Result {
 	var r C.cg_result
 	C.cg_op_NeScalar(C.cg_tensor(self), C.double(s), &r)
 	return rt(r)
 }
 
-// OpLtScalar is lt (ops.tab line 109).
+// OpLtScalar is lt (ops.tab line 110).
 func OpLtScalar(self Tensor, s float64) Result {
 	var r C.cg_result
 	C.cg_op_LtScalar(C.cg_tensor(self), C.double(s), &r)
 	return rt(r)
 }
 
-// OpLeScalar is le (ops.tab line 110).
+// OpLeScalar is le (ops.tab line 111).
 func OpLeScalar(self Tensor, s float64) Result {
 	var r C.cg_result
 	C.cg_op_LeScalar(C.cg_tensor(self), C.double(s), &r)
 	return rt(r)
 }
 
-// OpGtScalar is gt (ops.tab line 111).
+// OpGtScalar is gt (ops.tab line 112).
 func OpGtScalar(self Tensor, s float64) Result {
 	var r C.cg_result
 	C.cg_op_GtScalar(C.cg_tensor(self), C.double(s), &r)
 	return rt(r)
 }
 
-// OpGeScalar is ge (ops.tab line 112).
+// OpGeScalar is ge (ops.tab line 113).
 func OpGeScalar(self Tensor, s float64) Result {
 	var r C.cg_result
 	C.cg_op_GeScalar(C.cg_tensor(self), C.double(s), &r)
 	return rt(r)
 }
 
-// OpAddInPlace is add_ (ops.tab line 115).
+// OpAddInPlace is add_ (ops.tab line 116).
 func OpAddInPlace(self Tensor, o Tensor, alpha float64) error {
 	var r C.cg_status
 	C.cg_op_AddInPlace(C.cg_tensor(self), C.cg_tensor(o), C.double(alpha), &r)
 	return st(r)
 }
 
-// OpSubInPlace is sub_ (ops.tab line 116).
+// OpSubInPlace is sub_ (ops.tab line 117).
 func OpSubInPlace(self Tensor, o Tensor, alpha float64) error {
 	var r C.cg_status
 	C.cg_op_SubInPlace(C.cg_tensor(self), C.cg_tensor(o), C.double(alpha), &r)
 	return st(r)
 }
 
-// OpMulInPlace is mul_ (ops.tab line 117).
+// OpMulInPlace is mul_ (ops.tab line 118).
 func OpMulInPlace(self Tensor, o Tensor) error {
 	var r C.cg_status
 	C.cg_op_MulInPlace(C.cg_tensor(self), C.cg_tensor(o), &r)
 	return st(r)
 }
 
-// OpAddScalarInPlace is add_ (ops.tab line 118).
+// OpAddScalarInPlace is add_ (ops.tab line 119).
 func OpAddScalarInPlace(self Tensor, s float64) error {
 	var r C.cg_status
 	C.cg_op_AddScalarInPlace(C.cg_tensor(self), C.double(s), &r)
 	return st(r)
 }
 
-// OpSubScalarInPlace is sub_ (ops.tab line 119).
+// OpSubScalarInPlace is sub_ (ops.tab line 120).
 func OpSubScalarInPlace(self Tensor, s float64) error {
 	var r C.cg_status
 	C.cg_op_SubScalarInPlace(C.cg_tensor(self), C.double(s), &r)
 	return st(r)
 }
 
-// OpMulScalarInPlace is mul_ (ops.tab line 120).
+// OpMulScalarInPlace is mul_ (ops.tab line 121).
 func OpMulScalarInPlace(self Tensor, s float64) error {
 	var r C.cg_status
 	C.cg_op_MulScalarInPlace(C.cg_tensor(self), C.double(s), &r)
 	return st(r)
 }
 
-// OpDivScalarInPlace is div_ (ops.tab line 121).
+// OpDivScalarInPlace is div_ (ops.tab line 122).
 func OpDivScalarInPlace(self Tensor, s float64) error {
 	var r C.cg_status
 	C.cg_op_DivScalarInPlace(C.cg_tensor(self), C.double(s), &r)
 	return st(r)
 }
 
-// OpFill is fill_ (ops.tab line 122).
+// OpFill is fill_ (ops.tab line 123).
 func OpFill(self Tensor, v float64) error {
 	var r C.cg_status
 	C.cg_op_Fill(C.cg_tensor(self), C.double(v), &r)
 	return st(r)
 }
 
-// OpZero is zero_ (ops.tab line 123).
+// OpZero is zero_ (ops.tab line 124).
 func OpZero(self Tensor) error {
 	var r C.cg_status
 	C.cg_op_Zero(C.cg_tensor(self), &r)
 	return st(r)
 }
 
-// OpSum is sum (ops.tab line 126).
+// OpSum is sum (ops.tab line 127).
 func OpSum(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Sum(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpSumDims is sum (ops.tab line 127).
+// OpSumDims is sum (ops.tab line 128).
 func OpSumDims(self Tensor, dims []int64, keepdim bool) Result {
 	var r C.cg_result
 	C.cg_op_SumDims(C.cg_tensor(self), i64p(dims), C.int(len(dims)), cbool(keepdim), &r)
 	return rt(r)
 }
 
-// OpMean is mean (ops.tab line 128).
+// OpMean is mean (ops.tab line 129).
 func OpMean(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Mean(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpMeanDims is mean (ops.tab line 129).
+// OpMeanDims is mean (ops.tab line 130).
 func OpMeanDims(self Tensor, dims []int64, keepdim bool) Result {
 	var r C.cg_result
 	C.cg_op_MeanDims(C.cg_tensor(self), i64p(dims), C.int(len(dims)), cbool(keepdim), &r)
 	return rt(r)
 }
 
-// OpMax is max (ops.tab line 130).
+// OpMax is max (ops.tab line 131).
 func OpMax(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Max(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpMin is min (ops.tab line 131).
+// OpMin is min (ops.tab line 132).
 func OpMin(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Min(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpAmaxDims is amax (ops.tab line 132).
+// OpAmaxDims is amax (ops.tab line 133).
 func OpAmaxDims(self Tensor, dims []int64, keepdim bool) Result {
 	var r C.cg_result
 	C.cg_op_AmaxDims(C.cg_tensor(self), i64p(dims), C.int(len(dims)), cbool(keepdim), &r)
 	return rt(r)
 }
 
-// OpAminDims is amin (ops.tab line 133).
+// OpAminDims is amin (ops.tab line 134).
 func OpAminDims(self Tensor, dims []int64, keepdim bool) Result {
 	var r C.cg_result
 	C.cg_op_AminDims(C.cg_tensor(self), i64p(dims), C.int(len(dims)), cbool(keepdim), &r)
 	return rt(r)
 }
 
-// OpProd is prod (ops.tab line 134).
+// OpProd is prod (ops.tab line 135).
 func OpProd(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Prod(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpStd is std (ops.tab line 135).
+// OpStd is std (ops.tab line 136).
 func OpStd(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Std(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpVar is var (ops.tab line 136).
+// OpVar is var (ops.tab line 137).
 func OpVar(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Var(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpLogSumExp is logsumexp (ops.tab line 137).
+// OpLogSumExp is logsumexp (ops.tab line 138).
 func OpLogSumExp(self Tensor, dims []int64, keepdim bool) Result {
 	var r C.cg_result
 	C.cg_op_LogSumExp(C.cg_tensor(self), i64p(dims), C.int(len(dims)), cbool(keepdim), &r)
 	return rt(r)
 }
 
-// OpAll is all (ops.tab line 138).
+// OpAll is all (ops.tab line 139).
 func OpAll(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_All(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpAny is any (ops.tab line 139).
+// OpAny is any (ops.tab line 140).
 func OpAny(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Any(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpNorm is norm (ops.tab line 140).
+// OpNorm is norm (ops.tab line 141).
 func OpNorm(self Tensor, p float64) Result {
 	var r C.cg_result
 	C.cg_op_Norm(C.cg_tensor(self), C.double(p), &r)
 	return rt(r)
 }
 
-// OpMaxDim is max (ops.tab line 141).
+// OpMaxDim is max (ops.tab line 142).
 func OpMaxDim(self Tensor, dim int64, keepdim bool) Result2 {
 	var r C.cg_result2
 	C.cg_op_MaxDim(C.cg_tensor(self), C.int64_t(dim), cbool(keepdim), &r)
 	return rt2(r)
 }
 
-// OpMinDim is min (ops.tab line 142).
+// OpMinDim is min (ops.tab line 143).
 func OpMinDim(self Tensor, dim int64, keepdim bool) Result2 {
 	var r C.cg_result2
 	C.cg_op_MinDim(C.cg_tensor(self), C.int64_t(dim), cbool(keepdim), &r)
 	return rt2(r)
 }
 
-// OpTopK is topk (ops.tab line 143).
+// OpTopK is topk (ops.tab line 144).
 func OpTopK(self Tensor, k int64, dim int64, largest bool, sorted bool) Result2 {
 	var r C.cg_result2
 	C.cg_op_TopK(C.cg_tensor(self), C.int64_t(k), C.int64_t(dim), cbool(largest), cbool(sorted), &r)
 	return rt2(r)
 }
 
-// OpSort is sort (ops.tab line 144).
+// OpSort is sort (ops.tab line 145).
 func OpSort(self Tensor, dim int64, descending bool, stable bool) Result2 {
 	var r C.cg_result2
 	C.cg_op_Sort(C.cg_tensor(self), C.int64_t(dim), cbool(descending), cbool(stable), &r)
 	return rt2(r)
 }
 
-// OpArgmax is argmax (ops.tab line 145).
+// OpArgmax is argmax (ops.tab line 146).
 func OpArgmax(self Tensor, dim int64, keepdim bool) Result {
 	var r C.cg_result
 	C.cg_op_Argmax(C.cg_tensor(self), C.int64_t(dim), cbool(keepdim), &r)
 	return rt(r)
 }
 
-// OpArgmaxAll is argmax (ops.tab line 146).
+// OpArgmaxAll is argmax (ops.tab line 147).
 func OpArgmaxAll(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_ArgmaxAll(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpArgmin is argmin (ops.tab line 147).
+// OpArgmin is argmin (ops.tab line 148).
 func OpArgmin(self Tensor, dim int64, keepdim bool) Result {
 	var r C.cg_result
 	C.cg_op_Argmin(C.cg_tensor(self), C.int64_t(dim), cbool(keepdim), &r)
 	return rt(r)
 }
 
-// OpSoftmax is softmax (ops.tab line 148).
+// OpSoftmax is softmax (ops.tab line 149).
 func OpSoftmax(self Tensor, dim int64) Result {
 	var r C.cg_result
 	C.cg_op_Softmax(C.cg_tensor(self), C.int64_t(dim), &r)
 	return rt(r)
 }
 
-// OpLogSoftmax is log_softmax (ops.tab line 149).
+// OpLogSoftmax is log_softmax (ops.tab line 150).
 func OpLogSoftmax(self Tensor, dim int64) Result {
 	var r C.cg_result
 	C.cg_op_LogSoftmax(C.cg_tensor(self), C.int64_t(dim), &r)
 	return rt(r)
 }
 
-// OpCumsum is cumsum (ops.tab line 150).
+// OpCumsum is cumsum (ops.tab line 151).
 func OpCumsum(self Tensor, dim int64) Result {
 	var r C.cg_result
 	C.cg_op_Cumsum(C.cg_tensor(self), C.int64_t(dim), &r)
 	return rt(r)
 }
 
-// OpView is view (ops.tab line 153).
+// OpView is view (ops.tab line 154).
 func OpView(self Tensor, shape []int64) Result {
 	var r C.cg_result
 	C.cg_op_View(C.cg_tensor(self), i64p(shape), C.int(len(shape)), &r)
 	return rt(r)
 }
 
-// OpReshape is reshape (ops.tab line 154).
+// OpReshape is reshape (ops.tab line 155).
 func OpReshape(self Tensor, shape []int64) Result {
 	var r C.cg_result
 	C.cg_op_Reshape(C.cg_tensor(self), i64p(shape), C.int(len(shape)), &r)
 	return rt(r)
 }
 
-// OpPermute is permute (ops.tab line 155).
+// OpPermute is permute (ops.tab line 156).
 func OpPermute(self Tensor, dims []int64) Result {
 	var r C.cg_result
 	C.cg_op_Permute(C.cg_tensor(self), i64p(dims), C.int(len(dims)), &r)
 	return rt(r)
 }
 
-// OpExpand is expand (ops.tab line 156).
+// OpExpand is expand (ops.tab line 157).
 func OpExpand(self Tensor, shape []int64) Result {
 	var r C.cg_result
 	C.cg_op_Expand(C.cg_tensor(self), i64p(shape), C.int(len(shape)), &r)
 	return rt(r)
 }
 
-// OpRepeat is repeat (ops.tab line 157).
+// OpRepeat is repeat (ops.tab line 158).
 func OpRepeat(self Tensor, times []int64) Result {
 	var r C.cg_result
 	C.cg_op_Repeat(C.cg_tensor(self), i64p(times), C.int(len(times)), &r)
 	return rt(r)
 }
 
-// OpFlip is flip (ops.tab line 158).
+// OpFlip is flip (ops.tab line 159).
 func OpFlip(self Tensor, dims []int64) Result {
 	var r C.cg_result
 	C.cg_op_Flip(C.cg_tensor(self), i64p(dims), C.int(len(dims)), &r)
 	return rt(r)
 }
 
-// OpTranspose is transpose (ops.tab line 159).
+// OpTranspose is transpose (ops.tab line 160).
 func OpTranspose(self Tensor, d0 int64, d1 int64) Result {
 	var r C.cg_result
 	C.cg_op_Transpose(C.cg_tensor(self), C.int64_t(d0), C.int64_t(d1), &r)
 	return rt(r)
 }
 
-// OpT is t (ops.tab line 160).
+// OpT is t (ops.tab line 161).
 func OpT(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_T(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpFlatten is flatten (ops.tab line 161).
+// OpFlatten is flatten (ops.tab line 162).
 func OpFlatten(self Tensor, start int64, end int64) Result {
 	var r C.cg_result
 	C.cg_op_Flatten(C.cg_tensor(self), C.int64_t(start), C.int64_t(end), &r)
 	return rt(r)
 }
 
-// OpSqueeze is squeeze (ops.tab line 162).
+// OpSqueeze is squeeze (ops.tab line 163).
 func OpSqueeze(self Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Squeeze(C.cg_tensor(self), &r)
 	return rt(r)
 }
 
-// OpSqueezeDim is squeeze (ops.tab line 163).
+// OpSqueezeDim is squeeze (ops.tab line 164).
 func OpSqueezeDim(self Tensor, dim int64) Result {
 	var r C.cg_result
 	C.cg_op_SqueezeDim(C.cg_tensor(self), C.int64_t(dim), &r)
 	return rt(r)
 }
 
-// OpUnsqueeze is unsqueeze (ops.tab line 164).
+// OpUnsqueeze is unsqueeze (ops.tab line 165).
 func OpUnsqueeze(self Tensor, dim int64) Result {
 	var r C.cg_result
 	C.cg_op_Unsqueeze(C.cg_tensor(self), C.int64_t(dim), &r)
 	return rt(r)
 }
 
-// OpNarrow is narrow (ops.tab line 165).
+// OpNarrow is narrow (ops.tab line 166).
 func OpNarrow(self Tensor, dim int64, start int64, length int64) Result {
 	var r C.cg_result
 	C.cg_op_Narrow(C.cg_tensor(self), C.int64_t(dim), C.int64_t(start), C.int64_t(length), &r)
 	return rt(r)
 }
 
-// OpSlice is slice (ops.tab line 166).
+// OpSlice is slice (ops.tab line 167).
 func OpSlice(self Tensor, dim int64, start int64, end int64, step int64) Result {
 	var r C.cg_result
 	C.cg_op_Slice(C.cg_tensor(self), C.int64_t(dim), C.int64_t(start), C.int64_t(end), C.int64_t(step), &r)
 	return rt(r)
 }
 
-// OpSelect is select (ops.tab line 167).
+// OpSelect is select (ops.tab line 168).
 func OpSelect(self Tensor, dim int64, index int64) Result {
 	var r C.cg_result
 	C.cg_op_Select(C.cg_tensor(self), C.int64_t(dim), C.int64_t(index), &r)
 	return rt(r)
 }
 
-// OpIndexSelect is index_select (ops.tab line 168).
+// OpIndexSelect is index_select (ops.tab line 169).
 func OpIndexSelect(self Tensor, dim int64, index Tensor) Result {
 	var r C.cg_result
 	C.cg_op_IndexSelect(C.cg_tensor(self), C.int64_t(dim), C.cg_tensor(index), &r)
 	return rt(r)
 }
 
-// OpGather is gather (ops.tab line 169).
+// OpGather is gather (ops.tab line 170).
 func OpGather(self Tensor, dim int64, index Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Gather(C.cg_tensor(self), C.int64_t(dim), C.cg_tensor(index), &r)
 	return rt(r)
 }
 
-// OpScatter is scatter (ops.tab line 170).
+// OpScatter is scatter (ops.tab line 171).
 func OpScatter(self Tensor, dim int64, index Tensor, src Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Scatter(C.cg_tensor(self), C.int64_t(dim), C.cg_tensor(index), C.cg_tensor(src), &r)
 	return rt(r)
 }
 
-// OpMaskedFill is masked_fill (ops.tab line 171).
+// OpMaskedFill is masked_fill (ops.tab line 172).
 func OpMaskedFill(self Tensor, mask Tensor, v float64) Result {
 	var r C.cg_result
 	C.cg_op_MaskedFill(C.cg_tensor(self), C.cg_tensor(mask), C.double(v), &r)
 	return rt(r)
 }
 
-// OpMaskedSelect is masked_select (ops.tab line 172).
+// OpMaskedSelect is masked_select (ops.tab line 173).
 func OpMaskedSelect(self Tensor, mask Tensor) Result {
 	var r C.cg_result
 	C.cg_op_MaskedSelect(C.cg_tensor(self), C.cg_tensor(mask), &r)
 	return rt(r)
 }
 
-// OpTriu is triu (ops.tab line 173).
+// OpTriu is triu (ops.tab line 174).
 func OpTriu(self Tensor, diagonal int64) Result {
 	var r C.cg_result
 	C.cg_op_Triu(C.cg_tensor(self), C.int64_t(diagonal), &r)
 	return rt(r)
 }
 
-// OpTril is tril (ops.tab line 174).
+// OpTril is tril (ops.tab line 175).
 func OpTril(self Tensor, diagonal int64) Result {
 	var r C.cg_result
 	C.cg_op_Tril(C.cg_tensor(self), C.int64_t(diagonal), &r)
 	return rt(r)
 }
 
-// OpSplit is split (ops.tab line 175).
+// OpSplit is split (ops.tab line 176).
 func OpSplit(self Tensor, size int64, dim int64) Results {
 	var r C.cg_results
 	C.cg_op_Split(C.cg_tensor(self), C.int64_t(size), C.int64_t(dim), &r)
 	return rtn(r)
 }
 
-// OpChunk is chunk (ops.tab line 176).
+// OpChunk is chunk (ops.tab line 177).
 func OpChunk(self Tensor, chunks int64, dim int64) Results {
 	var r C.cg_results
 	C.cg_op_Chunk(C.cg_tensor(self), C.int64_t(chunks), C.int64_t(dim), &r)
 	return rtn(r)
 }
 
-// OpOneHot is one_hot (ops.tab line 177).
+// OpOneHot is one_hot (ops.tab line 178).
 func OpOneHot(self Tensor, numClasses int64) Result {
 	var r C.cg_result
 	C.cg_op_OneHot(C.cg_tensor(self), C.int64_t(numClasses), &r)
 	return rt(r)
 }
 
-// OpMultinomial is multinomial (ops.tab line 178).
+// OpMultinomial is multinomial (ops.tab line 179).
 func OpMultinomial(self Tensor, numSamples int64, replacement bool) Result {
 	var r C.cg_result
 	C.cg_op_Multinomial(C.cg_tensor(self), C.int64_t(numSamples), cbool(replacement), &r)
 	return rt(r)
 }
 
-// OpCat is cat (ops.tab line 179).
+// OpCat is cat (ops.tab line 180).
 func OpCat(ts []Tensor, dim int64) Result {
 	var r C.cg_result
 	C.cg_op_Cat(handles(ts), C.int(len(ts)), C.int64_t(dim), &r)
 	return rt(r)
 }
 
-// OpStack is stack (ops.tab line 180).
+// OpStack is stack (ops.tab line 181).
 func OpStack(ts []Tensor, dim int64) Result {
 	var r C.cg_result
 	C.cg_op_Stack(handles(ts), C.int(len(ts)), C.int64_t(dim), &r)
 	return rt(r)
 }
 
-// OpLinear is linear (ops.tab line 183).
+// OpLinear is linear (ops.tab line 184).
 func OpLinear(x Tensor, w Tensor, b Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Linear(C.cg_tensor(x), C.cg_tensor(w), C.cg_tensor(b), &r)
 	return rt(r)
 }
 
-// Opconv2d is conv2d (ops.tab line 184).
+// Opconv2d is conv2d (ops.tab line 185).
 func Opconv2d(x Tensor, w Tensor, b Tensor, stride []int64, padding []int64, dilation []int64, groups int64) Result {
 	var r C.cg_result
 	C.cg_op_conv2d(C.cg_tensor(x), C.cg_tensor(w), C.cg_tensor(b), i64p(stride), C.int(len(stride)), i64p(padding), C.int(len(padding)), i64p(dilation), C.int(len(dilation)), C.int64_t(groups), &r)
 	return rt(r)
 }
 
-// OpmaxPool2d is max_pool2d (ops.tab line 185).
+// OpmaxPool2d is max_pool2d (ops.tab line 186).
 func OpmaxPool2d(x Tensor, kernel []int64, stride []int64, padding []int64, dilation []int64, ceil bool) Result {
 	var r C.cg_result
 	C.cg_op_maxPool2d(C.cg_tensor(x), i64p(kernel), C.int(len(kernel)), i64p(stride), C.int(len(stride)), i64p(padding), C.int(len(padding)), i64p(dilation), C.int(len(dilation)), cbool(ceil), &r)
 	return rt(r)
 }
 
-// OpavgPool2d is avg_pool2d (ops.tab line 186).
+// OpavgPool2d is avg_pool2d (ops.tab line 187).
 func OpavgPool2d(x Tensor, kernel []int64, stride []int64, padding []int64, ceil bool, countIncludePad bool) Result {
 	var r C.cg_result
 	C.cg_op_avgPool2d(C.cg_tensor(x), i64p(kernel), C.int(len(kernel)), i64p(stride), C.int(len(stride)), i64p(padding), C.int(len(padding)), cbool(ceil), cbool(countIncludePad), &r)
 	return rt(r)
 }
 
-// OpadaptiveAvgPool2d is adaptive_avg_pool2d (ops.tab line 187).
+// OpadaptiveAvgPool2d is adaptive_avg_pool2d (ops.tab line 188).
 func OpadaptiveAvgPool2d(x Tensor, out []int64) Result {
 	var r C.cg_result
 	C.cg_op_adaptiveAvgPool2d(C.cg_tensor(x), i64p(out), C.int(len(out)), &r)
 	return rt(r)
 }
 
-// OpbatchNorm is batch_norm (ops.tab line 188).
+// OpbatchNorm is batch_norm (ops.tab line 189).
 func OpbatchNorm(x Tensor, w Tensor, b Tensor, runningMean Tensor, runningVar Tensor, training bool, momentum float64, eps float64) Result {
 	var r C.cg_result
 	C.cg_op_batchNorm(C.cg_tensor(x), C.cg_tensor(w), C.cg_tensor(b), C.cg_tensor(runningMean), C.cg_tensor(runningVar), cbool(training), C.double(momentum), C.double(eps), &r)
 	return rt(r)
 }
 
-// OpbatchNormCounted is batch_norm (ops.tab line 189).
+// OpbatchNormCounted is batch_norm (ops.tab line 190).
 func OpbatchNormCounted(x Tensor, w Tensor, b Tensor, runningMean Tensor, runningVar Tensor, count Tensor, ranks int64, training bool, momentum float64, eps float64) Result {
 	var r C.cg_result
 	C.cg_op_batchNormCounted(C.cg_tensor(x), C.cg_tensor(w), C.cg_tensor(b), C.cg_tensor(runningMean), C.cg_tensor(runningVar), C.cg_tensor(count), C.int64_t(ranks), cbool(training), C.double(momentum), C.double(eps), &r)
 	return rt(r)
 }
 
-// OpLayerNorm is layer_norm (ops.tab line 190).
+// OpLayerNorm is layer_norm (ops.tab line 191).
 func OpLayerNorm(x Tensor, normalizedShape []int64, w Tensor, b Tensor, eps float64) Result {
 	var r C.cg_result
 	C.cg_op_LayerNorm(C.cg_tensor(x), i64p(normalizedShape), C.int(len(normalizedShape)), C.cg_tensor(w), C.cg_tensor(b), C.double(eps), &r)
 	return rt(r)
 }
 
-// OpGroupNorm is group_norm (ops.tab line 191).
+// OpGroupNorm is group_norm (ops.tab line 192).
 func OpGroupNorm(x Tensor, groups int64, w Tensor, b Tensor, eps float64) Result {
 	var r C.cg_result
 	C.cg_op_GroupNorm(C.cg_tensor(x), C.int64_t(groups), C.cg_tensor(w), C.cg_tensor(b), C.double(eps), &r)
 	return rt(r)
 }
 
-// OpDropout is dropout (ops.tab line 192).
+// OpDropout is dropout (ops.tab line 193).
 func OpDropout(x Tensor, p float64, training bool) Result {
 	var r C.cg_result
 	C.cg_op_Dropout(C.cg_tensor(x), C.double(p), cbool(training), &r)
 	return rt(r)
 }
 
-// OpEmbedding is embedding (ops.tab line 193).
+// OpEmbedding is embedding (ops.tab line 194).
 func OpEmbedding(weight Tensor, indices Tensor, paddingIdx int64) Result {
 	var r C.cg_result
 	C.cg_op_Embedding(C.cg_tensor(weight), C.cg_tensor(indices), C.int64_t(paddingIdx), &r)
 	return rt(r)
 }
 
-// OpscaledDotProductAttention is scaled_dot_product_attention (ops.tab line 194).
+// OpscaledDotProductAttention is scaled_dot_product_attention (ops.tab line 195).
 func OpscaledDotProductAttention(q Tensor, k Tensor, v Tensor, mask Tensor, dropout float64, causal bool, scale float64, hasScale bool) Result {
 	var r C.cg_result
 	C.cg_op_scaledDotProductAttention(C.cg_tensor(q), C.cg_tensor(k), C.cg_tensor(v), C.cg_tensor(mask), C.double(dropout), cbool(causal), C.double(scale), cbool(hasScale), &r)
 	return rt(r)
 }
 
-// OpsdpBackend is _fused_sdp_choice (ops.tab line 195).
+// OpsdpBackend is _fused_sdp_choice (ops.tab line 196).
 func OpsdpBackend(q Tensor, k Tensor, v Tensor, mask Tensor, dropout float64, causal bool, scale float64, hasScale bool) (int64, error) {
 	var out C.int64_t
 	var r C.cg_status
@@ -1406,42 +1406,42 @@ func OpsdpBackend(q Tensor, k Tensor, v Tensor, mask Tensor, dropout float64, ca
 	return int64(out), st(r)
 }
 
-// OpcrossEntropy is cross_entropy (ops.tab line 196).
+// OpcrossEntropy is cross_entropy (ops.tab line 197).
 func OpcrossEntropy(x Tensor, y Tensor, weight Tensor, reduction int64, ignoreIndex int64, labelSmoothing float64) Result {
 	var r C.cg_result
 	C.cg_op_crossEntropy(C.cg_tensor(x), C.cg_tensor(y), C.cg_tensor(weight), C.int64_t(reduction), C.int64_t(ignoreIndex), C.double(labelSmoothing), &r)
 	return rt(r)
 }
 
-// OpnllLoss is nll_loss (ops.tab line 197).
+// OpnllLoss is nll_loss (ops.tab line 198).
 func OpnllLoss(x Tensor, y Tensor, weight Tensor, reduction int64, ignoreIndex int64) Result {
 	var r C.cg_result
 	C.cg_op_nllLoss(C.cg_tensor(x), C.cg_tensor(y), C.cg_tensor(weight), C.int64_t(reduction), C.int64_t(ignoreIndex), &r)
 	return rt(r)
 }
 
-// OpmseLoss is mse_loss (ops.tab line 198).
+// OpmseLoss is mse_loss (ops.tab line 199).
 func OpmseLoss(x Tensor, y Tensor, reduction int64) Result {
 	var r C.cg_result
 	C.cg_op_mseLoss(C.cg_tensor(x), C.cg_tensor(y), C.int64_t(reduction), &r)
 	return rt(r)
 }
 
-// Opl1Loss is l1_loss (ops.tab line 199).
+// Opl1Loss is l1_loss (ops.tab line 200).
 func Opl1Loss(x Tensor, y Tensor, reduction int64) Result {
 	var r C.cg_result
 	C.cg_op_l1Loss(C.cg_tensor(x), C.cg_tensor(y), C.int64_t(reduction), &r)
 	return rt(r)
 }
 
-// OpsmoothL1Loss is smooth_l1_loss (ops.tab line 200).
+// OpsmoothL1Loss is smooth_l1_loss (ops.tab line 201).
 func OpsmoothL1Loss(x Tensor, y Tensor, reduction int64, beta float64) Result {
 	var r C.cg_result
 	C.cg_op_smoothL1Loss(C.cg_tensor(x), C.cg_tensor(y), C.int64_t(reduction), C.double(beta), &r)
 	return rt(r)
 }
 
-// OpbceWithLogits is binary_cross_entropy_with_logits (ops.tab line 201).
+// OpbceWithLogits is binary_cross_entropy_with_logits (ops.tab line 202).
 func OpbceWithLogits(x Tensor, y Tensor, weight Tensor, posWeight Tensor, reduction int64) Result {
 	var r C.cg_result
 	C.cg_op_bceWithLogits(C.cg_tensor(x), C.cg_tensor(y), C.cg_tensor(weight), C.cg_tensor(posWeight), C.int64_t(reduction), &r)
