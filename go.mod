@@ -3,15 +3,12 @@ module github.com/gotrain/gotrain
 go 1.24.0
 
 require (
+	github.com/dlclark/regexp2 v1.12.0
+	github.com/rivo/uniseg v0.4.7
 	github.com/stretchr/testify v1.12.1
 	go.yaml.in/yaml/v3 v3.0.5
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/protobuf v1.36.12
-)
-
-require (
-	github.com/dlclark/regexp2 v1.12.0 // indirect
-	github.com/rivo/uniseg v0.4.7 // indirect
 )
 
 require (
