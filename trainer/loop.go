@@ -433,7 +433,7 @@ func (t *Trainer) stepPoints(epochEnd bool, times func()) (end bool, err error) 
 		evaluated = true
 	}
 	// At an evaluation the run directory's ModelCheckpoint has written last.pt already.
-	if t.cfg.SaveEvery > 0 && s%int64(t.cfg.SaveEvery) == 0 && !(evaluated && t.RunDir != "") && t.IsMain() && t.RunDir != "" {
+	if t.cfg.SaveEvery > 0 && s%int64(t.cfg.SaveEvery) == 0 && !evaluated && t.IsMain() && t.RunDir != "" {
 		if err := t.SaveCheckpoint(filepath.Join(t.RunDir, "checkpoints", "last.pt")); err != nil {
 			return false, fmt.Errorf("saving at step %d: %w", s, err)
 		}
@@ -452,9 +452,6 @@ func (t *Trainer) evaluate() error {
 	if err != nil {
 		return err
 	}
-	if ms, ok := t.Scheduler.(optim.MetricScheduler); ok && t.Scheduler != nil {
-		ms.StepMetric(t.Metrics[t.cfg.Monitor])
-	}
 	if err := t.addRecord(rec); err != nil {
 		return err
 	}
@@ -472,11 +469,7 @@ func (t *Trainer) finishEpoch() error {
 		}
 		rec = &r
 	}
-	if ms, ok := t.Scheduler.(optim.MetricScheduler); ok && t.Scheduler != nil {
-		if rec != nil {
-			ms.StepMetric(t.Metrics[t.cfg.Monitor])
-		}
-	} else if t.Scheduler != nil && t.cfg.SchedulerInterval == PerEpoch {
+	if _, ok := t.Scheduler.(optim.MetricScheduler); !ok && t.Scheduler != nil && t.cfg.SchedulerInterval == PerEpoch {
 		t.Scheduler.Step()
 	}
 	t.Epoch++
@@ -547,9 +540,13 @@ func (t *Trainer) evalRecord() (Record, error) {
 	return rec, nil
 }
 
-// addRecord enters an evaluation's Record into History, updates the best metric,
-// prints the record's line and fires Evaluated.
+// addRecord steps a metric scheduler (ReduceLROnPlateau) with the evaluation's monitored
+// metric, enters its Record into History, updates the best metric, prints the record's
+// line and fires Evaluated.
 func (t *Trainer) addRecord(rec Record) error {
+	if ms, ok := t.Scheduler.(optim.MetricScheduler); ok {
+		ms.StepMetric(t.Metrics[t.cfg.Monitor])
+	}
 	t.History = append(t.History, rec)
 	if v, ok := t.Metrics[t.cfg.Monitor]; ok && t.cfg.MonitorDirection().better(v, t.BestMetric) {
 		t.BestMetric = v
