@@ -101,7 +101,7 @@ func scheduler(c Config, opt optim.Optimizer, stepsPerEpoch int) (optim.Schedule
 	case "linear":
 		return perStep(optim.NewLambdaLR(opt, warmupLinear(warmup, total)))
 	case "constant":
-		return perStep(optim.NewLambdaLR(opt, func(step int64) float64 { return min(1, warmupFactor(step, warmup)) }))
+		return perStep(optim.NewLambdaLR(opt, func(step int64) float64 { return warmupFactor(step, warmup) }))
 	}
 	if warmup > 0 {
 		return nil, 0, fmt.Errorf("scheduler %q has no warmup: use linear, constant or cosine with --warmup-steps or --warmup-ratio", c.Scheduler)
@@ -129,7 +129,7 @@ func scheduler(c Config, opt optim.Optimizer, stepsPerEpoch int) (optim.Schedule
 
 // warmupFactor is the learning rate's factor at optimizer step step (0-based) of a
 // linear warmup over warmup steps: step/warmup, as transformers' schedules with warmup;
-// 1 or more once it is over.
+// 1 once it is over.
 func warmupFactor(step, warmup int64) float64 {
 	if step < warmup {
 		return float64(step) / float64(max(warmup, 1))
