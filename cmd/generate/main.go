@@ -357,7 +357,7 @@ func generate(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (err error
 			return fmt.Errorf("the prompt %q encodes to no tokens (the tokenizer adds no BOS), so there is nothing to continue", cfg.Prompt)
 		}
 	}
-	m, err := loadModel(cfg)
+	m, err := loadModel(cfg, stderr)
 	if err != nil {
 		return err
 	}
@@ -482,9 +482,11 @@ func checkDevice(d torch.Device) error {
 	return nil
 }
 
-// loadModel opens the model directory in the asked dtype on the asked device.
-func loadModel(cfg *config) (models.CausalLM, error) {
-	m, err := models.LoadPretrained(cfg.Model, models.LoadOptions{DType: cfg.dtype, Device: cfg.device})
+// loadModel opens the model directory in the asked dtype on the asked device; what the
+// loader says of it (a part left out) goes to stderr.
+func loadModel(cfg *config, stderr io.Writer) (models.CausalLM, error) {
+	notice := func(msg string) { fmt.Fprintln(stderr, "generate:", msg) }
+	m, err := models.LoadPretrained(cfg.Model, models.LoadOptions{DType: cfg.dtype, Device: cfg.device, Notice: notice})
 	if err != nil {
 		return nil, err
 	}

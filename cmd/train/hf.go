@@ -65,7 +65,12 @@ func buildHF(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Tr
 		}
 	}
 	torch.ManualSeed(c.Seed) // LoRA's initial weights depend on the seed only
-	m, err := models.LoadPretrained(c.Model, models.LoadOptions{DType: dtype, Device: dev})
+	notice := func(msg string) {
+		if pg == nil || pg.Rank() == 0 {
+			fmt.Fprintln(os.Stderr, "train:", msg)
+		}
+	}
+	m, err := models.LoadPretrained(c.Model, models.LoadOptions{DType: dtype, Device: dev, Notice: notice})
 	if err != nil {
 		return nil, err
 	}

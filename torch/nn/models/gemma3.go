@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
@@ -218,4 +219,79 @@ func (m *Gemma3ForCausalLM) PretrainedConfig() any {
 	c := m.Config
 	c.ModelType, c.Architectures = "gemma3_text", []string{"Gemma3ForCausalLM"}
 	return c
+}
+
+// Gemma 3 from 4B up ships as Gemma3ForConditionalGeneration (model_type "gemma3"): a
+// SigLIP vision tower and a projector beside the text decoder, whose config is the
+// directory's text_config. gotrain opens such a directory as its text decoder, a
+// Gemma3ForCausalLM with the same weights, and leaves the vision tower and the projector
+// out (LoadOptions.Notice says so); saved, it is a gemma3_text directory.
+
+// gemma3LeftOut names what a multimodal Gemma 3 directory holds that is not loaded.
+const gemma3LeftOut = "the vision tower and the multimodal projector are left out"
+
+// ParseGemma3Config reads a multimodal Gemma 3 config.json (model_type "gemma3") as its
+// text decoder's config: text_config in either form ParseGemma3TextConfig reads, with
+// the special tokens (bos, eos and pad ids) of the top level where text_config has
+// none, as the Hub's checkpoints give eos_token_id.
+func ParseGemma3Config(raw []byte) (Gemma3TextConfig, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return Gemma3TextConfig{}, fmt.Errorf("models: %s: %w", ConfigFile, err)
+	}
+	var modelType string
+	if err := json.Unmarshal(top["model_type"], &modelType); err != nil || modelType != "gemma3" {
+		return Gemma3TextConfig{}, fmt.Errorf("models: %s: model_type %s is not gemma3", ConfigFile, top["model_type"])
+	}
+	var text map[string]json.RawMessage
+	if !isJSONObject(top["text_config"]) {
+		return Gemma3TextConfig{}, fmt.Errorf("models: %s: Gemma3Config: text_config must be an object (the text decoder's config)", ConfigFile)
+	}
+	if err := json.Unmarshal(top["text_config"], &text); err != nil {
+		return Gemma3TextConfig{}, fmt.Errorf("models: %s: text_config: %w", ConfigFile, err)
+	}
+	if _, ok := text["model_type"]; !ok {
+		text["model_type"] = json.RawMessage(`"gemma3_text"`)
+	}
+	for _, k := range []string{"bos_token_id", "eos_token_id", "pad_token_id", "dtype", "torch_dtype"} {
+		if _, ok := text[k]; !ok && top[k] != nil {
+			text[k] = top[k]
+		}
+	}
+	inner, err := json.Marshal(text)
+	if err != nil {
+		return Gemma3TextConfig{}, fmt.Errorf("models: %s: text_config: %w", ConfigFile, err)
+	}
+	c, err := ParseGemma3TextConfig(inner)
+	if err != nil {
+		return c, fmt.Errorf("%w (in text_config)", err)
+	}
+	return c, nil
+}
+
+// gemma3CheckpointKey maps a multimodal Gemma 3 checkpoint's tensor names to the text
+// decoder's: transformers 5's (model.language_model.*, lm_head.*) and the Hub's older
+// ones (language_model.model.*, language_model.lm_head.*); the vision tower's and the
+// projector's tensors are dropped.
+func gemma3CheckpointKey(key string) string {
+	for _, p := range []string{"model.vision_tower.", "vision_tower.", "model.multi_modal_projector.", "multi_modal_projector."} {
+		if strings.HasPrefix(key, p) {
+			return ""
+		}
+	}
+	switch {
+	case strings.HasPrefix(key, "model.language_model."):
+		key = "model." + strings.TrimPrefix(key, "model.language_model.")
+	case strings.HasPrefix(key, "language_model.model."):
+		key = "model." + strings.TrimPrefix(key, "language_model.model.")
+	case strings.HasPrefix(key, "language_model.lm_head."):
+		key = "lm_head." + strings.TrimPrefix(key, "language_model.lm_head.")
+	}
+	return decoderCheckpointKey(key)
+}
+
+func init() {
+	RegisterArchitecture(Architecture{ModelType: "gemma3", Class: "Gemma3ForConditionalGeneration",
+		New: fromJSON(ParseGemma3Config, NewGemma3ForCausalLM), Rename: gemma3CheckpointKey,
+		LeftOut: gemma3LeftOut})
 }

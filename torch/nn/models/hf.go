@@ -36,6 +36,10 @@ type Architecture struct {
 	// Rename maps a tensor name of a checkpoint to the model's state-dict key, for
 	// checkpoints written under older names; "" drops the tensor. nil: names as they are.
 	Rename func(name string) string
+	// LeftOut, when set, says what the directories of this model_type hold that the
+	// model built leaves out ("the vision tower ... are left out"); LoadPretrained
+	// passes it to LoadOptions.Notice.
+	LeftOut string
 }
 
 // Pretrained is a CausalLM that can write its config.json: PretrainedConfig returns its
@@ -96,6 +100,10 @@ type LoadOptions struct {
 	DType torch.DType
 	// Device is where the model is placed; the zero value is the CPU.
 	Device torch.Device
+	// Notice, when set, receives what the loader says besides errors: that a part of
+	// the directory's model is left out (a multimodal Gemma 3 opened as its text
+	// decoder).
+	Notice func(msg string)
 }
 
 // ReadConfig reads dir's config.json (a regular file of at most 4 MiB) and returns its
@@ -155,6 +163,11 @@ func LoadPretrained(dir string, o LoadOptions) (CausalLM, error) {
 		return nil, err
 	}
 	nn.SetTraining(built, false)
+	if arch.LeftOut != "" && o.Notice != nil {
+		class := strings.TrimPrefix(fmt.Sprintf("%T", built), "*models.")
+		o.Notice(fmt.Sprintf("models: %s holds a %s (%s): its text decoder is loaded as %s; %s",
+			dir, arch.ModelType, arch.Class, class, arch.LeftOut))
+	}
 	return built, nil
 }
 
