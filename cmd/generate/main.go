@@ -4,7 +4,7 @@
 //
 // Usage:
 //
-//	generate --model DIR --prompt TEXT [--max-new-tokens N]
+//	generate --model DIR (--prompt TEXT | --prompt-file FILE) [--max-new-tokens N]
 //	         [--greedy | --temperature T --top-k K --top-p P --seed S]
 //	         [--repetition-penalty R] [--stop STR]... [--device cpu|cuda|cuda:N]
 //	         [--dtype float32|bfloat16|float16] [--adapter DIR] [--json]
@@ -58,6 +58,13 @@
 // (YYYY-MM-DD, default today) is the date the template's strftime_now sees, and
 // --template-kwarg KEY=JSON passes a template variable (enable_thinking=false).
 //
+// --prompt-file FILE takes the prompt from a file, whole (newlines included), for
+// prompts longer than a command line takes (Linux limits one argument to 128 KiB); the
+// prompt and --max-new-tokens must fit the model's context, checked before anything is
+// generated. --merge-to writes to a new directory: one that is --model or --adapter, or
+// inside one, is refused, and a file of it that is a symlink is replaced, not written
+// through.
+//
 // The exit status is 2 for a usage error (a bad or conflicting flag) and 1 when the
 // model, its tokenizer or the generation fails.
 package main
@@ -93,7 +100,7 @@ func main() {
 }
 
 // usageLine is the synopsis printed with -h and after a usage error.
-const usageLine = `usage: generate --model DIR --prompt TEXT [--max-new-tokens N]
+const usageLine = `usage: generate --model DIR (--prompt TEXT | --prompt-file FILE) [--max-new-tokens N]
                 [--greedy | --temperature T --top-k K --top-p P --seed S]
                 [--repetition-penalty R] [--stop STR]... [--device cpu|cuda|cuda:N]
                 [--dtype float32|bfloat16|float16] [--adapter DIR] [--json]
@@ -113,6 +120,7 @@ type config struct {
 	Adapter      string // a LoRA adapter directory (PEFT's files)
 	MergeTo      string // where to write the base with the adapter merged in
 	Prompt       string
+	PromptFile   string // --prompt-file: the prompt's text is read from it
 	MaxNewTokens int
 
 	Greedy            bool
@@ -205,7 +213,8 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.Model, "model", "", "Hugging Face model `DIR`: config.json, model.safetensors (or shards), tokenizer.json (required)")
 	fs.StringVar(&cfg.Adapter, "adapter", "", "LoRA adapter `DIR` (adapter_config.json, adapter_model.safetensors, as PEFT or cmd/train writes it) to apply to the model")
 	fs.StringVar(&cfg.MergeTo, "merge-to", "", "merge --adapter into the model and write the result to `DIR` as a Hugging Face model directory (then generate from it if --prompt is given)")
-	fs.StringVar(&cfg.Prompt, "prompt", "", "the `TEXT` to continue (required)")
+	fs.StringVar(&cfg.Prompt, "prompt", "", "the `TEXT` to continue (required, or --prompt-file)")
+	fs.StringVar(&cfg.PromptFile, "prompt-file", "", "read the prompt from `FILE` (UTF-8 text, taken whole; for prompts longer than a command line takes)")
 	fs.IntVar(&cfg.MaxNewTokens, "max-new-tokens", 64, "generate at most `N` tokens")
 	fs.BoolVar(&cfg.Greedy, "greedy", false, "take the most likely token at each step (the default without sampling flags)")
 	fs.Float64Var(&cfg.Temperature, "temperature", 1, "sample, dividing the logits by `T` (> 0; 1: the model's distribution)")
@@ -250,8 +259,12 @@ func (c *config) validate() error {
 	switch {
 	case c.Model == "":
 		return usagef("--model is required: a Hugging Face model directory")
-	case !set["prompt"] && c.MergeTo == "" && !c.chat:
-		return usagef("--prompt is required (or --chat, to read user turns from stdin)")
+	case set["prompt"] && set["prompt-file"]:
+		return usagef("--prompt conflicts with --prompt-file: give the prompt one way")
+	case set["prompt-file"] && c.Messages != "":
+		return usagef("--messages conflicts with --prompt-file: the conversation's last turn is the prompt")
+	case !set["prompt"] && !set["prompt-file"] && c.MergeTo == "" && !c.chat:
+		return usagef("--prompt is required (or --prompt-file, or --chat to read user turns from stdin)")
 	case c.Messages != "" && set["prompt"]:
 		return usagef("--messages conflicts with --prompt: the conversation's last turn is the prompt")
 	case c.Messages != "" && set["system"]:
@@ -280,6 +293,8 @@ func (c *config) validate() error {
 		return usagef("--seed applies to sampling only; give --temperature, --top-k or --top-p too (--temperature 1 samples from the model's distribution as it is)")
 	case set["temperature"] && !(c.Temperature > 0 && !math.IsInf(c.Temperature, 1)):
 		return usagef("--temperature must be > 0, got %v", c.Temperature)
+	case set["temperature"] && c.Temperature < minTemperature:
+		return usagef("--temperature %v is below %v: logits divided by it overflow float32 and sampling has no distribution left; --greedy is its limit", c.Temperature, minTemperature)
 	case c.TopK < 0:
 		return usagef("--top-k must be >= 0 (0: no top-k), got %d", c.TopK)
 	case set["top-p"] && !(c.TopP > 0 && c.TopP <= 1):
@@ -300,7 +315,70 @@ func (c *config) validate() error {
 	if c.now, err = chatcli.Date(c.ChatDate); err != nil {
 		return usagef("--chat-date: %v", err)
 	}
+	if c.MergeTo != "" {
+		if err := checkMergeTo(c.MergeTo, map[string]string{"--model": c.Model, "--adapter": c.Adapter}); err != nil {
+			return err
+		}
+	}
+	if c.PromptFile != "" {
+		b, err := fsutil.ReadFile(c.PromptFile, maxPromptFileBytes)
+		if err != nil {
+			return fmt.Errorf("--prompt-file: %w", err)
+		}
+		c.Prompt = string(b)
+		set["prompt"] = true
+	}
 	return nil
+}
+
+// minTemperature is the smallest --temperature sampled with: below it, logits of a few
+// hundred divided by it leave float32's range (10^38) and no distribution is left.
+const minTemperature = 1e-6
+
+// maxPromptFileBytes bounds --prompt-file: far more text than any model's context
+// holds (a token is a few bytes), read before the tokenizer says how many tokens it is.
+const maxPromptFileBytes = 64 << 20
+
+// checkMergeTo refuses an output directory that is one of the inputs or lies inside
+// one: saving there would replace the base's files while they are the model (in a
+// Hugging Face cache, the snapshot's links point into its blobs).
+func checkMergeTo(out string, inputs map[string]string) error {
+	o, err := resolvedAbs(out)
+	if err != nil {
+		return usagef("--merge-to: %v", err)
+	}
+	for flagName, in := range inputs {
+		if in == "" {
+			continue
+		}
+		i, err := resolvedAbs(in)
+		if err != nil {
+			return usagef("%s: %v", flagName, err)
+		}
+		if rel, err := filepath.Rel(i, o); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+			return usagef("--merge-to %s is %s %s or inside it: write the merged model to a new directory", out, flagName, in)
+		}
+	}
+	return nil
+}
+
+// resolvedAbs is path made absolute with the symlinks of its longest existing prefix
+// resolved, so that two names of one directory compare equal.
+func resolvedAbs(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for p := abs; ; p = filepath.Dir(p) {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(r, rest), nil
+		}
+		if p == filepath.Dir(p) {
+			return abs, nil
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+	}
 }
 
 // parseDType reads --dtype: a floating-point torch dtype by PyTorch's name or the short
@@ -514,20 +592,57 @@ func loadModel(cfg *config, stderr io.Writer) (models.CausalLM, error) {
 
 // writeMerged saves the merged model to cfg.MergeTo with the base directory's tokenizer
 // and generation files, so the result is a complete Hugging Face directory.
+//
+// A file of the output directory that is a symlink is replaced by the new file, not
+// written through: the link may point into another model's files.
 func writeMerged(cfg *config, m models.CausalLM) error {
+	if err := unlinkOutputs(cfg.MergeTo); err != nil {
+		return fmt.Errorf("--merge-to: %w", err)
+	}
 	if err := models.SavePretrained(cfg.MergeTo, m, models.SaveOptions{MaxShardSize: 5 << 30}); err != nil {
 		return fmt.Errorf("--merge-to: %w", err)
 	}
-	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "generation_config.json"} {
-		b, err := os.ReadFile(filepath.Join(cfg.Model, name))
+	for _, name := range mergedExtras {
+		b, err := fsutil.ReadFile(filepath.Join(cfg.Model, name), maxExtraBytes)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err == nil {
-			err = os.WriteFile(filepath.Join(cfg.MergeTo, name), b, 0o644)
+			err = fsutil.WriteFileAtomic(filepath.Join(cfg.MergeTo, name), b)
 		}
 		if err != nil {
 			return fmt.Errorf("--merge-to: %w", err)
+		}
+	}
+	return nil
+}
+
+// mergedExtras are the base directory's files besides config.json and the weights that
+// a merged directory gets a copy of; maxExtraBytes bounds each (a tokenizer.json of a
+// 256k vocabulary is about 35 MB).
+var mergedExtras = []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "generation_config.json"}
+
+const maxExtraBytes = 256 << 20
+
+// unlinkOutputs removes the symlinks among the files a merge writes in dir (config.json,
+// the weights and their index, mergedExtras), so that the atomic writer, which follows
+// a link to the file it names, replaces them instead.
+func unlinkOutputs(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		written := name == models.ConfigFile || slices.Contains(mergedExtras, name) ||
+			(strings.HasPrefix(name, "model") && (strings.HasSuffix(name, ".safetensors") || strings.HasSuffix(name, ".safetensors.index.json")))
+		if written && e.Type()&os.ModeSymlink != 0 {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -544,7 +659,7 @@ func fitsContext(promptLen, maxNew int, context int64) error {
 		return fmt.Errorf("the prompt is %d tokens, which leaves no room in the model's context of %d positions (config.json); shorten it to at most %d tokens",
 			promptLen, context, context-1)
 	}
-	if int64(promptLen)+int64(maxNew) > context {
+	if int64(maxNew) > context-int64(promptLen) { // never promptLen+maxNew: it can overflow
 		return fmt.Errorf("the prompt's %d tokens plus --max-new-tokens %d exceed the model's context of %d positions (config.json); give --max-new-tokens %d or less",
 			promptLen, maxNew, context, context-int64(promptLen))
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -586,6 +587,8 @@ func TestUsageErrors(t *testing.T) {
 		{"integer dtype", append(base, "--dtype", "int64"), "--dtype: the weights cannot be int64"},
 		{"unknown dtype", append(base, "--dtype", "fp8"), `--dtype: unknown dtype "fp8"`},
 		{"merge without adapter", append(base, "--merge-to", "/some/dir"), "--merge-to needs --adapter"},
+		{"prompt and prompt file", append(base, "--prompt-file", "/some/file"), "--prompt conflicts with --prompt-file"},
+		{"tiny temperature", append(base, "--temperature", "1e-300"), "--temperature 1e-300 is below 1e-06"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, stdout, stderr := runCmd(c.args...)
@@ -630,8 +633,8 @@ func TestRuntimeErrors(t *testing.T) {
 		}, msgs: []string{"tokenizer.json", "malformed JSON at line 2"}},
 		{name: "unsupported tokenizer model", setup: func(t *testing.T, d string) {
 			writeJSON(t, filepath.Join(d, "tokenizer.json"), map[string]any{"version": "1.0",
-				"model": map[string]any{"type": "WordPiece", "vocab": map[string]int{"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"}})
-		}, msgs: []string{"tokenizer.json", "WordPiece", "not supported"}},
+				"model": map[string]any{"type": "WordLevel", "vocab": map[string]int{"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"}})
+		}, msgs: []string{"tokenizer.json", "WordLevel", "not supported"}},
 		{name: "unknown model_type", setup: func(t *testing.T, d string) { setConfig(t, d, map[string]any{"model_type": "mamba9"}) },
 			msgs: []string{"config.json", `model_type "mamba9" is not supported (supported: `, "gpt2"}},
 		{name: "config disagrees with the weights", setup: func(t *testing.T, d string) { setConfig(t, d, map[string]any{"n_embd": 48}) },
@@ -661,6 +664,11 @@ func TestRuntimeErrors(t *testing.T) {
 		}, args: []string{"--prompt", "日本語のテキスト"}, msgs: []string{"outside the model's vocabulary of", "tokenizer.json does not belong to this model"}},
 		{name: "prompt longer than the context", args: []string{"--prompt", long},
 			msgs: []string{fmt.Sprintf("the prompt is %d tokens", longN), "context of 64 positions"}},
+		{name: "max-new-tokens that overflows", args: []string{"--max-new-tokens", "9223372036854775807"},
+			msgs: []string{"plus --max-new-tokens 9223372036854775807 exceed the model's context of 64 positions"}},
+		{name: "prompt file that is a FIFO", args: []string{"--prompt-file", fifo(t)}, msgs: []string{"--prompt-file", "is not a regular file"}},
+		{name: "prompt file past the context", args: []string{"--prompt-file", writeTemp(t, long)},
+			msgs: []string{fmt.Sprintf("the prompt is %d tokens", longN)}},
 		{name: "prompt and new tokens past the context", args: []string{"--prompt", fits, "--max-new-tokens", "20"},
 			msgs: []string{fmt.Sprintf("the prompt's %d tokens plus --max-new-tokens 20 exceed the model's context of 64 positions", fitsN),
 				fmt.Sprintf("give --max-new-tokens %d or less", 64-fitsN)}},
@@ -671,7 +679,11 @@ func TestRuntimeErrors(t *testing.T) {
 				d = copyDir(t, dir)
 				c.setup(t, d)
 			}
-			args := append([]string{"--model", d, "--prompt", "hello", "--max-new-tokens", "4"}, c.args...)
+			args := []string{"--model", d, "--max-new-tokens", "4"}
+			if !slices.Contains(c.args, "--prompt-file") && !slices.Contains(c.args, "--prompt") {
+				args = append(args, "--prompt", "hello")
+			}
+			args = append(args, c.args...)
 			code, stdout, stderr := runCmd(args...)
 			assert.Equal(t, 1, code, stderr)
 			assert.Empty(t, stdout)
@@ -810,9 +822,64 @@ func TestAdapterMatchesPEFT(t *testing.T) {
 	plain := runJSON(t, "--model", base, "--prompt", prompt, "--greedy", "--max-new-tokens", "12", "--json")
 	assert.NotEqual(t, plain.NewIDs, got.NewIDs, "the adapter changes the continuation")
 
+	// An output directory whose files are links (into another model's files) gets files
+	// of its own; the link targets are left as they were.
 	merged := filepath.Join(t.TempDir(), "merged")
+	require.NoError(t, os.MkdirAll(merged, 0o755))
+	outside := filepath.Join(t.TempDir(), "outside")
+	require.NoError(t, os.WriteFile(outside, []byte("not to be overwritten"), 0o644))
+	for _, name := range []string{"tokenizer.json", "config.json", "model.safetensors"} {
+		require.NoError(t, os.Symlink(outside, filepath.Join(merged, name)))
+	}
 	code, _, stderr := runCmd("--model", base, "--adapter", adapter, "--merge-to", merged)
 	require.Equal(t, 0, code, stderr)
+	kept, err := os.ReadFile(outside)
+	require.NoError(t, err)
+	assert.Equal(t, "not to be overwritten", string(kept), "a link in the output directory is replaced, not written through")
+	for _, name := range []string{"tokenizer.json", "config.json", "model.safetensors"} {
+		fi, err := os.Lstat(filepath.Join(merged, name))
+		require.NoError(t, err)
+		assert.True(t, fi.Mode().IsRegular(), name)
+	}
 	again := runJSON(t, "--model", merged, "--prompt", prompt, "--greedy", "--max-new-tokens", "12", "--json")
 	assert.Equal(t, want.NewIDs, again.NewIDs, "the merged model continues as base + adapter")
+
+	// The output may not be an input or inside one.
+	for _, dst := range []string{base, filepath.Join(base, "merged"), adapter, filepath.Join(base, ".", "sub", "..")} {
+		code, _, stderr = runCmd("--model", base, "--adapter", adapter, "--merge-to", dst)
+		assert.Equal(t, 2, code, dst)
+		assert.Contains(t, stderr, "write the merged model to a new directory", dst)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(base, link))
+	code, _, stderr = runCmd("--model", base, "--adapter", adapter, "--merge-to", filepath.Join(link, "out"))
+	assert.Equal(t, 2, code, "a link's name for the base is the base")
+	assert.Contains(t, stderr, "--merge-to")
+}
+
+// fifo makes a named pipe that nothing writes to: a reader that opens it blocking
+// would wait forever.
+func fifo(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "fifo")
+	require.NoError(t, syscall.Mkfifo(p, 0o644))
+	return p
+}
+
+// writeTemp writes text to a new file and returns its path.
+func writeTemp(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "prompt.txt")
+	require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
+	return p
+}
+
+// TestPromptFile: --prompt-file continues the file's text exactly as --prompt continues
+// the same text, newlines and all.
+func TestPromptFile(t *testing.T) {
+	dir, _, _ := gpt2Dir(t)
+	text := greedyPrompts[3] + "\n" + greedyPrompts[0]
+	want := runJSON(t, "--model", dir, "--prompt", text, "--max-new-tokens", "6")
+	got := runJSON(t, "--model", dir, "--prompt-file", writeTemp(t, text), "--max-new-tokens", "6")
+	assert.Equal(t, want, got)
 }
