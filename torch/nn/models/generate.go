@@ -114,11 +114,19 @@ func Generate(m CausalLM, prompts [][]int64, o GenerateOptions) (out [][]int64, 
 				}
 				logits := m.Forward(g.input(from, cache, dev))
 				last := logits.Select(1, logits.Size(1)-1)
+				if last.IsNaN().Any().Item() != 0 {
+					// Argmax and sampling would pick a token from garbage without a word.
+					err = fmt.Errorf("models: Generate: the model's logits are NaN at new token %d (NaN or infinite weights, or an activation that overflowed its dtype)", step+1)
+					return
+				}
 				if o.RepetitionPenalty > 0 && o.RepetitionPenalty != 1 {
 					last = g.penalize(last, o.RepetitionPenalty)
 				}
 				toks = pickTokens(last, o)
 			})
+			if err != nil {
+				return
+			}
 			for i, tok := range toks {
 				if done[i] {
 					toks[i] = o.PadTokenID
@@ -134,6 +142,9 @@ func Generate(m CausalLM, prompts [][]int64, o GenerateOptions) (out [][]int64, 
 			g.append(toks)
 		}
 	})
+	if err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
