@@ -5,6 +5,8 @@ import (
 	"io"
 	"math"
 	"os"
+
+	"github.com/gotrain/gotrain/internal/fsutil"
 )
 
 // The default read budget for a file of n bytes: memory DefaultMemoryFixed +
@@ -158,26 +160,15 @@ func (b *budget) growCharge(n, c, k int, elem int64) error {
 	return b.alloc((int64(growCap(n, c, k))*elem*9)/8 + 16)
 }
 
-// openRegular opens path for reading, refusing anything but a regular file (after
-// symlinks): opening a FIFO would block until a writer comes, and a device such as
-// /dev/zero has no size to budget by.
+// openRegular opens path for reading through fsutil.Open, refusing anything but a
+// regular file (after symlinks): opening a FIFO would block until a writer comes, and a
+// device such as /dev/zero has no size to budget by.
 func openRegular(path string) (*os.File, int64, error) {
-	fi, err := os.Stat(path)
+	f, size, err := fsutil.Open(path)
 	if err != nil {
 		return nil, 0, fmt.Errorf("checkpoint: %w", err)
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, 0, fmt.Errorf("checkpoint: %s is not a regular file (%v)", path, fi.Mode().Type())
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, 0, fmt.Errorf("checkpoint: %w", err)
-	}
-	if fi, err = f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, 0, fmt.Errorf("checkpoint: %s is not a regular file", path)
-	}
-	return f, fi.Size(), nil
+	return f, size, nil
 }
 
 // Read loads the checkpoint at path within the budget o sets. path must name a

@@ -86,8 +86,13 @@ func readSafetensors(r io.ReaderAt, size int64, b *budget) (*Dict, map[string]st
 		return nil, nil, err
 	}
 	n := binary.LittleEndian.Uint64(hl[:])
-	if n > maxSafetensorsHeader || int64(n) > size-8 {
-		return nil, nil, fmt.Errorf("header length %d is invalid for a file of %d bytes (at most %d)", n, size, maxSafetensorsHeader)
+	if n > uint64(size-8) {
+		// Not a number to print: the first 8 bytes of a file that is not safetensors
+		// (a text file's first characters).
+		return nil, nil, fmt.Errorf("not a safetensors file: its first 8 bytes, the header length, give more than the file's %d bytes", size)
+	}
+	if n > maxSafetensorsHeader {
+		return nil, nil, fmt.Errorf("a header of %d bytes is more than the %d a safetensors header may have", n, maxSafetensorsHeader)
 	}
 	// Reading the header: a few units of work per byte, and the scanner's buffer.
 	if err := b.step(4 * int64(n)); err != nil {

@@ -40,8 +40,9 @@ func ReadSafetensorsDir(dir, name string) (*Dict, map[string]string, error) {
 //
 // The index is read as a stream within the budget o sets (each shard, too, within its
 // own), and checked against the shards: every shard named must be a plain file name in
-// dir (no path, no "..") that is a regular file or a symlink to one (the Hugging Face
-// cache links snapshots to blobs); every tensor the index lists must be in the shard it
+// dir (no path, no "..") that is a regular file or a symlink to one inside dir or, in the
+// Hugging Face cache, into the repository's blobs (fsutil.InDir; the single file and the
+// index too); every tensor the index lists must be in the shard it
 // names, and a shard may hold no tensor the index does not list there; no tensor may
 // be listed twice; shards whose metadata disagree on a key are refused. Errors name
 // the file.
@@ -52,13 +53,19 @@ func (o ReadOptions) ReadSafetensorsDir(dir, name string) (*Dict, map[string]str
 	if err := plainName(name); err != nil {
 		return nil, nil, fmt.Errorf("checkpoint: weights name: %w", err)
 	}
-	single := filepath.Join(dir, name+".safetensors")
+	single, err := fsutil.InDir(dir, name+".safetensors")
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
 	if _, err := os.Stat(single); err == nil {
 		return o.ReadSafetensors(single)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	indexPath := filepath.Join(dir, name+".safetensors.index.json")
+	indexPath, err := fsutil.InDir(dir, name+".safetensors.index.json")
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
 	if _, err := os.Stat(indexPath); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("checkpoint: %s holds neither %s.safetensors nor %s.safetensors.index.json", dir, name, name)
 	}
@@ -82,7 +89,10 @@ func (o ReadOptions) ReadSafetensorsDir(dir, name string) (*Dict, map[string]str
 	var meta map[string]string
 	metaFrom := map[string]string{} // metadata key: the shard it came from
 	for _, f := range files {
-		path := filepath.Join(dir, f)
+		path, err := fsutil.InDir(dir, f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("checkpoint: %s: shard %w", indexPath, err)
+		}
 		d, m, err := o.ReadSafetensors(path)
 		if err != nil {
 			return nil, nil, err

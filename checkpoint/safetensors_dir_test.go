@@ -201,7 +201,7 @@ func TestSafetensorsDirIndexRules(t *testing.T) {
 		{"absolute", `{"weight_map":{"a":"/etc/passwd"}}`, "is not a file name in the directory", nil},
 		{"subdirectory", `{"weight_map":{"a":"sub/a.safetensors"}}`, "is not a file name in the directory", nil},
 		{"missing shard", `{"weight_map":{"a":"s1.safetensors"}}`, "s1.safetensors: no such file", nil},
-		{"directory shard", `{"weight_map":{"a":"s1.safetensors"}}`, "s1.safetensors is not a regular file",
+		{"directory shard", `{"weight_map":{"a":"s1.safetensors"}}`, "s1.safetensors is a directory, not a regular file",
 			func(t *testing.T, dir string) {
 				require.NoError(t, os.Mkdir(filepath.Join(dir, "s1.safetensors"), 0o755))
 			}},
@@ -238,17 +238,30 @@ func TestSafetensorsDirIndexRules(t *testing.T) {
 	}
 
 	// What the rules allow: other members and metadata of any shape, shards through
-	// symlinks (the Hugging Face cache), an empty map.
-	dir := t.TempDir()
-	blobs := t.TempDir()
+	// symlinks into the Hugging Face cache's blobs (a snapshot's layout), an empty map.
+	repo := filepath.Join(t.TempDir(), "models--org--tiny")
+	dir, blobs := filepath.Join(repo, "snapshots", "rev"), filepath.Join(repo, "blobs")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	require.NoError(t, os.MkdirAll(blobs, 0o755))
 	shard(t, blobs, "blob1", map[string]string{"format": "pt"}, "a", "b")
-	require.NoError(t, os.Symlink(filepath.Join(blobs, "blob1"), filepath.Join(dir, "s1.safetensors")))
+	require.NoError(t, os.Symlink(filepath.Join("..", "..", "blobs", "blob1"), filepath.Join(dir, "s1.safetensors")))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"),
 		[]byte(`{"metadata":{"total_size":2.0,"x":[null,true,{"y":-1e3}]},"extra":"\u00e9","weight_map":{"b":"s1.safetensors","a":"s1.safetensors"}}`), 0o644))
 	d, meta, err := ReadSafetensorsDir(dir, "")
 	require.NoError(t, err)
 	require.Equal(t, []any{"a", "b"}, d.Keys())
 	require.Equal(t, map[string]string{"format": "pt"}, meta)
+
+	// A shard that links out of the directory (not into the cache's blobs) is refused,
+	// naming it, and its contents are not read.
+	plain := t.TempDir()
+	require.NoError(t, os.Symlink(filepath.Join(blobs, "blob1"), filepath.Join(plain, "s1.safetensors")))
+	require.NoError(t, os.WriteFile(filepath.Join(plain, "model.safetensors.index.json"), []byte(`{"weight_map":{"a":"s1.safetensors"}}`), 0o644))
+	_, _, err = ReadSafetensorsDir(plain, "")
+	require.ErrorContains(t, err, filepath.Join(plain, "s1.safetensors")+" leads to")
+	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(plain, "model.safetensors")))
+	_, _, err = ReadSafetensorsDir(plain, "")
+	require.ErrorContains(t, err, "leads to /etc/passwd, outside")
 
 	_, _, err = ReadSafetensorsDir(t.TempDir(), "")
 	require.ErrorContains(t, err, "holds neither model.safetensors nor model.safetensors.index.json")

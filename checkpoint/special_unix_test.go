@@ -20,17 +20,19 @@ func TestSpecialFiles(t *testing.T) {
 	fifo := testsupport.FIFO(t, dir, "fifo.pt")
 	for _, path := range []string{fifo, "/dev/zero", dir} {
 		_, err := Read(path)
-		require.ErrorContains(t, err, path+" is not a regular file")
+		require.ErrorContains(t, err, path+" is ")
+		require.ErrorContains(t, err, ", not a regular file")
 		_, _, err = ReadSafetensors(path)
-		require.ErrorContains(t, err, path+" is not a regular file")
+		require.ErrorContains(t, err, path+" is ")
+		require.ErrorContains(t, err, ", not a regular file")
 	}
 	// A shard or an index that is a FIFO.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(`{"weight_map":{"a":"fifo.pt"}}`), 0o644))
 	_, _, err := ReadSafetensorsDir(dir, "")
-	require.ErrorContains(t, err, fifo+" is not a regular file")
+	require.ErrorContains(t, err, fifo+" is a named pipe (FIFO), not a regular file")
 	sub := filepath.Join(dir, "sub")
 	require.NoError(t, os.Mkdir(sub, 0o755))
 	testsupport.FIFO(t, sub, "model.safetensors.index.json")
 	_, _, err = ReadSafetensorsDir(sub, "")
-	require.ErrorContains(t, err, "model.safetensors.index.json is not a regular file")
+	require.ErrorContains(t, err, "model.safetensors.index.json is a named pipe (FIFO), not a regular file")
 }

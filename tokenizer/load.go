@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 
 	"github.com/gotrain/gotrain/internal/jsonpos"
+
+	"github.com/gotrain/gotrain/internal/fsutil"
 )
 
 // MaxFileSize is the largest tokenizer.json Load reads (256 MiB). The largest real ones
@@ -47,11 +47,18 @@ func Load(path string) (*Tokenizer, error) {
 // object with "content") name the tokens BOS, EOS and PAD return; null there means
 // none.
 func LoadDir(dir string) (*Tokenizer, error) {
-	t, err := Load(filepath.Join(dir, "tokenizer.json"))
+	path, err := inDir(dir, "tokenizer.json")
 	if err != nil {
 		return nil, err
 	}
-	cfgPath := filepath.Join(dir, "tokenizer_config.json")
+	t, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	cfgPath, err := inDir(dir, "tokenizer_config.json")
+	if err != nil {
+		return nil, err
+	}
 	data, err := readRegular(cfgPath, maxConfigSize)
 	if errors.Is(err, os.ErrNotExist) {
 		return t, nil
@@ -65,32 +72,24 @@ func LoadDir(dir string) (*Tokenizer, error) {
 	return t, nil
 }
 
-// readRegular reads a regular file (symbolic links are followed, as the Hugging Face
-// cache links its files to blobs) of at most limit bytes.
+// readRegular reads a regular file (opened by fsutil.Open, which refuses a FIFO or a
+// device without blocking) of at most limit bytes.
 func readRegular(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := fsutil.ReadFile(path, limit)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("tokenizer: %s is not a regular file (%s)", path, st.Mode().Type())
-	}
-	if st.Size() > limit {
-		return nil, fmt.Errorf("tokenizer: %s is %d bytes, more than the limit of %d", path, st.Size(), limit)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: reading %s: %w", path, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("tokenizer: %s grew past the limit of %d bytes while being read", path, limit)
 	}
 	return data, nil
+}
+
+// inDir is the path of name in the model directory dir, where a symlink may lead only
+// inside dir or into the Hugging Face cache's blobs (fsutil.InDir).
+func inDir(dir, name string) (string, error) {
+	p, err := fsutil.InDir(dir, name)
+	if err != nil {
+		return "", fmt.Errorf("tokenizer: %w", err)
+	}
+	return p, nil
 }
 
 // jsonError turns encoding/json's errors into ones that say where in the file

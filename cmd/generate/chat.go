@@ -11,13 +11,9 @@ import (
 	"strings"
 
 	"github.com/gotrain/gotrain/internal/chatcli"
-	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/tokenizer/chat"
 )
-
-// maxMessagesBytes bounds the --messages file, which is read into memory.
-const maxMessagesBytes = 64 << 20
 
 // conversation is the chat so far and how it is rendered.
 type conversation struct {
@@ -38,13 +34,9 @@ func newConversation(cfg *config, tok *tokenizer.Tokenizer) (*conversation, erro
 	c := &conversation{tmpl: tmpl, tok: tok, src: "the conversation",
 		opts: chat.Options{AddGenerationPrompt: true, Now: cfg.now, Vars: cfg.Kwargs}}
 	if cfg.Messages != "" {
-		data, err := fsutil.ReadFile(cfg.Messages, maxMessagesBytes)
+		msgs, tools, err := chatcli.ReadMessages(cfg.Messages)
 		if err != nil {
 			return nil, fmt.Errorf("--messages: %w", err)
-		}
-		msgs, tools, err := chatcli.DecodeMessages(cfg.Messages, data)
-		if err != nil {
-			return nil, err
 		}
 		c.msgs, c.opts.Tools, c.src = msgs, tools, cfg.Messages
 		// A conversation the template refuses fails before the model is loaded.
@@ -128,7 +120,7 @@ func chatLoop(c *conversation, g *generator, stdin io.Reader, stderr io.Writer) 
 		fmt.Fprintln(stderr, "one message a line; an empty line is skipped; Ctrl-D ends the conversation")
 	}
 	in := bufio.NewScanner(stdin)
-	in.Buffer(make([]byte, 64<<10), maxMessagesBytes)
+	in.Buffer(make([]byte, 64<<10), chatcli.MaxMessagesBytes)
 	turns := 0
 	for {
 		if term {

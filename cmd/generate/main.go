@@ -145,6 +145,7 @@ type config struct {
 	chat bool      // --chat or --messages
 	now  time.Time // --chat-date, for strftime_now
 
+	genEOS  models.TokenIDs // generation_config.json's eos_token_id
 	sample  bool
 	seeded  bool
 	device  torch.Device
@@ -435,6 +436,16 @@ func generate(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (err error
 			return fmt.Errorf("the prompt %q encodes to no tokens (the tokenizer adds no BOS), so there is nothing to continue", cfg.Prompt)
 		}
 	}
+	// The small files are checked before the model loads, so that a mistake in them is
+	// reported at once, not after minutes of loading.
+	if cfg.genEOS, err = generationEOS(cfg.Model); err != nil {
+		return err
+	}
+	if cfg.Adapter != "" {
+		if _, err := lora.ReadConfig(cfg.Adapter); err != nil {
+			return fmt.Errorf("--adapter: %w", err)
+		}
+	}
 	m, err := loadModel(cfg, stderr)
 	if err != nil {
 		return err
@@ -484,10 +495,7 @@ type generator struct {
 // newGenerator reads the model's stop tokens and turns the flags into options.
 func newGenerator(cfg *config, m models.CausalLM, tok *tokenizer.Tokenizer, out io.Writer) (*generator, error) {
 	dc := m.DecoderConfig()
-	stops, err := eosTokens(cfg.Model, dc, tok)
-	if err != nil {
-		return nil, err
-	}
+	stops := eosTokens(cfg.genEOS, dc, tok)
 	opts := models.GenerateOptions{
 		MaxNewTokens:      cfg.MaxNewTokens,
 		StopTokens:        stops,
@@ -670,33 +678,48 @@ func fitsContext(promptLen, maxNew int, context int64) error {
 // tokens that end a sequence (a chat model's end-of-turn besides its EOS).
 const generationConfigFile = "generation_config.json"
 
-// eosTokens returns the tokens that end the generation, as transformers' generate()
-// takes them: generation_config.json's eos_token_id, else config.json's (dc.EOS), else
-// the tokenizer's EOS. An empty (non-nil) list never stops early.
-func eosTokens(dir string, dc models.DecoderConfig, tok *tokenizer.Tokenizer) ([]int64, error) {
+// generationEOS reads generation_config.json's eos_token_id in the model directory:
+// nil when the file or the key is absent. A file that is not JSON, and an
+// eos_token_id that is not an id or a list of ids, are errors saying which.
+func generationEOS(dir string) (models.TokenIDs, error) {
 	path := filepath.Join(dir, generationConfigFile)
-	data, err := fsutil.ReadFile(path, 1<<20)
-	switch {
-	case err == nil:
-		var gc struct {
-			EOS *models.TokenIDs `json:"eos_token_id"`
-		}
-		if err := json.Unmarshal(data, &gc); err != nil {
-			return nil, fmt.Errorf("%s: eos_token_id: %w", path, err)
-		}
-		if gc.EOS != nil && len(*gc.EOS) > 0 {
-			return *gc.EOS, nil
-		}
-	case !errors.Is(err, os.ErrNotExist):
+	data, err := fsutil.ReadFileInDir(dir, generationConfigFile, 1<<20)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
 		return nil, err
 	}
-	if len(dc.EOS) > 0 {
-		return dc.EOS, nil
+	var gc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &gc); err != nil {
+		return nil, fmt.Errorf("%s is not a JSON object: %w", path, err)
+	}
+	raw, ok := gc["eos_token_id"]
+	if !ok {
+		return nil, nil
+	}
+	var eos models.TokenIDs
+	if err := json.Unmarshal(raw, &eos); err != nil {
+		return nil, fmt.Errorf("%s: eos_token_id: %w", path, err)
+	}
+	return eos, nil
+}
+
+// eosTokens returns the tokens that end the generation, as transformers' generate()
+// takes them: generation_config.json's eos_token_id (genEOS), else config.json's
+// (dc.EOS), else the tokenizer's EOS. An empty (non-nil) list never stops early. An id
+// outside the vocabulary is kept, as transformers keeps it: it never stops anything.
+func eosTokens(genEOS models.TokenIDs, dc models.DecoderConfig, tok *tokenizer.Tokenizer) []int64 {
+	switch {
+	case len(genEOS) > 0:
+		return genEOS
+	case len(dc.EOS) > 0:
+		return dc.EOS
 	}
 	if eos, ok := tok.EOS(); ok {
-		return []int64{eos}, nil
+		return []int64{eos}
 	}
-	return []int64{}, nil
+	return []int64{}
 }
 
 // randomSeed returns a seed for sampling without --seed, so that runs differ as they do

@@ -646,6 +646,19 @@ func TestRuntimeErrors(t *testing.T) {
 		{name: "malformed generation_config.json", setup: func(t *testing.T, d string) {
 			require.NoError(t, os.WriteFile(filepath.Join(d, "generation_config.json"), []byte(`{"eos_token_id": "end"}`), 0o644))
 		}, msgs: []string{"generation_config.json: eos_token_id"}},
+		{name: "generation_config.json not JSON", setup: func(t *testing.T, d string) {
+			require.NoError(t, os.WriteFile(filepath.Join(d, "generation_config.json"), []byte(`{"eos_token_id": 2,`), 0o644))
+		}, msgs: []string{"generation_config.json is not a JSON object"}},
+		{name: "adapter config checked before the model loads", setup: func(t *testing.T, d string) {
+			// No weights: had the model loaded first, the error would name them.
+			require.NoError(t, os.Remove(filepath.Join(d, "model.safetensors")))
+		}, args: []string{"--adapter", filepath.Join(t.TempDir(), "absent")}, msgs: []string{"--adapter", "adapter_config.json"}},
+		{name: "shard that links outside the directory", setup: func(t *testing.T, d string) {
+			outside := filepath.Join(t.TempDir(), "secret")
+			require.NoError(t, os.WriteFile(outside, []byte("root:x:0:0:root:/root:/bin/bash\n"), 0o600))
+			require.NoError(t, os.Remove(filepath.Join(d, "model.safetensors")))
+			require.NoError(t, os.Symlink(outside, filepath.Join(d, "model.safetensors")))
+		}, msgs: []string{"model.safetensors leads to", "outside"}},
 		{name: "prompt of no tokens", setup: func(t *testing.T, d string) {
 			// Without the post-processor's BOS an empty prompt has no token to continue.
 			path := filepath.Join(d, "tokenizer.json")
@@ -666,7 +679,7 @@ func TestRuntimeErrors(t *testing.T) {
 			msgs: []string{fmt.Sprintf("the prompt is %d tokens", longN), "context of 64 positions"}},
 		{name: "max-new-tokens that overflows", args: []string{"--max-new-tokens", "9223372036854775807"},
 			msgs: []string{"plus --max-new-tokens 9223372036854775807 exceed the model's context of 64 positions"}},
-		{name: "prompt file that is a FIFO", args: []string{"--prompt-file", fifo(t)}, msgs: []string{"--prompt-file", "is not a regular file"}},
+		{name: "prompt file that is a FIFO", args: []string{"--prompt-file", fifo(t)}, msgs: []string{"--prompt-file", "named pipe (FIFO), not a regular file"}},
 		{name: "prompt file past the context", args: []string{"--prompt-file", writeTemp(t, long)},
 			msgs: []string{fmt.Sprintf("the prompt is %d tokens", longN)}},
 		{name: "prompt and new tokens past the context", args: []string{"--prompt", fits, "--max-new-tokens", "20"},

@@ -172,13 +172,9 @@ func tokenize(cfg *config, stdout io.Writer) error {
 	if cfg.text {
 		out = output{Text: cfg.Text, IDs: tok.Encode(cfg.Text, true)}
 	} else {
-		data, err := os.ReadFile(cfg.Messages)
+		msgs, tools, err := chatcli.ReadMessages(cfg.Messages)
 		if err != nil {
-			return err
-		}
-		msgs, tools, err := chatcli.DecodeMessages(cfg.Messages, data)
-		if err != nil {
-			return err
+			return fmt.Errorf("--messages: %w", err)
 		}
 		tmpl, err := chat.LoadDir(cfg.Model)
 		if err != nil {

@@ -45,13 +45,11 @@ func isChatData(path string) (bool, error) {
 	if !strings.EqualFold(filepath.Ext(path), ".jsonl") {
 		return false, nil
 	}
-	// Stat does not open: a FIFO is left to the dataset, which refuses it.
-	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
-		return false, nil
-	}
-	f, err := os.Open(path)
+	// What is not a regular file (a FIFO, opened without blocking) is left to the
+	// dataset, which refuses it by name.
+	f, _, err := fsutil.Open(path)
 	if err != nil {
-		return false, fmt.Errorf("--data: %w", err)
+		return false, nil
 	}
 	defer f.Close()
 	r := bufio.NewReader(io.LimitReader(f, maxSniffLine))
@@ -139,11 +137,15 @@ func heldOutPrompt(val data.Dataset, tok *tokenizer.Tokenizer) (prompt []int64, 
 var tokenizerFiles = []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
 	"generation_config.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json"}
 
+// maxTokenizerFile bounds each copied file (a tokenizer.json of a 256k vocabulary is
+// about 35 MB).
+const maxTokenizerFile = 256 << 20
+
 // copyTokenizerFiles copies the tokenizer files and the chat template that exist in
 // from into dir.
 func copyTokenizerFiles(from, dir string) error {
 	for _, name := range tokenizerFiles {
-		b, err := os.ReadFile(filepath.Join(from, name))
+		b, err := fsutil.ReadFileInDir(from, name, maxTokenizerFile)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}

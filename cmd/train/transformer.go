@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 
 	"github.com/gotrain/gotrain/torch"
@@ -16,6 +15,8 @@ import (
 	"github.com/gotrain/gotrain/torch/nn"
 	"github.com/gotrain/gotrain/torch/nn/models"
 	"github.com/gotrain/gotrain/trainer"
+
+	"github.com/gotrain/gotrain/internal/fsutil"
 )
 
 // gptVocab is the byte-level vocabulary: a token is one byte of the text.
@@ -80,10 +81,13 @@ func (d *byteText) Get(i int, s *data.Sample) error {
 	return nil
 }
 
+// maxByteText bounds a byte-level text corpus, which is read whole into memory.
+const maxByteText = 4 << 30
+
 // readByteText reads a text corpus and splits it into training and validation windows
 // of seq bytes, the last valFrac of the text (10% when 0) for validation.
 func readByteText(path string, seq int, valFrac float64) (train, val data.Dataset, err error) {
-	text, err := os.ReadFile(path)
+	text, err := fsutil.ReadFile(path, maxByteText)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--data: %w", err)
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/gotrain/gotrain/internal/jsonpos"
 	"github.com/gotrain/gotrain/tokenizer/chat"
+
+	"github.com/gotrain/gotrain/internal/fsutil"
 )
 
 // Kwargs is the repeatable --template-kwarg KEY=JSON flag: chat template variables by
@@ -75,6 +77,19 @@ func Date(s string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("want YYYY-MM-DD, got %q", s)
 	}
 	return d, nil
+}
+
+// MaxMessagesBytes bounds a --messages file, which is read into memory.
+const MaxMessagesBytes = 64 << 20
+
+// ReadMessages reads and decodes the --messages file at path (a regular file of at most
+// MaxMessagesBytes, opened without blocking: fsutil.ReadFile), as DecodeMessages.
+func ReadMessages(path string) (msgs []chat.Message, tools []any, err error) {
+	data, err := fsutil.ReadFile(path, MaxMessagesBytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	return DecodeMessages(path, data)
 }
 
 // DecodeMessages decodes the conversation read from the --messages file name, as

@@ -9,26 +9,18 @@ package fsutil
 import (
 	"fmt"
 	"io"
-	"os"
-	"syscall"
 )
 
-// ReadFile reads path, which must be a regular file of at most limit bytes.
+// ReadFile reads path, which must be a regular file of at most limit bytes (opened
+// with Open).
 func ReadFile(path string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, size, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if fi.Size() > limit {
-		return nil, fmt.Errorf("%s is %d bytes, more than the %d it may have", path, fi.Size(), limit)
+	if size > limit {
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d it may have", path, size, limit)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
@@ -38,4 +30,14 @@ func ReadFile(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is more than the %d bytes it may have", path, limit)
 	}
 	return b, nil
+}
+
+// ReadFileInDir reads the file name of the directory dir, resolved by InDir, within
+// limit bytes (ReadFile).
+func ReadFileInDir(dir, name string, limit int64) ([]byte, error) {
+	path, err := InDir(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return ReadFile(path, limit)
 }

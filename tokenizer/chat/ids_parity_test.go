@@ -26,7 +26,7 @@ import (
 // user would: tokenizer.LoadDir and LoadDir here, AutoTokenizer.from_pretrained there.
 
 const idsParityScript = `
-import json, os, sys
+import json, os, shutil, sys
 from datetime import datetime as _dt
 import transformers
 import transformers.utils.chat_template_utils as ctu
@@ -68,7 +68,12 @@ for p in args["pairs"]:
         tok, cfg = derive(p["derive"], tok, cfg)
         json.dump(tok, open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8"), ensure_ascii=False)
     else:
-        os.symlink(os.path.join(src, "tokenizer.json"), os.path.join(d, "tokenizer.json"))
+        # A hard link (a copy across file systems): a symlink out of a model directory
+        # is refused by the loader.
+        try:
+            os.link(os.path.join(src, "tokenizer.json"), os.path.join(d, "tokenizer.json"))
+        except OSError:
+            shutil.copyfile(os.path.join(src, "tokenizer.json"), os.path.join(d, "tokenizer.json"))
     cfg.pop("chat_template", None)
     json.dump(cfg, open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8"), ensure_ascii=False)
     with open(os.path.join(d, "chat_template.jinja"), "w", encoding="utf-8") as f:

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/gotrain/gotrain/internal/fsutil"
 )
 
 // specialTokenKeys are the named special tokens transformers passes to a template
@@ -21,12 +23,16 @@ var specialTokenKeys = []string{"bos_token", "eos_token", "unk_token", "sep_toke
 // tokenizer_config.json (or special_tokens_map.json) become template variables.
 func LoadDir(dir string) (*Template, error) { return LoadDirNamed(dir, "") }
 
+// maxFileBytes bounds each file a template is read from (tokenizer_config.json holds a
+// template and a few hundred added tokens at most).
+const maxFileBytes = 16 << 20
+
 // LoadDirNamed is LoadDir for the template called name in a list of named templates
 // ("default" when name is ""; e.g. "tool_use" or "rag").
 func LoadDirNamed(dir, name string) (*Template, error) {
 	cfgPath := filepath.Join(dir, "tokenizer_config.json")
 	cfg := map[string]json.RawMessage{}
-	data, err := os.ReadFile(cfgPath)
+	data, err := fsutil.ReadFileInDir(dir, "tokenizer_config.json", maxFileBytes)
 	switch {
 	case err == nil:
 		if err := json.Unmarshal(data, &cfg); err != nil {
@@ -37,7 +43,7 @@ func LoadDirNamed(dir, name string) (*Template, error) {
 	}
 	// special_tokens_map.json (older checkpoints) fills what tokenizer_config.json lacks.
 	legacy := map[string]json.RawMessage{}
-	if data, err := os.ReadFile(filepath.Join(dir, "special_tokens_map.json")); err == nil {
+	if data, err := fsutil.ReadFileInDir(dir, "special_tokens_map.json", maxFileBytes); err == nil {
 		if err := json.Unmarshal(data, &legacy); err != nil {
 			return nil, fmt.Errorf("chat: %s: %w", filepath.Join(dir, "special_tokens_map.json"), err)
 		}
@@ -86,7 +92,7 @@ func LoadDirNamed(dir, name string) (*Template, error) {
 	}
 	if len(named) == 0 {
 		p := filepath.Join(dir, "chat_template.jinja")
-		b, err := os.ReadFile(p)
+		b, err := fsutil.ReadFileInDir(dir, "chat_template.jinja", maxFileBytes)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				return nil, fmt.Errorf("chat: %s has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja)", dir)

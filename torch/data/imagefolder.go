@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/gotrain/gotrain/torch"
+
+	"github.com/gotrain/gotrain/internal/fsutil"
 )
 
 // ImageExtensions are the file extensions ImageFolder reads (compared in lower case),
@@ -103,7 +105,7 @@ func NewImageFolder(root string, opts ImageFolderOptions) (*ImageFolder, error) 
 	if st, err := os.Stat(root); err != nil {
 		return nil, fmt.Errorf("data: ImageFolder: %w", err)
 	} else if !st.IsDir() {
-		return nil, fmt.Errorf("data: ImageFolder: %s is %s; ImageFolder reads a directory of class folders, root/<class>/<image>", root, describeMode(st.Mode()))
+		return nil, fmt.Errorf("data: ImageFolder: %s is %s; ImageFolder reads a directory of class folders, root/<class>/<image>", root, fsutil.DescribeMode(st.Mode()))
 	}
 	entries, err := os.ReadDir(root)
 	if err != nil {

@@ -2,11 +2,11 @@ package data
 
 import (
 	"fmt"
-	"io/fs"
 	"math"
 	"math/bits"
 	"os"
-	"syscall"
+
+	"github.com/gotrain/gotrain/internal/fsutil"
 )
 
 // DefaultMaxImagePixels is PIL's Image.MAX_IMAGE_PIXELS, int(1024 * 1024 * 1024 // 4 //
@@ -91,58 +91,13 @@ func satAdd(a, b int64) int64 {
 // NotRegularError is a data file that is not a regular file: a directory, a named pipe
 // (FIFO), a device such as /dev/zero, a socket. Reading one could block forever or never
 // end, so it is refused before any byte is read.
-type NotRegularError struct {
-	Path string
-	Mode fs.FileMode
-}
-
-// Error implements error.
-func (e *NotRegularError) Error() string {
-	return fmt.Sprintf("%s is %s, not a regular file", e.Path, describeMode(e.Mode))
-}
-
-// describeMode names a file type for a message.
-func describeMode(m fs.FileMode) string {
-	switch {
-	case m.IsRegular():
-		return "a regular file"
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	case m&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	}
-	return "not a regular file (mode " + m.String() + ")"
-}
+type NotRegularError = fsutil.NotRegularError
 
 // OpenRegular opens path for reading and returns it with its size, or an error (a
-// *NotRegularError for a directory, FIFO, device or socket) without reading anything.
-// The open does not block on a FIFO that has no writer (O_NONBLOCK, which has no effect
-// on a regular file), so a FIFO or /dev/zero given as a data file fails at once instead
-// of hanging or growing without bound. Every data reader of this package opens its
-// files so; commands can use it for their own inputs (configs, text).
+// *NotRegularError for a directory, FIFO, device or socket) without reading anything;
+// see fsutil.Open, which every data reader of this package and the commands use.
 func OpenRegular(path string) (*os.File, int64, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, 0, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, err
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
-		return nil, 0, &NotRegularError{Path: path, Mode: st.Mode()}
-	}
-	return f, st.Size(), nil
+	return fsutil.Open(path)
 }
 
 // MaxSamples is the largest dataset length the samplers, splits and loaders of this

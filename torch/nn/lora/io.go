@@ -177,7 +177,7 @@ func (a *Adapter) Save(dir string) error {
 // ReadConfig reads dir's adapter_config.json. Errors name the file and the field.
 func ReadConfig(dir string) (Config, error) {
 	path := filepath.Join(dir, ConfigFile)
-	raw, err := fsutil.ReadFile(path, maxConfigSize)
+	raw, err := fsutil.ReadFileInDir(dir, ConfigFile, maxConfigSize)
 	if err != nil {
 		return Config{}, fmt.Errorf("lora: %w", err)
 	}

@@ -106,11 +106,12 @@ type LoadOptions struct {
 	Notice func(msg string)
 }
 
-// ReadConfig reads dir's config.json (a regular file of at most 4 MiB) and returns its
+// ReadConfig reads dir's config.json (a regular file of at most 4 MiB, linking only
+// inside dir or into the Hugging Face cache's blobs: fsutil.InDir) and returns its
 // bytes and model_type.
 func ReadConfig(dir string) (raw []byte, modelType string, err error) {
 	path := filepath.Join(dir, ConfigFile)
-	raw, err = fsutil.ReadFile(path, maxConfigBytes)
+	raw, err = fsutil.ReadFileInDir(dir, ConfigFile, maxConfigBytes)
 	if err != nil {
 		return nil, "", fmt.Errorf("models: %w", err)
 	}
