@@ -76,11 +76,16 @@ func buildHF(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Tr
 	}
 	cfg := m.DecoderConfig()
 	eos, ok := tok.EOS()
+	eosFrom := filepath.Join(c.Model, "tokenizer_config.json") + " eos_token"
 	if len(cfg.EOS) > 0 {
-		eos, ok = cfg.EOS[0], true
+		eos, ok, eosFrom = cfg.EOS[0], true, filepath.Join(c.Model, models.ConfigFile)+" eos_token_id"
 	}
 	if !ok {
 		return nil, fmt.Errorf("--model %s: neither config.json nor the tokenizer names an end-of-sequence token", c.Model)
+	}
+	if eos < 0 || eos >= cfg.VocabSize {
+		nn.Free(m)
+		return nil, fmt.Errorf("%s is token %d, outside the model's vocabulary of %d (vocab_size)", eosFrom, eos, cfg.VocabSize)
 	}
 	block := c.BlockSize
 	if block == 0 {
@@ -107,7 +112,7 @@ func buildHF(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Tr
 			nn.Free(m)
 			return nil, err
 		}
-	} else if ds, err = data.NewLMDataset(c.DataDir, tok, data.LMOptions{BlockSize: block, EOS: eos, SeparateDocuments: c.Packing}); err != nil {
+	} else if ds, err = data.NewLMDataset(c.DataDir, tok, data.LMOptions{BlockSize: block, EOS: eos, SeparateDocuments: c.Packing, VocabSize: cfg.VocabSize}); err != nil {
 		return nil, err
 	}
 	if c.Limit > 0 && c.Limit < ds.Len() {

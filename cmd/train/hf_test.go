@@ -120,6 +120,20 @@ func TestFineTuneErrors(t *testing.T) {
 		assert.Contains(t, string(out), c.want, name)
 		assert.NotContains(t, string(out), "panic", name)
 	}
+
+	// An eos_token_id outside the vocabulary names config.json and the field before any
+	// batch, where the embedding would fail with an index error.
+	var cfg map[string]any
+	raw, err := os.ReadFile(filepath.Join(model, "config.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &cfg))
+	cfg["eos_token_id"] = 40
+	raw, err = json.Marshal(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(model, "config.json"), raw, 0o644))
+	out, err := child("--model", model, "--data", pairsFile(t), "--runs-dir", t.TempDir(), "--epochs", "1").CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "config.json eos_token_id is token 40, outside the model's vocabulary of 32")
 }
 
 // peftCheckPy loads a gotrain adapter with peft and prints PEFT's greedy continuation.

@@ -47,6 +47,11 @@ type LMOptions struct {
 	// (default 8 GiB).
 	MaxLineBytes int
 	MaxFileBytes int64
+	// VocabSize, when positive, is the model's vocabulary: EOS and every token id the
+	// tokenizer gives must be below it, or NewLMDataset (Get, for a pair) returns an
+	// error naming the file and line — a tokenizer that does not belong to the model —
+	// where the model would fail at its first batch with an index error.
+	VocabSize int64
 }
 
 // LM data are read from a file of at most this size and lines of at most this length
@@ -202,6 +207,9 @@ func NewLMDataset(path string, enc Encoder, o LMOptions) (*LMDataset, error) {
 	if o.BlockSize > 1<<20 {
 		return nil, fmt.Errorf("data: block size %d is more than %d", o.BlockSize, 1<<20)
 	}
+	if o.VocabSize > 0 && (o.EOS < 0 || o.EOS >= o.VocabSize) {
+		return nil, fmt.Errorf("data: the end-of-sequence id %d is outside the model's vocabulary of %d", o.EOS, o.VocabSize)
+	}
 	lines, kind, err := readLMFile(path, o)
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
@@ -209,7 +217,11 @@ func NewLMDataset(path string, enc Encoder, o LMOptions) (*LMDataset, error) {
 	d := &LMDataset{Kind: kind, path: path, enc: enc, o: o}
 	if kind == PromptCompletion {
 		for _, l := range lines {
-			if n := len(enc.Encode(l.prompt, true)); n >= o.BlockSize {
+			prompt := enc.Encode(l.prompt, true)
+			if err := d.inVocab(prompt, l.line); err != nil {
+				return nil, err
+			}
+			if n := len(prompt); n >= o.BlockSize {
 				return nil, fmt.Errorf("data: %s:%d: the prompt is %d tokens, and the block size is %d: no room for the completion (raise --block-size or shorten the prompt)",
 					path, l.line, n, o.BlockSize)
 			}
@@ -218,6 +230,17 @@ func NewLMDataset(path string, enc Encoder, o LMOptions) (*LMDataset, error) {
 		return d, nil
 	}
 	ids, docStarts := encodeAll(lines, enc, o.EOS)
+	if o.VocabSize > 0 {
+		for i, start := range docStarts {
+			end := len(ids)
+			if i+1 < len(docStarts) {
+				end = docStarts[i+1]
+			}
+			if err := d.inVocab(ids[start:end], lines[i].line); err != nil {
+				return nil, err
+			}
+		}
+	}
 	for start := 0; start+o.BlockSize <= len(ids); start += o.BlockSize {
 		d.windows = append(d.windows, ids[start:start+o.BlockSize])
 		d.starts = append(d.starts, start)
@@ -288,12 +311,29 @@ func (d *LMDataset) Get(i int, s *Sample) error {
 	p := d.pairs[i]
 	prompt := d.enc.Encode(p.prompt, true)
 	ids := append(append(prompt, d.enc.Encode(p.completion, false)...), d.o.EOS)
+	if err := d.inVocab(ids, p.line); err != nil {
+		return err
+	}
 	ids = ids[:min(len(ids), d.o.BlockSize)]
 	copy(SetValues[int64](s, LMInputIDs, int64(len(ids))), ids)
 	labels := SetValues[int64](s, LMLabels, int64(len(ids)))
 	copy(labels, ids)
 	for j := range min(len(prompt), len(labels)) {
 		labels[j] = IgnoreIndex
+	}
+	return nil
+}
+
+// inVocab checks the ids of the file's line against LMOptions.VocabSize.
+func (d *LMDataset) inVocab(ids []int64, line int) error {
+	if d.o.VocabSize <= 0 {
+		return nil
+	}
+	for _, id := range ids {
+		if id < 0 || id >= d.o.VocabSize {
+			return fmt.Errorf("data: %s:%d: the tokenizer gives token id %d, outside the model's vocabulary of %d (config.json vocab_size): the tokenizer does not belong to the model",
+				d.path, line, id, d.o.VocabSize)
+		}
 	}
 	return nil
 }

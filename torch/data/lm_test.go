@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -126,4 +127,25 @@ func TestLMDataErrors(t *testing.T) {
 		require.Error(t, err, name)
 		assert.Contains(t, err.Error(), c.want, name)
 	}
+
+	// A model of a smaller vocabulary than the tokenizer gives: the file and line are
+	// named at load (documents, prompts) or at Get (a pair's completion), not an index
+	// error at the first batch; an EOS outside it is refused at once.
+	vocab := int64(20)
+	docs := writeFile(t, "v.txt", "hello\nhello world\n")
+	pairs := writeFile(t, "v.jsonl", `{"prompt": "hello", "completion": " hello"}`+"\n"+`{"prompt": "hello", "completion": " world"}`+"\n")
+	for _, id := range tok.Encode("hello", true) {
+		require.Less(t, id, vocab, "hello is inside the small vocabulary")
+	}
+	require.Greater(t, slices.Max(tok.Encode(" world", false)), vocab-1, "the test needs a token past the small vocabulary")
+	_, err := data.NewLMDataset(docs, tok, data.LMOptions{BlockSize: 2, EOS: 2, VocabSize: vocab})
+	require.ErrorContains(t, err, "v.txt:2: the tokenizer gives token id")
+	require.ErrorContains(t, err, "outside the model's vocabulary of 20")
+	ds, err := data.NewLMDataset(pairs, tok, data.LMOptions{BlockSize: 8, EOS: 2, VocabSize: vocab})
+	require.NoError(t, err)
+	var s data.Sample
+	require.NoError(t, ds.Get(0, &s))
+	require.ErrorContains(t, ds.Get(1, &s), "v.jsonl:2:")
+	_, err = data.NewLMDataset(docs, tok, data.LMOptions{BlockSize: 2, EOS: 20, VocabSize: vocab})
+	require.ErrorContains(t, err, "the end-of-sequence id 20 is outside the model's vocabulary of 20")
 }
