@@ -103,8 +103,11 @@ func ParseGemma3TextConfig(raw []byte) (Gemma3TextConfig, error) {
 		if p.RopeType == "" {
 			p.RopeType = RopeDefault
 		}
-		if p.RopeType == RopeLlama3 && p.OriginalMaxPositionEmbeddings == 0 {
-			p.OriginalMaxPositionEmbeddings = c.MaxPositionEmbeddings
+		switch p.RopeType {
+		case RopeLlama3, RopeYarn, RopeLongrope:
+			if p.OriginalMaxPositionEmbeddings == 0 {
+				p.OriginalMaxPositionEmbeddings = c.MaxPositionEmbeddings
+			}
 		}
 	}
 	c.RopeParameters = map[string]RopeParameters{FullAttention: full, SlidingAttention: local}
@@ -181,7 +184,11 @@ func NewGemma3ForCausalLM(c Gemma3TextConfig) (*Gemma3ForCausalLM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}
-	local, err := NewRotaryEmbedding(c.RopeParameters[SlidingAttention], c.HeadDim, c.MaxPositionEmbeddings)
+	lp := c.RopeParameters[SlidingAttention]
+	if f := lp.PartialRotaryFactor; f != 0 && f != 1 {
+		return nil, fmt.Errorf("models: %s: rope_parameters.%s.partial_rotary_factor %v is not supported (only 1)", cfg, SlidingAttention, f)
+	}
+	local, err := NewRotaryEmbedding(lp, c.HeadDim, c.MaxPositionEmbeddings)
 	if err != nil {
 		return nil, fmt.Errorf("%w (rope_parameters.%s)", err, SlidingAttention)
 	}

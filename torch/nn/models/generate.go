@@ -111,6 +111,10 @@ func Generate(m CausalLM, prompts [][]int64, o GenerateOptions) (out [][]int64, 
 				from := 0
 				if cache != nil && step > 0 {
 					from = g.len() - 1
+					if inv, ok := m.(CacheInvalidator); ok && inv.InvalidatesCache(cache.Len(), int64(g.len())) {
+						cache.reset()
+						from = 0
+					}
 				}
 				logits := m.Forward(g.input(from, cache, dev))
 				last := logits.Select(1, logits.Size(1)-1)
@@ -135,6 +139,16 @@ func Generate(m CausalLM, prompts [][]int64, o GenerateOptions) (out [][]int64, 
 		}
 	})
 	return out, nil
+}
+
+// CacheInvalidator is a CausalLM whose cached keys and values stop being valid at some
+// point of a generation, so that Generate must drop the cache and recompute every
+// position once, as transformers' prepare_inputs_for_generation does for Phi-3 when a
+// sequence passes LongRoPE's original context (Phi3ForCausalLM).
+type CacheInvalidator interface {
+	// InvalidatesCache reports whether the next forward, over a sequence of length
+	// tokens (padding included) of which the cache holds cached, must start afresh.
+	InvalidatesCache(cached, length int64) bool
 }
 
 // stopString reports whether the text of ids ends a sequence.
