@@ -14,6 +14,7 @@ import (
 	"github.com/gotrain/gotrain/internal/testpy"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/lora"
 	"github.com/gotrain/gotrain/torch/nn/models"
 )
 
@@ -327,8 +328,12 @@ transformers.utils.logging.disable_progress_bar()
 d = sys.argv[1]
 torch.set_num_threads(1)
 got = torch.load(d + "/go.pt")
-for arch, cls in [("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"), ("mistral", "MistralForCausalLM")]:
-    m, info = AutoModelForCausalLM.from_pretrained(d + "/" + arch, output_loading_info=True)
+for arch, cls in [("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"), ("mistral", "MistralForCausalLM"),
+                  ("qwen3", "Qwen3ForCausalLM"), ("olmo2", "Olmo2ForCausalLM"), ("gemma2", "Gemma2ForCausalLM"),
+                  ("gemma3_text", "Gemma3ForCausalLM"), ("phi3", "Phi3ForCausalLM")]:
+    # Soft-capped attention has no SDPA path.
+    kw = dict(attn_implementation="eager") if arch == "gemma2" else {}
+    m, info = AutoModelForCausalLM.from_pretrained(d + "/" + arch, output_loading_info=True, **kw)
     assert type(m).__name__ == cls, type(m).__name__
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     m.eval()
@@ -342,9 +347,12 @@ print("ok")
 `
 
 // TestDecodersSaveToTransformers: Llama (llama3 rope, tied, MLP biases, sharded), Qwen2
-// (a sliding layer) and Mistral (a head_dim other than hidden/heads) models built and
-// saved by gotrain load in AutoModelForCausalLM with no missing or unexpected weights,
-// as the same class, and give the same logits and greedy tokens.
+// (a sliding layer), Mistral (a head_dim other than hidden/heads), Qwen3 (biases, a
+// sliding layer), OLMo 2, Gemma 2 (soft-capping, a sliding layer), Gemma 3 (yarn on the
+// global layer, the local base on the sliding one) and Phi-3 (partial rotary, a
+// sliding window, LongRoPE crossed by the generation) models built and saved by gotrain
+// load in AutoModelForCausalLM with no missing or unexpected weights, as the same class,
+// and give the same logits and greedy tokens.
 func TestDecodersSaveToTransformers(t *testing.T) {
 	dir := t.TempDir()
 	torch.ManualSeed(3)
@@ -388,6 +396,39 @@ func TestDecodersSaveToTransformers(t *testing.T) {
 	mc.NumAttentionHeads, mc.NumKeyValueHeads, mc.HeadDim, mc.MaxPositionEmbeddings = 4, 2, 16, 64
 	window5 := int64(5)
 	mc.SlidingWindow, mc.EOSTokenID = &window5, models.TokenIDs{96}
+	pad := int64(0)
+	q3 := models.DefaultQwen3Config()
+	q3.VocabSize, q3.HiddenSize, q3.IntermediateSize, q3.NumHiddenLayers = 97, 32, 48, 2
+	q3.NumAttentionHeads, q3.NumKeyValueHeads, q3.HeadDim, q3.MaxPositionEmbeddings = 4, 2, 16, 64
+	q3.AttentionBias, q3.UseSlidingWindow, q3.SlidingWindow, q3.MaxWindowLayers = true, true, &window, 1
+	q3.BOSTokenID, q3.EOSTokenID = &bos, models.TokenIDs{96}
+	oc := models.DefaultOlmo2Config()
+	oc.VocabSize, oc.HiddenSize, oc.IntermediateSize, oc.NumHiddenLayers = 97, 32, 48, 2
+	oc.NumAttentionHeads, oc.NumKeyValueHeads, oc.MaxPositionEmbeddings = 4, 2, 64
+	oc.AttentionBias, oc.PadTokenID, oc.BOSTokenID, oc.EOSTokenID = true, &pad, &bos, models.TokenIDs{96}
+	gemmaSizes := func(c *models.Gemma2Config, w int64) {
+		c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 97, 32, 48, 2
+		c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.MaxPositionEmbeddings = 4, 2, 16, 64
+		final := 3.0
+		c.QueryPreAttnScalar, c.SlidingWindow, c.FinalLogitSoftcapping = 20, &w, &final
+		c.PadTokenID, c.BOSTokenID, c.EOSTokenID = &pad, &bos, models.TokenIDs{96}
+		c.LayerTypes = []string{models.SlidingAttention, models.FullAttention}
+	}
+	g2 := models.DefaultGemma2Config()
+	gemmaSizes(&g2, 3)
+	g3 := models.DefaultGemma3TextConfig()
+	gemmaSizes(&g3.Gemma2Config, 4)
+	g3.RopeParameters = map[string]models.RopeParameters{
+		models.FullAttention:    {RopeType: models.RopeYarn, RopeTheta: 1e6, Factor: 2, OriginalMaxPositionEmbeddings: 16},
+		models.SlidingAttention: {RopeType: models.RopeDefault, RopeTheta: 1e4},
+	}
+	pc := models.DefaultPhi3Config()
+	pc.VocabSize, pc.HiddenSize, pc.IntermediateSize, pc.NumHiddenLayers = 97, 32, 48, 2
+	pc.NumAttentionHeads, pc.NumKeyValueHeads, pc.MaxPositionEmbeddings = 4, 2, 64
+	pc.PadTokenID, pc.BOSTokenID, pc.EOSTokenID, pc.SlidingWindow = &pad, &bos, models.TokenIDs{96}, &window5
+	pc.OriginalMaxPositionEmbeddings = 16
+	pc.RopeParameters = models.RopeParameters{RopeType: models.RopeLongrope, RopeTheta: 1e4, PartialRotaryFactor: 0.75,
+		ShortFactor: []float64{1, 1.3, 1.9}, LongFactor: []float64{2, 5, 11}}
 
 	for _, c := range []struct {
 		arch  string
@@ -397,6 +438,11 @@ func TestDecodersSaveToTransformers(t *testing.T) {
 		{"llama", func() (models.Pretrained, error) { return models.NewLlamaForCausalLM(lc) }, 16 << 10},
 		{"qwen2", func() (models.Pretrained, error) { return models.NewQwen2ForCausalLM(qc) }, 0},
 		{"mistral", func() (models.Pretrained, error) { return models.NewMistralForCausalLM(mc) }, 0},
+		{"qwen3", func() (models.Pretrained, error) { return models.NewQwen3ForCausalLM(q3) }, 0},
+		{"olmo2", func() (models.Pretrained, error) { return models.NewOlmo2ForCausalLM(oc) }, 0},
+		{"gemma2", func() (models.Pretrained, error) { return models.NewGemma2ForCausalLM(g2) }, 0},
+		{"gemma3_text", func() (models.Pretrained, error) { return models.NewGemma3ForCausalLM(g3) }, 0},
+		{"phi3", func() (models.Pretrained, error) { return models.NewPhi3ForCausalLM(pc) }, 0},
 	} {
 		torch.WithScope(func() {
 			m, err := c.build()
@@ -559,4 +605,44 @@ func TestLlamaOlderCheckpointNames(t *testing.T) {
 		require.True(t, ok, k)
 		assert.Equal(t, w.(*torch.Tensor).Float64s(), v.(*torch.Tensor).Float64s(), k)
 	}
+}
+
+// TestPhi3LoRAFusedProjections: LoRA targets Phi-3's fused projections by PEFT's names,
+// qkv_proj and gate_up_proj, and the adapters change the model's output through them.
+func TestPhi3LoRAFusedProjections(t *testing.T) {
+	defer torch.NewScope().Close()
+	torch.ManualSeed(5)
+	c := models.DefaultPhi3Config()
+	c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 61, 16, 24, 2
+	c.NumAttentionHeads, c.NumKeyValueHeads, c.MaxPositionEmbeddings, c.OriginalMaxPositionEmbeddings = 4, 2, 32, 32
+	pad := int64(0)
+	c.PadTokenID, c.EOSTokenID = &pad, models.TokenIDs{60}
+	c.RopeParameters.PartialRotaryFactor = 0.5
+	m, err := models.NewPhi3ForCausalLM(c)
+	require.NoError(t, err)
+	defer nn.Free(m)
+	nn.SetTraining(m, false)
+	ids := torch.FromSlice([]int64{3, 14, 15, 9, 26, 5}, 1, 6)
+	var before *torch.Tensor
+	torch.NoGrad(func() { before = m.Forward(models.DecoderInput{InputIDs: ids}) })
+
+	a, err := lora.Inject(m, lora.Config{R: 2, Alpha: 4, TargetModules: lora.Modules("qkv_proj", "gate_up_proj")})
+	require.NoError(t, err)
+	var paths []string
+	for _, l := range a.Layers() {
+		paths = append(paths, l.Path)
+	}
+	assert.ElementsMatch(t, []string{
+		"model.layers.0.self_attn.qkv_proj", "model.layers.0.mlp.gate_up_proj",
+		"model.layers.1.self_attn.qkv_proj", "model.layers.1.mlp.gate_up_proj",
+	}, paths)
+	assert.Equal(t, []int64{(4 + 2*2) * 4, 2}, a.Layers()[0].B.Weight.Shape(), "B spans the fused outputs")
+	torch.NoGrad(func() {
+		requireClose(t, "zero B leaves the model", before, m.Forward(models.DecoderInput{InputIDs: ids}), 0)
+		for _, l := range a.Layers() {
+			nn.InitNormal(l.B.Weight, 0, 0.5)
+		}
+		after := m.Forward(models.DecoderInput{InputIDs: ids})
+		assert.Greater(t, after.Sub(before).Abs().Max().Item(), 1e-3, "the adapters reach the output")
+	})
 }

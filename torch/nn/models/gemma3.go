@@ -226,3 +226,12 @@ func (m *Gemma3ForCausalLM) PretrainedConfig() any {
 	c.ModelType, c.Architectures = "gemma3_text", []string{"Gemma3ForCausalLM"}
 	return c
 }
+
+// MarshalJSON writes the config as config.json holds it: Gemma2Config's keys (the
+// soft-capping values as floats) and rope_parameters by layer type.
+func (c Gemma3TextConfig) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		gemma2JSON
+		RopeParameters map[string]RopeParameters `json:"rope_parameters"`
+	}{c.Gemma2Config.configJSON(), c.RopeParameters})
+}
