@@ -2,6 +2,7 @@ package models_test
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,10 +161,23 @@ func checkDecoderCase(t *testing.T, dir string, build decoderBuilder) {
 		m := newDecoder(t, build, readConfig(t, filepath.Join(dir, "hf")))
 		loadState(t, m, ref, "state")
 		nn.SetTraining(m, false)
+		// The rotary frequencies are transformers' bits, after the long forward and after
+		// the short one (dynamic and longrope change them).
+		var rope *models.RotaryEmbedding
+		for _, nm := range nn.NamedModules(m) {
+			if nm.Name == "model.rotary_emb" {
+				rope = nm.Module.(*models.RotaryEmbedding)
+			}
+		}
+		require.NotNil(t, rope, "model.rotary_emb")
+		assert.Equal(t, refTensor(t, ref, "attention_scaling").Item(), rope.AttentionScaling(), "attention_scaling")
+		invFreq := func() []float64 { return rope.InvFreq.Float64s() }
 		torch.NoGrad(func() {
 			requireClose(t, "logits", refTensor(t, ref, "logits"), m.Forward(models.DecoderInput{InputIDs: ids}), 1e-5)
+			assert.Equal(t, refTensor(t, ref, "inv_freq").Float64s(), invFreq(), "inv_freq after the long forward")
 			short := refTensor(t, ref, "ids_short")
 			requireClose(t, "logits after", refTensor(t, ref, "logits_short"), m.Forward(models.DecoderInput{InputIDs: short}), 1e-5)
+			assert.Equal(t, refTensor(t, ref, "inv_freq_short").Float64s(), invFreq(), "inv_freq after the short forward")
 		})
 		return
 	}
@@ -645,4 +659,41 @@ func TestPhi3LoRAFusedProjections(t *testing.T) {
 		after := m.Forward(models.DecoderInput{InputIDs: ids})
 		assert.Greater(t, after.Sub(before).Abs().Max().Item(), 1e-3, "the adapters reach the output")
 	})
+}
+
+// TestRopeConfigForms: the rope settings transformers derives from config.json: Phi-3's
+// v4 "su" and "yarn" read as longrope with the top-level original context (which
+// overrides rope_scaling's own) and partial_rotary_factor; yarn's and longrope's
+// original context defaulting to max_position_embeddings elsewhere; a null factor
+// giving max_position_embeddings / original and its attention factor.
+func TestRopeConfigForms(t *testing.T) {
+	for _, typ := range []string{"su", "yarn", "longrope"} {
+		raw := `{"model_type": "phi3", "hidden_size": 32, "num_attention_heads": 4, "max_position_embeddings": 64,
+			"original_max_position_embeddings": 16, "partial_rotary_factor": 0.5, "rope_theta": 500.0,
+			"rope_scaling": {"type": "` + typ + `", "short_factor": [1, 2], "long_factor": [3, 4], "original_max_position_embeddings": 8}}`
+		c, err := models.ParsePhi3Config([]byte(raw))
+		require.NoError(t, err, typ)
+		assert.Equal(t, models.RopeParameters{RopeType: models.RopeLongrope, RopeTheta: 500, OriginalMaxPositionEmbeddings: 16,
+			PartialRotaryFactor: 0.5, ShortFactor: []float64{1, 2}, LongFactor: []float64{3, 4}}, c.RopeParameters, typ)
+	}
+	c, err := models.ParsePhi3Config([]byte(`{"model_type": "phi3", "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.75}, "partial_rotary_factor": 0.5}`))
+	require.NoError(t, err)
+	assert.Equal(t, 0.75, c.RopeParameters.PartialRotaryFactor, "rope_parameters' own factor wins")
+	assert.Equal(t, int64(96), c.HeadDim)
+
+	lc, err := models.ParseLlamaConfig([]byte(`{"max_position_embeddings": 64, "original_max_position_embeddings": 32,
+		"rope_parameters": {"rope_type": "yarn", "factor": null}}`))
+	require.NoError(t, err)
+	assert.Equal(t, int64(64), lc.RopeParameters.OriginalMaxPositionEmbeddings, "as standardize_rope_params: max_position_embeddings")
+	lc.RopeParameters.OriginalMaxPositionEmbeddings = 16
+	rope, err := models.NewRotaryEmbedding(lc.RopeParameters, 8, 64)
+	require.NoError(t, err)
+	defer nn.Free(rope)
+	assert.InDelta(t, 0.1*math.Log(4)+1, rope.AttentionScaling(), 1e-15, "factor 64/16")
+	lc.RopeParameters = models.RopeParameters{RopeType: models.RopeLongrope, RopeTheta: 1e4, OriginalMaxPositionEmbeddings: 16,
+		ShortFactor: []float64{1, 1, 1, 1}, LongFactor: []float64{1, 1, 1, 1}}
+	rope2, err := models.NewRotaryEmbedding(lc.RopeParameters, 8, 64)
+	require.NoError(t, err)
+	defer nn.Free(rope2)
+	assert.InDelta(t, math.Sqrt(1+math.Log(4)/math.Log(16)), rope2.AttentionScaling(), 1e-15)
 }

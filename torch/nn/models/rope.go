@@ -287,6 +287,11 @@ func NewRotaryEmbedding(p RopeParameters, headDim, maxPositions int64) (r *Rotar
 	return r, nil
 }
 
+// AttentionScaling returns the factor the cosines and sines are multiplied by:
+// transformers' attention_scaling (yarn's and longrope's attention factor, 1 for the
+// other types).
+func (r *RotaryEmbedding) AttentionScaling() float64 { return r.scaling }
+
 // factor is yarn's and longrope's factor: the configured one, else
 // max_position_embeddings / original_max_position_embeddings.
 func (p RopeParameters) factor(maxPos int64) float64 {

@@ -8,7 +8,8 @@ cases), DIR/CASE/hf_v4 (the same weights with the config rewritten in the v4 for
 DIR/CASE/bf16 (bfloat16 weights), and writes DIR/CASE/ref.pt: the state dict, the
 logits, loss and gradients of one training forward, the state after an AdamW step,
 greedy generations (cached and uncached, one prompt and a left-padded batch of two) and
-the bfloat16 model's state and logits. It prints the case names, one per line.
+the bfloat16 model's state and logits; a rope-type case writes only the logits and the
+rotary inv_freq of a long then a short forward. It prints the case names, one per line.
 """
 
 import collections
@@ -263,11 +264,16 @@ def make(name, cfg_cls, model_cls, kw, extra):
     r = {}
     if extra.get("rope_only"):
         ids = torch.randint(0, cfg.vocab_size, (2, 24), generator=g)
+        rope = m.model.rotary_emb
         with torch.no_grad():
             r["ids"] = ids
             r["logits"] = m(ids).logits
+            r["inv_freq"] = rope.inv_freq.clone()
             r["ids_short"] = ids[:, :10]
             r["logits_short"] = m(ids[:, :10]).logits
+            r["inv_freq_short"] = rope.inv_freq.clone()
+            # The factor on the cosines and sines (yarn's and longrope's attention factor).
+            r["attention_scaling"] = torch.tensor(rope.attention_scaling, dtype=torch.float64)
         r["state"] = collections.OrderedDict((k, v.clone()) for k, v in m.state_dict().items())
         torch.save(r, os.path.join(out, "ref.pt"))
         cfg.save_pretrained(os.path.join(out, "hf"))
