@@ -363,7 +363,8 @@ print("ok")
 // TestDecodersSaveToTransformers: Llama (llama3 rope, tied, MLP biases, sharded), Qwen2
 // (a sliding layer), Mistral (a head_dim other than hidden/heads), Qwen3 (biases, a
 // sliding layer), OLMo 2, Gemma 2 (soft-capping, a sliding layer), Gemma 3 (yarn on the
-// global layer, the local base on the sliding one) and Phi-3 (partial rotary, a
+// global layer, its nested truncate unseen as in transformers, the local base on the
+// sliding one) and Phi-3 (partial rotary, a
 // sliding window, LongRoPE crossed by the generation) models built and saved by gotrain
 // load in AutoModelForCausalLM with no missing or unexpected weights, as the same class,
 // and give the same logits and greedy tokens.
@@ -432,8 +433,12 @@ func TestDecodersSaveToTransformers(t *testing.T) {
 	gemmaSizes(&g2, 3)
 	g3 := models.DefaultGemma3TextConfig()
 	gemmaSizes(&g3.Gemma2Config, 4)
+	noTruncate := false
 	g3.RopeParameters = map[string]models.RopeParameters{
-		models.FullAttention:    {RopeType: models.RopeYarn, RopeTheta: 1e6, Factor: 2, OriginalMaxPositionEmbeddings: 16},
+		// truncate false, which transformers does not see in a nested rope_parameters
+		// (with these betas it would change the band).
+		models.FullAttention: {RopeType: models.RopeYarn, RopeTheta: 100, Factor: 2, OriginalMaxPositionEmbeddings: 16,
+			BetaFast: 2, BetaSlow: 0.5, Truncate: &noTruncate},
 		models.SlidingAttention: {RopeType: models.RopeDefault, RopeTheta: 1e4},
 	}
 	pc := models.DefaultPhi3Config()
@@ -685,7 +690,8 @@ func TestRopeConfigForms(t *testing.T) {
 		"rope_parameters": {"rope_type": "yarn", "factor": null}}`))
 	require.NoError(t, err)
 	assert.Equal(t, int64(64), lc.RopeParameters.OriginalMaxPositionEmbeddings, "as standardize_rope_params: max_position_embeddings")
-	lc.RopeParameters.OriginalMaxPositionEmbeddings = 16
+	assert.Equal(t, 1.0, lc.RopeParameters.Factor, "a null factor is written out as the ratio")
+	lc.RopeParameters.OriginalMaxPositionEmbeddings, lc.RopeParameters.Factor = 16, 0
 	rope, err := models.NewRotaryEmbedding(lc.RopeParameters, 8, 64)
 	require.NoError(t, err)
 	defer nn.Free(rope)

@@ -109,6 +109,9 @@ func ParseGemma3TextConfig(raw []byte) (Gemma3TextConfig, error) {
 				p.OriginalMaxPositionEmbeddings = c.MaxPositionEmbeddings
 			}
 		}
+		if p.RopeType == RopeYarn && p.Factor == 0 && p.OriginalMaxPositionEmbeddings > 0 {
+			p.Factor = float64(c.MaxPositionEmbeddings) / float64(p.OriginalMaxPositionEmbeddings)
+		}
 	}
 	c.RopeParameters = map[string]RopeParameters{FullAttention: full, SlidingAttention: local}
 	if c.LayerTypes == nil && c.NumHiddenLayers > 0 && c.NumHiddenLayers <= maxLayers {
@@ -180,11 +183,14 @@ func (l *Gemma3DecoderLayer) window() int64 { return l.SelfAttn.Window }
 // does, in float32 on the CPU; a config out of range is an error naming the field.
 func NewGemma3ForCausalLM(c Gemma3TextConfig) (*Gemma3ForCausalLM, error) {
 	const cfg = "Gemma3TextConfig"
-	s, windows, err := c.Gemma2Config.sizes(cfg, c.RopeParameters[FullAttention])
+	// transformers' yarn reads truncate from the top of rope_parameters, which for Gemma 3
+	// holds the layer types: the nested truncate is never seen, and the band is truncated.
+	full, lp := c.RopeParameters[FullAttention], c.RopeParameters[SlidingAttention]
+	full.Truncate, lp.Truncate = nil, nil
+	s, windows, err := c.Gemma2Config.sizes(cfg, full)
 	if err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}
-	lp := c.RopeParameters[SlidingAttention]
 	if f := lp.PartialRotaryFactor; f != 0 && f != 1 {
 		return nil, fmt.Errorf("models: %s: rope_parameters.%s.partial_rotary_factor %v is not supported (only 1)", cfg, SlidingAttention, f)
 	}

@@ -71,13 +71,13 @@ func ParsePhi3Config(raw []byte) (Phi3Config, error) {
 // read as longrope, and longrope's original context from
 // original_max_position_embeddings.
 func (c Phi3Config) withDefaults() Phi3Config {
-	c.LlamaFamilyConfig = c.LlamaFamilyConfig.withDefaults()
 	p := &c.RopeParameters
-	if p.PartialRotaryFactor == 0 {
-		p.PartialRotaryFactor = 1
-	}
 	if p.RopeType == "su" || p.RopeType == RopeYarn {
 		p.RopeType = RopeLongrope
+	}
+	c.LlamaFamilyConfig = c.LlamaFamilyConfig.withDefaults()
+	if p.PartialRotaryFactor == 0 {
+		p.PartialRotaryFactor = 1
 	}
 	if p.RopeType == RopeLongrope {
 		p.OriginalMaxPositionEmbeddings = c.OriginalMaxPositionEmbeddings

@@ -76,11 +76,12 @@ CASES = {
                        dict(SMALL, rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
                                                         original_max_position_embeddings=16)),
                        dict(rope_only=True)),
-        # YaRN with DeepSeek's mscale pair, other betas and no truncation.
+        # YaRN with DeepSeek's mscale pair, other betas and no truncation (a band of
+        # dimensions 0.21 to 1.41, which truncation would make 0 to 2).
         "llama_yarn_mscale": (LlamaConfig, LlamaForCausalLM,
-                              dict(SMALL, rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=8.0,
-                                                               original_max_position_embeddings=16, beta_fast=16.0,
-                                                               beta_slow=2.0, mscale=0.707, mscale_all_dim=1.0,
+                              dict(SMALL, rope_parameters=dict(rope_type="yarn", rope_theta=100.0, factor=8.0,
+                                                               original_max_position_embeddings=16, beta_fast=2.0,
+                                                               beta_slow=0.5, mscale=0.707, mscale_all_dim=1.0,
                                                                truncate=False)),
                               dict(rope_only=True)),
         # LongRoPE: the 24-token forward passes the original 16 positions (long
