@@ -73,7 +73,7 @@ func (s decoderSizes) validate(cfg string, tied bool) error {
 	if _, err := decoderActivation(s.act); err != nil {
 		return fmt.Errorf("%s: %w", cfg, err)
 	}
-	if err := s.rope.validate(s.headDim, s.maxPos); err != nil {
+	if err := s.rope.validate(s.headDim); err != nil {
 		return fmt.Errorf("%s: %w", cfg, err)
 	}
 	if f := s.rope.PartialRotaryFactor; !s.partialRotary && f != 0 && f != 1 {

@@ -166,9 +166,9 @@ func (r RopeParameters) rotaryDim(headDim int64) int64 {
 	return int64(float64(headDim) * r.PartialRotaryFactor)
 }
 
-// validate checks the parameters for a rotary embedding over heads of headDim in a
-// model of maxPos positions; errors name the field.
-func (r RopeParameters) validate(headDim, maxPos int64) error {
+// validate checks the parameters for a rotary embedding over heads of headDim; errors
+// name the field.
+func (r RopeParameters) validate(headDim int64) error {
 	const field = "rope_parameters"
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 	if !finite(r.RopeTheta) || r.RopeTheta <= 0 {
@@ -276,7 +276,7 @@ func NewRotaryEmbedding(p RopeParameters, headDim, maxPositions int64) (r *Rotar
 	if headDim < 2 || headDim%2 != 0 || headDim > maxHeadDim {
 		return nil, fmt.Errorf("models: rotary embedding: head_dim %d must be even, in [2, %d]", headDim, maxHeadDim)
 	}
-	if err := p.validate(headDim, maxPositions); err != nil {
+	if err := p.validate(headDim); err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}
 	defer torch.Recover(&err, "rotary embedding")
