@@ -54,7 +54,8 @@ type GenerateOptions struct {
 // new tokens of each: up to MaxNewTokens, ending early at a stop token or stop string
 // (included). Prompts of different lengths are left-padded and masked, as transformers
 // does for a batch, so each row gets the tokens it would get alone. The KV cache is
-// allocated once for the longest prompt plus MaxNewTokens. Sequences longer than the
+// allocated once for the longest prompt plus MaxNewTokens; a model that is a
+// CacheInvalidator (Phi-3) has it emptied and every position recomputed where it says. Sequences longer than the
 // model's context are an error. The model should be in evaluation mode; gradients are
 // not recorded.
 func Generate(m CausalLM, prompts [][]int64, o GenerateOptions) (out [][]int64, err error) {
