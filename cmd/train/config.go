@@ -193,7 +193,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.IntVar(&c.LoraR, "lora-r", c.LoraR, "LoRA rank for a Hugging Face model (0: train the whole model)")
 	fs.Float64Var(&c.LoraAlpha, "lora-alpha", c.LoraAlpha, "LoRA alpha (scaling alpha/r)")
 	fs.Float64Var(&c.LoraDropout, "lora-dropout", c.LoraDropout, "LoRA dropout")
-	fs.StringVar(&c.LoraTargets, "lora-targets", c.LoraTargets, "LoRA target modules: names (q_proj,v_proj) or all-linear")
+	fs.StringVar(&c.LoraTargets, "lora-targets", c.LoraTargets, "LoRA target modules: names (q_proj,v_proj; Phi-3's fused qkv_proj,gate_up_proj) or all-linear")
 	fs.BoolVar(&c.GradientCheckpointing, "gradient-checkpointing", c.GradientCheckpointing, "recompute each decoder layer's activations in backward (less memory, more time)")
 	fs.StringVar(&c.DataDir, "data", c.DataDir, "training data: an ImageFolder tree (with train/ and val/, or --val-split), a CSV file (--label-column), a text file (--model gpt) or the Fashion-MNIST directory (default: Debian's)")
 	fs.IntVar(&c.ImageSize, "image-size", c.ImageSize, "resize ImageFolder images to N x N (0: the data's size)")

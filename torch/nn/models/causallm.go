@@ -110,6 +110,9 @@ func (c *KVCache) Advance(t int64) {
 	}
 }
 
+// reset empties the cache, keeping its buffers.
+func (c *KVCache) reset() { c.n, c.pending = 0, 0 }
+
 // Free releases the cache's buffers and empties it.
 func (c *KVCache) Free() {
 	for i := range c.keys {

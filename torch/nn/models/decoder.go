@@ -34,6 +34,9 @@ type decoderSizes struct {
 	act                                                                  string
 	padIdx                                                               *int64
 	rope                                                                 RopeParameters
+	// partialRotary: the family's attention rotates part of each head when
+	// rope.PartialRotaryFactor says so (Phi-3); the others refuse a factor other than 1.
+	partialRotary bool
 }
 
 // validate checks every size before anything is allocated; errors name the config
@@ -70,8 +73,11 @@ func (s decoderSizes) validate(cfg string, tied bool) error {
 	if _, err := decoderActivation(s.act); err != nil {
 		return fmt.Errorf("%s: %w", cfg, err)
 	}
-	if err := s.rope.validate(); err != nil {
+	if err := s.rope.validate(s.headDim); err != nil {
 		return fmt.Errorf("%s: %w", cfg, err)
+	}
+	if f := s.rope.PartialRotaryFactor; !s.partialRotary && f != 0 && f != 1 {
+		return fmt.Errorf("%s: rope_parameters.partial_rotary_factor %v is not supported (only 1: this family's attention rotates whole heads)", cfg, f)
 	}
 	// With the sizes bounded above, none of these products overflows.
 	h, q, kv := s.hidden, s.heads*s.headDim, s.kvHeads*s.headDim

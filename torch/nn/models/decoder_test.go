@@ -2,6 +2,7 @@ package models_test
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/gotrain/gotrain/internal/testpy"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/lora"
 	"github.com/gotrain/gotrain/torch/nn/models"
 )
 
@@ -67,6 +69,14 @@ func buildGemma2(raw []byte) (models.Pretrained, error) {
 		return nil, err
 	}
 	return models.NewGemma2ForCausalLM(c)
+}
+
+func buildPhi3(raw []byte) (models.Pretrained, error) {
+	c, err := models.ParsePhi3Config(raw)
+	if err != nil {
+		return nil, err
+	}
+	return models.NewPhi3ForCausalLM(c)
 }
 
 func buildMistral(raw []byte) (models.Pretrained, error) {
@@ -151,10 +161,23 @@ func checkDecoderCase(t *testing.T, dir string, build decoderBuilder) {
 		m := newDecoder(t, build, readConfig(t, filepath.Join(dir, "hf")))
 		loadState(t, m, ref, "state")
 		nn.SetTraining(m, false)
+		// The rotary frequencies are transformers' bits, after the long forward and after
+		// the short one (dynamic and longrope change them).
+		var rope *models.RotaryEmbedding
+		for _, nm := range nn.NamedModules(m) {
+			if nm.Name == "model.rotary_emb" {
+				rope = nm.Module.(*models.RotaryEmbedding)
+			}
+		}
+		require.NotNil(t, rope, "model.rotary_emb")
+		assert.Equal(t, refTensor(t, ref, "attention_scaling").Item(), rope.AttentionScaling(), "attention_scaling")
+		invFreq := func() []float64 { return rope.InvFreq.Float64s() }
 		torch.NoGrad(func() {
 			requireClose(t, "logits", refTensor(t, ref, "logits"), m.Forward(models.DecoderInput{InputIDs: ids}), 1e-5)
+			assert.Equal(t, refTensor(t, ref, "inv_freq").Float64s(), invFreq(), "inv_freq after the long forward")
 			short := refTensor(t, ref, "ids_short")
 			requireClose(t, "logits after", refTensor(t, ref, "logits_short"), m.Forward(models.DecoderInput{InputIDs: short}), 1e-5)
+			assert.Equal(t, refTensor(t, ref, "inv_freq_short").Float64s(), invFreq(), "inv_freq after the short forward")
 		})
 		return
 	}
@@ -250,7 +273,12 @@ func checkDecoderCase(t *testing.T, dir string, build decoderBuilder) {
 		assert.Equal(t, wantShort, gotShort, "greedy of the short prompt")
 		batch, err := models.Generate(m4, [][]int64{prompt, short}, models.GenerateOptions{MaxNewTokens: 20})
 		require.NoError(t, err)
-		assert.Equal(t, [][]int64{got, gotShort}, batch, "a left-padded batch gives each prompt's own tokens")
+		if !strings.Contains(string(raw4), "longrope") {
+			// LongRoPE picks its factors by the batch's longest sequence, and the cache
+			// is recomputed where the padded batch passes the original context, so a
+			// row's tokens depend on the batch (in transformers too).
+			assert.Equal(t, [][]int64{got, gotShort}, batch, "a left-padded batch gives each prompt's own tokens")
+		}
 		assert.Equal(t, refTensor(t, ref, "batch0").Int64s(), batch[0], "transformers' batch, row 0")
 		assert.Equal(t, refTensor(t, ref, "batch1").Int64s(), batch[1], "transformers' batch, row 1")
 	})
@@ -293,6 +321,15 @@ func TestGemma3MatchesTransformers(t *testing.T) { runDecoderParity(t, "gemma3_t
 // against Gemma2ForCausalLM.
 func TestGemma2MatchesTransformers(t *testing.T) { runDecoderParity(t, "gemma2", buildGemma2) }
 
+// TestPhi3MatchesTransformers is issue 41's item 2 for phi3: fused qkv_proj and
+// gate_up_proj, half of each head rotated, a 4-position window on every layer with
+// generation past it, tied embeddings and a padding token; and LongRoPE with three
+// quarters of each head rotated, whose generation passes original_max_position_embeddings
+// (the factors switch and the KV cache is recomputed, as transformers does), in the v5
+// form and Phi-3's v4 form (rope_scaling, top-level partial_rotary_factor), against
+// Phi3ForCausalLM.
+func TestPhi3MatchesTransformers(t *testing.T) { runDecoderParity(t, "phi3", buildPhi3) }
+
 // TestMistralMatchesTransformers is issue 33's item 5 for mistral: a 5-position sliding
 // window on every layer, against MistralForCausalLM.
 func TestMistralMatchesTransformers(t *testing.T) { runDecoderParity(t, "mistral", buildMistral) }
@@ -305,8 +342,12 @@ transformers.utils.logging.disable_progress_bar()
 d = sys.argv[1]
 torch.set_num_threads(1)
 got = torch.load(d + "/go.pt")
-for arch, cls in [("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"), ("mistral", "MistralForCausalLM")]:
-    m, info = AutoModelForCausalLM.from_pretrained(d + "/" + arch, output_loading_info=True)
+for arch, cls in [("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"), ("mistral", "MistralForCausalLM"),
+                  ("qwen3", "Qwen3ForCausalLM"), ("olmo2", "Olmo2ForCausalLM"), ("gemma2", "Gemma2ForCausalLM"),
+                  ("gemma3_text", "Gemma3ForCausalLM"), ("phi3", "Phi3ForCausalLM")]:
+    # Soft-capped attention has no SDPA path.
+    kw = dict(attn_implementation="eager") if arch == "gemma2" else {}
+    m, info = AutoModelForCausalLM.from_pretrained(d + "/" + arch, output_loading_info=True, **kw)
     assert type(m).__name__ == cls, type(m).__name__
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     m.eval()
@@ -320,9 +361,13 @@ print("ok")
 `
 
 // TestDecodersSaveToTransformers: Llama (llama3 rope, tied, MLP biases, sharded), Qwen2
-// (a sliding layer) and Mistral (a head_dim other than hidden/heads) models built and
-// saved by gotrain load in AutoModelForCausalLM with no missing or unexpected weights,
-// as the same class, and give the same logits and greedy tokens.
+// (a sliding layer), Mistral (a head_dim other than hidden/heads), Qwen3 (biases, a
+// sliding layer), OLMo 2, Gemma 2 (soft-capping, a sliding layer), Gemma 3 (yarn on the
+// global layer, its nested truncate unseen as in transformers, the local base on the
+// sliding one) and Phi-3 (partial rotary, a
+// sliding window, LongRoPE crossed by the generation) models built and saved by gotrain
+// load in AutoModelForCausalLM with no missing or unexpected weights, as the same class,
+// and give the same logits and greedy tokens.
 func TestDecodersSaveToTransformers(t *testing.T) {
 	dir := t.TempDir()
 	torch.ManualSeed(3)
@@ -366,6 +411,43 @@ func TestDecodersSaveToTransformers(t *testing.T) {
 	mc.NumAttentionHeads, mc.NumKeyValueHeads, mc.HeadDim, mc.MaxPositionEmbeddings = 4, 2, 16, 64
 	window5 := int64(5)
 	mc.SlidingWindow, mc.EOSTokenID = &window5, models.TokenIDs{96}
+	pad := int64(0)
+	q3 := models.DefaultQwen3Config()
+	q3.VocabSize, q3.HiddenSize, q3.IntermediateSize, q3.NumHiddenLayers = 97, 32, 48, 2
+	q3.NumAttentionHeads, q3.NumKeyValueHeads, q3.HeadDim, q3.MaxPositionEmbeddings = 4, 2, 16, 64
+	q3.AttentionBias, q3.UseSlidingWindow, q3.SlidingWindow, q3.MaxWindowLayers = true, true, &window, 1
+	q3.BOSTokenID, q3.EOSTokenID = &bos, models.TokenIDs{96}
+	oc := models.DefaultOlmo2Config()
+	oc.VocabSize, oc.HiddenSize, oc.IntermediateSize, oc.NumHiddenLayers = 97, 32, 48, 2
+	oc.NumAttentionHeads, oc.NumKeyValueHeads, oc.MaxPositionEmbeddings = 4, 2, 64
+	oc.AttentionBias, oc.PadTokenID, oc.BOSTokenID, oc.EOSTokenID = true, &pad, &bos, models.TokenIDs{96}
+	gemmaSizes := func(c *models.Gemma2Config, w int64) {
+		c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 97, 32, 48, 2
+		c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.MaxPositionEmbeddings = 4, 2, 16, 64
+		final := 3.0
+		c.QueryPreAttnScalar, c.SlidingWindow, c.FinalLogitSoftcapping = 20, &w, &final
+		c.PadTokenID, c.BOSTokenID, c.EOSTokenID = &pad, &bos, models.TokenIDs{96}
+		c.LayerTypes = []string{models.SlidingAttention, models.FullAttention}
+	}
+	g2 := models.DefaultGemma2Config()
+	gemmaSizes(&g2, 3)
+	g3 := models.DefaultGemma3TextConfig()
+	gemmaSizes(&g3.Gemma2Config, 4)
+	noTruncate := false
+	g3.RopeParameters = map[string]models.RopeParameters{
+		// truncate false, which transformers does not see in a nested rope_parameters
+		// (with these betas it would change the band).
+		models.FullAttention: {RopeType: models.RopeYarn, RopeTheta: 100, Factor: 2, OriginalMaxPositionEmbeddings: 16,
+			BetaFast: 2, BetaSlow: 0.5, Truncate: &noTruncate},
+		models.SlidingAttention: {RopeType: models.RopeDefault, RopeTheta: 1e4},
+	}
+	pc := models.DefaultPhi3Config()
+	pc.VocabSize, pc.HiddenSize, pc.IntermediateSize, pc.NumHiddenLayers = 97, 32, 48, 2
+	pc.NumAttentionHeads, pc.NumKeyValueHeads, pc.MaxPositionEmbeddings = 4, 2, 64
+	pc.PadTokenID, pc.BOSTokenID, pc.EOSTokenID, pc.SlidingWindow = &pad, &bos, models.TokenIDs{96}, &window5
+	pc.OriginalMaxPositionEmbeddings = 16
+	pc.RopeParameters = models.RopeParameters{RopeType: models.RopeLongrope, RopeTheta: 1e4, PartialRotaryFactor: 0.75,
+		ShortFactor: []float64{1, 1.3, 1.9}, LongFactor: []float64{2, 5, 11}}
 
 	for _, c := range []struct {
 		arch  string
@@ -375,6 +457,11 @@ func TestDecodersSaveToTransformers(t *testing.T) {
 		{"llama", func() (models.Pretrained, error) { return models.NewLlamaForCausalLM(lc) }, 16 << 10},
 		{"qwen2", func() (models.Pretrained, error) { return models.NewQwen2ForCausalLM(qc) }, 0},
 		{"mistral", func() (models.Pretrained, error) { return models.NewMistralForCausalLM(mc) }, 0},
+		{"qwen3", func() (models.Pretrained, error) { return models.NewQwen3ForCausalLM(q3) }, 0},
+		{"olmo2", func() (models.Pretrained, error) { return models.NewOlmo2ForCausalLM(oc) }, 0},
+		{"gemma2", func() (models.Pretrained, error) { return models.NewGemma2ForCausalLM(g2) }, 0},
+		{"gemma3_text", func() (models.Pretrained, error) { return models.NewGemma3ForCausalLM(g3) }, 0},
+		{"phi3", func() (models.Pretrained, error) { return models.NewPhi3ForCausalLM(pc) }, 0},
 	} {
 		torch.WithScope(func() {
 			m, err := c.build()
@@ -463,8 +550,20 @@ func TestDecoderConfigErrors(t *testing.T) {
 		{edit("llama", "pad_token_id", 61), "pad_token_id"},
 		{edit("llama", "hidden_act", "mish"), "hidden_act"},
 		{edit("llama", "attention_dropout", 2), "attention_dropout"},
-		{edit("llama", "rope_scaling", map[string]any{"type": "yarn", "factor": 4}), `rope_type "yarn" is not supported`},
-		{edit("llama", "rope_parameters", map[string]any{"rope_type": "longrope"}), `rope_type "longrope" is not supported`},
+		{edit("llama", "rope_scaling", map[string]any{"type": "ntk", "factor": 4}), `rope_type "ntk" is not supported`},
+		{edit("llama", "rope_parameters", map[string]any{"rope_type": "su"}), `rope_type "su" is not supported`},
+		{edit("llama", "rope_scaling", map[string]any{"type": "yarn", "factor": -4}), "rope_parameters.factor -4"},
+		{edit("llama", "rope_parameters", map[string]any{"rope_type": "yarn", "factor": 4, "beta_fast": "x"}), "beta_fast"},
+		{edit("llama", "rope_parameters", map[string]any{"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": -1}), "original_max_position_embeddings -1"},
+		{edit("llama", "rope_parameters", map[string]any{"rope_type": "yarn", "factor": 4, "attention_factor": -1}), "attention_factor"},
+		{edit("llama", "rope_parameters", map[string]any{"rope_type": "longrope"}), "short_factor has 0 values"},
+		{edit("llama", "rope_parameters", map[string]any{"rope_type": "longrope", "short_factor": []float64{1, 1}, "long_factor": []float64{1, 2, 3}}), "long_factor has 3 values"},
+		{edit("llama", "rope_parameters", map[string]any{"rope_type": "longrope", "short_factor": []float64{1, 0}, "long_factor": []float64{1, 2}}), "short_factor[1] 0"},
+		{edit("phi3", "rope_parameters", map[string]any{"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4}), `"llama3" is not supported by phi3`},
+		{edit("phi3", "pad_token_id", 0, "partial_rotary_factor", 0.3), "partial_rotary_factor 0.3 rotates 1 of head_dim 4"},
+		{edit("phi3", "pad_token_id", 0, "rope_scaling", map[string]any{"type": "longrope", "short_factor": []float64{1}, "long_factor": []float64{1, 2}}), "short_factor has 1 values"},
+		{edit("phi3", "resid_pdrop", 1.5), "resid_pdrop"},
+		{edit("phi3", "sliding_window", 0), "sliding_window"},
 		{edit("llama", "rope_scaling", map[string]any{"rope_type": "linear"}), "factor"},
 		{edit("llama", "rope_parameters", map[string]any{"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1}), "high_freq_factor"},
 		{edit("llama", "rope_parameters", map[string]any{"rope_type": "default", "partial_rotary_factor": 0.5}), "partial_rotary_factor"},
@@ -483,7 +582,7 @@ func TestDecoderConfigErrors(t *testing.T) {
 
 	_, err := models.LoadPretrained(write(t, edit("gemma")), models.LoadOptions{})
 	require.Error(t, err)
-	for _, arch := range []string{"gpt2", "llama", "mistral", "qwen2"} {
+	for _, arch := range []string{"gpt2", "llama", "mistral", "qwen2", "phi3"} {
 		assert.Contains(t, err.Error(), arch, "the supported types are listed")
 	}
 
@@ -525,4 +624,82 @@ func TestLlamaOlderCheckpointNames(t *testing.T) {
 		require.True(t, ok, k)
 		assert.Equal(t, w.(*torch.Tensor).Float64s(), v.(*torch.Tensor).Float64s(), k)
 	}
+}
+
+// TestPhi3LoRAFusedProjections: LoRA targets Phi-3's fused projections by PEFT's names,
+// qkv_proj and gate_up_proj, and the adapters change the model's output through them.
+func TestPhi3LoRAFusedProjections(t *testing.T) {
+	defer torch.NewScope().Close()
+	torch.ManualSeed(5)
+	c := models.DefaultPhi3Config()
+	c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 61, 16, 24, 2
+	c.NumAttentionHeads, c.NumKeyValueHeads, c.MaxPositionEmbeddings, c.OriginalMaxPositionEmbeddings = 4, 2, 32, 32
+	pad := int64(0)
+	c.PadTokenID, c.EOSTokenID = &pad, models.TokenIDs{60}
+	c.RopeParameters.PartialRotaryFactor = 0.5
+	m, err := models.NewPhi3ForCausalLM(c)
+	require.NoError(t, err)
+	defer nn.Free(m)
+	nn.SetTraining(m, false)
+	ids := torch.FromSlice([]int64{3, 14, 15, 9, 26, 5}, 1, 6)
+	var before *torch.Tensor
+	torch.NoGrad(func() { before = m.Forward(models.DecoderInput{InputIDs: ids}) })
+
+	a, err := lora.Inject(m, lora.Config{R: 2, Alpha: 4, TargetModules: lora.Modules("qkv_proj", "gate_up_proj")})
+	require.NoError(t, err)
+	var paths []string
+	for _, l := range a.Layers() {
+		paths = append(paths, l.Path)
+	}
+	assert.ElementsMatch(t, []string{
+		"model.layers.0.self_attn.qkv_proj", "model.layers.0.mlp.gate_up_proj",
+		"model.layers.1.self_attn.qkv_proj", "model.layers.1.mlp.gate_up_proj",
+	}, paths)
+	assert.Equal(t, []int64{(4 + 2*2) * 4, 2}, a.Layers()[0].B.Weight.Shape(), "B spans the fused outputs")
+	torch.NoGrad(func() {
+		requireClose(t, "zero B leaves the model", before, m.Forward(models.DecoderInput{InputIDs: ids}), 0)
+		for _, l := range a.Layers() {
+			nn.InitNormal(l.B.Weight, 0, 0.5)
+		}
+		after := m.Forward(models.DecoderInput{InputIDs: ids})
+		assert.Greater(t, after.Sub(before).Abs().Max().Item(), 1e-3, "the adapters reach the output")
+	})
+}
+
+// TestRopeConfigForms: the rope settings transformers derives from config.json: Phi-3's
+// v4 "su" and "yarn" read as longrope with the top-level original context (which
+// overrides rope_scaling's own) and partial_rotary_factor; yarn's and longrope's
+// original context defaulting to max_position_embeddings elsewhere; a null factor
+// giving max_position_embeddings / original and its attention factor.
+func TestRopeConfigForms(t *testing.T) {
+	for _, typ := range []string{"su", "yarn", "longrope"} {
+		raw := `{"model_type": "phi3", "hidden_size": 32, "num_attention_heads": 4, "max_position_embeddings": 64,
+			"original_max_position_embeddings": 16, "partial_rotary_factor": 0.5, "rope_theta": 500.0,
+			"rope_scaling": {"type": "` + typ + `", "short_factor": [1, 2], "long_factor": [3, 4], "original_max_position_embeddings": 8}}`
+		c, err := models.ParsePhi3Config([]byte(raw))
+		require.NoError(t, err, typ)
+		assert.Equal(t, models.RopeParameters{RopeType: models.RopeLongrope, RopeTheta: 500, OriginalMaxPositionEmbeddings: 16,
+			PartialRotaryFactor: 0.5, ShortFactor: []float64{1, 2}, LongFactor: []float64{3, 4}}, c.RopeParameters, typ)
+	}
+	c, err := models.ParsePhi3Config([]byte(`{"model_type": "phi3", "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.75}, "partial_rotary_factor": 0.5}`))
+	require.NoError(t, err)
+	assert.Equal(t, 0.75, c.RopeParameters.PartialRotaryFactor, "rope_parameters' own factor wins")
+	assert.Equal(t, int64(96), c.HeadDim)
+
+	lc, err := models.ParseLlamaConfig([]byte(`{"max_position_embeddings": 64, "original_max_position_embeddings": 32,
+		"rope_parameters": {"rope_type": "yarn", "factor": null}}`))
+	require.NoError(t, err)
+	assert.Equal(t, int64(64), lc.RopeParameters.OriginalMaxPositionEmbeddings, "as standardize_rope_params: max_position_embeddings")
+	assert.Equal(t, 1.0, lc.RopeParameters.Factor, "a null factor is written out as the ratio")
+	lc.RopeParameters.OriginalMaxPositionEmbeddings, lc.RopeParameters.Factor = 16, 0
+	rope, err := models.NewRotaryEmbedding(lc.RopeParameters, 8, 64)
+	require.NoError(t, err)
+	defer nn.Free(rope)
+	assert.InDelta(t, 0.1*math.Log(4)+1, rope.AttentionScaling(), 1e-15, "factor 64/16")
+	lc.RopeParameters = models.RopeParameters{RopeType: models.RopeLongrope, RopeTheta: 1e4, OriginalMaxPositionEmbeddings: 16,
+		ShortFactor: []float64{1, 1, 1, 1}, LongFactor: []float64{1, 1, 1, 1}}
+	rope2, err := models.NewRotaryEmbedding(lc.RopeParameters, 8, 64)
+	require.NoError(t, err)
+	defer nn.Free(rope2)
+	assert.InDelta(t, math.Sqrt(1+math.Log(4)/math.Log(16)), rope2.AttentionScaling(), 1e-15)
 }

@@ -1,6 +1,8 @@
 package models
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 
@@ -292,4 +294,35 @@ func (m *Gemma2ForCausalLM) PretrainedConfig() any {
 	c := m.Config
 	c.ModelType, c.Architectures = "gemma2", []string{"Gemma2ForCausalLM"}
 	return c
+}
+
+// MarshalJSON writes the config as config.json holds it, the soft-capping values as
+// floats (30.0, not 30): transformers' strict Gemma configs refuse an integer there.
+func (c Gemma2Config) MarshalJSON() ([]byte, error) { return json.Marshal(c.configJSON()) }
+
+// gemma2JSON is Gemma2Config with its float-only keys written as floats.
+type gemma2JSON struct {
+	gemma2Plain
+	FinalLogitSoftcapping *pyFloat `json:"final_logit_softcapping"`
+	AttnLogitSoftcapping  *pyFloat `json:"attn_logit_softcapping"`
+}
+
+// gemma2Plain is Gemma2Config without its MarshalJSON.
+type gemma2Plain Gemma2Config
+
+func (c Gemma2Config) configJSON() gemma2JSON {
+	return gemma2JSON{gemma2Plain(c), (*pyFloat)(c.FinalLogitSoftcapping), (*pyFloat)(c.AttnLogitSoftcapping)}
+}
+
+// pyFloat is a float64 that JSON always writes as a float, with a point or an
+// exponent, as Python's json does.
+type pyFloat float64
+
+// MarshalJSON writes f as a float.
+func (f pyFloat) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(float64(f))
+	if err == nil && !bytes.ContainsAny(b, ".eE") {
+		b = append(b, ".0"...)
+	}
+	return b, err
 }

@@ -104,8 +104,14 @@ func ParseGemma3TextConfig(raw []byte) (Gemma3TextConfig, error) {
 		if p.RopeType == "" {
 			p.RopeType = RopeDefault
 		}
-		if p.RopeType == RopeLlama3 && p.OriginalMaxPositionEmbeddings == 0 {
-			p.OriginalMaxPositionEmbeddings = c.MaxPositionEmbeddings
+		switch p.RopeType {
+		case RopeLlama3, RopeYarn, RopeLongrope:
+			if p.OriginalMaxPositionEmbeddings == 0 {
+				p.OriginalMaxPositionEmbeddings = c.MaxPositionEmbeddings
+			}
+		}
+		if p.RopeType == RopeYarn && p.Factor == 0 && p.OriginalMaxPositionEmbeddings > 0 {
+			p.Factor = float64(c.MaxPositionEmbeddings) / float64(p.OriginalMaxPositionEmbeddings)
 		}
 	}
 	c.RopeParameters = map[string]RopeParameters{FullAttention: full, SlidingAttention: local}
@@ -178,11 +184,18 @@ func (l *Gemma3DecoderLayer) window() int64 { return l.SelfAttn.Window }
 // does, in float32 on the CPU; a config out of range is an error naming the field.
 func NewGemma3ForCausalLM(c Gemma3TextConfig) (*Gemma3ForCausalLM, error) {
 	const cfg = "Gemma3TextConfig"
-	s, windows, err := c.Gemma2Config.sizes(cfg, c.RopeParameters[FullAttention])
+	// transformers' yarn reads truncate from the top of rope_parameters, which for Gemma 3
+	// holds the layer types: the nested truncate is never seen, and the band is truncated.
+	full, lp := c.RopeParameters[FullAttention], c.RopeParameters[SlidingAttention]
+	full.Truncate, lp.Truncate = nil, nil
+	s, windows, err := c.Gemma2Config.sizes(cfg, full)
 	if err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}
-	local, err := NewRotaryEmbedding(c.RopeParameters[SlidingAttention], c.HeadDim, c.MaxPositionEmbeddings)
+	if f := lp.PartialRotaryFactor; f != 0 && f != 1 {
+		return nil, fmt.Errorf("models: %s: rope_parameters.%s.partial_rotary_factor %v is not supported (only 1)", cfg, SlidingAttention, f)
+	}
+	local, err := NewRotaryEmbedding(lp, c.HeadDim, c.MaxPositionEmbeddings)
 	if err != nil {
 		return nil, fmt.Errorf("%w (rope_parameters.%s)", err, SlidingAttention)
 	}
@@ -219,6 +232,15 @@ func (m *Gemma3ForCausalLM) PretrainedConfig() any {
 	c := m.Config
 	c.ModelType, c.Architectures = "gemma3_text", []string{"Gemma3ForCausalLM"}
 	return c
+}
+
+// MarshalJSON writes the config as config.json holds it: Gemma2Config's keys (the
+// soft-capping values as floats) and rope_parameters by layer type.
+func (c Gemma3TextConfig) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		gemma2JSON
+		RopeParameters map[string]RopeParameters `json:"rope_parameters"`
+	}{c.Gemma2Config.configJSON(), c.RopeParameters})
 }
 
 // Gemma 3 from 4B up ships as Gemma3ForConditionalGeneration (model_type "gemma3"): a

@@ -54,7 +54,8 @@ type GenerateOptions struct {
 // new tokens of each: up to MaxNewTokens, ending early at a stop token or stop string
 // (included). Prompts of different lengths are left-padded and masked, as transformers
 // does for a batch, so each row gets the tokens it would get alone. The KV cache is
-// allocated once for the longest prompt plus MaxNewTokens. Sequences longer than the
+// allocated once for the longest prompt plus MaxNewTokens; a model that is a
+// CacheInvalidator (Phi-3) has it emptied and every position recomputed where it says. Sequences longer than the
 // model's context are an error. The model should be in evaluation mode; gradients are
 // not recorded.
 func Generate(m CausalLM, prompts [][]int64, o GenerateOptions) (out [][]int64, err error) {
@@ -111,6 +112,10 @@ func Generate(m CausalLM, prompts [][]int64, o GenerateOptions) (out [][]int64, 
 				from := 0
 				if cache != nil && step > 0 {
 					from = g.len() - 1
+					if inv, ok := m.(CacheInvalidator); ok && inv.InvalidatesCache(cache.Len(), int64(g.len())) {
+						cache.reset()
+						from = 0
+					}
 				}
 				logits := m.Forward(g.input(from, cache, dev))
 				last := logits.Select(1, logits.Size(1)-1)
@@ -146,6 +151,16 @@ func Generate(m CausalLM, prompts [][]int64, o GenerateOptions) (out [][]int64, 
 		return nil, err
 	}
 	return out, nil
+}
+
+// CacheInvalidator is a CausalLM whose cached keys and values stop being valid at some
+// point of a generation, so that Generate must drop the cache and recompute every
+// position once, as transformers' prepare_inputs_for_generation does for Phi-3 when a
+// sequence passes LongRoPE's original context (Phi3ForCausalLM).
+type CacheInvalidator interface {
+	// InvalidatesCache reports whether the next forward, over a sequence of length
+	// tokens (padding included) of which the cache holds cached, must start afresh.
+	InvalidatesCache(cached, length int64) bool
 }
 
 // stopString reports whether the text of ids ends a sequence.

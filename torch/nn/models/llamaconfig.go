@@ -79,7 +79,7 @@ func parseLlamaFamily[C any, P llamaFamily[C]](raw []byte, c C) (C, error) {
 
 // withDefaults fills what transformers derives: the key/value heads, head_dim where
 // num_attention_heads divides hidden_size, and the rotary embedding's type, base and
-// llama3 pretraining context.
+// pretraining context (llama3, yarn, longrope), and yarn's factor when null.
 func (c LlamaFamilyConfig) withDefaults() LlamaFamilyConfig {
 	if c.NumKeyValueHeads == 0 {
 		c.NumKeyValueHeads = c.NumAttentionHeads
@@ -93,8 +93,17 @@ func (c LlamaFamilyConfig) withDefaults() LlamaFamilyConfig {
 	if c.RopeParameters.RopeTheta == 0 {
 		c.RopeParameters.RopeTheta = defaultRopeTheta
 	}
-	if c.RopeParameters.RopeType == RopeLlama3 && c.RopeParameters.OriginalMaxPositionEmbeddings == 0 {
-		c.RopeParameters.OriginalMaxPositionEmbeddings = c.MaxPositionEmbeddings
+	p := &c.RopeParameters
+	switch p.RopeType {
+	case RopeLlama3, RopeYarn, RopeLongrope:
+		if p.OriginalMaxPositionEmbeddings == 0 {
+			p.OriginalMaxPositionEmbeddings = c.MaxPositionEmbeddings
+		}
+	}
+	if p.RopeType == RopeYarn && p.Factor == 0 && p.OriginalMaxPositionEmbeddings > 0 {
+		// A null factor is the ratio of the contexts; written out, so that a saved
+		// config has the key transformers requires.
+		p.Factor = float64(c.MaxPositionEmbeddings) / float64(p.OriginalMaxPositionEmbeddings)
 	}
 	return c
 }

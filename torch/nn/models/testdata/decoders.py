@@ -8,7 +8,8 @@ cases), DIR/CASE/hf_v4 (the same weights with the config rewritten in the v4 for
 DIR/CASE/bf16 (bfloat16 weights), and writes DIR/CASE/ref.pt: the state dict, the
 logits, loss and gradients of one training forward, the state after an AdamW step,
 greedy generations (cached and uncached, one prompt and a left-padded batch of two) and
-the bfloat16 model's state and logits. It prints the case names, one per line.
+the bfloat16 model's state and logits; a rope-type case writes only the logits and the
+rotary inv_freq of a long then a short forward. It prints the case names, one per line.
 """
 
 import collections
@@ -32,6 +33,8 @@ from transformers import (
     Qwen2ForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
 )
@@ -68,6 +71,28 @@ CASES = {
                           dict(SMALL, max_position_embeddings=16,
                                rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=3.0)),
                           dict(rope_only=True)),
+        # YaRN over an original context of 16: the default betas and mscale, truncated.
+        "llama_yarn": (LlamaConfig, LlamaForCausalLM,
+                       dict(SMALL, rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                                        original_max_position_embeddings=16)),
+                       dict(rope_only=True)),
+        # YaRN with DeepSeek's mscale pair, other betas and no truncation (a band of
+        # dimensions 0.21 to 1.41, which truncation would make 0 to 2).
+        "llama_yarn_mscale": (LlamaConfig, LlamaForCausalLM,
+                              dict(SMALL, rope_parameters=dict(rope_type="yarn", rope_theta=100.0, factor=8.0,
+                                                               original_max_position_embeddings=16, beta_fast=2.0,
+                                                               beta_slow=0.5, mscale=0.707, mscale_all_dim=1.0,
+                                                               truncate=False)),
+                              dict(rope_only=True)),
+        # LongRoPE: the 24-token forward passes the original 16 positions (long
+        # factors), the 10-token one does not (short factors); attention factor from
+        # 64/16.
+        "llama_longrope": (LlamaConfig, LlamaForCausalLM,
+                           dict(SMALL, rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
+                                                            original_max_position_embeddings=16,
+                                                            short_factor=[1.0, 1.2, 1.5, 2.0],
+                                                            long_factor=[1.5, 3.0, 6.0, 12.0])),
+                           dict(rope_only=True)),
     },
     "qwen2": {
         # As Qwen2.5's small models: tied, sliding window present but off.
@@ -87,6 +112,29 @@ CASES = {
         # Layer 1 slides over 4 positions.
         "qwen3_sliding": (Qwen3Config, Qwen3ForCausalLM,
                           dict(SMALL, head_dim=8, use_sliding_window=True, sliding_window=4, max_window_layers=1), {}),
+        # YaRN with an explicit attention factor.
+        "qwen3_yarn": (Qwen3Config, Qwen3ForCausalLM,
+                       dict(SMALL, head_dim=16, rope_parameters=dict(rope_type="yarn", rope_theta=1000000.0, factor=2.0,
+                                                                     original_max_position_embeddings=16,
+                                                                     attention_factor=1.25)),
+                       dict(rope_only=True)),
+    },
+    "phi3": {
+        # Half of each head rotated, a 4-position window on every layer (generation runs
+        # past it), a padding token, tied, sharded; embd_pdrop is in the config but
+        # Phi3Model does not apply it.
+        "phi3": (Phi3Config, Phi3ForCausalLM,
+                 dict(SMALL, pad_token_id=0, sliding_window=4, tie_word_embeddings=True, embd_pdrop=0.1,
+                      rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5)),
+                 dict(shard="20KB")),
+        # LongRoPE over an original context of 16 with three quarters of each head
+        # rotated: generation passes position 16, where transformers drops the cache and
+        # recomputes every position with the long factors.
+        "phi3_longrope": (Phi3Config, Phi3ForCausalLM,
+                          dict(SMALL, pad_token_id=0, original_max_position_embeddings=16,
+                               rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
+                                                    short_factor=[1.0, 1.3, 1.9], long_factor=[2.0, 5.0, 11.0])),
+                          {}),
     },
     "olmo2": {
         # q/k norms over the whole projections (fewer key/value heads), biases, a
@@ -170,7 +218,8 @@ def v4_config(src, dst):
     """Rewrites a v5 config.json as transformers 4 wrote it: rope_theta and rope_scaling
     at the top level (the type under the old "type" key), torch_dtype, no layer_types
     (Gemma 3: the global rope as rope_theta and rope_scaling, the local base as
-    rope_local_base_freq, and sliding_window_pattern)."""
+    rope_local_base_freq, and sliding_window_pattern; Phi-3: partial_rotary_factor at the
+    top level)."""
     c = json.load(open(src))
     rope = c.pop("rope_parameters")
     if "sliding_attention" in rope:
@@ -188,6 +237,11 @@ def v4_config(src, dst):
         json.dump(c, open(dst, "w"), indent=2)
         return
     c["rope_theta"] = rope.pop("rope_theta")
+    if c["model_type"] == "phi3":
+        # Phi-3's files: partial_rotary_factor at the top level, the original context
+        # only there.
+        c["partial_rotary_factor"] = rope.pop("partial_rotary_factor")
+        rope.pop("original_max_position_embeddings", None)
     rtype = rope.pop("rope_type")
     c["rope_scaling"] = None if rtype == "default" else dict(rope, type=rtype)
     c["torch_dtype"] = c.pop("dtype")
@@ -211,11 +265,16 @@ def make(name, cfg_cls, model_cls, kw, extra):
     r = {}
     if extra.get("rope_only"):
         ids = torch.randint(0, cfg.vocab_size, (2, 24), generator=g)
+        rope = m.model.rotary_emb
         with torch.no_grad():
             r["ids"] = ids
             r["logits"] = m(ids).logits
+            r["inv_freq"] = rope.inv_freq.clone()
             r["ids_short"] = ids[:, :10]
             r["logits_short"] = m(ids[:, :10]).logits
+            r["inv_freq_short"] = rope.inv_freq.clone()
+            # The factor on the cosines and sines (yarn's and longrope's attention factor).
+            r["attention_scaling"] = torch.tensor(rope.attention_scaling, dtype=torch.float64)
         r["state"] = collections.OrderedDict((k, v.clone()) for k, v in m.state_dict().items())
         torch.save(r, os.path.join(out, "ref.pt"))
         cfg.save_pretrained(os.path.join(out, "hf"))
