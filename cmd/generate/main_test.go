@@ -38,7 +38,8 @@ import (
 //     family: qwen3 and olmo2 byte-level as qwen2's (OLMo 2 with its EOS as BOS);
 //     gemma2, gemma3_text and gemma3 (the multimodal Gemma3ForConditionalGeneration,
 //     which gotrain opens as its text decoder) SentencePiece-style as Gemma's, with
-//     sliding layers shorter than the generations and Gemma 2's soft-capping.
+//     sliding layers shorter than the generations and Gemma 2's soft-capping; phi3
+//     SentencePiece-style as Llama 2's, with partial rotary and a sliding window.
 //
 // Then it answers each case as tokenizers and transformers do: the prompt's ids,
 // generate()'s new ids, and the decoded texts. Argument: a JSON file {"dir", "corpus",
@@ -144,6 +145,12 @@ def build(name):
                 cls, cfg = T.Gemma3ForConditionalGeneration, T.Gemma3Config(
                     text_config=text, vision_config=vision, mm_tokens_per_image=4, boi_token_index=v - 3,
                     eoi_token_index=v - 2, image_token_index=v - 1, eos_token_id=2)
+    elif name == "phi3":
+        tok = sentencepiece(normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")]), None)
+        cls, cfg = T.Phi3ForCausalLM, T.Phi3Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=48,
+                                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                                   max_position_embeddings=64, partial_rotary_factor=0.5, sliding_window=5,
+                                                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
     else:
         if name == "llama":
             tok = sentencepiece(normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")]), None)
@@ -250,7 +257,7 @@ var greedyPrompts = []string{
 
 // newFamilies are the model types of issue 41 that TestJSONMatchesTransformers runs
 // greedily on two prompts each, past their sliding windows.
-var newFamilies = []string{"qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3"}
+var newFamilies = []string{"qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3", "phi3"}
 
 // noBOS are the fixture's tokenizers that add no BOS.
 var noBOS = map[string]bool{"qwen2": true, "qwen3": true}
