@@ -20,10 +20,11 @@ const (
 	Evaluated                        // an evaluation point's Record is in History: each epoch's end, or every Config.EvalEvery steps and at Config.MaxSteps
 	EpochEnd                         // an epoch finished (its Record, at an epoch's end evaluation, is in History)
 	TrainEnd                         // Run returns (also on error or interruption)
+	Resumed                          // LoadCheckpoint restored the training state (before any Run)
 )
 
 var eventNames = [...]string{"train_begin", "epoch_begin", "before_backward", "batch_end", "logged", "before_optimizer_step",
-	"after_optimizer_step", "validation_batch_end", "validation_end", "evaluated", "epoch_end", "train_end"}
+	"after_optimizer_step", "validation_batch_end", "validation_end", "evaluated", "epoch_end", "train_end", "resumed"}
 
 // String returns the event's name.
 func (e Event) String() string {

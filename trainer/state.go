@@ -375,7 +375,7 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 		t.GlobalStep = int64(t.Epoch * ((t.Train.Len() + t.cfg.Accumulation - 1) / t.cfg.Accumulation))
 	}
 	t.printf("resumed from %s: epoch %d, batch %d, global step %d, best %s %.4f\n", path, t.Epoch, t.BatchInEpoch, t.GlobalStep, t.cfg.Monitor, t.BestMetric)
-	return nil
+	return t.fire(Resumed)
 }
 
 // ReadRunConfig reads into v the program's configuration that a checkpoint of a

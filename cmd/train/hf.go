@@ -5,12 +5,14 @@ package main
 // activation checkpointing, and the run directory's Hugging Face copies of the result.
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/data"
@@ -241,18 +243,27 @@ type adapterSaver interface {
 // Events says which events hfCallback acts at.
 func (h *hfCallback) Events() trainer.EventSet {
 	if h.saveEvery > 0 {
-		return trainer.Events(trainer.Evaluated, trainer.AfterOptimizerStep)
+		return trainer.Events(trainer.Resumed, trainer.Evaluated, trainer.AfterOptimizerStep)
 	}
-	return trainer.Events(trainer.Evaluated)
+	return trainer.Events(trainer.Resumed, trainer.Evaluated)
 }
 
 // OnEvent acts at each evaluation and, with saveEvery, at the steps it names.
 func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
-	if e == trainer.AfterOptimizerStep {
+	switch e {
+	case trainer.Resumed:
+		// hf/last must be the state the checkpoint resumed from. A kill
+		// between the two writes (hf/last is written at the evaluation, the checkpoint
+		// after it) or an interruption mid-epoch leaves hf/last at another step.
+		if h.main && hfStep(filepath.Join(h.dir, "last")) != t.GlobalStep {
+			return h.save(filepath.Join(h.dir, "last"), t)
+		}
+		return nil
+	case trainer.AfterOptimizerStep:
 		// An evaluation at the same step saves again with its record; this save is
 		// the step's own.
 		if h.main && t.GlobalStep%int64(h.saveEvery) == 0 {
-			return h.save(filepath.Join(h.dir, "last"))
+			return h.save(filepath.Join(h.dir, "last"), t)
 		}
 		return nil
 	}
@@ -274,17 +285,41 @@ func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 		fmt.Fprintf(h.out, "  sample prompt (held out): %q\n  continuation: %q\n",
 			h.run.tok.Decode(h.prompt, false), h.run.tok.Decode(gen[0], true))
 	}
-	if err := h.save(filepath.Join(h.dir, "last")); err != nil {
+	if err := h.save(filepath.Join(h.dir, "last"), t); err != nil {
 		return err
 	}
 	if v, ok := t.Metrics[t.Config().Monitor]; ok && v == t.BestMetric {
-		return h.save(filepath.Join(h.dir, "best"))
+		return h.save(filepath.Join(h.dir, "best"), t)
 	}
 	return nil
 }
 
-// save writes the adapter, or the whole model, to dir in Hugging Face's layout.
-func (h *hfCallback) save(dir string) error {
+// hfStateFile records, in a saved directory, the optimizer step and epoch of the state
+// it holds, as transformers' Trainer writes trainer_state.json beside its checkpoints.
+const hfStateFile = "trainer_state.json"
+
+// hfState is what hfStateFile holds.
+type hfState struct {
+	GlobalStep int64 `json:"global_step"`
+	Epoch      int   `json:"epoch"`
+}
+
+// hfStep is the optimizer step dir's hfStateFile names; -1 when it has none.
+func hfStep(dir string) int64 {
+	b, err := fsutil.ReadFileInDir(dir, hfStateFile, 1<<16)
+	if err != nil {
+		return -1
+	}
+	var st hfState
+	if json.Unmarshal(b, &st) != nil {
+		return -1
+	}
+	return st.GlobalStep
+}
+
+// save writes the adapter, or the whole model, to dir in Hugging Face's layout, with
+// the tokenizer's files and, last, hfStateFile naming t's step.
+func (h *hfCallback) save(dir string, t *trainer.Trainer) error {
 	var err error
 	if h.adapter != nil {
 		err = h.adapter.Save(dir)
@@ -296,7 +331,14 @@ func (h *hfCallback) save(dir string) error {
 	}
 	// As PEFT's and transformers' Trainer save the tokenizer beside the weights, so that
 	// the directory is enough for generate --chat and AutoTokenizer.
-	return copyTokenizerFiles(h.source, dir)
+	if err := copyTokenizerFiles(h.source, dir); err != nil {
+		return err
+	}
+	st, err := json.Marshal(hfState{GlobalStep: t.GlobalStep, Epoch: t.Epoch})
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(filepath.Join(dir, hfStateFile), append(st, '\n'))
 }
 
 // parseTargets splits --lora-targets: "q_proj,v_proj" or "all-linear".

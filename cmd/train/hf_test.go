@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,6 +86,43 @@ func TestFineTuneHFDirectory(t *testing.T) {
 	nn.Free(m)
 
 	resumesExactly(t, args, runs, ref)
+
+	// hf/last after a kill between its write and the checkpoint's: here it holds the
+	// two-epoch run's weights and step while last.pt is at the first epoch. A resume
+	// puts hf/last back to the checkpoint's state before it trains.
+	one := filepath.Join(t.TempDir(), "one.pt")
+	out, err = child(append(args, "--epochs", "1", "--experiment", "again")...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	again := filepath.Join(runs, "again")
+	copyFile(t, filepath.Join(again, "checkpoints", "last.pt"), one)
+	for _, f := range []string{"model.safetensors", "trainer_state.json"} {
+		copyFile(t, filepath.Join(ref, "hf", "last", f), filepath.Join(again, "hf", "last", f))
+	}
+	out, err = child("--resume", filepath.Join(again, "checkpoints", "last.pt"), "--epochs", "1").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	st, err := os.ReadFile(filepath.Join(again, "hf", "last", "trainer_state.json"))
+	require.NoError(t, err)
+	v, err := checkpoint.Read(one)
+	require.NoError(t, err)
+	step, err := checkpoint.Get(v, "global_step")
+	require.NoError(t, err)
+	assert.JSONEq(t, fmt.Sprintf(`{"global_step": %d, "epoch": 1}`, step), string(st))
+	w, _, err := checkpoint.ReadSafetensors(filepath.Join(again, "hf", "last", "model.safetensors"))
+	require.NoError(t, err)
+	sd, err := checkpoint.GetDict(v, "model_state_dict")
+	require.NoError(t, err)
+	for k, x := range w.All() {
+		y, ok := sd.Get(k)
+		require.True(t, ok, k)
+		require.True(t, bytes.Equal(y.(*checkpoint.Tensor).Bytes(), x.(*checkpoint.Tensor).Bytes()), "hf/last holds last.pt's %v", k)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(to, b, 0o644))
 }
 
 // resumesExactly runs args for one epoch as experiment "split" in runs, resumes that run
