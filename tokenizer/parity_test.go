@@ -229,6 +229,30 @@ def build_t5():
     import transformers
     return transformers.T5TokenizerFast(vocab_file=spm_model(False), extra_ids=5).backend_tokenizer
 
+def build_bert():
+    # BertWordPieceTokenizer as transformers' BERT files have it: BertNormalizer with
+    # clean_text, handle_chinese_chars, lowercase and strip_accents null (it follows
+    # lowercase), BertPreTokenizer, WordPiece with "##" and max_input_chars_per_word,
+    # BertProcessing, the WordPiece decoder with cleanup. A smaller alphabet than the
+    # text's leaves characters no token covers: their words are [UNK].
+    from tokenizers.implementations import BertWordPieceTokenizer
+    bw = BertWordPieceTokenizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True)
+    bw.train_from_iterator(lines, vocab_size=1500, min_frequency=2, limit_alphabet=300, show_progress=False)
+    tok = bw._tokenizer
+    tok.model = models.WordPiece(tok.get_vocab(), unk_token="[UNK]", max_input_chars_per_word=40)
+    tok.post_processor = processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")), ("[CLS]", tok.token_to_id("[CLS]")))
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    return tok
+
+def build_roberta():
+    # RoBERTa's layout: byte-level BPE without a prefix space, <mask> with lstrip,
+    # RobertaProcessing (<s> $A </s>) with trim_offsets.
+    tok = byte_level(pre_tokenizers.ByteLevel(add_prefix_space=False), None, ["<s>", "<pad>", "</s>", "<unk>"], "<s>")
+    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True, normalized=False)])
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
+                                                      trim_offsets=True, add_prefix_space=False)
+    return tok
+
 kinds = args["kinds"]
 rng = random.Random(args["seed"])
 result = {}
@@ -400,7 +424,7 @@ type kindResult struct {
 	TokenToID         []*int64  `json:"token_to_id"`
 }
 
-var kinds = []string{"gpt2", "llama3", "qwen2", "llama2", "mistral", "metaspace", "splits", "deepseek", "o200k", "words", "punct", "unigram", "t5"}
+var kinds = []string{"gpt2", "llama3", "qwen2", "llama2", "mistral", "metaspace", "splits", "deepseek", "o200k", "words", "punct", "unigram", "t5", "bert", "roberta"}
 
 // randomCount random strings get the whole comparison (ids, decoding, streaming);
 // fuzzCount more, from fuzzStrings, get their ids compared, in one batch.
@@ -684,6 +708,13 @@ func TestParityCorpusReachesOptions(t *testing.T) {
 			tk.added.tokens[id] = tok
 		}
 	}
+	setBert := func(f func(*normBert)) func(*Tokenizer) {
+		return func(tk *Tokenizer) {
+			n := tk.normalizer.(normBert)
+			f(&n)
+			tk.normalizer = n
+		}
+	}
 	cases := []struct {
 		kind, option string
 		off          func(*Tokenizer)
@@ -700,6 +731,12 @@ func TestParityCorpusReachesOptions(t *testing.T) {
 		{"unigram", "Precompiled", func(tk *Tokenizer) { tk.normalizer = tk.normalizer.(normSequence)[1:] }},
 		{"t5", "unk", func(tk *Tokenizer) { tk.model.(*unigram).unk = -1 }},
 		{"metaspace", "continuing_subword_prefix", func(tk *Tokenizer) { tk.model.(*bpe).prefix = "" }},
+		{"bert", "strip_accents", setBert(func(n *normBert) { n.stripAccents = false })},
+		{"bert", "handle_chinese_chars", setBert(func(n *normBert) { n.chinese = false })},
+		{"bert", "clean_text", setBert(func(n *normBert) { n.cleanText = false })},
+		{"bert", "lowercase", setBert(func(n *normBert) { n.lowercase = false })},
+		{"bert", "max_input_chars_per_word", func(tk *Tokenizer) { tk.model.(*wordPiece).maxChars = 1000 }},
+		{"bert", "unk", func(tk *Tokenizer) { tk.model.(*wordPiece).unk = -1 }},
 	}
 	for _, c := range cases {
 		t.Run(c.kind+" "+c.option, func(t *testing.T) {

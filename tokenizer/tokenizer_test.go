@@ -164,8 +164,14 @@ func TestParseErrors(t *testing.T) {
 		{name: "wrong type", raw: `{"added_tokens": 5}`, want: "field added_tokens"},
 		{name: "no model", raw: `{"version": "1.0"}`, want: "the file has no model"},
 		{name: "version", edit: func(m map[string]any) { m["version"] = "2.0" }, want: `unknown tokenizer.json version "2.0"`},
-		{name: "unigram", edit: func(m map[string]any) { model(m)["type"] = "WordLevel" }, want: `tokenizer: model type "WordLevel" is not supported (supported: BPE, Unigram)`, unsupported: true},
-		{name: "wordpiece", edit: func(m map[string]any) { model(m)["type"] = "WordPiece" }, want: `model type "WordPiece" is not supported (supported: BPE, Unigram)`, unsupported: true},
+		{name: "model type", edit: func(m map[string]any) { model(m)["type"] = "WordLevel" }, want: `tokenizer: model.type "WordLevel" is not supported (supported: BPE, Unigram, WordPiece)`, unsupported: true},
+		{name: "wordpiece max chars", edit: func(m map[string]any) {
+			model(m)["type"] = "WordPiece"
+			model(m)["max_input_chars_per_word"] = -1
+		}, want: `model.max_input_chars_per_word is -1, negative`},
+		{name: "bert processing", edit: func(m map[string]any) {
+			m["post_processor"] = map[string]any{"type": "BertProcessing", "sep": []any{"[SEP]", "x"}}
+		}, want: `post_processor.sep: not a [token, id] pair`},
 		{name: "dropout", edit: func(m map[string]any) { model(m)["dropout"] = 0.1 }, want: "model.dropout is 0.1", unsupported: true},
 		{name: "merge not in vocab", edit: func(m map[string]any) {
 			model(m)["merges"] = []any{[]string{"h", "zz"}}
@@ -198,7 +204,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "sequence list", edit: func(m map[string]any) {
 			m["normalizer"] = map[string]any{"type": "Sequence", "normalizers": "NFC"}
 		}, want: "normalizer: json: cannot unmarshal string into Go struct field .normalizers"},
-		{name: "post-processor", edit: func(m map[string]any) { m["post_processor"] = map[string]any{"type": "RobertaProcessing"} }, want: `post_processor: post-processor "RobertaProcessing" is not supported`, unsupported: true},
+		{name: "post-processor", edit: func(m map[string]any) { m["post_processor"] = map[string]any{"type": "Roberta"} }, want: `post_processor: post-processor "Roberta" is not supported`, unsupported: true},
 		{name: "template token", edit: func(m map[string]any) {
 			m["post_processor"].(map[string]any)["special_tokens"] = map[string]any{}
 		}, want: `special token "<|endoftext|>" is not in special_tokens`},
