@@ -56,6 +56,25 @@ func TestParityOffsets(t *testing.T) {
 	}
 }
 
+// TestParityOffsetsReachTrim checks that the offsets of the parity inputs depend on the
+// trimming post-processors: without RoBERTa's trim_offsets, or GPT-2's, some differ from
+// tokenizers'.
+func TestParityOffsetsReachTrim(t *testing.T) {
+	dir, texts, res := trained(t)
+	for _, kind := range []string{"roberta", "gpt2trim"} {
+		tok := loadKind(t, dir, kind)
+		require.NotNil(t, tok.trim, kind)
+		tok.trim = nil
+		differ := 0
+		for i, text := range texts {
+			if _, offs := tok.EncodeOffsets(text, true); !equalOffsets(byteOffsets(text, res[kind].Offsets[i]), offs) {
+				differ++
+			}
+		}
+		require.Positive(t, differ, "%s: no parity input depends on trim_offsets", kind)
+	}
+}
+
 func equalOffsets(a, b [][2]int) bool {
 	if len(a) != len(b) {
 		return false
