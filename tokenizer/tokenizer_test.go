@@ -368,3 +368,23 @@ func TestWordPieceBert(t *testing.T) {
 	bos, _ := tok.BOS()
 	require.Equal(t, int64(1), bos, "[CLS] is what BertProcessing puts first")
 }
+
+// TestBertNormalizerOptions reads BertNormalizer's options as tokenizers does
+// (strip_accents null or absent follows lowercase) and normalizes as it does (its
+// answers, 0.23). The other options, which tokenizers requires, default to its
+// constructor's (true) here.
+func TestBertNormalizerOptions(t *testing.T) {
+	text := "Ça\u00a0Va\x00 中文 É\u200b"
+	for _, c := range []struct{ json, want string }{
+		{`{"type":"BertNormalizer","strip_accents":null,"lowercase":false}`, "Ça Va  中  文  É"},
+		{`{"type":"BertNormalizer","strip_accents":true,"lowercase":false}`, "Ca Va  中  文  E"},
+		{`{"type":"BertNormalizer","strip_accents":false,"lowercase":true}`, "ça va  中  文  é"},
+		{`{"type":"BertNormalizer","clean_text":false,"handle_chinese_chars":false,"strip_accents":null,"lowercase":true}`, "ca\u00a0va\x00 中文 e\u200b"},
+		{`{"type":"BertNormalizer"}`, "ca va  中  文  e"},
+	} {
+		n, err := parseComponent(normalizers, json.RawMessage(c.json), "normalizer")
+		require.NoError(t, err, c.json)
+		require.Equal(t, c.want, n.normalize(text), c.json)
+		require.Equal(t, c.want, normalizeAligned(n, initialAlignment(text)).text, c.json)
+	}
+}
