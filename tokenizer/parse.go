@@ -145,6 +145,8 @@ func decodeField(raw json.RawMessage, field string, v any) error {
 	return nil
 }
 
+const supportedModels = "BPE, Unigram, WordPiece"
+
 func parseModel(raw json.RawMessage) (wordModel, error) {
 	if isNull(raw) {
 		return nil, fmt.Errorf("tokenizer: the file has no model")
@@ -160,11 +162,13 @@ func parseModel(raw json.RawMessage) (wordModel, error) {
 	case ty.Type == nil && ty.Merges != nil:
 		// Files from before the model had a "type" are BPE when they have merges.
 	case ty.Type == nil:
-		return nil, fmt.Errorf("tokenizer: model: no \"type\" (supported: BPE)")
+		return nil, fmt.Errorf("tokenizer: model: no \"type\" (supported: %s)", supportedModels)
 	case *ty.Type == "Unigram":
 		return parseUnigram(raw)
+	case *ty.Type == "WordPiece":
+		return parseWordPiece(raw)
 	case *ty.Type != "BPE":
-		return nil, fmt.Errorf("tokenizer: model type %q is %w (supported: BPE, Unigram)", *ty.Type, ErrUnsupported)
+		return nil, fmt.Errorf("tokenizer: model.type %q is %w (supported: %s)", *ty.Type, ErrUnsupported, supportedModels)
 	}
 	var j bpeJSON
 	if err := decodeField(raw, "model", &j); err != nil {
@@ -317,7 +321,7 @@ func parseReplace(raw json.RawMessage, field string) (pattern, content string, e
 	return pattern, j.Content, nil
 }
 
-const supportedNormalizers = "Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Strip, Lowercase, Precompiled"
+const supportedNormalizers = "Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Strip, Lowercase, Precompiled, BertNormalizer"
 
 // newNormalizer builds a normalizer of type typ other than Sequence.
 func newNormalizer(raw json.RawMessage, field, typ string) (normalizer, error) {
@@ -349,6 +353,8 @@ func newNormalizer(raw json.RawMessage, field, typ string) (normalizer, error) {
 		return normReplace{pattern, content}, nil
 	case "Lowercase":
 		return normLowercase{}, nil
+	case "BertNormalizer":
+		return parseBertNormalizer(raw, field)
 	case "Precompiled":
 		return parsePrecompiled(raw, field)
 	case "NFC":
@@ -510,7 +516,7 @@ func parseMetaspace(raw json.RawMessage, field string) (metaspaceConfig, error) 
 	return c, nil
 }
 
-const supportedDecoders = "Sequence, ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace"
+const supportedDecoders = "Sequence, ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, WordPiece"
 
 // newDecoder builds a decoder of type typ other than Sequence.
 func newDecoder(raw json.RawMessage, field, typ string) (decoder, error) {
@@ -521,6 +527,15 @@ func newDecoder(raw json.RawMessage, field, typ string) (decoder, error) {
 		return decByteFallback{}, nil
 	case "Fuse":
 		return decFuse{}, nil
+	case "WordPiece":
+		j := struct {
+			Prefix  string `json:"prefix"`
+			Cleanup bool   `json:"cleanup"`
+		}{Prefix: "##", Cleanup: true}
+		if err := decodeField(raw, field, &j); err != nil {
+			return nil, err
+		}
+		return decWordPiece{prefix: j.Prefix, cleanup: j.Cleanup}, nil
 	case "Strip":
 		var j struct {
 			Content string `json:"content"`
@@ -557,7 +572,7 @@ type template struct {
 	prefix, suffix []int64
 }
 
-const supportedPostProcessors = "TemplateProcessing, ByteLevel, Sequence of those"
+const supportedPostProcessors = "TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel, Sequence of those"
 
 // chainTemplates is a Sequence of post-processors: each takes the previous one's output
 // as its sequence.
@@ -581,8 +596,44 @@ func newPostProcessor(raw json.RawMessage, field, typ string) (*template, error)
 		return nil, nil
 	case "TemplateProcessing":
 		return parseTemplate(raw, field)
+	case "BertProcessing", "RobertaProcessing":
+		return parseClsSep(raw, field, typ)
 	}
 	return nil, unsupported(field, "post-processor", typ, supportedPostProcessors)
+}
+
+// parseClsSep reads BertProcessing or RobertaProcessing: cls before the text and sep
+// after it, for a single sequence (the pair forms and the type ids, which Encode does not
+// make, are not read). RobertaProcessing's trim_offsets is parseTrim's.
+func parseClsSep(raw json.RawMessage, field, typ string) (*template, error) {
+	var j struct {
+		Sep *[2]json.RawMessage `json:"sep"`
+		Cls *[2]json.RawMessage `json:"cls"`
+	}
+	if err := decodeField(raw, field, &j); err != nil {
+		return nil, err
+	}
+	// tokenizers' defaults.
+	sep, cls := int64(102), int64(101)
+	if typ == "RobertaProcessing" {
+		sep, cls = 2, 0
+	}
+	for _, x := range []struct {
+		name string
+		v    *[2]json.RawMessage
+		id   *int64
+	}{{"sep", j.Sep, &sep}, {"cls", j.Cls, &cls}} {
+		if x.v == nil {
+			continue
+		}
+		var tok string
+		var id int64
+		if json.Unmarshal(x.v[0], &tok) != nil || json.Unmarshal(x.v[1], &id) != nil || id < 0 || id > math.MaxInt32 {
+			return nil, fmt.Errorf("tokenizer: %s.%s: not a [token, id] pair with an id in [0, %d]", field, x.name, math.MaxInt32)
+		}
+		*x.id = id
+	}
+	return &template{prefix: []int64{cls}, suffix: []int64{sep}}, nil
 }
 
 func parseTemplate(raw json.RawMessage, field string) (*template, error) {

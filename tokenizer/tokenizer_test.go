@@ -164,8 +164,14 @@ func TestParseErrors(t *testing.T) {
 		{name: "wrong type", raw: `{"added_tokens": 5}`, want: "field added_tokens"},
 		{name: "no model", raw: `{"version": "1.0"}`, want: "the file has no model"},
 		{name: "version", edit: func(m map[string]any) { m["version"] = "2.0" }, want: `unknown tokenizer.json version "2.0"`},
-		{name: "unigram", edit: func(m map[string]any) { model(m)["type"] = "WordLevel" }, want: `tokenizer: model type "WordLevel" is not supported (supported: BPE, Unigram)`, unsupported: true},
-		{name: "wordpiece", edit: func(m map[string]any) { model(m)["type"] = "WordPiece" }, want: `model type "WordPiece" is not supported (supported: BPE, Unigram)`, unsupported: true},
+		{name: "model type", edit: func(m map[string]any) { model(m)["type"] = "WordLevel" }, want: `tokenizer: model.type "WordLevel" is not supported (supported: BPE, Unigram, WordPiece)`, unsupported: true},
+		{name: "wordpiece max chars", edit: func(m map[string]any) {
+			model(m)["type"] = "WordPiece"
+			model(m)["max_input_chars_per_word"] = -1
+		}, want: `model.max_input_chars_per_word is -1, negative`},
+		{name: "bert processing", edit: func(m map[string]any) {
+			m["post_processor"] = map[string]any{"type": "BertProcessing", "sep": []any{"[SEP]", "x"}}
+		}, want: `post_processor.sep: not a [token, id] pair`},
 		{name: "dropout", edit: func(m map[string]any) { model(m)["dropout"] = 0.1 }, want: "model.dropout is 0.1", unsupported: true},
 		{name: "merge not in vocab", edit: func(m map[string]any) {
 			model(m)["merges"] = []any{[]string{"h", "zz"}}
@@ -198,7 +204,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "sequence list", edit: func(m map[string]any) {
 			m["normalizer"] = map[string]any{"type": "Sequence", "normalizers": "NFC"}
 		}, want: "normalizer: json: cannot unmarshal string into Go struct field .normalizers"},
-		{name: "post-processor", edit: func(m map[string]any) { m["post_processor"] = map[string]any{"type": "RobertaProcessing"} }, want: `post_processor: post-processor "RobertaProcessing" is not supported`, unsupported: true},
+		{name: "post-processor", edit: func(m map[string]any) { m["post_processor"] = map[string]any{"type": "Roberta"} }, want: `post_processor: post-processor "Roberta" is not supported`, unsupported: true},
 		{name: "template token", edit: func(m map[string]any) {
 			m["post_processor"].(map[string]any)["special_tokens"] = map[string]any{}
 		}, want: `special token "<|endoftext|>" is not in special_tokens`},
@@ -300,12 +306,17 @@ func FuzzParse(f *testing.F) {
 	f.Add(tinyFile(f, nil), "hello <mask> world", int64(3))
 	f.Add([]byte(`{"model":{"merges":[],"vocab":{"a":0}}}`), "aaa", int64(0))
 	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0,"<0x61>":1},"byte_fallback":true,"merges":[]},"pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":true},"decoder":{"type":"Sequence","decoders":[{"type":"ByteFallback"},{"type":"Strip","content":" ","start":3,"stop":3}]}}`), "a b", int64(1))
+	f.Add([]byte(`{"normalizer":{"type":"BertNormalizer","clean_text":true,"handle_chinese_chars":true,"strip_accents":null,"lowercase":true},"pre_tokenizer":{"type":"BertPreTokenizer"},"model":{"type":"WordPiece","unk_token":"[UNK]","continuing_subword_prefix":"##","max_input_chars_per_word":5,"vocab":{"[UNK]":0,"[CLS]":1,"[SEP]":2,"a":3,"##b":4,"ab":5,"##":6,"é":7}},"post_processor":{"type":"BertProcessing","sep":["[SEP]",2],"cls":["[CLS]",1]},"decoder":{"type":"WordPiece","prefix":"##","cleanup":true}}`), "Ab abb, É 中b ##b aaaaaa\x00", int64(4))
+	f.Add([]byte(`{"model":{"type":"WordPiece","unk_token":"x","continuing_subword_prefix":"","vocab":{"a":0,"b":1}},"post_processor":{"type":"RobertaProcessing","sep":["b",1],"cls":["a",0],"trim_offsets":true,"add_prefix_space":true}}`), " ab ba c", int64(1))
 	f.Fuzz(func(t *testing.T, data []byte, text string, id int64) {
 		tok, err := Parse(data)
 		if err != nil {
 			return
 		}
 		ids := tok.Encode(text, true)
+		if oids, offs := tok.EncodeOffsets(text, true); len(oids) != len(ids) || len(offs) != len(ids) {
+			t.Fatalf("EncodeOffsets gives %d ids and %d offsets, Encode %d ids", len(oids), len(offs), len(ids))
+		}
 		_ = tok.Decode(append(ids, id, -id), false)
 		s := tok.NewDecodeStream(true)
 		for _, i := range ids {
@@ -313,4 +324,67 @@ func FuzzParse(f *testing.F) {
 		}
 		_ = s.Flush()
 	})
+}
+
+// bertFile is a small BERT-style tokenizer.json: BertNormalizer, BertPreTokenizer,
+// WordPiece with max_input_chars_per_word 5, BertProcessing, the WordPiece decoder.
+const bertFile = `{"version":"1.0","added_tokens":[
+ {"id":1,"content":"[CLS]","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true},
+ {"id":2,"content":"[SEP]","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],
+ "normalizer":{"type":"BertNormalizer","clean_text":true,"handle_chinese_chars":true,"strip_accents":null,"lowercase":true},
+ "pre_tokenizer":{"type":"BertPreTokenizer"},
+ "model":{"type":"WordPiece","unk_token":"[UNK]","continuing_subword_prefix":"##","max_input_chars_per_word":5,
+  "vocab":{"[UNK]":0,"[CLS]":1,"[SEP]":2,"a":3,"##b":4,"ab":5,"##":6,"e":7,"中":8,",":9,"##a":10}},
+ "post_processor":{"type":"BertProcessing","sep":["[SEP]",2],"cls":["[CLS]",1]},
+ "decoder":{"type":"WordPiece","prefix":"##","cleanup":true}}`
+
+// TestWordPieceBert checks a small BERT-style file without Python, against tokenizers'
+// answers for it (0.23): longest match first, a word with no match or longer than
+// max_input_chars_per_word is [UNK] over the whole word, the normalizer's removals,
+// spaces and stripped accents, the offsets, and the decoder's joins and cleanup.
+func TestWordPieceBert(t *testing.T) {
+	tok, err := Parse([]byte(bertFile))
+	require.NoError(t, err)
+	cases := []struct {
+		text    string
+		ids     []int64
+		offsets [][2]int
+		decoded string
+	}{
+		{"Ab abb, É 中b", []int64{1, 5, 5, 4, 9, 7, 8, 0, 2},
+			[][2]int{{0, 0}, {0, 2}, {3, 5}, {5, 6}, {6, 7}, {8, 10}, {11, 14}, {14, 15}, {0, 0}}, "ab abb, e 中 [UNK]"},
+		{"aaaaa aaaaaa", []int64{1, 3, 10, 10, 10, 10, 0, 2},
+			[][2]int{{0, 0}, {0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {6, 12}, {0, 0}}, "aaaaa [UNK]"},
+		{"a\u0301\x00b\u200bA\u3000ab", []int64{1, 5, 10, 5, 2},
+			[][2]int{{0, 0}, {0, 5}, {8, 9}, {12, 14}, {0, 0}}, "aba ab"},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.ids, tok.Encode(c.text, true), c.text)
+		ids, offs := tok.EncodeOffsets(c.text, true)
+		require.Equal(t, c.ids, ids, c.text)
+		require.Equal(t, c.offsets, offs, c.text)
+		require.Equal(t, c.decoded, tok.Decode(c.ids, true), c.text)
+	}
+	bos, _ := tok.BOS()
+	require.Equal(t, int64(1), bos, "[CLS] is what BertProcessing puts first")
+}
+
+// TestBertNormalizerOptions reads BertNormalizer's options as tokenizers does
+// (strip_accents null or absent follows lowercase) and normalizes as it does (its
+// answers, 0.23). The other options, which tokenizers requires, default to its
+// constructor's (true) here.
+func TestBertNormalizerOptions(t *testing.T) {
+	text := "Ça\u00a0Va\x00 中文 É\u200b"
+	for _, c := range []struct{ json, want string }{
+		{`{"type":"BertNormalizer","strip_accents":null,"lowercase":false}`, "Ça Va  中  文  É"},
+		{`{"type":"BertNormalizer","strip_accents":true,"lowercase":false}`, "Ca Va  中  文  E"},
+		{`{"type":"BertNormalizer","strip_accents":false,"lowercase":true}`, "ça va  中  文  é"},
+		{`{"type":"BertNormalizer","clean_text":false,"handle_chinese_chars":false,"strip_accents":null,"lowercase":true}`, "ca\u00a0va\x00 中文 e\u200b"},
+		{`{"type":"BertNormalizer"}`, "ca va  中  文  e"},
+	} {
+		n, err := parseComponent(normalizers, json.RawMessage(c.json), "normalizer")
+		require.NoError(t, err, c.json)
+		require.Equal(t, c.want, n.normalize(text), c.json)
+		require.Equal(t, c.want, normalizeAligned(n, initialAlignment(text)).text, c.json)
+	}
 }

@@ -115,6 +115,7 @@ var realPairings = []realPairing{
 	{name: "gemma3", tokenizer: "gemma3", template: "google-gemma-3-it.jinja"},
 	{name: "gemma3-training", tokenizer: "gemma3", template: "trl-gemma3_training.jinja"},
 	{name: "mistral-v3", tokenizer: "mistral-v3", template: "mistralai-Mistral-Nemo-Instruct-2407.jinja"},
+	{name: "deepseek-v3.1", tokenizer: "deepseek-v3", template: "deepseek-ai-DeepSeek-V3.1.jinja"},
 }
 
 // realTokenizers returns .cache/tokenizers after checking that each tokenizer the
