@@ -344,7 +344,8 @@ transformers.utils.logging.disable_progress_bar()
 d = sys.argv[1]
 torch.set_num_threads(1)
 got = torch.load(d + "/go.pt")
-for arch, cls in [("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"), ("mistral", "MistralForCausalLM")]:
+for arch, cls in [("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"), ("mistral", "MistralForCausalLM"),
+                  ("mixtral", "MixtralForCausalLM"), ("qwen3_moe", "Qwen3MoeForCausalLM")]:
     m, info = AutoModelForCausalLM.from_pretrained(d + "/" + arch, output_loading_info=True)
     assert type(m).__name__ == cls, type(m).__name__
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
@@ -359,7 +360,8 @@ print("ok")
 `
 
 // TestDecodersSaveToTransformers: Llama (llama3 rope, tied, MLP biases, sharded), Qwen2
-// (a sliding layer) and Mistral (a head_dim other than hidden/heads) models built and
+// (a sliding layer), Mistral (a head_dim other than hidden/heads), Mixtral (sliding,
+// sharded) and Qwen3-MoE (a dense layer among sparse ones) models built and
 // saved by gotrain load in AutoModelForCausalLM with no missing or unexpected weights,
 // as the same class, and give the same logits and greedy tokens.
 func TestDecodersSaveToTransformers(t *testing.T) {
@@ -406,6 +408,16 @@ func TestDecodersSaveToTransformers(t *testing.T) {
 	window5 := int64(5)
 	mc.SlidingWindow, mc.EOSTokenID = &window5, models.TokenIDs{96}
 
+	xc := models.DefaultMixtralConfig()
+	xc.VocabSize, xc.HiddenSize, xc.IntermediateSize, xc.NumHiddenLayers = 97, 32, 24, 2
+	xc.NumAttentionHeads, xc.NumKeyValueHeads, xc.MaxPositionEmbeddings = 4, 2, 64
+	xc.NumLocalExperts, xc.NumExpertsPerTok, xc.SlidingWindow, xc.EOSTokenID = 4, 2, &window5, models.TokenIDs{96}
+	q3 := models.DefaultQwen3MoeConfig()
+	q3.VocabSize, q3.HiddenSize, q3.IntermediateSize, q3.NumHiddenLayers = 97, 32, 48, 3
+	q3.NumAttentionHeads, q3.NumKeyValueHeads, q3.HeadDim, q3.MaxPositionEmbeddings = 4, 2, 16, 64
+	q3.NumLocalExperts, q3.NumExpertsPerTok, q3.MoeIntermediateSize, q3.NormTopKProb = 5, 2, 16, true
+	q3.MLPOnlyLayers, q3.AttentionBias, q3.EOSTokenID = []int64{1}, true, models.TokenIDs{96}
+
 	for _, c := range []struct {
 		arch  string
 		build func() (models.Pretrained, error)
@@ -414,6 +426,8 @@ func TestDecodersSaveToTransformers(t *testing.T) {
 		{"llama", func() (models.Pretrained, error) { return models.NewLlamaForCausalLM(lc) }, 16 << 10},
 		{"qwen2", func() (models.Pretrained, error) { return models.NewQwen2ForCausalLM(qc) }, 0},
 		{"mistral", func() (models.Pretrained, error) { return models.NewMistralForCausalLM(mc) }, 0},
+		{"mixtral", func() (models.Pretrained, error) { return models.NewMixtralForCausalLM(xc) }, 16 << 10},
+		{"qwen3_moe", func() (models.Pretrained, error) { return models.NewQwen3MoeForCausalLM(q3) }, 0},
 	} {
 		torch.WithScope(func() {
 			m, err := c.build()
@@ -437,6 +451,15 @@ func TestDecodersSaveToTransformers(t *testing.T) {
 	}
 	_, err := os.Stat(filepath.Join(dir, "llama", "model.safetensors.index.json"))
 	require.NoError(t, err, "the llama checkpoint is sharded")
+	// The experts are written one tensor per expert, as save_pretrained writes them.
+	written, _, err := checkpoint.ReadSafetensorsDir(filepath.Join(dir, "mixtral"), checkpoint.ModelWeights)
+	require.NoError(t, err)
+	_, ok := written.Get("model.layers.1.block_sparse_moe.experts.3.w2.weight")
+	assert.True(t, ok, "%v", written.Keys())
+	written, _, err = checkpoint.ReadSafetensorsDir(filepath.Join(dir, "qwen3_moe"), checkpoint.ModelWeights)
+	require.NoError(t, err)
+	_, ok = written.Get("model.layers.2.mlp.experts.4.up_proj.weight")
+	assert.True(t, ok, "%v", written.Keys())
 	require.NoError(t, checkpoint.Write(filepath.Join(dir, "go.pt"), out))
 	res := testpy.Run(t, decodersCheckPy, []string{"torch", "transformers"}, dir)
 	assert.Equal(t, "ok", strings.TrimSpace(string(res)))

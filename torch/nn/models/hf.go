@@ -341,3 +341,17 @@ func (t TokenIDs) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal([]int64(t))
 }
+
+// PyFloat is a config.json number that Python reads as a float: whole values are
+// written with a decimal point ("0.0", not "0"), as transformers' configs validate a
+// float field's type strictly.
+type PyFloat float64
+
+// MarshalJSON writes f as Python's json.dumps writes a float.
+func (f PyFloat) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(float64(f))
+	if err != nil || bytes.ContainsAny(b, ".eE") {
+		return b, err
+	}
+	return append(b, '.', '0'), nil
+}

@@ -24,10 +24,10 @@ type MixtralConfig struct {
 	// OutputRouterLogits adds RouterAuxLossCoef times the routers' load-balancing loss
 	// to the language-modelling loss (LMLoss, LMLossSum, Loss).
 	OutputRouterLogits bool    `json:"output_router_logits"`
-	RouterAuxLossCoef  float64 `json:"router_aux_loss_coef"`
+	RouterAuxLossCoef  PyFloat `json:"router_aux_loss_coef"`
 	// RouterJitterNoise multiplies each sparse block's input by noise uniform in
 	// [1-RouterJitterNoise, 1+RouterJitterNoise] in training.
-	RouterJitterNoise float64 `json:"router_jitter_noise"`
+	RouterJitterNoise PyFloat `json:"router_jitter_noise"`
 }
 
 // DefaultMixtralConfig returns MixtralConfig()'s defaults (Mixtral 8x7B: 32000 tokens,
@@ -95,7 +95,7 @@ func (c MixtralConfig) withDefaults() MixtralConfig {
 // moe returns the sizes of the sparse blocks.
 func (c MixtralConfig) moe() moeSizes {
 	return moeSizes{experts: c.NumLocalExperts, topK: c.NumExpertsPerTok, hidden: c.HiddenSize,
-		intermediate: c.IntermediateSize, act: c.HiddenAct, normTopK: true, jitter: c.RouterJitterNoise,
+		intermediate: c.IntermediateSize, act: c.HiddenAct, normTopK: true, jitter: float64(c.RouterJitterNoise),
 		initStd: c.InitializerRange}
 }
 
@@ -160,7 +160,7 @@ func NewMixtralForCausalLM(c MixtralConfig) (*MixtralForCausalLM, error) {
 	if err := checkFits(cfg, s.layers*moe.params()); err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}
-	m.routerLoss = newRouterLoss(m.Config.OutputRouterLogits, m.Config.RouterAuxLossCoef, moe)
+	m.routerLoss = newRouterLoss(m.Config.OutputRouterLogits, float64(m.Config.RouterAuxLossCoef), moe)
 	a := s.attention(false, false)
 	var err error
 	m.decoderLM, err = buildDecoder(&m.Base, cfg, s, m.Config.TieWordEmbeddings, func(i int) *MixtralDecoderLayer {

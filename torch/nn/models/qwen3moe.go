@@ -36,7 +36,7 @@ type Qwen3MoeConfig struct {
 	// OutputRouterLogits adds RouterAuxLossCoef times the routers' load-balancing loss
 	// to the language-modelling loss (LMLoss, LMLossSum, Loss).
 	OutputRouterLogits bool    `json:"output_router_logits"`
-	RouterAuxLossCoef  float64 `json:"router_aux_loss_coef"`
+	RouterAuxLossCoef  PyFloat `json:"router_aux_loss_coef"`
 }
 
 // DefaultQwen3MoeConfig returns Qwen3MoeConfig()'s defaults (151936 tokens, 24 layers
@@ -150,7 +150,7 @@ func NewQwen3MoeForCausalLM(c Qwen3MoeConfig) (*Qwen3MoeForCausalLM, error) {
 	if err := checkFits(cfg, s.layers*moe.params()); err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}
-	m.routerLoss = newRouterLoss(m.Config.OutputRouterLogits, m.Config.RouterAuxLossCoef, moe)
+	m.routerLoss = newRouterLoss(m.Config.OutputRouterLogits, float64(m.Config.RouterAuxLossCoef), moe)
 	bias := m.Config.AttentionBias
 	var err error
 	m.decoderLM, err = buildDecoder(&m.Base, cfg, s, m.Config.TieWordEmbeddings, func(i int) *Qwen3MoeDecoderLayer {

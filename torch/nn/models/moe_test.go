@@ -1,0 +1,138 @@
+package models_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/testpy"
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
+)
+
+const loadBalancingPy = `
+import sys, torch
+from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+d = sys.argv[1]
+got = torch.load(d + "/in.pt")
+out = {}
+for masked in (False, True):
+    logits = tuple(l.clone().requires_grad_() for l in got["logits"])
+    loss = load_balancing_loss_func(logits, 5, 2, got["mask"] if masked else None)
+    loss.backward()
+    out["masked" if masked else "plain"] = loss.detach()
+    for i, l in enumerate(logits):
+        out[("masked" if masked else "plain") + "_grad%d" % i] = l.grad
+torch.save(out, d + "/out.pt")
+`
+
+// TestLoadBalancingLossMatchesTransformers: the routers' auxiliary loss over two
+// layers, over every token and over a padding mask's real tokens, and its gradients,
+// equal transformers' load_balancing_loss_func.
+func TestLoadBalancingLossMatchesTransformers(t *testing.T) {
+	defer torch.NewScope().Close()
+	dir := t.TempDir()
+	torch.ManualSeed(5)
+	logits := []*torch.Tensor{torch.Randn([]int64{12, 5}, torch.Float32, torch.CPU), torch.Randn([]int64{12, 5}, torch.Float32, torch.CPU).MulScalar(2)}
+	mask := torch.FromSlice([]int64{0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}).View(2, 6)
+	in := checkpoint.NewDict()
+	var list []any
+	for _, l := range logits {
+		ct, err := torch.TensorToCheckpoint(l)
+		require.NoError(t, err)
+		list = append(list, ct)
+	}
+	in.Set("logits", list)
+	ct, err := torch.TensorToCheckpoint(mask)
+	require.NoError(t, err)
+	in.Set("mask", ct)
+	require.NoError(t, checkpoint.Write(filepath.Join(dir, "in.pt"), in))
+	testpy.Run(t, loadBalancingPy, []string{"torch", "transformers"}, dir)
+	ref := readRef(t, filepath.Join(dir, "out.pt"))
+	for _, name := range []string{"plain", "masked"} {
+		var ls []*torch.Tensor
+		for _, l := range logits {
+			ls = append(ls, l.Detach().Clone().SetRequiresGrad(true))
+		}
+		var m *torch.Tensor
+		if name == "masked" {
+			m = mask
+		}
+		loss := models.LoadBalancingLoss(ls, 5, 2, m)
+		requireClose(t, name, refTensor(t, ref, name), loss, 1e-6)
+		loss.Backward()
+		for i, l := range ls {
+			requireClose(t, name+" grad", refTensor(t, ref, name+"_grad"+string(rune('0'+i))), l.Grad(), 1e-6)
+		}
+	}
+}
+
+// tinyMixtralJSON is a small Mixtral config.json as a map, for editing.
+func tinyMixtralJSON() map[string]any {
+	return map[string]any{
+		"model_type": "mixtral", "vocab_size": 61, "hidden_size": 16, "intermediate_size": 24,
+		"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+		"max_position_embeddings": 32, "num_local_experts": 4, "num_experts_per_tok": 2,
+	}
+}
+
+// TestMoeCheckpointErrors: expert sizes that disagree with the config, and a missing
+// expert, are errors naming the tensor and its file; MoE settings out of range are
+// errors naming the field.
+func TestMoeCheckpointErrors(t *testing.T) {
+	write := func(dir string, cfg map[string]any) {
+		raw, err := json.Marshal(cfg)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, models.ConfigFile), raw, 0o644))
+	}
+	raw, err := json.Marshal(tinyMixtralJSON())
+	require.NoError(t, err)
+	m := newDecoder(t, buildMixtral, raw)
+	dir := t.TempDir()
+	require.NoError(t, models.SavePretrained(dir, m, models.SaveOptions{MaxShardSize: 8 << 10}))
+	lm, err := models.LoadPretrained(dir, models.LoadOptions{})
+	require.NoError(t, err, "the per-expert files load back")
+	nn.Free(lm)
+
+	cfg := tinyMixtralJSON()
+	cfg["intermediate_size"] = 20
+	write(dir, cfg)
+	_, err = models.LoadPretrained(dir, models.LoadOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "model.layers.0.block_sparse_moe.experts.0.w1.weight has shape [24 16]; the config's sizes give [20 16]")
+	assert.Contains(t, err.Error(), ".safetensors:", "the file is named")
+
+	cfg = tinyMixtralJSON()
+	cfg["num_local_experts"] = 5
+	write(dir, cfg)
+	_, err = models.LoadPretrained(dir, models.LoadOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "model.layers.0.block_sparse_moe.experts.4.w1.weight is missing: the config has 5 experts")
+
+	for field, v := range map[string]any{"num_experts_per_tok": 5, "num_local_experts": 0, "router_jitter_noise": 2} {
+		cfg := tinyMixtralJSON()
+		cfg[field] = v
+		write(dir, cfg)
+		_, err = models.LoadPretrained(dir, models.LoadOptions{})
+		require.Error(t, err, field)
+		assert.Contains(t, err.Error(), field)
+	}
+	for field, v := range map[string]any{"moe_intermediate_size": 0, "decoder_sparse_step": 0, "num_experts": 0} {
+		cfg := tinyMixtralJSON()
+		cfg["model_type"] = "qwen3_moe"
+		delete(cfg, "num_local_experts")
+		cfg[field] = v
+		write(dir, cfg)
+		_, err = models.LoadPretrained(dir, models.LoadOptions{})
+		require.Error(t, err, field)
+		assert.Contains(t, err.Error(), field)
+	}
+	assert.True(t, strings.Contains(strings.Join(models.Architectures(), " "), "qwen3_moe"))
+}
