@@ -64,13 +64,29 @@ type TopKRouter struct {
 	Normalize bool
 	// RoundWeights rounds the routing weights to the logits' dtype (Qwen3-MoE).
 	RoundWeights bool
+	hook         ParameterHook
 }
+
+// ParameterHook, set on a module (SetParameterHook), returns the tensor the module's
+// forward uses in place of its parameter name, p: a LoRA adapter on the parameter
+// (PEFT's target_parameters) adds its update there.
+type ParameterHook = func(name string, p *torch.Tensor) *torch.Tensor
+
+// HookedParameters names the parameter whose reads go through the hook: "weight".
+func (r *TopKRouter) HookedParameters() []string { return []string{"weight"} }
+
+// SetParameterHook makes Forward read its weight through h (nil: directly).
+func (r *TopKRouter) SetParameterHook(h ParameterHook) { r.hook = h }
 
 // Forward returns, for the hidden states x [N, hidden], the router logits [N, experts]
 // in x's dtype, and each token's routing weights and experts [N, TopK] (the weights in
 // float32 unless RoundWeights), largest first.
 func (r *TopKRouter) Forward(x *torch.Tensor) (logits, weights, experts *torch.Tensor) {
-	logits = torch.Linear(x, r.Weight, nil)
+	w := r.Weight
+	if r.hook != nil {
+		w = r.hook("weight", w)
+	}
+	logits = torch.Linear(x, w, nil)
 	weights, experts = logits.ToDType(torch.Float32).Softmax(-1).TopK(r.TopK, -1, true, true)
 	if r.Normalize {
 		weights = weights.Div(weights.SumDims([]int64{-1}, true))
@@ -89,10 +105,15 @@ type Experts struct {
 	nn.Base
 	GateUpProj, DownProj *torch.Tensor
 	act                  func(*torch.Tensor) *torch.Tensor
-	// Delta, when set (a LoRA adapter on the parameters), returns the weight a
-	// parameter ("gate_up_proj" or "down_proj") acts with in place of w.
-	Delta func(name string, w *torch.Tensor) *torch.Tensor
+	hook                 ParameterHook
 }
+
+// HookedParameters names the parameters whose reads go through the hook, in
+// registration order: "gate_up_proj", "down_proj".
+func (e *Experts) HookedParameters() []string { return []string{"gate_up_proj", "down_proj"} }
+
+// SetParameterHook makes Forward read its parameters through h (nil: directly).
+func (e *Experts) SetParameterHook(h ParameterHook) { e.hook = h }
 
 // Forward returns the experts' output for the hidden states x [N, hidden], each token
 // sent to its experts [N, k] and their outputs summed with its weights [N, k]. The N·k
@@ -108,8 +129,8 @@ func (e *Experts) Forward(x, experts, weights *torch.Tensor) *torch.Tensor {
 		return x.ZerosLike()
 	}
 	gateUp, down := e.GateUpProj, e.DownProj
-	if e.Delta != nil {
-		gateUp, down = e.Delta("gate_up_proj", gateUp), e.Delta("down_proj", down)
+	if e.hook != nil {
+		gateUp, down = e.hook("gate_up_proj", gateUp), e.hook("down_proj", down)
 	}
 	dev := x.Device()
 	flat := experts.Reshape(-1)
@@ -432,4 +453,20 @@ func splitExperts(m nn.Module, out *checkpoint.Dict, n expertNames) (*checkpoint
 		}
 	}
 	return res, nil
+}
+
+// PEFTTargetMapping returns the v4 module names of Mixtral's router and experts with
+// the parameters transformers 5 holds them as, and the fused ones (lora.LegacyTargets:
+// PEFT's _MOE_TARGET_MODULE_MAPPING and _MOE_FUSED_TARGETS for "mixtral").
+func (m *MixtralForCausalLM) PEFTTargetMapping() ([][2]string, map[string][]string) {
+	return [][2]string{{"gate", "gate.weight"}, {"w1", "gate_up_proj"}, {"w3", "gate_up_proj"}, {"w2", "down_proj"}},
+		map[string][]string{"gate_up_proj": {"w1", "w3"}}
+}
+
+// PEFTTargetMapping is Mixtral's for Qwen3-MoE, whose v4 names are those of Qwen2-MoE
+// (gate, gate_proj, up_proj, down_proj). As in PEFT, these names then select the
+// experts' parameters and not the dense layers' MLPs.
+func (m *Qwen3MoeForCausalLM) PEFTTargetMapping() ([][2]string, map[string][]string) {
+	return [][2]string{{"gate", "gate.weight"}, {"gate_proj", "gate_up_proj"}, {"up_proj", "gate_up_proj"}, {"down_proj", "down_proj"}},
+		map[string][]string{"gate_up_proj": {"gate_proj", "up_proj"}}
 }
