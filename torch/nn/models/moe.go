@@ -138,14 +138,18 @@ func (e *Experts) Forward(x, experts, weights *torch.Tensor) *torch.Tensor {
 	counts := sorted.Bincount(nil, gateUp.Size(0)).Int64s()
 	tokens := torch.Arange(0, float64(n), 1, torch.Int64, dev).Unsqueeze(1).Expand(n, k).Reshape(-1).IndexSelect(0, perm)
 	xs := x.IndexSelect(0, tokens).ToDType(gateUp.DType())
+	// One split of each parameter rather than a Select per expert: the backward pass
+	// then writes the experts' gradients into one tensor, where each Select's would
+	// allocate and add a gradient of the whole parameter.
+	gus, downs := gateUp.Split(1, 0), down.Split(1, 0)
 	outs := make([]*torch.Tensor, 0, len(counts))
 	start := int64(0)
 	for i, c := range counts {
 		if c == 0 {
 			continue
 		}
-		gu := torch.Linear(xs.Narrow(0, start, c), gateUp.Select(0, int64(i)), nil).Chunk(2, -1)
-		outs = append(outs, torch.Linear(e.act(gu[0]).Mul(gu[1]), down.Select(0, int64(i)), nil))
+		gu := torch.Linear(xs.Narrow(0, start, c), gus[i].SqueezeDim(0), nil).Chunk(2, -1)
+		outs = append(outs, torch.Linear(e.act(gu[0]).Mul(gu[1]), downs[i].SqueezeDim(0), nil))
 		start += c
 	}
 	y := torch.Cat(outs, 0).Mul(weights.Reshape(-1).IndexSelect(0, perm).Unsqueeze(1))
