@@ -41,33 +41,33 @@ import (
 // spec is the benchmark's configuration, written to DIR/spec.json for every process
 // (bench.py reads the same keys).
 type spec struct {
-	Vocab         int      `json:"vocab"`
-	Hidden        int      `json:"hidden"`
-	Intermediate  int      `json:"intermediate"`
-	Layers        int      `json:"layers"`
-	Heads         int      `json:"heads"`
-	KVHeads       int      `json:"kv_heads"`
-	MaxPositions  int      `json:"max_positions"`
-	Batch         int      `json:"batch"`
-	Seq           int      `json:"seq"`
-	Warmup        int      `json:"warmup"`
-	Steps         int      `json:"steps"`
-	LR            float64  `json:"lr"`
-	LoraR         int      `json:"lora_r"`
-	LoraAlpha     float64  `json:"lora_alpha"`
-	LoraTargets   []string `json:"lora_targets"`
+	Vocab        int      `json:"vocab"`
+	Hidden       int      `json:"hidden"`
+	Intermediate int      `json:"intermediate"`
+	Layers       int      `json:"layers"`
+	Heads        int      `json:"heads"`
+	KVHeads      int      `json:"kv_heads"`
+	MaxPositions int      `json:"max_positions"`
+	Batch        int      `json:"batch"`
+	Seq          int      `json:"seq"`
+	Warmup       int      `json:"warmup"`
+	Steps        int      `json:"steps"`
+	LR           float64  `json:"lr"`
+	LoraR        int      `json:"lora_r"`
+	LoraAlpha    float64  `json:"lora_alpha"`
+	LoraTargets  []string `json:"lora_targets"`
 	// The moe workload's Mixtral: the Llama's sizes with Experts experts of width
 	// MoEIntermediate in each layer, TopK per token.
-	Experts         int `json:"experts"`
-	TopK            int `json:"top_k"`
-	MoEIntermediate int `json:"moe_intermediate"`
-	Threads       int      `json:"threads"`
-	Prompt        int      `json:"prompt"`
-	NewTokens     int      `json:"new_tokens"`
-	GenReps       int      `json:"gen_reps"`
-	Corpus        string   `json:"corpus"`
-	CountTensors  bool     `json:"count_tensors"`
-	CPUMemLibrary string   `json:"cpumem,omitempty"`
+	Experts         int    `json:"experts"`
+	TopK            int    `json:"top_k"`
+	MoEIntermediate int    `json:"moe_intermediate"`
+	Threads         int    `json:"threads"`
+	Prompt          int    `json:"prompt"`
+	NewTokens       int    `json:"new_tokens"`
+	GenReps         int    `json:"gen_reps"`
+	Corpus          string `json:"corpus"`
+	CountTensors    bool   `json:"count_tensors"`
+	CPUMemLibrary   string `json:"cpumem,omitempty"`
 }
 
 func readSpec(dir string) (spec, error) {
