@@ -135,6 +135,8 @@ func (l *MixtralDecoderLayer) forward(x *torch.Tensor, in layerInput) *torch.Ten
 
 func (l *MixtralDecoderLayer) window() int64 { return l.SelfAttn.Window }
 
+func (l *MixtralDecoderLayer) routers() *routerRecord { return l.MLP.routers }
+
 // mixtralExperts are the Hub's names of Mixtral's experts.
 var mixtralExperts = expertNames{block: "block_sparse_moe", gate: "w1", up: "w3", down: "w2"}
 
@@ -176,7 +178,6 @@ func NewMixtralForCausalLM(c MixtralConfig) (*MixtralForCausalLM, error) {
 		return nil, err
 	}
 	m.Model, m.LMHead = m.model, m.lmHead
-	m.checkpointing = func() bool { return m.Model.checkpointing }
 	return m, nil
 }
 

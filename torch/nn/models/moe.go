@@ -214,12 +214,55 @@ func (b *SparseMoeBlock) Forward(x *torch.Tensor) *torch.Tensor {
 type routerRecord struct {
 	on     bool
 	logits []*torch.Tensor // escaped from the forward's scopes; freed by stop
+	// capturing: add collects into captured instead (checkpointRouted).
+	capturing bool
+	captured  []*torch.Tensor
 }
 
+func (r *routerRecord) recording() bool { return r != nil && r.on }
+
 func (r *routerRecord) add(logits *torch.Tensor) {
-	if r != nil && r.on {
+	switch {
+	case r == nil:
+	case r.capturing:
+		r.captured = append(r.captured, logits)
+	case r.on:
 		r.logits = append(r.logits, logits.Escape())
 	}
+}
+
+// routedLayer is a decoder layer with sparse blocks, whose router logits go to
+// routers().
+type routedLayer interface {
+	routers() *routerRecord
+}
+
+// checkpointRouted is the checkpointed forward of layer l (f of x and extra, as
+// nn.Checkpoint takes them) while r records: the router logits of l's blocks are
+// outputs of the checkpoint besides the hidden states, so that the load-balancing loss
+// reaches the layer's parameters and inputs through the recomputation in backward, as
+// through transformers' checkpointed layers. It returns the hidden states and records
+// the logits.
+func checkpointRouted(l nn.Module, r *routerRecord, f func(x *torch.Tensor, extra []*torch.Tensor) *torch.Tensor, x *torch.Tensor, extra ...*torch.Tensor) *torch.Tensor {
+	call := func(in []*torch.Tensor) []*torch.Tensor {
+		// Both in the forward and in backward's recomputation, where r is not on.
+		r.capturing, r.captured = true, nil
+		defer func() { r.capturing, r.captured = false, nil }()
+		y := f(in[0], in[1:])
+		return append([]*torch.Tensor{y}, r.captured...)
+	}
+	var outs []*torch.Tensor
+	if !torch.GradEnabled() {
+		outs = torch.LocalN(func() []*torch.Tensor { return call(append([]*torch.Tensor{x}, extra...)) })
+	} else {
+		outs = torch.LocalN(func() []*torch.Tensor {
+			return torch.Checkpoint(call, append([]*torch.Tensor{x}, extra...), nn.Parameters(l))
+		})
+	}
+	for _, o := range outs[1:] {
+		r.add(o)
+	}
+	return outs[0]
 }
 
 // stop ends the recording and frees the recorded tensors' handles (autograd keeps
@@ -240,12 +283,10 @@ type routerLoss struct {
 	on            bool
 	coef          float64
 	experts, topK int64
-	// checkpointing reports whether the decoder recomputes its layers in backward.
-	checkpointing func() bool
 }
 
 // newRouterLoss returns the loss of blocks of sizes s, added with weight coef when on
-// (output_router_logits); the model sets checkpointing once its decoder is built.
+// (output_router_logits).
 func newRouterLoss(on bool, coef float64, s moeSizes) routerLoss {
 	return routerLoss{record: &routerRecord{}, on: on, coef: coef, experts: s.experts, topK: s.topK}
 }
@@ -253,15 +294,12 @@ func newRouterLoss(on bool, coef float64, s moeSizes) routerLoss {
 // routerAuxLoss runs forward, a forward of the model, and returns router_aux_loss_coef
 // times the load-balancing loss of its router logits over the tokens of mask (the
 // attention mask [B, T], nil: all), a float32 scalar; nil when output_router_logits
-// is off. Under gradient checkpointing the layers' forward records no gradients, so
-// training with both is refused.
+// is off. With gradient checkpointing the logits leave each checkpointed layer as
+// outputs (checkpointRouted).
 func (r *routerLoss) routerAuxLoss(mask *torch.Tensor, forward func()) *torch.Tensor {
 	if !r.on {
 		forward()
 		return nil
-	}
-	if r.checkpointing() && torch.GradEnabled() {
-		panic(&torch.Error{Op: "router loss", Msg: "output_router_logits with gradient checkpointing is not supported: the checkpointed layers keep no graph of the router logits"})
 	}
 	r.record.on = true
 	defer r.record.stop()

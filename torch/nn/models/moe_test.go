@@ -136,3 +136,60 @@ func TestMoeCheckpointErrors(t *testing.T) {
 	}
 	assert.True(t, strings.Contains(strings.Join(models.Architectures(), " "), "qwen3_moe"))
 }
+
+// TestMoeGradientCheckpointing: with output_router_logits, the load-balancing loss's
+// gradients reach every parameter through checkpointed layers as they do without
+// checkpointing, for Mixtral and for Qwen3-MoE (a dense layer among sparse ones).
+func TestMoeGradientCheckpointing(t *testing.T) {
+	defer torch.NewScope().Close()
+	mixtral := tinyMixtralJSON()
+	qwen := tinyMixtralJSON()
+	qwen["model_type"], qwen["num_hidden_layers"], qwen["mlp_only_layers"], qwen["moe_intermediate_size"] = "qwen3_moe", 3, []int{1}, 8
+	for _, cfg := range []map[string]any{mixtral, qwen} {
+		cfg["output_router_logits"], cfg["router_aux_loss_coef"] = true, 0.5
+		raw, err := json.Marshal(cfg)
+		require.NoError(t, err)
+		build := buildMixtral
+		if cfg["model_type"] == "qwen3_moe" {
+			build = buildQwen3Moe
+		}
+		torch.ManualSeed(11)
+		m := newDecoder(t, build, raw)
+		for _, p := range nn.NamedParameters(m) {
+			if !strings.Contains(p.Name, "norm") {
+				nn.InitNormal(p.Tensor, 0, 0.3)
+			}
+		}
+		ids := torch.Randint(0, 61, []int64{2, 9}, torch.Int64, torch.CPU)
+		mask := torch.FromSlice([]int64{0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}).View(2, 9)
+		in := models.DecoderInput{InputIDs: ids, AttentionMask: mask}
+		grads := func(ckpt bool) (*torch.Tensor, map[string][]float64) {
+			require.NoError(t, models.SetGradientCheckpointing(m, ckpt))
+			nn.ZeroGrad(m)
+			sum, n := models.LMLossSum(m, in, ids, models.LossFull)
+			loss := sum.Div(n)
+			loss.Backward()
+			out := map[string][]float64{}
+			for _, p := range nn.NamedParameters(m) {
+				require.NotNil(t, p.Tensor.Grad(), p.Name)
+				out[p.Name] = p.Tensor.Grad().Float64s()
+			}
+			return loss.Detach(), out
+		}
+		nn.SetTraining(m, true)
+		plainLoss, plain := grads(false)
+		ckptLoss, ckpt := grads(true)
+		// The recorded logits are freed once the loss is taken: a step leaves nothing.
+		before := torch.LiveTensors()
+		torch.WithScope(func() { grads(true); grads(false) })
+		assert.Equal(t, before, torch.LiveTensors(), "live tensors after two more steps")
+		requireClose(t, "loss", plainLoss, ckptLoss, 0)
+		for name, g := range plain {
+			require.InDeltaSlice(t, g, ckpt[name], 1e-6, name)
+		}
+		// The auxiliary loss is part of it.
+		var ce *torch.Tensor
+		torch.NoGrad(func() { ce = models.CausalLMLoss(m.Forward(in), ids) })
+		assert.Greater(t, plainLoss.Sub(ce).Abs().Item(), 1e-3, cfg["model_type"])
+	}
+}

@@ -118,6 +118,13 @@ func (l *Qwen3MoeDecoderLayer) forward(x *torch.Tensor, in layerInput) *torch.Te
 
 func (l *Qwen3MoeDecoderLayer) window() int64 { return l.SelfAttn.Window }
 
+func (l *Qwen3MoeDecoderLayer) routers() *routerRecord {
+	if b, ok := l.MLP.(*SparseMoeBlock); ok {
+		return b.routers
+	}
+	return nil
+}
+
 // qwen3MoeExperts are the Hub's names of Qwen3-MoE's experts.
 var qwen3MoeExperts = expertNames{block: "mlp", gate: "gate_proj", up: "up_proj", down: "down_proj"}
 
@@ -173,7 +180,6 @@ func NewQwen3MoeForCausalLM(c Qwen3MoeConfig) (*Qwen3MoeForCausalLM, error) {
 		return nil, err
 	}
 	m.Model, m.LMHead = m.model, m.lmHead
-	m.checkpointing = func() bool { return m.Model.checkpointing }
 	return m, nil
 }
 
