@@ -217,7 +217,16 @@ func Load(m nn.Module, dir string, o LoadOptions) (*Adapter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lora: %s: %w", filepath.Join(dir, ConfigFile), err)
 	}
-	if err := a.LoadStateDict(sd); err != nil {
+	torch.WithScope(func() {
+		if lt, ok := m.(LegacyTargets); ok {
+			// An adapter trained on transformers 4's per-expert modules.
+			if sd, err = a.convertLegacyWeights(sd, lt); err != nil {
+				return
+			}
+		}
+		err = a.LoadStateDict(sd)
+	})
+	if err != nil {
 		a.unwrap()
 		return nil, fmt.Errorf("lora: %s: %w", dir, err)
 	}

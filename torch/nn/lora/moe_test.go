@@ -49,7 +49,9 @@ func adapterConfig(t *testing.T, dir string) (modules, params []string, ranks, a
 // an adapter gotrain makes and saves loads in PEFT with the same logits; all-linear
 // selects what PEFT's selects on these models (the attention projections, the router
 // and the experts, gate_up_proj with twice the rank and alpha), and PEFT's all-linear
-// adapter loads with its logits.
+// adapter loads with its logits; an adapter written on transformers 4 (LoRA per expert
+// and projection, under block_sparse_moe for Mixtral) loads converted, as PEFT
+// converts it, with PEFT's logits.
 func TestPEFTMoeAdapters(t *testing.T) {
 	defer threadScope()()
 	dir := t.TempDir()
@@ -142,6 +144,13 @@ func TestPEFTMoeAdapters(t *testing.T) {
 			_, err = lora.Load(m, filepath.Join(d, "all_linear"), lora.LoadOptions{})
 			require.NoError(t, err)
 			requireClose(t, "all-linear logits", refTensor(t, ref, "all_logits"), logits(m, ids), 1e-5)
+
+			// An adapter trained on transformers 4's per-expert modules.
+			m = loadBase(t, base)
+			a, err = lora.Load(m, filepath.Join(d, "v4"), lora.LoadOptions{})
+			require.NoError(t, err)
+			assert.NotEmpty(t, a.Params())
+			requireClose(t, "v4 adapter logits", refTensor(t, ref, "v4_logits"), logits(m, ids), 1e-5)
 		})
 	}
 	assert.Equal(t, "ok", strings.TrimSpace(string(runMoePython(t, "check", dir))))

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 )
@@ -172,9 +173,10 @@ func (a *Adapter) wrapParams(ps []paramTarget, c Config, initialise bool) error 
 // (transformers_weight_conversion's _convert_peft_config_moe), and so does gotrain.
 type LegacyTargets interface {
 	// PEFTTargetMapping returns, in PEFT's order, each v4 module name with the
-	// parameter it became ("gate" → "gate.weight", "w2" → "down_proj"), and for each
-	// parameter fused from several v4 modules their names ("gate_up_proj" → w1, w3).
-	PEFTTargetMapping() (mapping [][2]string, fused map[string][]string)
+	// parameter it became ("gate" → "gate.weight", "w2" → "down_proj"); for each
+	// parameter fused from several v4 modules their names ("gate_up_proj" → w1, w3);
+	// and the renames of v4 module paths (".block_sparse_moe." → ".mlp.").
+	PEFTTargetMapping() (mapping [][2]string, fused map[string][]string, renames [][2]string)
 }
 
 // convertLegacyTargets rewrites c's targets for m as PEFT does for a LegacyTargets
@@ -189,7 +191,7 @@ func convertLegacyTargets(c Config, m nn.Module) (Config, error) {
 	if !ok {
 		return c, nil
 	}
-	mapping, fused := lt.PEFTTargetMapping()
+	mapping, fused, _ := lt.PEFTTargetMapping()
 	leaf := func(name string) string { return name[strings.LastIndex(name, ".")+1:] }
 	var targets []string
 	switch t := c.TargetModules; {
@@ -302,4 +304,112 @@ func convertLegacyTargets(c Config, m nn.Module) (Config, error) {
 	c.TargetModules = Targets{Names: remaining}
 	c.TargetParameters = mapKeys(params)
 	return c, nil
+}
+
+// convertLegacyWeights rewrites an adapter file's tensors sd written for the
+// transformers 4 layout of a LegacyTargets model — one LoRA per expert and projection
+// ("experts.N.w1", "w3", "w2", under "block_sparse_moe" for Mixtral) — into the
+// adapters on the fused parameters a holds, as PEFT's
+// convert_peft_adapter_state_dict_for_transformers does at load: the A of the
+// projections fused into one parameter are concatenated along the rank, their B put
+// block-diagonally, each expert's in its rows (A) or interleaved columns (B) of the
+// ParamWrapper's layout. Files already in that layout are returned as they are. The
+// new tensors belong to the current scope.
+func (a *Adapter) convertLegacyWeights(sd *checkpoint.Dict, lt LegacyTargets) (_ *checkpoint.Dict, err error) {
+	defer torch.Recover(&err, "converting the per-expert adapter weights")
+	mapping, fused, renames := lt.PEFTTargetMapping()
+	out := checkpoint.NewDict()
+	for k, v := range sd.All() {
+		name, _ := k.(string)
+		for _, r := range renames {
+			name = strings.ReplaceAll(name, r[0], r[1])
+		}
+		out.Set(name, v)
+	}
+	for _, p := range a.params {
+		if _, ok := out.Get(fileKey(p.Path, "A")); ok || p.Experts == 0 {
+			continue
+		}
+		olds := fused[p.Param]
+		if olds == nil {
+			for _, kv := range mapping {
+				if kv[1] == p.Param {
+					olds = append(olds, kv[0])
+				}
+			}
+		}
+		module := p.Path
+		for strings.HasSuffix(module, ".base_layer") {
+			module = strings.TrimSuffix(module, ".base_layer")
+		}
+		var as, bs []*torch.Tensor // [E] of [n·r, in] and [out, n·r]
+		var keys []string
+		for e := range p.Experts {
+			var ea, eb []*torch.Tensor
+			for _, old := range olds {
+				path := fmt.Sprintf("%s.%d.%s", module, e, old)
+				va, okA := out.Get(fileKey(path, "A"))
+				vb, okB := out.Get(fileKey(path, "B"))
+				if !okA || !okB {
+					return out, nil // LoadStateDict names what is missing
+				}
+				ta, err := fileTensor(va)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", fileKey(path, "A"), err)
+				}
+				tb, err := fileTensor(vb)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", fileKey(path, "B"), err)
+				}
+				ea, eb = append(ea, ta), append(eb, tb)
+				keys = append(keys, fileKey(path, "A"), fileKey(path, "B"))
+			}
+			as = append(as, torch.Cat(ea, 0))
+			bs = append(bs, blockDiag(eb))
+		}
+		fa := torch.Stack(as, 0)
+		fa = fa.Reshape(-1, fa.Size(2))
+		fb := torch.Stack(bs, 0).Permute(2, 0, 1) // [n·r, E, out]
+		fb = fb.Reshape(-1, fb.Size(2)).T()
+		for _, k := range keys {
+			out.Delete(k)
+		}
+		out.Set(fileKey(p.Path, "A"), fa.Contiguous())
+		out.Set(fileKey(p.Path, "B"), fb.Contiguous())
+	}
+	return out, nil
+}
+
+// fileTensor is an adapter file's value as a tensor on the CPU.
+func fileTensor(v any) (*torch.Tensor, error) {
+	switch x := v.(type) {
+	case *torch.Tensor:
+		return x, nil
+	case *checkpoint.Tensor:
+		return torch.TensorFromCheckpoint(x, torch.CPU)
+	}
+	return nil, fmt.Errorf("expected a tensor, got %T", v)
+}
+
+// blockDiag returns the matrices ms [out_i, r_i] on the diagonal of one [Σout, Σr].
+func blockDiag(ms []*torch.Tensor) *torch.Tensor {
+	var cols int64
+	for _, m := range ms {
+		cols += m.Size(1)
+	}
+	rows := make([]*torch.Tensor, len(ms))
+	var at int64
+	for i, m := range ms {
+		parts := []*torch.Tensor{}
+		if at > 0 {
+			parts = append(parts, torch.Zeros([]int64{m.Size(0), at}, m.DType(), m.Device()))
+		}
+		parts = append(parts, m)
+		if rest := cols - at - m.Size(1); rest > 0 {
+			parts = append(parts, torch.Zeros([]int64{m.Size(0), rest}, m.DType(), m.Device()))
+		}
+		rows[i] = torch.Cat(parts, 1)
+		at += m.Size(1)
+	}
+	return torch.Cat(rows, 0)
 }

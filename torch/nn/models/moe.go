@@ -498,17 +498,18 @@ func splitExperts(m nn.Module, out *checkpoint.Dict, n expertNames) (*checkpoint
 }
 
 // PEFTTargetMapping returns the v4 module names of Mixtral's router and experts with
-// the parameters transformers 5 holds them as, and the fused ones (lora.LegacyTargets:
-// PEFT's _MOE_TARGET_MODULE_MAPPING and _MOE_FUSED_TARGETS for "mixtral").
-func (m *MixtralForCausalLM) PEFTTargetMapping() ([][2]string, map[string][]string) {
+// the parameters transformers 5 holds them as, the fused ones, and the v4 block name
+// (lora.LegacyTargets: PEFT's _MOE_TARGET_MODULE_MAPPING and _MOE_FUSED_TARGETS for
+// "mixtral", and transformers' block_sparse_moe renaming).
+func (m *MixtralForCausalLM) PEFTTargetMapping() ([][2]string, map[string][]string, [][2]string) {
 	return [][2]string{{"gate", "gate.weight"}, {"w1", "gate_up_proj"}, {"w3", "gate_up_proj"}, {"w2", "down_proj"}},
-		map[string][]string{"gate_up_proj": {"w1", "w3"}}
+		map[string][]string{"gate_up_proj": {"w1", "w3"}}, [][2]string{{".block_sparse_moe.", ".mlp."}}
 }
 
 // PEFTTargetMapping is Mixtral's for Qwen3-MoE, whose v4 names are those of Qwen2-MoE
 // (gate, gate_proj, up_proj, down_proj). As in PEFT, these names then select the
 // experts' parameters and not the dense layers' MLPs.
-func (m *Qwen3MoeForCausalLM) PEFTTargetMapping() ([][2]string, map[string][]string) {
+func (m *Qwen3MoeForCausalLM) PEFTTargetMapping() ([][2]string, map[string][]string, [][2]string) {
 	return [][2]string{{"gate", "gate.weight"}, {"gate_proj", "gate_up_proj"}, {"up_proj", "gate_up_proj"}, {"down_proj", "down_proj"}},
-		map[string][]string{"gate_up_proj": {"gate_proj", "up_proj"}}
+		map[string][]string{"gate_up_proj": {"gate_proj", "up_proj"}}, nil
 }

@@ -52,6 +52,47 @@ def lora_config():
                       target_parameters=["experts.gate_up_proj", "experts.down_proj"], init_lora_weights=False)
 
 
+def v4_adapter(arch, kw, base, out, ids):
+    import json
+    from safetensors.torch import save_file
+
+    if arch == "mixtral":
+        block, names, experts, inter = "block_sparse_moe", ("w1", "w3", "w2"), kw["num_local_experts"], kw["intermediate_size"]
+    else:
+        block, names, experts, inter = "mlp", ("gate_proj", "up_proj", "down_proj"), kw["num_experts"], kw["moe_intermediate_size"]
+    h, r = kw["hidden_size"], 2
+    g = torch.Generator().manual_seed(5)
+    t = {}
+
+    def lora(path, a_in, b_out):
+        t[f"base_model.model.{path}.lora_A.weight"] = torch.randn(r, a_in, generator=g) * 0.2
+        t[f"base_model.model.{path}.lora_B.weight"] = torch.randn(b_out, r, generator=g) * 0.2
+
+    sparse = [0, 1] if arch == "mixtral" else [0]
+    for i in range(kw["num_hidden_layers"]):
+        heads = kw["num_attention_heads"]
+        lora(f"model.layers.{i}.self_attn.q_proj", h, heads * kw.get("head_dim", h // heads))
+        if i not in sparse:
+            continue
+        lora(f"model.layers.{i}.{block}.gate", h, experts)
+        for e in range(experts):
+            p = f"model.layers.{i}.{block}.experts.{e}"
+            lora(f"{p}.{names[0]}", h, inter)
+            lora(f"{p}.{names[1]}", h, inter)
+            lora(f"{p}.{names[2]}", inter, h)
+    os.makedirs(out)
+    save_file(t, os.path.join(out, "adapter_model.safetensors"), metadata={"format": "pt"})
+    cfg = LoraConfig(r=r, lora_alpha=5, target_modules=["q_proj", "gate", *names]).to_dict()
+    cfg["target_modules"] = sorted(cfg["target_modules"])
+    cfg["peft_type"], cfg["task_type"] = "LORA", None
+    with open(os.path.join(out, "adapter_config.json"), "w") as f:
+        json.dump(cfg, f)
+    pm = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), out)
+    pm.eval()
+    with torch.no_grad():
+        return pm(input_ids=ids).logits
+
+
 if mode == "build":
     for arch, (cfg_cls, model_cls, kw) in ARCHS.items():
         out = os.path.join(d, arch)
@@ -95,6 +136,10 @@ if mode == "build":
         pa.eval()
         with torch.no_grad():
             r["all_logits"] = pa(input_ids=ids).logits
+        # An adapter as PEFT wrote it on transformers 4, where the experts and the router
+        # were nn.Linear layers: LoRA per expert and projection, which PEFT converts to
+        # the fused parameters' adapters at load.
+        r["v4_logits"] = v4_adapter(arch, kw, os.path.join(out, "base"), os.path.join(out, "v4"), ids)
         torch.save(r, os.path.join(out, "ref.pt"))
         print(arch)
 elif mode == "check":
