@@ -22,6 +22,14 @@
 // merge_and_unload, after which models.SavePretrained writes a plain Hugging Face
 // model.
 //
+// On a mixture of experts (models.MixtralForCausalLM, models.Qwen3MoeForCausalLM) the
+// experts are 3-D parameters and the router is no nn.Linear: TargetParameters puts
+// PEFT's ParamWrapper on them (per-expert A and B, the update added to the parameter
+// the module's forward reads through its hook, ParameterHooker), and the targets are
+// rewritten as PEFT rewrites them for these models (LegacyTargets): all-linear selects
+// the attention projections, the router and the experts, as PEFT's does, and adapters
+// written on transformers 4, one LoRA per expert, load converted.
+//
 // Why a package of its own: LoRA is PEFT's, not torch.nn's; it needs the adapter file
 // formats (JSON config, safetensors through package checkpoint) that nn's layers do
 // not; and it reaches into a model only through nn's public tree (nn.ReplaceModule,
