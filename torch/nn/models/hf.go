@@ -205,14 +205,17 @@ func weightsFile(dir string) func(string) string {
 // one the file holds; fileOf names a tensor's file in errors.
 func loadWeights(m nn.Module, weights *checkpoint.Dict, rename func(string) string, fileOf func(string) string) error {
 	sd := checkpoint.NewOrderedDict()
+	source := map[string]string{} // state-dict key → the file's name for it
 	for k, v := range weights.All() {
 		name, _ := k.(string)
+		orig := name
 		if rename != nil {
 			if name = rename(name); name == "" {
 				continue
 			}
 		}
 		sd.Set(name, v)
+		source[name] = orig
 	}
 	if c, ok := m.(checkpointLayout); ok {
 		if err := c.fromCheckpoint(sd, fileOf); err != nil {
@@ -236,7 +239,25 @@ func loadWeights(m nn.Module, weights *checkpoint.Dict, rename func(string) stri
 			}
 		}
 	}
-	return nn.LoadStateDict(m, sd, true)
+	err := nn.LoadStateDict(m, sd, true)
+	var serr *nn.StateDictError
+	if errors.As(err, &serr) && len(serr.Mismatched) > 0 {
+		// Name the file of each tensor whose size disagrees with the config.
+		var files []string
+		for _, mm := range serr.Mismatched {
+			switch orig, ok := source[mm.Key]; {
+			case !ok:
+			case orig == mm.Key:
+				files = append(files, fmt.Sprintf("%s is in %s", orig, fileOf(orig)))
+			default:
+				files = append(files, fmt.Sprintf("%s is %s in %s", mm.Key, orig, fileOf(orig)))
+			}
+		}
+		if len(files) > 0 {
+			return fmt.Errorf("%w\n\t(%s)", err, strings.Join(files, "; "))
+		}
+	}
+	return err
 }
 
 // SaveOptions control SavePretrained.

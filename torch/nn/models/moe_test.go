@@ -109,6 +109,28 @@ func TestMoeCheckpointErrors(t *testing.T) {
 	assert.Contains(t, err.Error(), "model.layers.0.block_sparse_moe.experts.0.w1.weight has shape [24 16]; the config's sizes give [20 16]")
 	assert.Contains(t, err.Error(), ".safetensors:", "the file is named")
 
+	// Fused experts of the wrong size: the tensor and its file.
+	fused := t.TempDir()
+	c := tinyMixtralJSON()
+	c["intermediate_size"] = 20
+	torch.WithScope(func() {
+		raw, err := json.Marshal(c)
+		require.NoError(t, err)
+		other := newDecoder(t, buildMixtral, raw)
+		weights := checkpoint.NewDict()
+		for _, e := range nn.StateTensors(other) {
+			ct, err := torch.TensorToCheckpoint(e.Tensor.Detach())
+			require.NoError(t, err)
+			weights.Set(e.Name, ct)
+		}
+		require.NoError(t, checkpoint.WriteSafetensors(filepath.Join(fused, "model.safetensors"), weights, map[string]string{"format": "pt"}))
+	})
+	write(fused, tinyMixtralJSON())
+	_, err = models.LoadPretrained(fused, models.LoadOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "size mismatch for model.layers.0.mlp.experts.gate_up_proj")
+	assert.Contains(t, err.Error(), "model.layers.0.mlp.experts.gate_up_proj is in "+filepath.Join(fused, "model.safetensors"))
+
 	cfg = tinyMixtralJSON()
 	cfg["num_local_experts"] = 5
 	write(dir, cfg)
