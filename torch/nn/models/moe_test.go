@@ -146,7 +146,7 @@ func TestMoeCheckpointErrors(t *testing.T) {
 		require.Error(t, err, field)
 		assert.Contains(t, err.Error(), field)
 	}
-	for field, v := range map[string]any{"moe_intermediate_size": 0, "decoder_sparse_step": 0, "num_experts": 0} {
+	for field, v := range map[string]any{"moe_intermediate_size": 0, "decoder_sparse_step": 0, "num_experts": -1} {
 		cfg := tinyMixtralJSON()
 		cfg["model_type"] = "qwen3_moe"
 		delete(cfg, "num_local_experts")
@@ -157,6 +157,17 @@ func TestMoeCheckpointErrors(t *testing.T) {
 		assert.Contains(t, err.Error(), field)
 	}
 	assert.True(t, strings.Contains(strings.Join(models.Architectures(), " "), "qwen3_moe"))
+
+	// num_experts 0: every layer dense, as transformers builds it.
+	cfg = tinyMixtralJSON()
+	cfg["model_type"], cfg["num_experts"] = "qwen3_moe", 0
+	delete(cfg, "num_local_experts")
+	raw, err = json.Marshal(cfg)
+	require.NoError(t, err)
+	dense := newDecoder(t, buildQwen3Moe, raw).(*models.Qwen3MoeForCausalLM)
+	for _, l := range dense.Model.Layers {
+		assert.IsType(t, &models.GatedMLP{}, l.MLP)
+	}
 }
 
 // TestMoeGradientCheckpointing: with output_router_logits, the load-balancing loss's

@@ -148,14 +148,17 @@ func NewQwen3MoeForCausalLM(c Qwen3MoeConfig) (*Qwen3MoeForCausalLM, error) {
 	moe := moeSizes{experts: m.Config.NumLocalExperts, topK: m.Config.NumExpertsPerTok, hidden: s.hidden,
 		intermediate: m.Config.MoeIntermediateSize, act: s.act, normTopK: m.Config.NormTopKProb,
 		roundWeights: true, initStd: s.initStd}
-	if err := moe.validate(cfg, "num_experts", "moe_intermediate_size"); err != nil {
-		return nil, fmt.Errorf("models: %w", err)
-	}
-	if err := checkSizes(cfg, configSize{"decoder_sparse_step", m.Config.DecoderSparseStep, 1, maxLayers}); err != nil {
-		return nil, fmt.Errorf("models: %w", err)
-	}
-	if err := checkFits(cfg, s.layers*moe.params()); err != nil {
-		return nil, fmt.Errorf("models: %w", err)
+	// num_experts 0 makes every layer dense, as in transformers.
+	if m.Config.NumLocalExperts != 0 {
+		if err := moe.validate(cfg, "num_experts", "moe_intermediate_size"); err != nil {
+			return nil, fmt.Errorf("models: %w", err)
+		}
+		if err := checkSizes(cfg, configSize{"decoder_sparse_step", m.Config.DecoderSparseStep, 1, maxLayers}); err != nil {
+			return nil, fmt.Errorf("models: %w", err)
+		}
+		if err := checkFits(cfg, s.layers*moe.params()); err != nil {
+			return nil, fmt.Errorf("models: %w", err)
+		}
 	}
 	m.routerLoss = newRouterLoss(m.Config.OutputRouterLogits, float64(m.Config.RouterAuxLossCoef), moe)
 	bias := m.Config.AttentionBias
