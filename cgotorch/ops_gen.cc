@@ -1850,6 +1850,55 @@ void cg_op_Scatter(cg_tensor self_, int64_t dim, cg_tensor index_, cg_tensor src
   CG_CATCH_INTO(res)
 }
 
+void cg_op_ScatterAdd(cg_tensor self_, int64_t dim, cg_tensor index_, cg_tensor src_, cg_result *ret_) {
+  CG_TRY
+  at::Tensor &self = cg::T(self_);
+  at::Tensor &index = cg::T(index_);
+  at::Tensor &src = cg::T(src_);
+  *ret_ = cg::res(at::scatter_add(self, dim, index, src));
+  if (cg::recording()) {
+    cg::Rec rec_(131);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.t(index_);
+    rec_.t(src_);
+    rec_.out(ret_->t);
+  }
+  CG_CATCH_INTO(res)
+}
+
+void cg_op_IndexAdd(cg_tensor self_, int64_t dim, cg_tensor index_, cg_tensor src_, cg_result *ret_) {
+  CG_TRY
+  at::Tensor &self = cg::T(self_);
+  at::Tensor &index = cg::T(index_);
+  at::Tensor &src = cg::T(src_);
+  *ret_ = cg::res(at::index_add(self, dim, index, src));
+  if (cg::recording()) {
+    cg::Rec rec_(132);
+    rec_.t(self_);
+    rec_.v(dim);
+    rec_.t(index_);
+    rec_.t(src_);
+    rec_.out(ret_->t);
+  }
+  CG_CATCH_INTO(res)
+}
+
+void cg_op_Bincount(cg_tensor self_, cg_tensor weights_, int64_t minlength, cg_result *ret_) {
+  CG_TRY
+  at::Tensor &self = cg::T(self_);
+  std::optional<at::Tensor> weights = cg::opt(weights_);
+  *ret_ = cg::res(at::bincount(self, weights, minlength));
+  if (cg::recording()) {
+    cg::Rec rec_(133);
+    rec_.t(self_);
+    rec_.t(weights_);
+    rec_.v(minlength);
+    rec_.out(ret_->t);
+  }
+  CG_CATCH_INTO(res)
+}
+
 void cg_op_MaskedFill(cg_tensor self_, cg_tensor mask_, double v_, cg_result *ret_) {
   CG_TRY
   at::Tensor &self = cg::T(self_);
@@ -1857,7 +1906,7 @@ void cg_op_MaskedFill(cg_tensor self_, cg_tensor mask_, double v_, cg_result *re
   at::Scalar v = cg::scalar(v_);
   *ret_ = cg::res(at::masked_fill(self, mask, v));
   if (cg::recording()) {
-    cg::Rec rec_(131);
+    cg::Rec rec_(134);
     rec_.t(self_);
     rec_.t(mask_);
     rec_.v(v_);
@@ -1872,7 +1921,7 @@ void cg_op_MaskedSelect(cg_tensor self_, cg_tensor mask_, cg_result *ret_) {
   at::Tensor &mask = cg::T(mask_);
   *ret_ = cg::res(at::masked_select(self, mask));
   if (cg::recording()) {
-    cg::Rec rec_(132);
+    cg::Rec rec_(135);
     rec_.t(self_);
     rec_.t(mask_);
     rec_.out(ret_->t);
@@ -1885,7 +1934,7 @@ void cg_op_Triu(cg_tensor self_, int64_t diagonal, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::triu(self, diagonal));
   if (cg::recording()) {
-    cg::Rec rec_(133);
+    cg::Rec rec_(136);
     rec_.t(self_);
     rec_.v(diagonal);
     rec_.out(ret_->t);
@@ -1898,7 +1947,7 @@ void cg_op_Tril(cg_tensor self_, int64_t diagonal, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::tril(self, diagonal));
   if (cg::recording()) {
-    cg::Rec rec_(134);
+    cg::Rec rec_(137);
     rec_.t(self_);
     rec_.v(diagonal);
     rec_.out(ret_->t);
@@ -1911,7 +1960,7 @@ void cg_op_Split(cg_tensor self_, int64_t size, int64_t dim, cg_results *ret_) {
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::resn(self.split(size, dim));
   if (cg::recording()) {
-    cg::Rec rec_(135);
+    cg::Rec rec_(138);
     rec_.t(self_);
     rec_.v(size);
     rec_.v(dim);
@@ -1925,7 +1974,7 @@ void cg_op_Chunk(cg_tensor self_, int64_t chunks, int64_t dim, cg_results *ret_)
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::resn(self.chunk(chunks, dim));
   if (cg::recording()) {
-    cg::Rec rec_(136);
+    cg::Rec rec_(139);
     rec_.t(self_);
     rec_.v(chunks);
     rec_.v(dim);
@@ -1939,7 +1988,7 @@ void cg_op_OneHot(cg_tensor self_, int64_t numClasses, cg_result *ret_) {
   at::Tensor &self = cg::T(self_);
   *ret_ = cg::res(at::one_hot(self, numClasses));
   if (cg::recording()) {
-    cg::Rec rec_(137);
+    cg::Rec rec_(140);
     rec_.t(self_);
     rec_.v(numClasses);
     rec_.out(ret_->t);
@@ -1953,7 +2002,7 @@ void cg_op_Multinomial(cg_tensor self_, int64_t numSamples, int replacement_, cg
   bool replacement = replacement_ != 0;
   *ret_ = cg::res(at::multinomial(self, numSamples, replacement));
   if (cg::recording()) {
-    cg::Rec rec_(138);
+    cg::Rec rec_(141);
     rec_.t(self_);
     rec_.v(numSamples);
     rec_.v(replacement_);
@@ -1967,7 +2016,7 @@ void cg_op_Cat(const cg_tensor *ts_, int ts_n, int64_t dim, cg_result *ret_) {
   std::vector<at::Tensor> ts = cg::tensors(ts_, ts_n);
   *ret_ = cg::res(at::cat(ts, dim));
   if (cg::recording()) {
-    cg::Rec rec_(139);
+    cg::Rec rec_(142);
     rec_.list(ts_, ts_n);
     rec_.v(dim);
     rec_.out(ret_->t);
@@ -1980,7 +2029,7 @@ void cg_op_Stack(const cg_tensor *ts_, int ts_n, int64_t dim, cg_result *ret_) {
   std::vector<at::Tensor> ts = cg::tensors(ts_, ts_n);
   *ret_ = cg::res(at::stack(ts, dim));
   if (cg::recording()) {
-    cg::Rec rec_(140);
+    cg::Rec rec_(143);
     rec_.list(ts_, ts_n);
     rec_.v(dim);
     rec_.out(ret_->t);
@@ -1995,7 +2044,7 @@ void cg_op_Linear(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_result *ret_) {
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::linear(x, w, b));
   if (cg::recording()) {
-    cg::Rec rec_(141);
+    cg::Rec rec_(144);
     rec_.t(x_);
     rec_.t(w_);
     rec_.t(b_);
@@ -2014,7 +2063,7 @@ void cg_op_conv2d(cg_tensor x_, cg_tensor w_, cg_tensor b_, const int64_t *strid
   at::IntArrayRef dilation(dilation_, dilation_n);
   *ret_ = cg::res(at::conv2d(x, w, b, stride, padding, dilation, groups));
   if (cg::recording()) {
-    cg::Rec rec_(142);
+    cg::Rec rec_(145);
     rec_.t(x_);
     rec_.t(w_);
     rec_.t(b_);
@@ -2037,7 +2086,7 @@ void cg_op_maxPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const i
   bool ceil = ceil_ != 0;
   *ret_ = cg::res(at::max_pool2d(x, kernel, stride, padding, dilation, ceil));
   if (cg::recording()) {
-    cg::Rec rec_(143);
+    cg::Rec rec_(146);
     rec_.t(x_);
     rec_.list(kernel_, kernel_n);
     rec_.list(stride_, stride_n);
@@ -2059,7 +2108,7 @@ void cg_op_avgPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const i
   bool countIncludePad = countIncludePad_ != 0;
   *ret_ = cg::res(at::avg_pool2d(x, kernel, stride, padding, ceil, countIncludePad));
   if (cg::recording()) {
-    cg::Rec rec_(144);
+    cg::Rec rec_(147);
     rec_.t(x_);
     rec_.list(kernel_, kernel_n);
     rec_.list(stride_, stride_n);
@@ -2077,7 +2126,7 @@ void cg_op_adaptiveAvgPool2d(cg_tensor x_, const int64_t *out_, int out_n, cg_re
   at::IntArrayRef out(out_, out_n);
   *ret_ = cg::res(at::adaptive_avg_pool2d(x, out));
   if (cg::recording()) {
-    cg::Rec rec_(145);
+    cg::Rec rec_(148);
     rec_.t(x_);
     rec_.list(out_, out_n);
     rec_.out(ret_->t);
@@ -2095,7 +2144,7 @@ void cg_op_batchNorm(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor running
   bool training = training_ != 0;
   *ret_ = cg::res(at::batch_norm(x, w, b, runningMean, runningVar, training, momentum, eps, true));
   if (cg::recording()) {
-    cg::Rec rec_(146);
+    cg::Rec rec_(149);
     rec_.t(x_);
     rec_.t(w_);
     rec_.t(b_);
@@ -2120,7 +2169,7 @@ void cg_op_batchNormCounted(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor 
   bool training = training_ != 0;
   *ret_ = cg::res(cg::batch_norm_counted(x, w, b, runningMean, runningVar, count, ranks, training, momentum, eps));
   if (cg::recording()) {
-    cg::Rec rec_(147);
+    cg::Rec rec_(150);
     rec_.t(x_);
     rec_.t(w_);
     rec_.t(b_);
@@ -2144,7 +2193,7 @@ void cg_op_LayerNorm(cg_tensor x_, const int64_t *normalizedShape_, int normaliz
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::layer_norm(x, normalizedShape, w, b, eps));
   if (cg::recording()) {
-    cg::Rec rec_(148);
+    cg::Rec rec_(151);
     rec_.t(x_);
     rec_.list(normalizedShape_, normalizedShape_n);
     rec_.t(w_);
@@ -2162,7 +2211,7 @@ void cg_op_GroupNorm(cg_tensor x_, int64_t groups, cg_tensor w_, cg_tensor b_, d
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::group_norm(x, groups, w, b, eps));
   if (cg::recording()) {
-    cg::Rec rec_(149);
+    cg::Rec rec_(152);
     rec_.t(x_);
     rec_.v(groups);
     rec_.t(w_);
@@ -2179,7 +2228,7 @@ void cg_op_Dropout(cg_tensor x_, double p, int training_, cg_result *ret_) {
   bool training = training_ != 0;
   *ret_ = cg::res(at::dropout(x, p, training));
   if (cg::recording()) {
-    cg::Rec rec_(150);
+    cg::Rec rec_(153);
     rec_.t(x_);
     rec_.v(p);
     rec_.v(training_);
@@ -2194,7 +2243,7 @@ void cg_op_Embedding(cg_tensor weight_, cg_tensor indices_, int64_t paddingIdx, 
   at::Tensor &indices = cg::T(indices_);
   *ret_ = cg::res(at::embedding(weight, indices, paddingIdx));
   if (cg::recording()) {
-    cg::Rec rec_(151);
+    cg::Rec rec_(154);
     rec_.t(weight_);
     rec_.t(indices_);
     rec_.v(paddingIdx);
@@ -2213,7 +2262,7 @@ void cg_op_scaledDotProductAttention(cg_tensor q_, cg_tensor k_, cg_tensor v_, c
   bool hasScale = hasScale_ != 0;
   *ret_ = cg::res(at::scaled_dot_product_attention(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt));
   if (cg::recording()) {
-    cg::Rec rec_(152);
+    cg::Rec rec_(155);
     rec_.t(q_);
     rec_.t(k_);
     rec_.t(v_);
@@ -2248,7 +2297,7 @@ void cg_op_crossEntropy(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t r
   std::optional<at::Tensor> weight = cg::opt(weight_);
   *ret_ = cg::res(at::cross_entropy_loss(x, y, weight, reduction, ignoreIndex, labelSmoothing));
   if (cg::recording()) {
-    cg::Rec rec_(154);
+    cg::Rec rec_(157);
     rec_.t(x_);
     rec_.t(y_);
     rec_.t(weight_);
@@ -2267,7 +2316,7 @@ void cg_op_nllLoss(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduct
   std::optional<at::Tensor> weight = cg::opt(weight_);
   *ret_ = cg::res(at::nll_loss_nd(x, y, weight, reduction, ignoreIndex));
   if (cg::recording()) {
-    cg::Rec rec_(155);
+    cg::Rec rec_(158);
     rec_.t(x_);
     rec_.t(y_);
     rec_.t(weight_);
@@ -2284,7 +2333,7 @@ void cg_op_mseLoss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret
   at::Tensor &y = cg::T(y_);
   *ret_ = cg::res(at::mse_loss(x, y, reduction));
   if (cg::recording()) {
-    cg::Rec rec_(156);
+    cg::Rec rec_(159);
     rec_.t(x_);
     rec_.t(y_);
     rec_.v(reduction);
@@ -2299,7 +2348,7 @@ void cg_op_l1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret_
   at::Tensor &y = cg::T(y_);
   *ret_ = cg::res(at::l1_loss(x, y, reduction));
   if (cg::recording()) {
-    cg::Rec rec_(157);
+    cg::Rec rec_(160);
     rec_.t(x_);
     rec_.t(y_);
     rec_.v(reduction);
@@ -2314,7 +2363,7 @@ void cg_op_smoothL1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, double be
   at::Tensor &y = cg::T(y_);
   *ret_ = cg::res(at::smooth_l1_loss(x, y, reduction, beta));
   if (cg::recording()) {
-    cg::Rec rec_(158);
+    cg::Rec rec_(161);
     rec_.t(x_);
     rec_.t(y_);
     rec_.v(reduction);
@@ -2332,7 +2381,7 @@ void cg_op_bceWithLogits(cg_tensor x_, cg_tensor y_, cg_tensor weight_, cg_tenso
   std::optional<at::Tensor> posWeight = cg::opt(posWeight_);
   *ret_ = cg::res(at::binary_cross_entropy_with_logits(x, y, weight, posWeight, reduction));
   if (cg::recording()) {
-    cg::Rec rec_(159);
+    cg::Rec rec_(162);
     rec_.t(x_);
     rec_.t(y_);
     rec_.t(weight_);
@@ -2478,6 +2527,9 @@ const char *cg::op_name(int op) {
       "index_select",
       "gather",
       "scatter",
+      "scatter_add",
+      "index_add",
+      "bincount",
       "masked_fill",
       "masked_select",
       "triu",
@@ -3590,7 +3642,38 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::scatter(self, dim, index, src));
       return;
     }
-    case 131: {  // MaskedFill
+    case 131: {  // ScatterAdd
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      cg_tensor index_ = rd_.t();
+      cg_tensor src_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &index = cg::T(index_);
+      at::Tensor &src = cg::T(src_);
+      rd_.out(at::scatter_add(self, dim, index, src));
+      return;
+    }
+    case 132: {  // IndexAdd
+      cg_tensor self_ = rd_.t();
+      int64_t dim = rd_.i();
+      cg_tensor index_ = rd_.t();
+      cg_tensor src_ = rd_.t();
+      at::Tensor &self = cg::T(self_);
+      at::Tensor &index = cg::T(index_);
+      at::Tensor &src = cg::T(src_);
+      rd_.out(at::index_add(self, dim, index, src));
+      return;
+    }
+    case 133: {  // Bincount
+      cg_tensor self_ = rd_.t();
+      cg_tensor weights_ = rd_.t();
+      int64_t minlength = rd_.i();
+      at::Tensor &self = cg::T(self_);
+      std::optional<at::Tensor> weights = cg::opt(weights_);
+      rd_.out(at::bincount(self, weights, minlength));
+      return;
+    }
+    case 134: {  // MaskedFill
       cg_tensor self_ = rd_.t();
       cg_tensor mask_ = rd_.t();
       double v_ = rd_.d();
@@ -3600,7 +3683,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::masked_fill(self, mask, v));
       return;
     }
-    case 132: {  // MaskedSelect
+    case 135: {  // MaskedSelect
       cg_tensor self_ = rd_.t();
       cg_tensor mask_ = rd_.t();
       at::Tensor &self = cg::T(self_);
@@ -3608,21 +3691,21 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::masked_select(self, mask));
       return;
     }
-    case 133: {  // Triu
+    case 136: {  // Triu
       cg_tensor self_ = rd_.t();
       int64_t diagonal = rd_.i();
       at::Tensor &self = cg::T(self_);
       rd_.out(at::triu(self, diagonal));
       return;
     }
-    case 134: {  // Tril
+    case 137: {  // Tril
       cg_tensor self_ = rd_.t();
       int64_t diagonal = rd_.i();
       at::Tensor &self = cg::T(self_);
       rd_.out(at::tril(self, diagonal));
       return;
     }
-    case 135: {  // Split
+    case 138: {  // Split
       cg_tensor self_ = rd_.t();
       int64_t size = rd_.i();
       int64_t dim = rd_.i();
@@ -3630,7 +3713,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.outs(self.split(size, dim));
       return;
     }
-    case 136: {  // Chunk
+    case 139: {  // Chunk
       cg_tensor self_ = rd_.t();
       int64_t chunks = rd_.i();
       int64_t dim = rd_.i();
@@ -3638,14 +3721,14 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.outs(self.chunk(chunks, dim));
       return;
     }
-    case 137: {  // OneHot
+    case 140: {  // OneHot
       cg_tensor self_ = rd_.t();
       int64_t numClasses = rd_.i();
       at::Tensor &self = cg::T(self_);
       rd_.out(at::one_hot(self, numClasses));
       return;
     }
-    case 138: {  // Multinomial
+    case 141: {  // Multinomial
       cg_tensor self_ = rd_.t();
       int64_t numSamples = rd_.i();
       int replacement_ = static_cast<int>(rd_.i());
@@ -3654,7 +3737,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::multinomial(self, numSamples, replacement));
       return;
     }
-    case 139: {  // Cat
+    case 142: {  // Cat
       int ts_n;
       const cg_tensor *ts_ = rd_.tensors(&ts_n);
       int64_t dim = rd_.i();
@@ -3662,7 +3745,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::cat(ts, dim));
       return;
     }
-    case 140: {  // Stack
+    case 143: {  // Stack
       int ts_n;
       const cg_tensor *ts_ = rd_.tensors(&ts_n);
       int64_t dim = rd_.i();
@@ -3670,7 +3753,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::stack(ts, dim));
       return;
     }
-    case 141: {  // Linear
+    case 144: {  // Linear
       cg_tensor x_ = rd_.t();
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
@@ -3680,7 +3763,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::linear(x, w, b));
       return;
     }
-    case 142: {  // conv2d
+    case 145: {  // conv2d
       cg_tensor x_ = rd_.t();
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
@@ -3700,7 +3783,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::conv2d(x, w, b, stride, padding, dilation, groups));
       return;
     }
-    case 143: {  // maxPool2d
+    case 146: {  // maxPool2d
       cg_tensor x_ = rd_.t();
       int kernel_n;
       const int64_t *kernel_ = rd_.ints(&kernel_n);
@@ -3720,7 +3803,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::max_pool2d(x, kernel, stride, padding, dilation, ceil));
       return;
     }
-    case 144: {  // avgPool2d
+    case 147: {  // avgPool2d
       cg_tensor x_ = rd_.t();
       int kernel_n;
       const int64_t *kernel_ = rd_.ints(&kernel_n);
@@ -3739,7 +3822,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::avg_pool2d(x, kernel, stride, padding, ceil, countIncludePad));
       return;
     }
-    case 145: {  // adaptiveAvgPool2d
+    case 148: {  // adaptiveAvgPool2d
       cg_tensor x_ = rd_.t();
       int out_n;
       const int64_t *out_ = rd_.ints(&out_n);
@@ -3748,7 +3831,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::adaptive_avg_pool2d(x, out));
       return;
     }
-    case 146: {  // batchNorm
+    case 149: {  // batchNorm
       cg_tensor x_ = rd_.t();
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
@@ -3766,7 +3849,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::batch_norm(x, w, b, runningMean, runningVar, training, momentum, eps, true));
       return;
     }
-    case 147: {  // batchNormCounted
+    case 150: {  // batchNormCounted
       cg_tensor x_ = rd_.t();
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
@@ -3787,7 +3870,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(cg::batch_norm_counted(x, w, b, runningMean, runningVar, count, ranks, training, momentum, eps));
       return;
     }
-    case 148: {  // LayerNorm
+    case 151: {  // LayerNorm
       cg_tensor x_ = rd_.t();
       int normalizedShape_n;
       const int64_t *normalizedShape_ = rd_.ints(&normalizedShape_n);
@@ -3801,7 +3884,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::layer_norm(x, normalizedShape, w, b, eps));
       return;
     }
-    case 149: {  // GroupNorm
+    case 152: {  // GroupNorm
       cg_tensor x_ = rd_.t();
       int64_t groups = rd_.i();
       cg_tensor w_ = rd_.t();
@@ -3813,7 +3896,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::group_norm(x, groups, w, b, eps));
       return;
     }
-    case 150: {  // Dropout
+    case 153: {  // Dropout
       cg_tensor x_ = rd_.t();
       double p = rd_.d();
       int training_ = static_cast<int>(rd_.i());
@@ -3822,7 +3905,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::dropout(x, p, training));
       return;
     }
-    case 151: {  // Embedding
+    case 154: {  // Embedding
       cg_tensor weight_ = rd_.t();
       cg_tensor indices_ = rd_.t();
       int64_t paddingIdx = rd_.i();
@@ -3831,7 +3914,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::embedding(weight, indices, paddingIdx));
       return;
     }
-    case 152: {  // scaledDotProductAttention
+    case 155: {  // scaledDotProductAttention
       cg_tensor q_ = rd_.t();
       cg_tensor k_ = rd_.t();
       cg_tensor v_ = rd_.t();
@@ -3849,7 +3932,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::scaled_dot_product_attention(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt));
       return;
     }
-    case 154: {  // crossEntropy
+    case 157: {  // crossEntropy
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       cg_tensor weight_ = rd_.t();
@@ -3862,7 +3945,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::cross_entropy_loss(x, y, weight, reduction, ignoreIndex, labelSmoothing));
       return;
     }
-    case 155: {  // nllLoss
+    case 158: {  // nllLoss
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       cg_tensor weight_ = rd_.t();
@@ -3874,7 +3957,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::nll_loss_nd(x, y, weight, reduction, ignoreIndex));
       return;
     }
-    case 156: {  // mseLoss
+    case 159: {  // mseLoss
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       int64_t reduction = rd_.i();
@@ -3883,7 +3966,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::mse_loss(x, y, reduction));
       return;
     }
-    case 157: {  // l1Loss
+    case 160: {  // l1Loss
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       int64_t reduction = rd_.i();
@@ -3892,7 +3975,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::l1_loss(x, y, reduction));
       return;
     }
-    case 158: {  // smoothL1Loss
+    case 161: {  // smoothL1Loss
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       int64_t reduction = rd_.i();
@@ -3902,7 +3985,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::smooth_l1_loss(x, y, reduction, beta));
       return;
     }
-    case 159: {  // bceWithLogits
+    case 162: {  // bceWithLogits
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       cg_tensor weight_ = rd_.t();

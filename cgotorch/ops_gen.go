@@ -265,6 +265,12 @@ package cgotorch
 #cgo nocallback cg_op_Gather
 #cgo noescape cg_op_Scatter
 #cgo nocallback cg_op_Scatter
+#cgo noescape cg_op_ScatterAdd
+#cgo nocallback cg_op_ScatterAdd
+#cgo noescape cg_op_IndexAdd
+#cgo nocallback cg_op_IndexAdd
+#cgo noescape cg_op_Bincount
+#cgo nocallback cg_op_Bincount
 #cgo noescape cg_op_MaskedFill
 #cgo nocallback cg_op_MaskedFill
 #cgo noescape cg_op_MaskedSelect
@@ -1244,161 +1250,182 @@ func OpScatter(self Tensor, dim int64, index Tensor, src Tensor) Result {
 	return rt(r)
 }
 
-// OpMaskedFill is masked_fill (ops.tab line 172).
+// OpScatterAdd is scatter_add (ops.tab line 172).
+func OpScatterAdd(self Tensor, dim int64, index Tensor, src Tensor) Result {
+	var r C.cg_result
+	C.cg_op_ScatterAdd(C.cg_tensor(self), C.int64_t(dim), C.cg_tensor(index), C.cg_tensor(src), &r)
+	return rt(r)
+}
+
+// OpIndexAdd is index_add (ops.tab line 173).
+func OpIndexAdd(self Tensor, dim int64, index Tensor, src Tensor) Result {
+	var r C.cg_result
+	C.cg_op_IndexAdd(C.cg_tensor(self), C.int64_t(dim), C.cg_tensor(index), C.cg_tensor(src), &r)
+	return rt(r)
+}
+
+// OpBincount is bincount (ops.tab line 174).
+func OpBincount(self Tensor, weights Tensor, minlength int64) Result {
+	var r C.cg_result
+	C.cg_op_Bincount(C.cg_tensor(self), C.cg_tensor(weights), C.int64_t(minlength), &r)
+	return rt(r)
+}
+
+// OpMaskedFill is masked_fill (ops.tab line 175).
 func OpMaskedFill(self Tensor, mask Tensor, v float64) Result {
 	var r C.cg_result
 	C.cg_op_MaskedFill(C.cg_tensor(self), C.cg_tensor(mask), C.double(v), &r)
 	return rt(r)
 }
 
-// OpMaskedSelect is masked_select (ops.tab line 173).
+// OpMaskedSelect is masked_select (ops.tab line 176).
 func OpMaskedSelect(self Tensor, mask Tensor) Result {
 	var r C.cg_result
 	C.cg_op_MaskedSelect(C.cg_tensor(self), C.cg_tensor(mask), &r)
 	return rt(r)
 }
 
-// OpTriu is triu (ops.tab line 174).
+// OpTriu is triu (ops.tab line 177).
 func OpTriu(self Tensor, diagonal int64) Result {
 	var r C.cg_result
 	C.cg_op_Triu(C.cg_tensor(self), C.int64_t(diagonal), &r)
 	return rt(r)
 }
 
-// OpTril is tril (ops.tab line 175).
+// OpTril is tril (ops.tab line 178).
 func OpTril(self Tensor, diagonal int64) Result {
 	var r C.cg_result
 	C.cg_op_Tril(C.cg_tensor(self), C.int64_t(diagonal), &r)
 	return rt(r)
 }
 
-// OpSplit is split (ops.tab line 176).
+// OpSplit is split (ops.tab line 179).
 func OpSplit(self Tensor, size int64, dim int64) Results {
 	var r C.cg_results
 	C.cg_op_Split(C.cg_tensor(self), C.int64_t(size), C.int64_t(dim), &r)
 	return rtn(r)
 }
 
-// OpChunk is chunk (ops.tab line 177).
+// OpChunk is chunk (ops.tab line 180).
 func OpChunk(self Tensor, chunks int64, dim int64) Results {
 	var r C.cg_results
 	C.cg_op_Chunk(C.cg_tensor(self), C.int64_t(chunks), C.int64_t(dim), &r)
 	return rtn(r)
 }
 
-// OpOneHot is one_hot (ops.tab line 178).
+// OpOneHot is one_hot (ops.tab line 181).
 func OpOneHot(self Tensor, numClasses int64) Result {
 	var r C.cg_result
 	C.cg_op_OneHot(C.cg_tensor(self), C.int64_t(numClasses), &r)
 	return rt(r)
 }
 
-// OpMultinomial is multinomial (ops.tab line 179).
+// OpMultinomial is multinomial (ops.tab line 182).
 func OpMultinomial(self Tensor, numSamples int64, replacement bool) Result {
 	var r C.cg_result
 	C.cg_op_Multinomial(C.cg_tensor(self), C.int64_t(numSamples), cbool(replacement), &r)
 	return rt(r)
 }
 
-// OpCat is cat (ops.tab line 180).
+// OpCat is cat (ops.tab line 183).
 func OpCat(ts []Tensor, dim int64) Result {
 	var r C.cg_result
 	C.cg_op_Cat(handles(ts), C.int(len(ts)), C.int64_t(dim), &r)
 	return rt(r)
 }
 
-// OpStack is stack (ops.tab line 181).
+// OpStack is stack (ops.tab line 184).
 func OpStack(ts []Tensor, dim int64) Result {
 	var r C.cg_result
 	C.cg_op_Stack(handles(ts), C.int(len(ts)), C.int64_t(dim), &r)
 	return rt(r)
 }
 
-// OpLinear is linear (ops.tab line 184).
+// OpLinear is linear (ops.tab line 187).
 func OpLinear(x Tensor, w Tensor, b Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Linear(C.cg_tensor(x), C.cg_tensor(w), C.cg_tensor(b), &r)
 	return rt(r)
 }
 
-// Opconv2d is conv2d (ops.tab line 185).
+// Opconv2d is conv2d (ops.tab line 188).
 func Opconv2d(x Tensor, w Tensor, b Tensor, stride []int64, padding []int64, dilation []int64, groups int64) Result {
 	var r C.cg_result
 	C.cg_op_conv2d(C.cg_tensor(x), C.cg_tensor(w), C.cg_tensor(b), i64p(stride), C.int(len(stride)), i64p(padding), C.int(len(padding)), i64p(dilation), C.int(len(dilation)), C.int64_t(groups), &r)
 	return rt(r)
 }
 
-// OpmaxPool2d is max_pool2d (ops.tab line 186).
+// OpmaxPool2d is max_pool2d (ops.tab line 189).
 func OpmaxPool2d(x Tensor, kernel []int64, stride []int64, padding []int64, dilation []int64, ceil bool) Result {
 	var r C.cg_result
 	C.cg_op_maxPool2d(C.cg_tensor(x), i64p(kernel), C.int(len(kernel)), i64p(stride), C.int(len(stride)), i64p(padding), C.int(len(padding)), i64p(dilation), C.int(len(dilation)), cbool(ceil), &r)
 	return rt(r)
 }
 
-// OpavgPool2d is avg_pool2d (ops.tab line 187).
+// OpavgPool2d is avg_pool2d (ops.tab line 190).
 func OpavgPool2d(x Tensor, kernel []int64, stride []int64, padding []int64, ceil bool, countIncludePad bool) Result {
 	var r C.cg_result
 	C.cg_op_avgPool2d(C.cg_tensor(x), i64p(kernel), C.int(len(kernel)), i64p(stride), C.int(len(stride)), i64p(padding), C.int(len(padding)), cbool(ceil), cbool(countIncludePad), &r)
 	return rt(r)
 }
 
-// OpadaptiveAvgPool2d is adaptive_avg_pool2d (ops.tab line 188).
+// OpadaptiveAvgPool2d is adaptive_avg_pool2d (ops.tab line 191).
 func OpadaptiveAvgPool2d(x Tensor, out []int64) Result {
 	var r C.cg_result
 	C.cg_op_adaptiveAvgPool2d(C.cg_tensor(x), i64p(out), C.int(len(out)), &r)
 	return rt(r)
 }
 
-// OpbatchNorm is batch_norm (ops.tab line 189).
+// OpbatchNorm is batch_norm (ops.tab line 192).
 func OpbatchNorm(x Tensor, w Tensor, b Tensor, runningMean Tensor, runningVar Tensor, training bool, momentum float64, eps float64) Result {
 	var r C.cg_result
 	C.cg_op_batchNorm(C.cg_tensor(x), C.cg_tensor(w), C.cg_tensor(b), C.cg_tensor(runningMean), C.cg_tensor(runningVar), cbool(training), C.double(momentum), C.double(eps), &r)
 	return rt(r)
 }
 
-// OpbatchNormCounted is batch_norm (ops.tab line 190).
+// OpbatchNormCounted is batch_norm (ops.tab line 193).
 func OpbatchNormCounted(x Tensor, w Tensor, b Tensor, runningMean Tensor, runningVar Tensor, count Tensor, ranks int64, training bool, momentum float64, eps float64) Result {
 	var r C.cg_result
 	C.cg_op_batchNormCounted(C.cg_tensor(x), C.cg_tensor(w), C.cg_tensor(b), C.cg_tensor(runningMean), C.cg_tensor(runningVar), C.cg_tensor(count), C.int64_t(ranks), cbool(training), C.double(momentum), C.double(eps), &r)
 	return rt(r)
 }
 
-// OpLayerNorm is layer_norm (ops.tab line 191).
+// OpLayerNorm is layer_norm (ops.tab line 194).
 func OpLayerNorm(x Tensor, normalizedShape []int64, w Tensor, b Tensor, eps float64) Result {
 	var r C.cg_result
 	C.cg_op_LayerNorm(C.cg_tensor(x), i64p(normalizedShape), C.int(len(normalizedShape)), C.cg_tensor(w), C.cg_tensor(b), C.double(eps), &r)
 	return rt(r)
 }
 
-// OpGroupNorm is group_norm (ops.tab line 192).
+// OpGroupNorm is group_norm (ops.tab line 195).
 func OpGroupNorm(x Tensor, groups int64, w Tensor, b Tensor, eps float64) Result {
 	var r C.cg_result
 	C.cg_op_GroupNorm(C.cg_tensor(x), C.int64_t(groups), C.cg_tensor(w), C.cg_tensor(b), C.double(eps), &r)
 	return rt(r)
 }
 
-// OpDropout is dropout (ops.tab line 193).
+// OpDropout is dropout (ops.tab line 196).
 func OpDropout(x Tensor, p float64, training bool) Result {
 	var r C.cg_result
 	C.cg_op_Dropout(C.cg_tensor(x), C.double(p), cbool(training), &r)
 	return rt(r)
 }
 
-// OpEmbedding is embedding (ops.tab line 194).
+// OpEmbedding is embedding (ops.tab line 197).
 func OpEmbedding(weight Tensor, indices Tensor, paddingIdx int64) Result {
 	var r C.cg_result
 	C.cg_op_Embedding(C.cg_tensor(weight), C.cg_tensor(indices), C.int64_t(paddingIdx), &r)
 	return rt(r)
 }
 
-// OpscaledDotProductAttention is scaled_dot_product_attention (ops.tab line 195).
+// OpscaledDotProductAttention is scaled_dot_product_attention (ops.tab line 198).
 func OpscaledDotProductAttention(q Tensor, k Tensor, v Tensor, mask Tensor, dropout float64, causal bool, scale float64, hasScale bool) Result {
 	var r C.cg_result
 	C.cg_op_scaledDotProductAttention(C.cg_tensor(q), C.cg_tensor(k), C.cg_tensor(v), C.cg_tensor(mask), C.double(dropout), cbool(causal), C.double(scale), cbool(hasScale), &r)
 	return rt(r)
 }
 
-// OpsdpBackend is _fused_sdp_choice (ops.tab line 196).
+// OpsdpBackend is _fused_sdp_choice (ops.tab line 199).
 func OpsdpBackend(q Tensor, k Tensor, v Tensor, mask Tensor, dropout float64, causal bool, scale float64, hasScale bool) (int64, error) {
 	var out C.int64_t
 	var r C.cg_status
@@ -1406,42 +1433,42 @@ func OpsdpBackend(q Tensor, k Tensor, v Tensor, mask Tensor, dropout float64, ca
 	return int64(out), st(r)
 }
 
-// OpcrossEntropy is cross_entropy (ops.tab line 197).
+// OpcrossEntropy is cross_entropy (ops.tab line 200).
 func OpcrossEntropy(x Tensor, y Tensor, weight Tensor, reduction int64, ignoreIndex int64, labelSmoothing float64) Result {
 	var r C.cg_result
 	C.cg_op_crossEntropy(C.cg_tensor(x), C.cg_tensor(y), C.cg_tensor(weight), C.int64_t(reduction), C.int64_t(ignoreIndex), C.double(labelSmoothing), &r)
 	return rt(r)
 }
 
-// OpnllLoss is nll_loss (ops.tab line 198).
+// OpnllLoss is nll_loss (ops.tab line 201).
 func OpnllLoss(x Tensor, y Tensor, weight Tensor, reduction int64, ignoreIndex int64) Result {
 	var r C.cg_result
 	C.cg_op_nllLoss(C.cg_tensor(x), C.cg_tensor(y), C.cg_tensor(weight), C.int64_t(reduction), C.int64_t(ignoreIndex), &r)
 	return rt(r)
 }
 
-// OpmseLoss is mse_loss (ops.tab line 199).
+// OpmseLoss is mse_loss (ops.tab line 202).
 func OpmseLoss(x Tensor, y Tensor, reduction int64) Result {
 	var r C.cg_result
 	C.cg_op_mseLoss(C.cg_tensor(x), C.cg_tensor(y), C.int64_t(reduction), &r)
 	return rt(r)
 }
 
-// Opl1Loss is l1_loss (ops.tab line 200).
+// Opl1Loss is l1_loss (ops.tab line 203).
 func Opl1Loss(x Tensor, y Tensor, reduction int64) Result {
 	var r C.cg_result
 	C.cg_op_l1Loss(C.cg_tensor(x), C.cg_tensor(y), C.int64_t(reduction), &r)
 	return rt(r)
 }
 
-// OpsmoothL1Loss is smooth_l1_loss (ops.tab line 201).
+// OpsmoothL1Loss is smooth_l1_loss (ops.tab line 204).
 func OpsmoothL1Loss(x Tensor, y Tensor, reduction int64, beta float64) Result {
 	var r C.cg_result
 	C.cg_op_smoothL1Loss(C.cg_tensor(x), C.cg_tensor(y), C.int64_t(reduction), C.double(beta), &r)
 	return rt(r)
 }
 
-// OpbceWithLogits is binary_cross_entropy_with_logits (ops.tab line 202).
+// OpbceWithLogits is binary_cross_entropy_with_logits (ops.tab line 205).
 func OpbceWithLogits(x Tensor, y Tensor, weight Tensor, posWeight Tensor, reduction int64) Result {
 	var r C.cg_result
 	C.cg_op_bceWithLogits(C.cg_tensor(x), C.cg_tensor(y), C.cg_tensor(weight), C.cg_tensor(posWeight), C.int64_t(reduction), &r)

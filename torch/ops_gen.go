@@ -663,6 +663,23 @@ func (t *Tensor) Scatter(dim int64, index *Tensor, src *Tensor) *Tensor {
 	return adopt("scatter", cgotorch.OpScatter(t.handle(), dim, index.handle(), src.handle()))
 }
 
+// ScatterAdd returns t with src's values added at index along dim (torch.scatter_add).
+func (t *Tensor) ScatterAdd(dim int64, index *Tensor, src *Tensor) *Tensor {
+	return adopt("scatter_add", cgotorch.OpScatterAdd(t.handle(), dim, index.handle(), src.handle()))
+}
+
+// IndexAdd returns t with the slices of src added at index (an int64 tensor) along dim
+// (torch.index_add).
+func (t *Tensor) IndexAdd(dim int64, index *Tensor, src *Tensor) *Tensor {
+	return adopt("index_add", cgotorch.OpIndexAdd(t.handle(), dim, index.handle(), src.handle()))
+}
+
+// Bincount counts each value of a 1-D tensor of non-negative integers (summing weights
+// instead when given), with at least minlength bins.
+func (t *Tensor) Bincount(weights *Tensor, minlength int64) *Tensor {
+	return adopt("bincount", cgotorch.OpBincount(t.handle(), opt(weights), minlength))
+}
+
 // MaskedFill returns t with v where mask is true.
 func (t *Tensor) MaskedFill(mask *Tensor, v float64) *Tensor {
 	return adopt("masked_fill", cgotorch.OpMaskedFill(t.handle(), mask.handle(), v))

@@ -152,6 +152,19 @@ func TestTransformerOpsMatchPyTorch(t *testing.T) {
 			_, ix := i["fmask"].Sort(1, false, true)
 			return torch.Zeros([]int64{5, 6}, torch.Float32, torch.CPU).Scatter(1, ix, i["fmask"])
 		}},
+		{"scatter_add", "torch.ones(5, 6).scatter_add(1, (sq * 3).abs().clamp(0, 5).long(), fmask)", func(i map[string]*torch.Tensor) *torch.Tensor {
+			ix := i["sq"].MulScalar(3).Abs().Clamp(0, 5).ToDType(torch.Int64)
+			return torch.Ones([]int64{5, 6}, torch.Float32, torch.CPU).ScatterAdd(1, ix, i["fmask"])
+		}},
+		{"index_add", "fmask.index_add(0, torch.tensor([4, 0, 4]), fmask[:3] * 2)", func(i map[string]*torch.Tensor) *torch.Tensor {
+			return i["fmask"].IndexAdd(0, torch.FromSlice([]int64{4, 0, 4}), i["fmask"].Narrow(0, 0, 3).MulScalar(2))
+		}},
+		{"bincount", "torch.bincount(torch.tensor([3, 0, 3, 1]), minlength=6).float()", func(i map[string]*torch.Tensor) *torch.Tensor {
+			return f32(torch.FromSlice([]int64{3, 0, 3, 1}).Bincount(nil, 6))
+		}},
+		{"bincount_weights", "torch.bincount(torch.tensor([3, 0, 3, 1]), weights=fmask[0, :4], minlength=2)", func(i map[string]*torch.Tensor) *torch.Tensor {
+			return torch.FromSlice([]int64{3, 0, 3, 1}).Bincount(i["fmask"].Select(0, 0).Narrow(0, 0, 4), 2)
+		}},
 		{"multinomial", "(torch.manual_seed(7), torch.multinomial(fmask.exp(), 3))[1].float()", func(i map[string]*torch.Tensor) *torch.Tensor {
 			torch.ManualSeed(7)
 			return f32(i["fmask"].Exp().Multinomial(3, false))

@@ -11,7 +11,8 @@ the Go side, in transformers, peft and tokenizers on the same libtorch.
                               runs one workload on DIR and prints one JSON object:
                               train (full fine-tuning), lora, lora-ckpt (LoRA with
                               gradient checkpointing), gen (greedy generation with the KV
-                              cache, then the tokenizer's encode throughput)
+                              cache, then the tokenizer's encode throughput), moe (full
+                              fine-tuning of a Mixtral of the same sizes, DIR/moe)
 
 Each workload runs in its own process, so that its peak RSS (VmHWM) is its own. --cpumem
 loads cgotorch/cpumem.cc compiled as a shared object (bench/gpu's CPUMemory) before the
@@ -86,6 +87,17 @@ def setup(d, corpus):
                       tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
     model = LlamaForCausalLM(cfg)
     model.save_pretrained(model_dir)
+    # The moe workload's Mixtral: the same sizes, each MLP replaced by the experts.
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch.manual_seed(0)
+    mcfg = MixtralConfig(vocab_size=tok.get_vocab_size(), hidden_size=s["hidden"], intermediate_size=s["moe_intermediate"],
+                         num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                         num_key_value_heads=s["kv_heads"], max_position_embeddings=s["max_positions"],
+                         num_local_experts=s["experts"], num_experts_per_tok=s["top_k"],
+                         tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    moe = MixtralForCausalLM(mcfg)
+    moe.save_pretrained(os.path.join(d, "moe"))
 
     ids = []
     for enc in tok.encode_batch(lines):
@@ -95,7 +107,8 @@ def setup(d, corpus):
         f.write(raw)
     with open(os.path.join(d, "ids.json"), "w") as f:
         json.dump({"tokens": len(ids), "sha256": hashlib.sha256(raw).hexdigest(),
-                   "params": sum(p.numel() for p in model.parameters())}, f)
+                   "params": sum(p.numel() for p in model.parameters()),
+                   "moe_params": sum(p.numel() for p in moe.parameters())}, f)
 
 
 def load_cpumem(lib):
@@ -130,9 +143,10 @@ def batches(d, s, torch):
 
 
 def train(d, s, workload, cpumem, torch):
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    m = LlamaForCausalLM.from_pretrained(os.path.join(d, "model"), dtype=torch.float32)
+    # moe: the Mixtral, with transformers' default experts implementation (grouped_mm).
+    m = AutoModelForCausalLM.from_pretrained(os.path.join(d, "moe" if workload == "moe" else "model"), dtype=torch.float32)
     m.train()
     if workload in ("lora", "lora-ckpt"):
         from peft import LoraConfig, get_peft_model
@@ -218,7 +232,7 @@ def main():
         setup(sys.argv[2], sys.argv[3])
         return
     ap = argparse.ArgumentParser()
-    ap.add_argument("workload", choices=["train", "lora", "lora-ckpt", "gen"])
+    ap.add_argument("workload", choices=["train", "lora", "lora-ckpt", "gen", "moe"])
     ap.add_argument("dir")
     ap.add_argument("--cpumem")
     a = ap.parse_args()

@@ -41,28 +41,33 @@ import (
 // spec is the benchmark's configuration, written to DIR/spec.json for every process
 // (bench.py reads the same keys).
 type spec struct {
-	Vocab         int      `json:"vocab"`
-	Hidden        int      `json:"hidden"`
-	Intermediate  int      `json:"intermediate"`
-	Layers        int      `json:"layers"`
-	Heads         int      `json:"heads"`
-	KVHeads       int      `json:"kv_heads"`
-	MaxPositions  int      `json:"max_positions"`
-	Batch         int      `json:"batch"`
-	Seq           int      `json:"seq"`
-	Warmup        int      `json:"warmup"`
-	Steps         int      `json:"steps"`
-	LR            float64  `json:"lr"`
-	LoraR         int      `json:"lora_r"`
-	LoraAlpha     float64  `json:"lora_alpha"`
-	LoraTargets   []string `json:"lora_targets"`
-	Threads       int      `json:"threads"`
-	Prompt        int      `json:"prompt"`
-	NewTokens     int      `json:"new_tokens"`
-	GenReps       int      `json:"gen_reps"`
-	Corpus        string   `json:"corpus"`
-	CountTensors  bool     `json:"count_tensors"`
-	CPUMemLibrary string   `json:"cpumem,omitempty"`
+	Vocab        int      `json:"vocab"`
+	Hidden       int      `json:"hidden"`
+	Intermediate int      `json:"intermediate"`
+	Layers       int      `json:"layers"`
+	Heads        int      `json:"heads"`
+	KVHeads      int      `json:"kv_heads"`
+	MaxPositions int      `json:"max_positions"`
+	Batch        int      `json:"batch"`
+	Seq          int      `json:"seq"`
+	Warmup       int      `json:"warmup"`
+	Steps        int      `json:"steps"`
+	LR           float64  `json:"lr"`
+	LoraR        int      `json:"lora_r"`
+	LoraAlpha    float64  `json:"lora_alpha"`
+	LoraTargets  []string `json:"lora_targets"`
+	// The moe workload's Mixtral: the Llama's sizes with Experts experts of width
+	// MoEIntermediate in each layer, TopK per token.
+	Experts         int    `json:"experts"`
+	TopK            int    `json:"top_k"`
+	MoEIntermediate int    `json:"moe_intermediate"`
+	Threads         int    `json:"threads"`
+	Prompt          int    `json:"prompt"`
+	NewTokens       int    `json:"new_tokens"`
+	GenReps         int    `json:"gen_reps"`
+	Corpus          string `json:"corpus"`
+	CountTensors    bool   `json:"count_tensors"`
+	CPUMemLibrary   string `json:"cpumem,omitempty"`
 }
 
 func readSpec(dir string) (spec, error) {
@@ -107,12 +112,12 @@ type result struct {
 	TensorPeakMB float64 `json:"tensor_peak_mb,omitempty"`
 }
 
-var workloads = []string{"train", "lora", "lora-ckpt", "gen"}
+var workloads = []string{"train", "lora", "lora-ckpt", "gen", "moe"}
 
 func main() {
 	log.SetFlags(0)
 	log.SetPrefix("bench/llm: ")
-	work := flag.String("worker", "", "internal: run one workload (train, lora, lora-ckpt, gen) on -dir and print its JSON")
+	work := flag.String("worker", "", "internal: run one workload (train, lora, lora-ckpt, gen, moe) on -dir and print its JSON")
 	dir := flag.String("dir", "", "internal: the directory bench.py setup wrote, for -worker")
 	s := spec{MaxPositions: 512, LR: 1e-3}
 	flag.IntVar(&s.Vocab, "vocab", 8000, "BPE vocabulary the tokenizer is trained to")
@@ -124,6 +129,9 @@ func main() {
 	flag.IntVar(&s.LoraR, "lora-r", 8, "LoRA rank")
 	flag.Float64Var(&s.LoraAlpha, "lora-alpha", 16, "LoRA alpha")
 	targets := flag.String("lora-targets", "q_proj,v_proj", "LoRA target modules")
+	flag.IntVar(&s.Experts, "experts", 8, "the moe workload's experts per layer (num_local_experts)")
+	flag.IntVar(&s.TopK, "top-k", 2, "the moe workload's experts per token (num_experts_per_tok)")
+	flag.IntVar(&s.MoEIntermediate, "moe-intermediate", 344, "the moe workload's expert width (intermediate_size)")
 	flag.IntVar(&s.Prompt, "prompt", 16, "prompt tokens for generation")
 	shape := lmbench.Run{Batch: 8, Seq: 128, Warmup: 2, Steps: 4, NewTokens: 128, Threads: 1}
 	shape.Flags(flag.CommandLine)
@@ -392,15 +400,16 @@ func summarize(rep *report) {
 			rep.Checks = append(rep.Checks, fmt.Sprintf(msg, args...))
 		}
 	}
-	names := map[string]string{"train": "full fine-tuning", "lora": "LoRA", "lora-ckpt": "LoRA + gradient checkpointing"}
-	for _, w := range []string{"train", "lora", "lora-ckpt"} {
+	names := map[string]string{"train": "full fine-tuning", "lora": "LoRA", "lora-ckpt": "LoRA + gradient checkpointing",
+		"moe": fmt.Sprintf("Mixtral (%d experts, top %d) full fine-tuning", rep.Spec.Experts, rep.Spec.TopK)}
+	for _, w := range []string{"train", "lora", "lora-ckpt", "moe"} {
 		b, ok := rep.Best[w]
 		if !ok {
 			continue
 		}
 		g, p := b[0], b[1]
 		goal, memGoal := 1.2, 1.0
-		if w == "lora-ckpt" {
+		if w == "lora-ckpt" || w == "moe" {
 			goal, memGoal = 0, 0
 		}
 		add(names[w]+", tokens/s", g.TokensPerS, p.TokensPerS, goal, true, "%.0f",
@@ -449,6 +458,10 @@ func markdown(rep report) string {
 		"best of %d process(es) per side and workload, in turns; load average %s at the start, %s at the end, %d CPUs; %.0f s\n\n",
 		s.Layers, s.Hidden, s.Intermediate, s.Heads, s.KVHeads, s.Vocab, rep.Setup["params"], s.Batch, s.Seq, s.LoraR, s.LoraAlpha,
 		strings.Join(s.LoraTargets, ","), s.Threads, rep.Torch, len(rep.Runs)/max(1, 2*len(rep.Best)), rep.LoadStart, rep.LoadEnd, rep.CPUs, rep.WallS)
+	if _, ok := rep.Best["moe"]; ok {
+		fmt.Fprintf(&b, "moe: MixtralForCausalLM of the same sizes with %d experts of width %d per layer, %d per token (%v parameters), the same batches\n\n",
+			s.Experts, s.MoEIntermediate, s.TopK, rep.Setup["moe_params"])
+	}
 	fmt.Fprintf(&b, "`%s`\n\n", rep.Command)
 	b.WriteString("| | gotrain | Python | gotrain ÷ Python | each round's pair | goal |\n|---|---|---|---|---|---|\n")
 	for _, r := range rep.Rows {

@@ -47,7 +47,7 @@ func worker(workload, dir string) (*result, error) {
 	base := loopio.RSSMB("VmRSS:")
 	var r *result
 	switch workload {
-	case "train", "lora", "lora-ckpt":
+	case "train", "lora", "lora-ckpt", "moe":
 		r, err = goTrain(dir, s, workload)
 	case "gen":
 		r, err = goGen(dir, s)
@@ -98,14 +98,19 @@ func readIDs(dir string, n int) ([]int64, error) {
 
 // goTrain loads the model and trains it as bench.py's train does: fully, or LoRA on the
 // spec's targets (with gradient checkpointing for lora-ckpt), fused AdamW over the
-// trainable parameters, the batches cut in order from the corpus's ids.
+// trainable parameters, the batches cut in order from the corpus's ids; moe trains the
+// Mixtral fully.
 func goTrain(dir string, s spec, workload string) (*result, error) {
-	m, err := models.LoadPretrained(filepath.Join(dir, "model"), models.LoadOptions{})
+	model := "model"
+	if workload == "moe" {
+		model = "moe"
+	}
+	m, err := models.LoadPretrained(filepath.Join(dir, model), models.LoadOptions{})
 	if err != nil {
 		return nil, err
 	}
 	nn.SetTraining(m, true)
-	if workload != "train" {
+	if workload == "lora" || workload == "lora-ckpt" {
 		if _, err := lora.Inject(m, lora.Config{R: s.LoraR, Alpha: s.LoraAlpha, TargetModules: lora.Modules(s.LoraTargets...)}); err != nil {
 			return nil, err
 		}

@@ -185,6 +185,9 @@ ids = json.loads(sys.argv[3])
 m = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir), adapter_dir)
 m.eval()
 m.generation_config.eos_token_id = None  # the whole 10 tokens, as Go's IgnoreEOS
+# generate fails on a mixture of experts with output_router_logits (the load-balancing
+# loss gets the cache-long mask); it only adds a loss.
+m.config.output_router_logits = False
 out = m.generate(torch.tensor([ids]), max_new_tokens=10, do_sample=False, pad_token_id=0)
 print(json.dumps(out[0, len(ids):].tolist()))
 `
@@ -237,4 +240,75 @@ func TestLoRAFineTune(t *testing.T) {
 	})
 
 	resumesExactly(t, args, runs, ref)
+}
+
+// tinyMixtralPy saves a tiny random MixtralForCausalLM (vocabulary 32, 4 experts, 2 per
+// token) whose loss adds the load-balancing loss.
+const tinyMixtralPy = `
+import sys, torch
+from transformers import MixtralConfig, MixtralForCausalLM
+torch.manual_seed(0)
+cfg = MixtralConfig(vocab_size=32, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                    bos_token_id=1, eos_token_id=2, num_local_experts=4, num_experts_per_tok=2,
+                    output_router_logits=True, router_aux_loss_coef=0.1)
+MixtralForCausalLM(cfg).save_pretrained(sys.argv[1])
+print("ok")
+`
+
+// TestLoRAFineTuneMoE: on a Mixtral, --lora-targets all-linear adapts what PEFT's
+// all-linear does (the attention projections, the router and the fused experts through
+// target_parameters), training with the load-balancing loss and gradient
+// checkpointing; PEFT loads the adapter to gotrain's greedy continuation.
+func TestLoRAFineTuneMoE(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "tiny-mixtral")
+	out := testpy.Run(t, tinyMixtralPy, []string{"torch", "transformers"}, model)
+	require.Equal(t, "ok", strings.TrimSpace(string(out)))
+	llama := tinyLlamaDir(t)
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		raw, err := os.ReadFile(filepath.Join(llama, f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(model, f), raw, 0o644))
+	}
+	runs := t.TempDir()
+	out, err := child("--model", model, "--data", pairsFile(t), "--batch-size", "4", "--optimizer", "adamw", "--lr", "5e-2",
+		"--scheduler", "none", "--threads", "1", "--lora-r", "4", "--lora-alpha", "8", "--lora-targets", "all-linear",
+		"--gradient-checkpointing", "--runs-dir", runs, "--epochs", "1", "--experiment", "moe").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	adapter := filepath.Join(runs, "moe", "hf", "last")
+	raw, err := os.ReadFile(filepath.Join(adapter, "adapter_config.json"))
+	require.NoError(t, err)
+	var cfg struct {
+		TargetModules    []string       `json:"target_modules"`
+		TargetParameters []string       `json:"target_parameters"`
+		RankPattern      map[string]int `json:"rank_pattern"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &cfg))
+	assert.ElementsMatch(t, []string{"q_proj", "k_proj", "v_proj", "o_proj"}, cfg.TargetModules)
+	assert.ElementsMatch(t, []string{"gate.weight", "gate_up_proj", "down_proj"}, cfg.TargetParameters)
+	assert.Equal(t, map[string]int{`.*\.gate_up_proj`: 8}, cfg.RankPattern)
+
+	v, err := checkpoint.Read(filepath.Join(runs, "moe", "checkpoints", "last.pt"))
+	require.NoError(t, err)
+	st, err := checkpoint.Get(v, "optimizer_state_dict")
+	require.NoError(t, err)
+	state, err := checkpoint.GetDict(st, "state")
+	require.NoError(t, err)
+	assert.Equal(t, 2*(4+1+2)*2, state.Len(), "A and B of 4 projections, the router and 2 expert parameters in each of 2 layers")
+
+	prompt := []int64{1, 18, 23}
+	torch.WithScope(func() {
+		m, err := models.LoadPretrained(model, models.LoadOptions{})
+		require.NoError(t, err)
+		defer nn.Free(m)
+		_, err = lora.Load(m, adapter, lora.LoadOptions{})
+		require.NoError(t, err)
+		gen, err := models.Generate(m, [][]int64{prompt}, models.GenerateOptions{MaxNewTokens: 10, IgnoreEOS: true})
+		require.NoError(t, err)
+		raw, _ := json.Marshal(prompt)
+		res := testpy.Run(t, peftCheckPy, []string{"torch", "transformers", "peft"}, model, adapter, string(raw))
+		var want []int64
+		require.NoError(t, json.Unmarshal(res, &want), "%s", res)
+		assert.Equal(t, want, gen[0], "PEFT's greedy continuation")
+	})
 }

@@ -140,6 +140,19 @@ type Config struct {
 	TargetModules Targets
 	// ExcludeModules names modules that get none, whatever TargetModules says.
 	ExcludeModules Targets
+	// TargetParameters names parameters that get adapters (PEFT's target_parameters,
+	// ParamWrapper): "experts.gate_up_proj" matches the parameter gate_up_proj of every
+	// module whose dotted name is or ends with "experts". The module must read the
+	// parameter through a hook (ParameterHooker: a mixture of experts' router and
+	// experts). A module of TargetModules that is such a module rather than an
+	// nn.Linear (the router "gate") gets an adapter on its "weight", as PEFT converts it.
+	TargetParameters []string
+	// RankPattern and AlphaPattern give some modules or parameters another rank or
+	// lora_alpha (PEFT's rank_pattern and alpha_pattern): a key is a regular expression
+	// that a module's dotted name (a parameter's: module name, ".", parameter name) must
+	// end with after a dot, or be; the first key that matches applies.
+	RankPattern  map[string]int
+	AlphaPattern map[string]float64
 	// UseRSLoRA scales by Alpha/√R (rank-stabilised LoRA) instead of Alpha/R.
 	UseRSLoRA bool
 	// Init is init_lora_weights ("" is InitDefault).
@@ -157,10 +170,49 @@ type Config struct {
 // Scaling returns the factor of the adapters' update: Alpha/R, or Alpha/√R with
 // UseRSLoRA.
 func (c Config) Scaling() float64 {
-	if c.UseRSLoRA {
-		return c.Alpha / math.Sqrt(float64(c.R))
+	return scaling(c.Alpha, c.R, c.UseRSLoRA)
+}
+
+func scaling(alpha float64, r int, rs bool) float64 {
+	if rs {
+		return alpha / math.Sqrt(float64(r))
 	}
-	return c.Alpha / float64(c.R)
+	return alpha / float64(r)
+}
+
+// rankAlpha returns the rank, alpha and scaling of the adapter of the module or
+// parameter key: RankPattern's and AlphaPattern's where one of their keys matches
+// (PEFT's get_pattern_key, in sorted key order as PEFT's maps are read from JSON in
+// file order), R and Alpha otherwise.
+func (c Config) rankAlpha(key string) (int, float64, float64) {
+	r, alpha := c.R, c.Alpha
+	if k, ok := patternKey(mapKeys(c.RankPattern), key); ok {
+		r = c.RankPattern[k]
+	}
+	if k, ok := patternKey(mapKeys(c.AlphaPattern), key); ok {
+		alpha = c.AlphaPattern[k]
+	}
+	return r, alpha, scaling(alpha, r, c.UseRSLoRA)
+}
+
+func mapKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// patternKey returns the first of keys that key matches as re.match(r"(.*\.)?(K)$")
+// does.
+func patternKey(keys []string, key string) (string, bool) {
+	for _, k := range keys {
+		if re, err := regexp.Compile(`^(?:.*\.)?(?:` + k + `)$`); err == nil && re.MatchString(key) {
+			return k, true
+		}
+	}
+	return "", false
 }
 
 // maxRank bounds r far above any adapter in use, so that sizes cannot overflow.
@@ -176,10 +228,33 @@ func (c Config) validate(newAdapter bool) error {
 		return fmt.Errorf("lora_alpha %v must be a finite number", c.Alpha)
 	case math.IsNaN(c.Dropout) || c.Dropout < 0 || c.Dropout > 1:
 		return fmt.Errorf("lora_dropout %v must be in [0, 1]", c.Dropout)
-	case c.TargetModules.IsZero():
+	case c.TargetModules.IsZero() && len(c.TargetParameters) == 0:
 		return fmt.Errorf("target_modules is empty: name the modules to adapt (or %q)", AllLinear)
-	case c.TargetModules.Names != nil && len(c.TargetModules.Names) == 0:
+	case c.TargetModules.Names != nil && len(c.TargetModules.Names) == 0 && len(c.TargetParameters) == 0:
 		return fmt.Errorf("target_modules is an empty list")
+	case len(c.TargetParameters) > 0 && c.Dropout != 0:
+		return fmt.Errorf("lora_dropout %v: adapters on parameters (target_parameters) work without dropout only, as PEFT's ParamWrapper", c.Dropout)
+	}
+	for k, r := range c.RankPattern {
+		if _, err := regexp.Compile(k); err != nil {
+			return fmt.Errorf("rank_pattern: %q is not a regular expression gotrain can use: %w", k, err)
+		}
+		if r < 1 || r > maxRank {
+			return fmt.Errorf("rank_pattern %q: r %d must be in [1, %d]", k, r, maxRank)
+		}
+	}
+	for k, a := range c.AlphaPattern {
+		if _, err := regexp.Compile(k); err != nil {
+			return fmt.Errorf("alpha_pattern: %q is not a regular expression gotrain can use: %w", k, err)
+		}
+		if math.IsNaN(a) || math.IsInf(a, 0) {
+			return fmt.Errorf("alpha_pattern %q: lora_alpha %v must be a finite number", k, a)
+		}
+	}
+	for _, p := range c.TargetParameters {
+		if p == "" || strings.HasPrefix(p, ".") || strings.HasSuffix(p, ".") {
+			return fmt.Errorf("target_parameters: %q is not a parameter name", p)
+		}
 	}
 	switch c.Init {
 	case "", InitDefault, InitGaussian, InitNone:
@@ -215,9 +290,6 @@ var unsupported = []struct {
 	{"lora_bias", "a bias on lora_B", isFalse},
 	{"modules_to_save", "modules trained and saved in full", isEmpty},
 	{"layers_to_transform", "adapters on chosen layers only", isEmpty},
-	{"rank_pattern", "per-module ranks", isEmpty},
-	{"alpha_pattern", "per-module alphas", isEmpty},
-	{"target_parameters", "adapters on parameters", isEmpty},
 	{"trainable_token_indices", "trainable token embeddings", isEmpty},
 	{"layer_replication", "replicated layers", isEmpty},
 	{"alora_invocation_tokens", "activated LoRA", isEmpty},
@@ -278,7 +350,10 @@ func ParseConfig(raw []byte) (Config, error) {
 		{"r", &c.R, false},
 		{"lora_alpha", &c.Alpha, false},
 		{"lora_dropout", &c.Dropout, false},
-		{"target_modules", &c.TargetModules, true},
+		{"target_modules", &c.TargetModules, false},
+		{"target_parameters", &c.TargetParameters, false},
+		{"rank_pattern", &c.RankPattern, false},
+		{"alpha_pattern", &c.AlphaPattern, false},
 		{"exclude_modules", &c.ExcludeModules, false},
 		{"use_rslora", &c.UseRSLoRA, false},
 		{"init_lora_weights", &init, false},
@@ -291,6 +366,9 @@ func ParseConfig(raw []byte) (Config, error) {
 		if err := take(f.key, f.into, f.required); err != nil {
 			return Config{}, err
 		}
+	}
+	if c.TargetModules.IsZero() && len(c.TargetParameters) == 0 {
+		return Config{}, fmt.Errorf("target_modules is missing")
 	}
 	if peftType != "LORA" {
 		return Config{}, fmt.Errorf("peft_type %q is not LORA", peftType)
@@ -354,6 +432,7 @@ func (c Config) marshal(targets Targets) ([]byte, error) {
 		"lora_alpha":              c.Alpha,
 		"lora_dropout":            c.Dropout,
 		"target_modules":          targets,
+		"target_parameters":       c.TargetParameters,
 		"exclude_modules":         c.ExcludeModules,
 		"use_rslora":              c.UseRSLoRA,
 		"init_lora_weights":       init,
@@ -365,8 +444,8 @@ func (c Config) marshal(targets Targets) ([]byte, error) {
 		"lora_bias":               false,
 		"layers_to_transform":     nil,
 		"layers_pattern":          nil,
-		"rank_pattern":            map[string]any{},
-		"alpha_pattern":           map[string]any{},
+		"rank_pattern":            orEmpty(c.RankPattern),
+		"alpha_pattern":           orEmpty(c.AlphaPattern),
 		"inference_mode":          true,
 	} {
 		out[k] = v
@@ -383,4 +462,12 @@ func sortedNames(names []string) []string {
 	out := append([]string(nil), names...)
 	sort.Strings(out)
 	return out
+}
+
+// orEmpty returns m, or an empty map for nil (PEFT writes {}).
+func orEmpty[V any](m map[string]V) map[string]V {
+	if m == nil {
+		return map[string]V{}
+	}
+	return m
 }

@@ -29,23 +29,23 @@ func fileKey(path, ab string) string { return filePrefix + path + ".lora_" + ab 
 // "...lora_B.weight" for each layer, in module order, as CPU copies in
 // *checkpoint.Tensor form.
 func (a *Adapter) StateDict() (sd *checkpoint.Dict, err error) {
-	if len(a.layers) == 0 {
+	if a.empty() {
 		return nil, errEmpty
 	}
 	defer torch.Recover(&err, "lora: state dict")
 	sd = checkpoint.NewDict()
 	torch.WithScope(func() {
-		for _, l := range a.layers {
+		for _, l := range a.lowRanks() {
 			for _, w := range []struct {
 				ab string
 				t  *torch.Tensor
-			}{{"A", l.A.Weight}, {"B", l.B.Weight}} {
+			}{{"A", l.a}, {"B", l.b}} {
 				var ct *checkpoint.Tensor
 				if ct, err = torch.TensorToCheckpoint(w.t.Detach().Contiguous().To(torch.CPU, false)); err != nil {
 					return
 				}
 				ct.RequiresGrad = false
-				sd.Set(fileKey(l.Path, w.ab), ct)
+				sd.Set(fileKey(l.path, w.ab), ct)
 			}
 		}
 	})
@@ -61,7 +61,7 @@ func (a *Adapter) StateDict() (sd *checkpoint.Dict, err error) {
 // *nn.StateDictError, names every key missing, unexpected or of another shape, and
 // nothing is copied.
 func (a *Adapter) LoadStateDict(sd *checkpoint.Dict) (err error) {
-	if len(a.layers) == 0 {
+	if a.empty() {
 		return errEmpty
 	}
 	defer torch.Recover(&err, "lora: load")
@@ -72,12 +72,12 @@ func (a *Adapter) LoadStateDict(sd *checkpoint.Dict) (err error) {
 	var copies []pending
 	serr := &nn.StateDictError{}
 	known := map[string]bool{}
-	for _, l := range a.layers {
+	for _, l := range a.lowRanks() {
 		for _, w := range []struct {
 			ab string
 			t  *torch.Tensor
-		}{{"A", l.A.Weight}, {"B", l.B.Weight}} {
-			key := fileKey(l.Path, w.ab)
+		}{{"A", l.a}, {"B", l.b}} {
+			key := fileKey(l.path, w.ab)
 			known[key] = true
 			v, ok := sd.Get(key)
 			if !ok {
@@ -135,7 +135,7 @@ func (a *Adapter) LoadStateDict(sd *checkpoint.Dict) (err error) {
 // the weights replace the previous ones and then the config does, so a failed save
 // leaves the previous adapter (or none) and no temporary file.
 func (a *Adapter) Save(dir string) error {
-	if len(a.layers) == 0 {
+	if a.empty() {
 		return errEmpty
 	}
 	targets := a.Config.TargetModules
@@ -217,7 +217,16 @@ func Load(m nn.Module, dir string, o LoadOptions) (*Adapter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lora: %s: %w", filepath.Join(dir, ConfigFile), err)
 	}
-	if err := a.LoadStateDict(sd); err != nil {
+	torch.WithScope(func() {
+		if lt, ok := m.(LegacyTargets); ok {
+			// An adapter trained on transformers 4's per-expert modules.
+			if sd, err = a.convertLegacyWeights(sd, lt); err != nil {
+				return
+			}
+		}
+		err = a.LoadStateDict(sd)
+	})
+	if err != nil {
 		a.unwrap()
 		return nil, fmt.Errorf("lora: %s: %w", dir, err)
 	}

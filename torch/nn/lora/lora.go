@@ -22,6 +22,14 @@
 // merge_and_unload, after which models.SavePretrained writes a plain Hugging Face
 // model.
 //
+// On a mixture of experts (models.MixtralForCausalLM, models.Qwen3MoeForCausalLM) the
+// experts are 3-D parameters and the router is no nn.Linear: TargetParameters puts
+// PEFT's ParamWrapper on them (per-expert A and B, the update added to the parameter
+// the module's forward reads through its hook, ParameterHooker), and the targets are
+// rewritten as PEFT rewrites them for these models (LegacyTargets): all-linear selects
+// the attention projections, the router and the experts, as PEFT's does, and adapters
+// written on transformers 4, one LoRA per expert, load converted.
+//
 // Why a package of its own: LoRA is PEFT's, not torch.nn's; it needs the adapter file
 // formats (JSON config, safetensors through package checkpoint) that nn's layers do
 // not; and it reaches into a model only through nn's public tree (nn.ReplaceModule,
@@ -31,6 +39,7 @@ package lora
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/gotrain/gotrain/torch"
@@ -101,12 +110,13 @@ func (l *Linear) DeltaWeight() *torch.Tensor {
 // makes them, for stable training.
 func newLinear(path string, base *nn.Linear, c Config, initialise bool) *Linear {
 	shape := base.Weight.Shape()
-	out, in, r := shape[0], shape[1], int64(c.R)
+	rank, _, scale := c.rankAlpha(path)
+	out, in, r := shape[0], shape[1], int64(rank)
 	dt, dev := base.Weight.DType(), base.Weight.Device()
 	if dt == torch.Float16 || dt == torch.BFloat16 {
 		dt = torch.Float32
 	}
-	l := &Linear{Path: path, BaseLayer: base, Scaling: c.Scaling()}
+	l := &Linear{Path: path, BaseLayer: base, Scaling: scale}
 	nn.Register(&l.Base, "base_layer", base)
 	l.dropout = nn.NewIdentity()
 	if c.Dropout > 0 {
@@ -129,7 +139,7 @@ func newLinear(path string, base *nn.Linear, c Config, initialise bool) *Linear 
 	if initialise {
 		switch c.Init {
 		case InitGaussian:
-			nn.InitNormal(l.A.Weight, 0, 1/float64(c.R))
+			nn.InitNormal(l.A.Weight, 0, 1/float64(rank))
 		case InitNone:
 			nn.InitKaimingUniform(l.A.Weight, math.Sqrt(5), false)
 			nn.InitKaimingUniform(l.B.Weight, math.Sqrt(5), false)
@@ -149,19 +159,56 @@ type Adapter struct {
 	Config Config
 	root   nn.Module
 	layers []*Linear
+	// params are the adapters on parameters, by module in model order and, on one
+	// module, innermost first.
+	params []*ParamWrapper
+	// hooked are the modules whose parameters params adapt.
+	hooked []hookedModule
 	// frozen are the parameters Inject froze, which Unload and Merge thaw.
 	frozen []*torch.Tensor
+}
+
+// hookedModule is a module with adapters on its parameters, at path in the model.
+type hookedModule struct {
+	path string
+	m    ParameterHooker
 }
 
 // Layers returns the adapter's layers in the model's module order.
 func (a *Adapter) Layers() []*Linear { return a.layers }
 
-// Parameters returns the trainable tensors — each layer's A and B weights, in module
-// order (PEFT's order) — the list to give the optimizer.
-func (a *Adapter) Parameters() []*torch.Tensor {
-	out := make([]*torch.Tensor, 0, 2*len(a.layers))
+// Params returns the adapters on parameters (target_parameters), by module in model
+// order and, on one module, in the order of its parameters.
+func (a *Adapter) Params() []*ParamWrapper { return a.params }
+
+// lowRank is one adapted layer or parameter: its path in the model and its A and B.
+type lowRank struct {
+	path string
+	a, b *torch.Tensor
+}
+
+// lowRanks returns every A and B of the adapter: the layers', then the parameters'.
+func (a *Adapter) lowRanks() []lowRank {
+	out := make([]lowRank, 0, len(a.layers)+len(a.params))
 	for _, l := range a.layers {
-		out = append(out, l.A.Weight, l.B.Weight)
+		out = append(out, lowRank{l.Path, l.A.Weight, l.B.Weight})
+	}
+	for _, p := range a.params {
+		out = append(out, lowRank{p.Path, p.A.Weight, p.B.Weight})
+	}
+	return out
+}
+
+// empty reports whether the adapter was merged or unloaded.
+func (a *Adapter) empty() bool { return len(a.layers) == 0 && len(a.params) == 0 }
+
+// Parameters returns the trainable tensors — each layer's A and B weights, in module
+// order (PEFT's order), then those of the adapters on parameters — the list to give
+// the optimizer.
+func (a *Adapter) Parameters() []*torch.Tensor {
+	var out []*torch.Tensor
+	for _, lr := range a.lowRanks() {
+		out = append(out, lr.a, lr.b)
 	}
 	return out
 }
@@ -169,11 +216,11 @@ func (a *Adapter) Parameters() []*torch.Tensor {
 // NamedParameters returns Parameters with their names in the model
 // ("model.layers.0.self_attn.q_proj.lora_A.default.weight").
 func (a *Adapter) NamedParameters() []nn.NamedTensor {
-	out := make([]nn.NamedTensor, 0, 2*len(a.layers))
-	for _, l := range a.layers {
+	var out []nn.NamedTensor
+	for _, lr := range a.lowRanks() {
 		out = append(out,
-			nn.NamedTensor{Name: l.Path + ".lora_A." + AdapterName + ".weight", Tensor: l.A.Weight},
-			nn.NamedTensor{Name: l.Path + ".lora_B." + AdapterName + ".weight", Tensor: l.B.Weight})
+			nn.NamedTensor{Name: lr.path + ".lora_A." + AdapterName + ".weight", Tensor: lr.a},
+			nn.NamedTensor{Name: lr.path + ".lora_B." + AdapterName + ".weight", Tensor: lr.b})
 	}
 	return out
 }
@@ -184,23 +231,34 @@ type target struct {
 	lin  *nn.Linear
 }
 
+// paramTarget is a parameter Inject adapts: the parameter name of the module at path.
+type paramTarget struct {
+	path, name string
+	m          ParameterHooker
+}
+
 // findTargets lists the modules of m that c targets (PEFT's inject_adapter): every
 // module whose name matches TargetModules and not ExcludeModules, each of which must be
-// an nn.Linear. AllLinear is every nn.Linear except the output head, lm_head.
-func findTargets(m nn.Module, c Config) ([]target, error) {
+// an nn.Linear — or a ParameterHooker with a "weight", whose weight is then adapted as
+// PEFT converts such a module to target_parameters; AllLinear is every nn.Linear
+// except the output head, lm_head — and the parameters TargetParameters names
+// (findParams).
+func findTargets(m nn.Module, c Config) ([]target, []paramTarget, error) {
 	tm, err := c.TargetModules.compile("target_modules")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	em, err := c.ExcludeModules.compile("exclude_modules")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []target
+	var params []paramTarget
 	seen := map[*nn.Linear]string{}
 	for _, nm := range nn.NamedModules(m) {
-		if _, ok := nm.Module.(*Linear); ok {
-			return nil, fmt.Errorf("the model already has a LoRA adapter (%s); merge or unload it first", nm.Name)
+		switch nm.Module.(type) {
+		case *Linear, *ParamWrapper:
+			return nil, nil, fmt.Errorf("the model already has a LoRA adapter (%s); merge or unload it first", nm.Name)
 		}
 		if nm.Name == "" || em.match(nm.Name) {
 			continue
@@ -214,18 +272,71 @@ func findTargets(m nn.Module, c Config) ([]target, error) {
 		if !hit {
 			continue
 		}
+		if h, ok := nm.Module.(ParameterHooker); ok && !isLinear && slices.Contains(h.HookedParameters(), "weight") {
+			params = append(params, paramTarget{nm.Name, "weight", h})
+			continue
+		}
 		if !isLinear {
-			return nil, fmt.Errorf("target_modules: module %s is a %T; gotrain's LoRA adapts nn.Linear layers only", nm.Name, nm.Module)
+			return nil, nil, fmt.Errorf("target_modules: module %s is a %T; gotrain's LoRA adapts nn.Linear layers only", nm.Name, nm.Module)
 		}
 		if first, dup := seen[lin]; dup {
-			return nil, fmt.Errorf("target_modules: module %s is also registered as %s; one layer cannot get two adapters", nm.Name, first)
+			return nil, nil, fmt.Errorf("target_modules: module %s is also registered as %s; one layer cannot get two adapters", nm.Name, first)
 		}
 		seen[lin] = nm.Name
 		out = append(out, target{nm.Name, lin})
 	}
-	if len(out) == 0 {
+	more, err := findParams(m, c.TargetParameters, em)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(out) == 0 && len(params) == 0 && len(more) == 0 {
 		raw, _ := c.TargetModules.MarshalJSON()
-		return nil, fmt.Errorf("target_modules %s matched no module of the model", raw)
+		return nil, nil, fmt.Errorf("target_modules %s matched no module of the model", raw)
+	}
+	for _, p := range more {
+		if !slices.ContainsFunc(params, func(q paramTarget) bool { return q.path == p.path && q.name == p.name }) {
+			params = append(params, p)
+		}
+	}
+	// One module's parameters in its order, modules in the model's (PEFT's nesting).
+	order := map[string]int{}
+	for i, nm := range nn.NamedModules(m) {
+		order[nm.Name] = i
+	}
+	slices.SortStableFunc(params, func(x, y paramTarget) int {
+		if x.path != y.path {
+			return order[x.path] - order[y.path]
+		}
+		return slices.Index(x.m.HookedParameters(), x.name) - slices.Index(y.m.HookedParameters(), y.name)
+	})
+	return out, params, nil
+}
+
+// findParams lists the parameters of m that names target (PEFT's _inject_parameters):
+// the parameter p of the module at path M matches a name that is "M.p" or that
+// "M.p" ends with after a dot. Some parameter must match, as PEFT requires.
+func findParams(m nn.Module, names []string, exclude *matcher) ([]paramTarget, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	var out []paramTarget
+	for _, nm := range nn.NamedModules(m) {
+		h, ok := nm.Module.(ParameterHooker)
+		if !ok || nm.Name == "" || exclude.match(nm.Name) {
+			continue
+		}
+		for _, p := range h.HookedParameters() {
+			key := nm.Name + "." + p
+			for _, n := range names {
+				if key == n || strings.HasSuffix(key, "."+n) {
+					out = append(out, paramTarget{nm.Name, p, h})
+					break
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("target_parameters %q matched no parameter the model's forward lets LoRA adapt", names)
 	}
 	return out, nil
 }
@@ -251,9 +362,15 @@ func Inject(m nn.Module, c Config) (*Adapter, error) {
 }
 
 func inject(m nn.Module, c Config, initialise bool) (a *Adapter, err error) {
-	found, err := findTargets(m, c)
+	if c, err = convertLegacyTargets(c, m); err != nil {
+		return nil, err
+	}
+	found, params, err := findTargets(m, c)
 	if err != nil {
 		return nil, err
+	}
+	if len(params) > 0 && c.Dropout != 0 {
+		return nil, fmt.Errorf("lora_dropout %v: adapters on parameters (%s.%s) work without dropout only, as PEFT's ParamWrapper", c.Dropout, params[0].path, params[0].name)
 	}
 	a = &Adapter{Config: c, root: m}
 	defer func() {
@@ -277,12 +394,34 @@ func inject(m nn.Module, c Config, initialise bool) (a *Adapter, err error) {
 		t.lin.Wrapper = l
 		a.layers = append(a.layers, l)
 	}
+	for i := 0; i < len(params); {
+		j := i + 1
+		for j < len(params) && params[j].path == params[i].path {
+			j++
+		}
+		if err := a.wrapParams(params[i:j], c, initialise); err != nil {
+			return nil, err
+		}
+		i = j
+	}
 	return a, nil
 }
 
 // unwrap puts every base layer back in its place, frees the adapters' weights and
 // thaws the parameters Inject froze. The adapter is empty afterwards.
 func (a *Adapter) unwrap() {
+	for i := len(a.hooked) - 1; i >= 0; i-- {
+		h := a.hooked[i]
+		if _, err := nn.ReplaceModule(a.root, h.path, h.m); err != nil {
+			panic(fmt.Sprintf("lora: putting %s back: %v", h.path, err))
+		}
+		h.m.SetParameterHook(nil)
+	}
+	for _, p := range a.params {
+		nn.Free(p.A)
+		nn.Free(p.B)
+	}
+	a.hooked, a.params = nil, nil
 	for i := len(a.layers) - 1; i >= 0; i-- {
 		l := a.layers[i]
 		// The path was found by walking the same tree, so the replacement cannot fail.
@@ -308,7 +447,7 @@ var errEmpty = fmt.Errorf("lora: the adapter was merged or unloaded")
 // models.SavePretrained. The adapter's weights are freed and the parameters Inject
 // froze require gradients again.
 func (a *Adapter) Merge() (err error) {
-	if len(a.layers) == 0 {
+	if a.empty() {
 		return errEmpty
 	}
 	defer torch.Recover(&err, "lora: merge")
@@ -316,6 +455,10 @@ func (a *Adapter) Merge() (err error) {
 		torch.NoGrad(func() {
 			for _, l := range a.layers {
 				l.BaseLayer.Weight.AddInPlace(l.DeltaWeight(), 1)
+			}
+			for _, p := range a.params {
+				w := p.Parameter()
+				w.AddInPlace(p.DeltaWeight().ToDType(w.DType()), 1)
 			}
 		})
 	})
@@ -326,7 +469,7 @@ func (a *Adapter) Merge() (err error) {
 // Unload removes the adapter without merging it (PEFT's unload): the model is the base
 // model again, its frozen parameters thawed, and the adapter's weights are freed.
 func (a *Adapter) Unload() error {
-	if len(a.layers) == 0 {
+	if a.empty() {
 		return errEmpty
 	}
 	a.unwrap()

@@ -29,6 +29,12 @@ var pyModules = []string{"torch", "transformers", "peft", "safetensors"}
 // As testpy's, a missing module skips the test, or fails it under CI=true.
 func runPython(t *testing.T, args ...string) []byte {
 	t.Helper()
+	return runScript(t, "peft_ref.py", args...)
+}
+
+// runScript runs testdata/script with args as runPython does.
+func runScript(t *testing.T, script string, args ...string) []byte {
+	t.Helper()
 	py := testpy.Python(t)
 	missing, err := exec.Command(py, append([]string{"-c",
 		"import importlib.util as u, sys; print(' '.join(m for m in sys.argv[1:] if u.find_spec(m) is None))"},
@@ -39,11 +45,11 @@ func runPython(t *testing.T, args ...string) []byte {
 		}
 		t.Skipf("Python lacks %q (%v); run scripts/setup.sh", why, err)
 	}
-	cmd := exec.Command(py, append([]string{filepath.Join("testdata", "peft_ref.py")}, args...)...)
+	cmd := exec.Command(py, append([]string{filepath.Join("testdata", script)}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	require.NoError(t, err, "peft_ref.py %v:\n%s", args, stderr.String())
+	require.NoError(t, err, "%s %v:\n%s", script, args, stderr.String())
 	return out
 }
 
@@ -365,7 +371,7 @@ func TestParseConfig(t *testing.T) {
 	assert.Contains(t, c.Extra, "peft_version")
 
 	for key, val := range map[string]string{
-		"use_dora": "true", "modules_to_save": `["lm_head"]`, "rank_pattern": `{"q_proj": 4}`,
+		"use_dora": "true", "modules_to_save": `["lm_head"]`,
 		"bias": `"all"`, "lora_bias": "true", "layers_to_transform": "[0]", "peft_type": `"IA3"`,
 	} {
 		var m map[string]json.RawMessage
@@ -377,6 +383,44 @@ func TestParseConfig(t *testing.T) {
 	}
 	_, err = lora.ParseConfig([]byte(`{"peft_type": "LORA"}`))
 	assert.ErrorContains(t, err, "target_modules is missing")
+
+	// Per-module ranks and alphas, and adapters on parameters alone.
+	c, err = lora.ParseConfig([]byte(`{"peft_type": "LORA", "r": 2, "target_modules": null,
+	  "target_parameters": ["experts.down_proj"], "rank_pattern": {"q_proj": 4}, "alpha_pattern": {".*\\.gate_up_proj": 6}}`))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"q_proj": 4}, c.RankPattern)
+	assert.Equal(t, map[string]float64{`.*\.gate_up_proj`: 6}, c.AlphaPattern)
+	assert.Equal(t, []string{"experts.down_proj"}, c.TargetParameters)
+}
+
+// TestRankPattern: rank_pattern and alpha_pattern give the modules whose names match
+// (PEFT's get_pattern_key: the name ends with the pattern after a dot) their rank and
+// scaling; adapters on parameters refuse dropout, as PEFT's ParamWrapper.
+func TestRankPattern(t *testing.T) {
+	defer threadScope()()
+	m := tinyLlama(t)
+	a, err := lora.Inject(m, lora.Config{R: 2, Alpha: 4, TargetModules: lora.Modules("q_proj", "v_proj"),
+		RankPattern: map[string]int{"q_proj": 4}, AlphaPattern: map[string]float64{`layers\.1\..*v_proj`: 1}})
+	require.NoError(t, err)
+	for _, l := range a.Layers() {
+		switch {
+		case strings.HasSuffix(l.Path, "q_proj"):
+			assert.Equal(t, int64(4), l.A.Weight.Size(0), l.Path)
+			assert.Equal(t, 1.0, l.Scaling, l.Path)
+		case strings.HasSuffix(l.Path, "layers.1.self_attn.v_proj"):
+			assert.Equal(t, int64(2), l.A.Weight.Size(0), l.Path)
+			assert.Equal(t, 0.5, l.Scaling, l.Path)
+		default:
+			assert.Equal(t, 2.0, l.Scaling, l.Path)
+		}
+	}
+	require.NoError(t, a.Unload())
+	_, err = lora.Inject(m, lora.Config{R: 2, Alpha: 4, TargetModules: lora.Modules("q_proj"), RankPattern: map[string]int{"(": 3}})
+	assert.ErrorContains(t, err, "rank_pattern")
+	_, err = lora.Inject(m, lora.Config{R: 2, Alpha: 4, Dropout: 0.1, TargetParameters: []string{"experts.down_proj"}})
+	assert.ErrorContains(t, err, "lora_dropout")
+	_, err = lora.Inject(m, lora.Config{R: 2, Alpha: 4, TargetParameters: []string{"experts.down_proj"}})
+	assert.ErrorContains(t, err, "matched no parameter")
 }
 
 // Save writes PEFT's two files; a second save replaces them; Load reads them back to

@@ -381,11 +381,16 @@ func (d *DecoderModel[L]) ForwardEmbeddings(x *torch.Tensor, in DecoderInput) *t
 		// PyTorch (the cache's buffers are its own, escaped).
 		if d.checkpointing && in.Cache == nil && l.ModuleBase().Training() {
 			causal := li.causal
-			x = torch.Local(func() *torch.Tensor {
-				return nn.Checkpoint(l, func(x *torch.Tensor, ex []*torch.Tensor) *torch.Tensor {
-					return l.forward(x, layerInput{cos: ex[0], sin: ex[1], attention: attention{mask: ex[2], causal: causal}})
-				}, x, li.cos, li.sin, li.mask)
-			})
+			f := func(x *torch.Tensor, ex []*torch.Tensor) *torch.Tensor {
+				return l.forward(x, layerInput{cos: ex[0], sin: ex[1], attention: attention{mask: ex[2], causal: causal}})
+			}
+			if r, ok := any(l).(routedLayer); ok && r.routers().recording() {
+				// The router logits a loss records leave the checkpoint as outputs, with
+				// their graph (moe.go).
+				x = checkpointRouted(l, r.routers(), f, x, li.cos, li.sin, li.mask)
+				continue
+			}
+			x = torch.Local(func() *torch.Tensor { return nn.Checkpoint(l, f, x, li.cos, li.sin, li.mask) })
 		} else {
 			x = torch.Local(func() *torch.Tensor { return l.forward(x, li) })
 		}

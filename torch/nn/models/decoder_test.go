@@ -87,6 +87,22 @@ func buildMistral(raw []byte) (models.Pretrained, error) {
 	return models.NewMistralForCausalLM(c)
 }
 
+func buildMixtral(raw []byte) (models.Pretrained, error) {
+	c, err := models.ParseMixtralConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	return models.NewMixtralForCausalLM(c)
+}
+
+func buildQwen3Moe(raw []byte) (models.Pretrained, error) {
+	c, err := models.ParseQwen3MoeConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	return models.NewQwen3MoeForCausalLM(c)
+}
+
 // runDecoderParity runs testdata/decoders.py for arch (one Python process) and checks
 // each case it built against the Go model (checkDecoderCase).
 func runDecoderParity(t *testing.T, arch string, build decoderBuilder) {
@@ -237,7 +253,16 @@ func checkDecoderCase(t *testing.T, dir string, build decoderBuilder) {
 	t.Run("step", func(t *testing.T) {
 		defer torch.NewScope().Close()
 		stepMatches(t, m, ref, func() (*torch.Tensor, *torch.Tensor) {
-			logits := m.Forward(models.DecoderInput{InputIDs: ids})
+			in := models.DecoderInput{InputIDs: ids}
+			logits := m.Forward(in)
+			if _, err := checkpoint.GetTensor(ref, "aux_loss"); err == nil {
+				// A mixture of experts with output_router_logits: the training loss adds
+				// the routers' load-balancing loss, through LMLoss as through LMLossSum.
+				loss := models.LMLoss(m, in, ids, models.LossFull)
+				sum, n := models.LMLossSum(m, in, ids, models.LossChunked)
+				requireClose(t, "LMLossSum", loss, sum.Div(n), 1e-6)
+				return logits, loss
+			}
 			return logits, models.CausalLMLoss(logits, ids)
 		})
 	})
@@ -330,6 +355,20 @@ func TestGemma2MatchesTransformers(t *testing.T) { runDecoderParity(t, "gemma2",
 // Phi3ForCausalLM.
 func TestPhi3MatchesTransformers(t *testing.T) { runDecoderParity(t, "phi3", buildPhi3) }
 
+// TestMixtralMatchesTransformers is issue 41's item 4 for mixtral: 2 of 4 experts
+// with a sliding window and the load-balancing loss in the training loss, saved per
+// expert under block_sparse_moe (the Hub's layout) in shards; 3 of 5 experts, tied,
+// saved fused as transformers 5 holds them; against MixtralForCausalLM.
+func TestMixtralMatchesTransformers(t *testing.T) { runDecoderParity(t, "mixtral", buildMixtral) }
+
+// TestQwen3MoeMatchesTransformers is issue 41's item 4 for qwen3_moe: per-head q/k
+// norms with biases, renormalised routing weights, a dense layer by mlp_only_layers
+// and the load-balancing loss, saved per expert; decoder_sparse_step 2 with every layer
+// sliding, weights not renormalised, saved fused; against Qwen3MoeForCausalLM.
+func TestQwen3MoeMatchesTransformers(t *testing.T) {
+	runDecoderParity(t, "qwen3_moe", buildQwen3Moe)
+}
+
 // TestMistralMatchesTransformers is issue 33's item 5 for mistral: a 5-position sliding
 // window on every layer, against MistralForCausalLM.
 func TestMistralMatchesTransformers(t *testing.T) { runDecoderParity(t, "mistral", buildMistral) }
@@ -344,7 +383,8 @@ torch.set_num_threads(1)
 got = torch.load(d + "/go.pt")
 for arch, cls in [("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"), ("mistral", "MistralForCausalLM"),
                   ("qwen3", "Qwen3ForCausalLM"), ("olmo2", "Olmo2ForCausalLM"), ("gemma2", "Gemma2ForCausalLM"),
-                  ("gemma3_text", "Gemma3ForCausalLM"), ("phi3", "Phi3ForCausalLM")]:
+                  ("gemma3_text", "Gemma3ForCausalLM"), ("phi3", "Phi3ForCausalLM"),
+                  ("mixtral", "MixtralForCausalLM"), ("qwen3_moe", "Qwen3MoeForCausalLM")]:
     # Soft-capped attention has no SDPA path.
     kw = dict(attn_implementation="eager") if arch == "gemma2" else {}
     m, info = AutoModelForCausalLM.from_pretrained(d + "/" + arch, output_loading_info=True, **kw)
@@ -365,7 +405,8 @@ print("ok")
 // sliding layer), OLMo 2, Gemma 2 (soft-capping, a sliding layer), Gemma 3 (yarn on the
 // global layer, its nested truncate unseen as in transformers, the local base on the
 // sliding one) and Phi-3 (partial rotary, a
-// sliding window, LongRoPE crossed by the generation) models built and saved by gotrain
+// sliding window, LongRoPE crossed by the generation), Mixtral (sliding, sharded) and Qwen3-MoE (a
+// dense layer among sparse ones) models built and saved by gotrain
 // load in AutoModelForCausalLM with no missing or unexpected weights, as the same class,
 // and give the same logits and greedy tokens.
 func TestDecodersSaveToTransformers(t *testing.T) {
@@ -449,6 +490,16 @@ func TestDecodersSaveToTransformers(t *testing.T) {
 	pc.RopeParameters = models.RopeParameters{RopeType: models.RopeLongrope, RopeTheta: 1e4, PartialRotaryFactor: 0.75,
 		ShortFactor: []float64{1, 1.3, 1.9}, LongFactor: []float64{2, 5, 11}}
 
+	xc := models.DefaultMixtralConfig()
+	xc.VocabSize, xc.HiddenSize, xc.IntermediateSize, xc.NumHiddenLayers = 97, 32, 24, 2
+	xc.NumAttentionHeads, xc.NumKeyValueHeads, xc.MaxPositionEmbeddings = 4, 2, 64
+	xc.NumLocalExperts, xc.NumExpertsPerTok, xc.SlidingWindow, xc.EOSTokenID = 4, 2, &window5, models.TokenIDs{96}
+	qm := models.DefaultQwen3MoeConfig()
+	qm.VocabSize, qm.HiddenSize, qm.IntermediateSize, qm.NumHiddenLayers = 97, 32, 48, 3
+	qm.NumAttentionHeads, qm.NumKeyValueHeads, qm.HeadDim, qm.MaxPositionEmbeddings = 4, 2, 16, 64
+	qm.NumLocalExperts, qm.NumExpertsPerTok, qm.MoeIntermediateSize, qm.NormTopKProb = 5, 2, 16, true
+	qm.MLPOnlyLayers, qm.AttentionBias, qm.EOSTokenID = []int64{1}, true, models.TokenIDs{96}
+
 	for _, c := range []struct {
 		arch  string
 		build func() (models.Pretrained, error)
@@ -462,6 +513,8 @@ func TestDecodersSaveToTransformers(t *testing.T) {
 		{"gemma2", func() (models.Pretrained, error) { return models.NewGemma2ForCausalLM(g2) }, 0},
 		{"gemma3_text", func() (models.Pretrained, error) { return models.NewGemma3ForCausalLM(g3) }, 0},
 		{"phi3", func() (models.Pretrained, error) { return models.NewPhi3ForCausalLM(pc) }, 0},
+		{"mixtral", func() (models.Pretrained, error) { return models.NewMixtralForCausalLM(xc) }, 16 << 10},
+		{"qwen3_moe", func() (models.Pretrained, error) { return models.NewQwen3MoeForCausalLM(qm) }, 0},
 	} {
 		torch.WithScope(func() {
 			m, err := c.build()
@@ -485,6 +538,15 @@ func TestDecodersSaveToTransformers(t *testing.T) {
 	}
 	_, err := os.Stat(filepath.Join(dir, "llama", "model.safetensors.index.json"))
 	require.NoError(t, err, "the llama checkpoint is sharded")
+	// The experts are written one tensor per expert, as save_pretrained writes them.
+	written, _, err := checkpoint.ReadSafetensorsDir(filepath.Join(dir, "mixtral"), checkpoint.ModelWeights)
+	require.NoError(t, err)
+	_, ok := written.Get("model.layers.1.block_sparse_moe.experts.3.w2.weight")
+	assert.True(t, ok, "%v", written.Keys())
+	written, _, err = checkpoint.ReadSafetensorsDir(filepath.Join(dir, "qwen3_moe"), checkpoint.ModelWeights)
+	require.NoError(t, err)
+	_, ok = written.Get("model.layers.2.mlp.experts.4.up_proj.weight")
+	assert.True(t, ok, "%v", written.Keys())
 	require.NoError(t, checkpoint.Write(filepath.Join(dir, "go.pt"), out))
 	res := testpy.Run(t, decodersCheckPy, []string{"torch", "transformers"}, dir)
 	assert.Equal(t, "ok", strings.TrimSpace(string(res)))

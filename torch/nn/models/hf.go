@@ -155,7 +155,7 @@ func LoadPretrained(dir string, o LoadOptions) (CausalLM, error) {
 		nn.Free(built)
 		return nil, fmt.Errorf("models: %w", err)
 	}
-	if err := loadWeights(built, weights, arch.Rename); err != nil {
+	if err := loadWeights(built, weights, arch.Rename, weightsFile(dir)); err != nil {
 		nn.Free(built)
 		return nil, fmt.Errorf("models: %s: %w", dir, err)
 	}
@@ -184,18 +184,57 @@ func place(m nn.Module, o LoadOptions) (err error) {
 	return nil
 }
 
-// loadWeights copies the checkpoint's tensors into m by name (after rename), filling the
-// other names of tied tensors from the one the file holds.
-func loadWeights(m nn.Module, weights *checkpoint.Dict, rename func(string) string) error {
+// checkpointLayout is a model whose Hugging Face checkpoints hold some of its tensors
+// in another layout than its state dict: a mixture of experts' per-expert weights,
+// which its state dict holds fused (moe.go).
+type checkpointLayout interface {
+	// fromCheckpoint rewrites the checkpoint tensors sd (named as the state dict, after
+	// Rename) into the state dict's layout; fileOf names the file of a tensor, for
+	// errors.
+	fromCheckpoint(sd *checkpoint.Dict, fileOf func(string) string) error
+	// toCheckpoint returns the state dict's tensors sd in the layout transformers'
+	// save_pretrained writes.
+	toCheckpoint(sd *checkpoint.Dict) (*checkpoint.Dict, error)
+}
+
+// weightsFile returns, for errors about a tensor of the weights in dir, the file that
+// holds it: the shard model.safetensors.index.json maps it to, or model.safetensors.
+func weightsFile(dir string) func(string) string {
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if raw, err := fsutil.ReadFile(filepath.Join(dir, checkpoint.ModelWeights+".safetensors.index.json"), maxConfigBytes*16); err == nil {
+		_ = json.Unmarshal(raw, &index)
+	}
+	return func(name string) string {
+		if f, ok := index.WeightMap[name]; ok {
+			return filepath.Join(dir, f)
+		}
+		return filepath.Join(dir, checkpoint.ModelWeights+".safetensors")
+	}
+}
+
+// loadWeights copies the checkpoint's tensors into m by name (after rename and, for a
+// checkpointLayout, its conversion), filling the other names of tied tensors from the
+// one the file holds; fileOf names a tensor's file in errors.
+func loadWeights(m nn.Module, weights *checkpoint.Dict, rename func(string) string, fileOf func(string) string) error {
 	sd := checkpoint.NewOrderedDict()
+	source := map[string]string{} // state-dict key → the file's name for it
 	for k, v := range weights.All() {
 		name, _ := k.(string)
+		orig := name
 		if rename != nil {
 			if name = rename(name); name == "" {
 				continue
 			}
 		}
 		sd.Set(name, v)
+		source[name] = orig
+	}
+	if c, ok := m.(checkpointLayout); ok {
+		if err := c.fromCheckpoint(sd, fileOf); err != nil {
+			return err
+		}
 	}
 	// A tied tensor is one *Tensor under several names: the file holds one of them.
 	names := map[*torch.Tensor][]string{}
@@ -214,7 +253,25 @@ func loadWeights(m nn.Module, weights *checkpoint.Dict, rename func(string) stri
 			}
 		}
 	}
-	return nn.LoadStateDict(m, sd, true)
+	err := nn.LoadStateDict(m, sd, true)
+	var serr *nn.StateDictError
+	if errors.As(err, &serr) && len(serr.Mismatched) > 0 {
+		// Name the file of each tensor whose size disagrees with the config.
+		var files []string
+		for _, mm := range serr.Mismatched {
+			switch orig, ok := source[mm.Key]; {
+			case !ok:
+			case orig == mm.Key:
+				files = append(files, fmt.Sprintf("%s is in %s", orig, fileOf(orig)))
+			default:
+				files = append(files, fmt.Sprintf("%s is %s in %s", mm.Key, orig, fileOf(orig)))
+			}
+		}
+		if len(files) > 0 {
+			return fmt.Errorf("%w\n\t(%s)", err, strings.Join(files, "; "))
+		}
+	}
+	return err
 }
 
 // SaveOptions control SavePretrained.
@@ -248,6 +305,11 @@ func SavePretrained(dir string, m CausalLM, o SaveOptions) (err error) {
 	tensors, err := pretrainedTensors(m)
 	if err != nil {
 		return err
+	}
+	if c, ok := m.(checkpointLayout); ok {
+		if tensors, err = c.toCheckpoint(tensors); err != nil {
+			return err
+		}
 	}
 	if err := checkpoint.WriteSafetensorsDir(dir, checkpoint.ModelWeights, tensors, map[string]string{"format": "pt"}, o.MaxShardSize); err != nil {
 		return fmt.Errorf("models: %w", err)
@@ -313,4 +375,18 @@ func (t TokenIDs) MarshalJSON() ([]byte, error) {
 		return json.Marshal(t[0])
 	}
 	return json.Marshal([]int64(t))
+}
+
+// PyFloat is a config.json number that Python reads as a float: whole values are
+// written with a decimal point ("0.0", not "0"), as transformers' configs validate a
+// float field's type strictly.
+type PyFloat float64
+
+// MarshalJSON writes f as Python's json.dumps writes a float.
+func (f PyFloat) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(float64(f))
+	if err != nil || bytes.ContainsAny(b, ".eE") {
+		return b, err
+	}
+	return append(b, '.', '0'), nil
 }

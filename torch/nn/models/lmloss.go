@@ -210,14 +210,37 @@ func LMLossSum(m CausalLM, in DecoderInput, labels *torch.Tensor, mode LossMode)
 func lmLossSum(m forwarder, chunk bool, in DecoderInput, labels *torch.Tensor) (sum, count *torch.Tensor) {
 	ts := torch.LocalN(func() []*torch.Tensor {
 		var s, c *torch.Tensor
-		if hm, ok := m.(headed); ok && chunk {
-			s, c = ChunkedCausalLMLossSum(hm.HiddenStates(in), hm.OutputHead(), labels, 0)
-		} else {
-			s, c = CausalLMLossSum(m.Forward(in), labels)
+		aux := withRouterLoss(m, in, func() {
+			if hm, ok := m.(headed); ok && chunk {
+				s, c = ChunkedCausalLMLossSum(hm.HiddenStates(in), hm.OutputHead(), labels, 0)
+			} else {
+				s, c = CausalLMLossSum(m.Forward(in), labels)
+			}
+		})
+		if aux != nil {
+			// sum/count is then the mean plus the auxiliary loss, as transformers' loss.
+			s = s.Add(aux.Mul(c))
 		}
 		return []*torch.Tensor{s, c}
 	})
 	return ts[0], ts[1]
+}
+
+// routed is a model whose loss adds its routers' auxiliary loss (a mixture of experts
+// with output_router_logits, moe.go).
+type routed interface {
+	routerAuxLoss(mask *torch.Tensor, forward func()) *torch.Tensor
+}
+
+// withRouterLoss runs forward, m's forward on in, and returns the auxiliary loss of its
+// routers over in's tokens, or nil when m has none.
+func withRouterLoss(m forwarder, in DecoderInput, forward func()) *torch.Tensor {
+	r, ok := m.(routed)
+	if !ok {
+		forward()
+		return nil
+	}
+	return r.routerAuxLoss(in.AttentionMask, forward)
 }
 
 // LMLoss is the mean form of LMLossSum: transformers' loss for labels=, the mean
@@ -234,6 +257,10 @@ func lmLoss(m forwarder, chunk bool, in DecoderInput, labels *torch.Tensor) *tor
 			sum, count := lmLossSum(m, true, in, labels)
 			return sum.Div(count)
 		}
-		return CausalLMLoss(m.Forward(in), labels)
+		var loss *torch.Tensor
+		if aux := withRouterLoss(m, in, func() { loss = CausalLMLoss(m.Forward(in), labels) }); aux != nil {
+			loss = loss.Add(aux)
+		}
+		return loss
 	})
 }

@@ -29,6 +29,8 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Olmo2Config,
@@ -37,6 +39,8 @@ from transformers import (
     Phi3ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 
 d, arch = sys.argv[1], sys.argv[2]
@@ -170,6 +174,32 @@ CASES = {
     "mistral": {
         "mistral": (MistralConfig, MistralForCausalLM, dict(SMALL, sliding_window=5), dict(shard="20KB")),
     },
+    "mixtral": {
+        # 4 experts, 2 per token, a 5-position sliding window, the load-balancing loss in
+        # the training loss; saved per expert under block_sparse_moe (save_pretrained's
+        # default, the Hub's layout), sharded.
+        "mixtral": (MixtralConfig, MixtralForCausalLM,
+                    dict(SMALL, num_local_experts=4, num_experts_per_tok=2, sliding_window=5,
+                         output_router_logits=True, router_aux_loss_coef=0.05), dict(shard="20KB")),
+        # 3 of 5 experts, tied, no auxiliary loss; saved fused (save_original_format=False).
+        "mixtral_fused": (MixtralConfig, MixtralForCausalLM,
+                          dict(SMALL, num_local_experts=5, num_experts_per_tok=3, tie_word_embeddings=True),
+                          dict(fused=True)),
+    },
+    "qwen3_moe": {
+        # Per-head q/k norms with biases, head_dim other than hidden/heads, renormalised
+        # routing weights, the auxiliary loss; layer 1 dense (mlp_only_layers); per expert.
+        "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM,
+                      dict(SMALL, head_dim=16, attention_bias=True, num_experts=4, num_experts_per_tok=2,
+                           moe_intermediate_size=24, norm_topk_prob=True, mlp_only_layers=[1],
+                           output_router_logits=True, router_aux_loss_coef=0.05), {}),
+        # decoder_sparse_step 2 (layer 0 dense, 1 sparse), weights not renormalised, every
+        # layer sliding over 4 positions, tied; saved fused.
+        "qwen3_moe_step": (Qwen3MoeConfig, Qwen3MoeForCausalLM,
+                           dict(SMALL, head_dim=8, num_experts=6, num_experts_per_tok=2, moe_intermediate_size=16,
+                                decoder_sparse_step=2, use_sliding_window=True, sliding_window=4,
+                                tie_word_embeddings=True), dict(fused=True)),
+    },
 }
 
 
@@ -191,12 +221,13 @@ def record(m, ids):
     out = m(ids, labels=ids)
     out.loss.backward()
     grads = collections.OrderedDict((n, p.grad.clone()) for n, p in m.named_parameters())
+    aux = {} if getattr(out, "aux_loss", None) is None else {"aux_loss": out.aux_loss.detach()}
     torch.optim.AdamW(m.parameters(), lr=1e-2, eps=1e-3).step()
     after = collections.OrderedDict((k, v.clone()) for k, v in m.state_dict().items())
     m.load_state_dict(state)
     m.zero_grad()
     m.eval()
-    return {"state": state, "logits": out.logits.detach(), "loss": out.loss.detach(), "grads": grads, "after": after}
+    return dict(aux, state=state, logits=out.logits.detach(), loss=out.loss.detach(), grads=grads, after=after)
 
 
 def until_eos(row, eos):
@@ -246,6 +277,8 @@ def v4_config(src, dst):
     c["rope_scaling"] = None if rtype == "default" else dict(rope, type=rtype)
     c["torch_dtype"] = c.pop("dtype")
     c.pop("layer_types", None)
+    if c["model_type"] == "qwen3_moe":
+        c["num_experts"] = c.pop("num_local_experts")
     json.dump(c, open(dst, "w"), indent=2)
 
 
@@ -285,6 +318,10 @@ def make(name, cfg_cls, model_cls, kw, extra):
     eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id]
     prompt = ids[:1, :6]
     r["prompt"] = prompt[0]
+    # generate fails with output_router_logits (load_balancing_loss_func gets the
+    # cache-long attention mask with one position's router logits); it only adds a loss.
+    router_logits = getattr(cfg, "output_router_logits", False)
+    cfg.output_router_logits = False
     cached = greedy(m, prompt)[0].tolist()
     uncached = greedy(m, prompt, use_cache=False)[0].tolist()
     assert cached == uncached, (cached, uncached)
@@ -302,13 +339,15 @@ def make(name, cfg_cls, model_cls, kw, extra):
     r["batch1"] = torch.tensor(until_eos(rows[1].tolist(), eos))
     with torch.no_grad():
         r["eval_logits"] = m(ids).logits
+    cfg.output_router_logits = router_logits
 
     hf = os.path.join(out, "hf")
     if "shard" in extra:
         m.save_pretrained(hf, max_shard_size=extra["shard"])
         assert os.path.exists(os.path.join(hf, "model.safetensors.index.json")), os.listdir(hf)
     else:
-        m.save_pretrained(hf)
+        # fused: the experts as transformers 5 holds them, not per expert as the Hub.
+        m.save_pretrained(hf, save_original_format=not extra.get("fused"))
     v4 = os.path.join(out, "hf_v4")
     shutil.copytree(hf, v4)
     v4_config(os.path.join(hf, "config.json"), os.path.join(v4, "config.json"))
