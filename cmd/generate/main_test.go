@@ -39,7 +39,9 @@ import (
 //     gemma2, gemma3_text and gemma3 (the multimodal Gemma3ForConditionalGeneration,
 //     which gotrain opens as its text decoder) SentencePiece-style as Gemma's, with
 //     sliding layers shorter than the generations and Gemma 2's soft-capping; phi3
-//     SentencePiece-style as Llama 2's, with partial rotary and a sliding window.
+//     SentencePiece-style as Llama 2's, with partial rotary and a sliding window;
+//     mixtral (SentencePiece-style, 2 of 4 experts, sliding) and qwen3_moe (byte-level,
+//     a dense layer after a sparse one).
 //
 // Then it answers each case as tokenizers and transformers do: the prompt's ids,
 // generate()'s new ids, and the decoded texts. Argument: a JSON file {"dir", "corpus",
@@ -145,6 +147,22 @@ def build(name):
                 cls, cfg = T.Gemma3ForConditionalGeneration, T.Gemma3Config(
                     text_config=text, vision_config=vision, mm_tokens_per_image=4, boi_token_index=v - 3,
                     eoi_token_index=v - 2, image_token_index=v - 1, eos_token_id=2)
+    elif name == "mixtral":
+        tok = sentencepiece(normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")]), None)
+        cls, cfg = T.MixtralForCausalLM, T.MixtralConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=40,
+                                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                                         max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2,
+                                                         sliding_window=5, bos_token_id=1, eos_token_id=2)
+    elif name == "qwen3_moe":
+        pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
+                                       pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok = byte_level(pre, normalizers.NFC(), "<|endoftext|>", None)
+        eos = tok.token_to_id("<|endoftext|>")
+        cls, cfg = T.Qwen3MoeForCausalLM, T.Qwen3MoeConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=48,
+                                                           moe_intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+                                                           num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+                                                           num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+                                                           mlp_only_layers=[1], bos_token_id=None, eos_token_id=eos)
     elif name == "phi3":
         tok = sentencepiece(normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")]), None)
         cls, cfg = T.Phi3ForCausalLM, T.Phi3Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=48,
@@ -257,10 +275,10 @@ var greedyPrompts = []string{
 
 // newFamilies are the model types of issue 41 that TestJSONMatchesTransformers runs
 // greedily on two prompts each, past their sliding windows.
-var newFamilies = []string{"qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3", "phi3"}
+var newFamilies = []string{"qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3", "phi3", "mixtral", "qwen3_moe"}
 
 // noBOS are the fixture's tokenizers that add no BOS.
-var noBOS = map[string]bool{"qwen2": true, "qwen3": true}
+var noBOS = map[string]bool{"qwen2": true, "qwen3": true, "qwen3_moe": true}
 
 // cases are the generations checked against transformers: greedy on each prompt with
 // each architecture (Mistral's past its sliding window); on GPT-2 with a repetition
