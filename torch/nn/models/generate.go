@@ -117,8 +117,7 @@ func Generate(m CausalLM, prompts [][]int64, o GenerateOptions) (out [][]int64, 
 						from = 0
 					}
 				}
-				logits := m.Forward(g.input(from, cache, dev))
-				last := logits.Select(1, logits.Size(1)-1)
+				last := lastLogits(m, g.input(from, cache, dev))
 				if last.IsNaN().Any().Item() != 0 {
 					// Argmax and sampling would pick a token from garbage without a word.
 					err = fmt.Errorf("models: Generate: the model's logits are NaN at new token %d (NaN or infinite weights, or an activation that overflowed its dtype)", step+1)
@@ -161,6 +160,19 @@ type CacheInvalidator interface {
 	// InvalidatesCache reports whether the next forward, over a sequence of length
 	// tokens (padding included) of which the cache holds cached, must start afresh.
 	InvalidatesCache(cached, length int64) bool
+}
+
+// lastLogits returns the logits [B, vocab] of in's last position. A model that gives
+// its hidden states and its output head (every decoder of this package) applies the
+// head to the last position only: a prompt of T tokens then costs one row of logits,
+// not T (a full 8k-token context of a 49k vocabulary would be 1.6 GB in float32).
+func lastLogits(m CausalLM, in DecoderInput) *torch.Tensor {
+	if hm, ok := m.(headed); ok {
+		h := hm.HiddenStates(in)
+		return hm.OutputHead().Logits(h.Select(1, h.Size(1)-1))
+	}
+	logits := m.Forward(in)
+	return logits.Select(1, logits.Size(1)-1)
 }
 
 // stopString reports whether the text of ids ends a sequence.
