@@ -120,6 +120,16 @@ func ropeFields(raw []byte, maxPos int64) (RopeParameters, error) {
 		return RopeParameters{}, fmt.Errorf("%s: %w", ConfigFile, err)
 	}
 	var p RopeParameters
+	// Either key of another JSON type ("rope_scaling": "linear") is an error, not a
+	// default rotary embedding run in its place.
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"rope_parameters", top.RopeParameters}, {"rope_scaling", top.RopeScaling}} {
+		if f.raw != nil && !isJSONObject(f.raw) && !bytes.Equal(bytes.TrimSpace(f.raw), []byte("null")) {
+			return RopeParameters{}, fmt.Errorf("%s: %s must be an object or null, not %s", ConfigFile, f.name, cutJSON(f.raw))
+		}
+	}
 	field, obj := "rope_parameters", top.RopeParameters
 	if isJSONObject(top.RopeScaling) {
 		field, obj = "rope_scaling", top.RopeScaling
@@ -128,8 +138,14 @@ func ropeFields(raw []byte, maxPos int64) (RopeParameters, error) {
 		if err := json.Unmarshal(obj, &p); err != nil {
 			return RopeParameters{}, fmt.Errorf("%s: %s: %w", ConfigFile, field, err)
 		}
-	} else if obj != nil && !bytes.Equal(bytes.TrimSpace(obj), []byte("null")) {
-		return RopeParameters{}, fmt.Errorf("%s: %s must be an object or null", ConfigFile, field)
+		// A rope_theta given inside the object must be a base, as at the top level:
+		// 0 there is not "absent".
+		var given struct {
+			RopeTheta *float64 `json:"rope_theta"`
+		}
+		if json.Unmarshal(obj, &given) == nil && given.RopeTheta != nil && !(*given.RopeTheta > 0) {
+			return RopeParameters{}, fmt.Errorf("%s: %s.rope_theta %v must be a positive number", ConfigFile, field, *given.RopeTheta)
+		}
 	}
 	if p.RopeType == "" {
 		p.RopeType = RopeDefault
@@ -150,6 +166,15 @@ func ropeFields(raw []byte, maxPos int64) (RopeParameters, error) {
 		p.OriginalMaxPositionEmbeddings = maxPos
 	}
 	return p, nil
+}
+
+// cutJSON is a JSON value for a message: at most 40 bytes of it.
+func cutJSON(b json.RawMessage) string {
+	b = bytes.TrimSpace(b)
+	if len(b) > 40 {
+		return string(b[:40]) + "..."
+	}
+	return string(b)
 }
 
 func isJSONObject(b json.RawMessage) bool {
