@@ -182,49 +182,62 @@ func lossyUTF8(b []byte) string {
 	if utf8.Valid(b) {
 		return string(b)
 	}
+	return lossyString(string(b))
+}
+
+// lossyString is lossyUTF8 of a string.
+func lossyString(s string) string {
 	var sb strings.Builder
-	sb.Grow(len(b) + 8)
-	for i := 0; i < len(b); {
-		c := b[i]
-		if c < utf8.RuneSelf {
-			sb.WriteByte(c)
-			i++
-			continue
-		}
-		if _, n := utf8.DecodeRune(b[i:]); n > 1 {
-			sb.Write(b[i : i+n])
+	sb.Grow(len(s) + 8)
+	for i := 0; i < len(s); {
+		if n := invalidLen(s, i); n > 0 {
+			sb.WriteString("\uFFFD")
 			i += n
 			continue
 		}
-		// Invalid here: take the lead byte and the continuation bytes that a valid
-		// sequence with this lead could have (Unicode's table 3-7).
-		need, lo, hi := 0, byte(0x80), byte(0xBF)
-		switch {
-		case c >= 0xC2 && c <= 0xDF:
-			need = 1
-		case c == 0xE0:
-			need, lo = 2, 0xA0
-		case c >= 0xE1 && c <= 0xEC, c == 0xEE, c == 0xEF:
-			need = 2
-		case c == 0xED:
-			need, hi = 2, 0x9F
-		case c == 0xF0:
-			need, lo = 3, 0x90
-		case c >= 0xF1 && c <= 0xF3:
-			need = 3
-		case c == 0xF4:
-			need, hi = 3, 0x8F
-		}
-		j := i + 1
-		for k := 0; k < need && j < len(b); k++ {
-			if b[j] < lo || b[j] > hi {
-				break
-			}
-			lo, hi = 0x80, 0xBF
-			j++
-		}
-		sb.WriteString("\uFFFD")
-		i = j
+		_, n := utf8.DecodeRuneInString(s[i:])
+		sb.WriteString(s[i : i+n])
+		i += n
 	}
 	return sb.String()
+}
+
+// invalidLen is the length of the maximal invalid UTF-8 subsequence at s[i:] that
+// from_utf8_lossy (and Python's errors="replace") turns into one U+FFFD: the lead byte
+// and the continuation bytes a valid sequence with this lead could have (Unicode's
+// table 3-7); 0 when a valid character starts at i.
+func invalidLen(s string, i int) int {
+	c := s[i]
+	if c < utf8.RuneSelf {
+		return 0
+	}
+	if _, n := utf8.DecodeRuneInString(s[i:]); n > 1 {
+		return 0
+	}
+	need, lo, hi := 0, byte(0x80), byte(0xBF)
+	switch {
+	case c >= 0xC2 && c <= 0xDF:
+		need = 1
+	case c == 0xE0:
+		need, lo = 2, 0xA0
+	case c >= 0xE1 && c <= 0xEC, c == 0xEE, c == 0xEF:
+		need = 2
+	case c == 0xED:
+		need, hi = 2, 0x9F
+	case c == 0xF0:
+		need, lo = 3, 0x90
+	case c >= 0xF1 && c <= 0xF3:
+		need = 3
+	case c == 0xF4:
+		need, hi = 3, 0x8F
+	}
+	j := i + 1
+	for k := 0; k < need && j < len(s); k++ {
+		if s[j] < lo || s[j] > hi {
+			break
+		}
+		lo, hi = 0x80, 0xBF
+		j++
+	}
+	return j - i
 }

@@ -66,8 +66,8 @@ func (a alignedText) original(start, end int) [2]int {
 	return [2]int{a.al[start][0], a.al[end-1][1]}
 }
 
-// initialAlignment aligns each character of text with itself; a run of invalid UTF-8
-// becomes one U+FFFD (as Encode does) aligned with the run.
+// initialAlignment aligns each character of text with itself; each maximal invalid
+// UTF-8 subsequence becomes one U+FFFD (as Encode does) aligned with its bytes.
 func initialAlignment(text string) alignedText {
 	al := make([][2]int, 0, len(text))
 	if utf8.ValidString(text) {
@@ -81,27 +81,20 @@ func initialAlignment(text string) alignedText {
 	}
 	var sb strings.Builder
 	for i := 0; i < len(text); {
-		r, n := utf8.DecodeRuneInString(text[i:])
-		if r != utf8.RuneError || n != 1 {
-			sb.WriteString(text[i : i+n])
-			for range n {
+		if n := invalidLen(text, i); n > 0 {
+			sb.WriteString("\uFFFD")
+			for range 3 {
 				al = append(al, [2]int{i, i + n})
 			}
 			i += n
 			continue
 		}
-		j := i + 1
-		for j < len(text) {
-			if r, n := utf8.DecodeRuneInString(text[j:]); r != utf8.RuneError || n != 1 {
-				break
-			}
-			j++
+		_, n := utf8.DecodeRuneInString(text[i:])
+		sb.WriteString(text[i : i+n])
+		for range n {
+			al = append(al, [2]int{i, i + n})
 		}
-		sb.WriteString("\uFFFD")
-		for range 3 {
-			al = append(al, [2]int{i, j})
-		}
-		i = j
+		i += n
 	}
 	return alignedText{sb.String(), al}
 }

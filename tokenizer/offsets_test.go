@@ -97,9 +97,13 @@ func TestEncodeOffsetsInvalidUTF8(t *testing.T) {
 	require.Equal(t, tok.Encode(text, true), ids)
 	require.Equal(t, [2]int{0, 0}, offs[0], "the template's BOS has no text")
 	require.Equal(t, [2]int{0, 5}, offs[1], "hello")
-	// The byte-level tokens of U+FFFD (3 bytes) each cover the two invalid bytes.
+	// Each invalid byte is a U+FFFD of its own (as Python's errors="replace"), and the
+	// byte-level tokens of each U+FFFD (3 bytes) cover its byte.
 	for _, o := range offs[2:5] {
-		require.Equal(t, [2]int{5, 7}, o)
+		require.Equal(t, [2]int{5, 6}, o)
+	}
+	for _, o := range offs[5:8] {
+		require.Equal(t, [2]int{6, 7}, o)
 	}
 	require.Equal(t, [2]int{7, len(text)}, offs[len(offs)-1], " world")
 	for _, o := range offs {

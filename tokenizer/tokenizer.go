@@ -36,7 +36,8 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // Encode returns the token ids of text. With addSpecialTokens the post-processor's
 // special tokens are added (the BOS of Llama's TemplateProcessing), as tokenizers'
 // encode(text, add_special_tokens=True). Text that is not valid UTF-8 is first made
-// valid: each run of invalid bytes becomes U+FFFD. Encode never truncates or pads,
+// valid: each maximal invalid subsequence becomes one U+FFFD, as Rust's
+// String::from_utf8_lossy and Python's bytes.decode(errors="replace") do. Encode never truncates or pads,
 // whatever the file's truncation and padding say (transformers turns those off too
 // unless a call asks for them). A Split regex over its budget (see TryEncode) panics
 // with an error wrapping ErrBudget.
@@ -63,7 +64,7 @@ func (t *Tokenizer) TryEncode(text string, addSpecialTokens bool) (ids []int64, 
 // AppendEncode is Encode appending to dst, for callers that reuse a buffer.
 func (t *Tokenizer) AppendEncode(dst []int64, text string, addSpecialTokens bool) []int64 {
 	if !utf8.ValidString(text) {
-		text = strings.ToValidUTF8(text, "\uFFFD")
+		text = lossyString(text)
 	}
 	if t.post != nil && addSpecialTokens {
 		dst = append(dst, t.post.prefix...)

@@ -388,3 +388,29 @@ func TestBertNormalizerOptions(t *testing.T) {
 		require.Equal(t, c.want, normalizeAligned(n, initialAlignment(text)).text, c.json)
 	}
 }
+
+// TestInvalidUTF8AsPythonReplaces: a text that is not UTF-8 is encoded as Python's
+// bytes.decode("utf-8", errors="replace") (Rust's from_utf8_lossy) reads it: one U+FFFD
+// per maximal invalid subsequence, not one per run of bad bytes; offsets cover each
+// U+FFFD's bytes.
+func TestInvalidUTF8AsPythonReplaces(t *testing.T) {
+	tok, err := Parse(tinyFile(t, nil))
+	require.NoError(t, err)
+	// The decodings are Python's (3.11).
+	for in, want := range map[string]string{
+		"a\xff\xfeb":       "a\uFFFD\uFFFDb",
+		"\xe2\x82":         "\uFFFD",
+		"\xe2\x82x":        "\uFFFDx",
+		"\xf0\x9f\x98 hi":  "\uFFFD hi",
+		"\xed\xa0\x80":     "\uFFFD\uFFFD\uFFFD",
+		"\xc0\xaf":         "\uFFFD\uFFFD",
+		"\xf4\x90\x80\x80": "\uFFFD\uFFFD\uFFFD\uFFFD",
+	} {
+		require.Equal(t, want, lossyString(in), "%q", in)
+		require.Equal(t, tok.Encode(want, false), tok.Encode(in, false), "%q", in)
+	}
+	ids, offsets := tok.EncodeOffsets("a\xff\xfeb", false)
+	require.Equal(t, tok.Encode("a\uFFFD\uFFFDb", false), ids)
+	require.Equal(t, [2]int{0, 1}, offsets[0])
+	require.Equal(t, [2]int{3, 4}, offsets[len(offsets)-1])
+}
