@@ -42,6 +42,12 @@ type ReadOptions struct {
 	// metadata keys) and of a sharded model's index (0: DefaultMaxHeaderEntries). The
 	// entry past the bound is refused as soon as it is read.
 	MaxHeaderEntries int64
+	// HeadersOnly reads a safetensors file's header and not its data: the tensors come
+	// back with their names, dtypes and shapes and no storage bytes (Storage.Data nil),
+	// so that a model's sizes can be checked against its checkpoint before anything of
+	// the size the header claims is allocated. The header's rules are checked as in a
+	// full read.
+	HeadersOnly bool
 }
 
 // LimitError reports an input refused because reading it would exceed its budget.
@@ -210,7 +216,7 @@ func (o ReadOptions) ReadSafetensors(path string) (*Dict, map[string]string, err
 // ReadSafetensorsFrom reads a safetensors file of size bytes from r within the budget o
 // sets.
 func (o ReadOptions) ReadSafetensorsFrom(r io.ReaderAt, size int64) (*Dict, map[string]string, error) {
-	d, meta, err := readSafetensors(r, size, o.budget(size))
+	d, meta, err := readSafetensors(r, size, o.budget(size), o.HeadersOnly)
 	if err != nil {
 		if _, ok := err.(*LimitError); ok {
 			return nil, nil, err

@@ -77,7 +77,7 @@ type stParser struct {
 	dims    []int64 // scratch for a shape being read
 }
 
-func readSafetensors(r io.ReaderAt, size int64, b *budget) (*Dict, map[string]string, error) {
+func readSafetensors(r io.ReaderAt, size int64, b *budget, headersOnly bool) (*Dict, map[string]string, error) {
 	var hl [8]byte
 	if size < 8 {
 		return nil, nil, errors.New("file too short")
@@ -124,6 +124,14 @@ func readSafetensors(r io.ReaderAt, size int64, b *budget) (*Dict, map[string]st
 	}
 	if end != p.dataLen {
 		return nil, nil, fmt.Errorf("%d bytes of data after the last tensor", p.dataLen-end)
+	}
+	if headersOnly {
+		out := NewDict()
+		for _, e := range entries {
+			e.t.Storage.pending = 0
+			out.Set(e.name, e.t)
+		}
+		return out, p.meta, nil
 	}
 	if err := b.alloc(p.dataLen); err != nil {
 		return nil, nil, err

@@ -653,7 +653,7 @@ func TestDecoderConfigErrors(t *testing.T) {
 
 	// Sizes that disagree with the weights: the tensor is named.
 	_, dir := savedTinyLlama(t, 4)
-	for field, tensor := range map[string]string{"intermediate_size": "mlp.gate_proj.weight", "num_key_value_heads": "self_attn.k_proj.weight", "vocab_size": "embed_tokens.weight"} {
+	for field, tensor := range map[string]string{"intermediate_size": "mlp.down_proj.weight", "num_key_value_heads": "self_attn.k_proj.weight", "vocab_size": "embed_tokens.weight"} {
 		cfg := tinyLlamaJSON()
 		cfg[field] = map[string]int{"intermediate_size": 32, "num_key_value_heads": 4, "vocab_size": 64}[field]
 		raw, err := json.Marshal(cfg)
@@ -662,6 +662,29 @@ func TestDecoderConfigErrors(t *testing.T) {
 		_, err = models.LoadPretrained(dir, models.LoadOptions{})
 		require.Error(t, err, field)
 		assert.Contains(t, err.Error(), tensor, field)
+	}
+
+	// A config that claims far more parameters than its checkpoint holds (each of these
+	// would be gigabytes) is refused before anything of its size is allocated: the CPU
+	// tensors allocated meanwhile stay under a megabyte (issue 42).
+	torch.CountCPUMemory()
+	for field, v := range map[string]any{"num_hidden_layers": 9000, "intermediate_size": 1 << 24, "hidden_size": 1 << 16,
+		"vocab_size": 1 << 26, "num_attention_heads": 4000} {
+		cfg := tinyLlamaJSON()
+		cfg[field] = v
+		if field == "num_attention_heads" {
+			cfg["head_dim"], cfg["num_key_value_heads"] = 4096, 4000
+		}
+		raw, err := json.Marshal(cfg)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, models.ConfigFile), raw, 0o644))
+		torch.ResetCPUPeakMemory()
+		base := torch.CPUMemoryStats().Allocated
+		_, err = models.LoadPretrained(dir, models.LoadOptions{})
+		require.Error(t, err, field)
+		assert.Contains(t, err.Error(), field, "the field is named")
+		assert.Contains(t, err.Error(), "the checkpoint", field)
+		assert.Less(t, torch.CPUMemoryStats().PeakAllocated-base, int64(1<<20), field)
 	}
 }
 

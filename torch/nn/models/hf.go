@@ -144,6 +144,11 @@ func LoadPretrained(dir string, o LoadOptions) (CausalLM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("models: %s: %w", filepath.Join(dir, ConfigFile), err)
 	}
+	// What the config claims is compared with the checkpoint's headers before anything
+	// of that size is allocated.
+	if err := checkClaims(dir, raw, arch.Rename); err != nil {
+		return nil, fmt.Errorf("models: %w", err)
+	}
 	// The config is checked (and the model built) before the weights are read, so a
 	// config that cannot be built is reported as such, however the weights are.
 	built, err := arch.New(raw)
