@@ -80,7 +80,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gotrain/gotrain/internal/chatcli"
-	"github.com/gotrain/gotrain/internal/fsutil"
+	"github.com/gotrain/gotrain/internal/lmdir"
 	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
@@ -292,7 +292,7 @@ func (c *config) validate() error {
 		return usagef("--device: %v", err)
 	}
 	c.device = dev
-	dt, err := parseDType(c.DType)
+	dt, err := lmdir.ParseDType(c.DType)
 	if err != nil {
 		return usagef("--dtype: %v", err)
 	}
@@ -301,27 +301,6 @@ func (c *config) validate() error {
 		return usagef("--chat-date: %v", err)
 	}
 	return nil
-}
-
-// parseDType reads --dtype: a floating-point torch dtype by PyTorch's name or the short
-// names (bf16, fp16, fp32) the other commands take.
-func parseDType(s string) (torch.DType, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "bf16":
-		return torch.BFloat16, nil
-	case "fp16", "f16":
-		return torch.Float16, nil
-	case "fp32", "f32":
-		return torch.Float32, nil
-	}
-	dt, err := torch.ParseDType(strings.ToLower(strings.TrimSpace(s)))
-	if err != nil {
-		return 0, fmt.Errorf("unknown dtype %q: want float32, bfloat16 or float16 (fp32, bf16, fp16)", s)
-	}
-	if dt != torch.Float32 && dt != torch.BFloat16 && dt != torch.Float16 {
-		return 0, fmt.Errorf("the weights cannot be %s: want float32, bfloat16 or float16", dt)
-	}
-	return dt, nil
 }
 
 // output is what --json prints.
@@ -337,7 +316,7 @@ func generate(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (err error
 	// Ops panic with *torch.Error on libtorch failures (out of memory on the device);
 	// they end the command with a message, not a trace.
 	defer torch.Recover(&err, "generate")
-	if err := checkDevice(cfg.device); err != nil {
+	if err := lmdir.CheckDevice(cfg.device); err != nil {
 		return err
 	}
 	tok, err := tokenizer.LoadDir(cfg.Model)
@@ -376,10 +355,7 @@ func generate(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (err error
 		_, err := g.complete(ids, cfg.Prompt)
 		return err
 	}
-	end, err := conv.turnEnd()
-	if err != nil {
-		return err
-	}
+	end := lmdir.TurnEnd(conv.tmpl, conv.tok, conv.opts)
 	if end >= 0 && !slices.Contains(g.opts.StopTokens, end) {
 		g.opts.StopTokens = append(slices.Clone(g.opts.StopTokens), end)
 	}
@@ -406,7 +382,7 @@ type generator struct {
 // newGenerator reads the model's stop tokens and turns the flags into options.
 func newGenerator(cfg *config, m models.CausalLM, tok *tokenizer.Tokenizer, out io.Writer) (*generator, error) {
 	dc := m.DecoderConfig()
-	stops, err := eosTokens(cfg.Model, dc, tok)
+	stops, err := lmdir.EOSTokens(cfg.Model, dc, tok)
 	if err != nil {
 		return nil, err
 	}
@@ -465,21 +441,6 @@ func (g *generator) complete(ids []int64, promptText string) ([]int64, error) {
 	enc := json.NewEncoder(g.out)
 	enc.SetEscapeHTML(false) // "<|endoftext|>" stays readable
 	return newIDs, enc.Encode(output{PromptIDs: ids, NewIDs: newIDs, Text: g.tok.Decode(newIDs, true)})
-}
-
-// checkDevice refuses a CUDA device this machine does not have before anything is
-// loaded.
-func checkDevice(d torch.Device) error {
-	if !d.IsCUDA() {
-		return nil
-	}
-	if !torch.CUDAIsAvailable() {
-		return fmt.Errorf("--device %s: CUDA is not available on this machine (no GPU, or libtorch built without CUDA; cmd/gpucheck says which)", d)
-	}
-	if n := torch.CUDADeviceCount(); d.Index >= n {
-		return fmt.Errorf("--device %s: this machine has %d CUDA device(s), cuda:0 to cuda:%d", d, n, n-1)
-	}
-	return nil
 }
 
 // loadModel opens the model directory in the asked dtype on the asked device; what the
@@ -549,39 +510,6 @@ func fitsContext(promptLen, maxNew int, context int64) error {
 			promptLen, maxNew, context, context-int64(promptLen))
 	}
 	return nil
-}
-
-// generationConfigFile holds the defaults of transformers' generate(), among them the
-// tokens that end a sequence (a chat model's end-of-turn besides its EOS).
-const generationConfigFile = "generation_config.json"
-
-// eosTokens returns the tokens that end the generation, as transformers' generate()
-// takes them: generation_config.json's eos_token_id, else config.json's (dc.EOS), else
-// the tokenizer's EOS. An empty (non-nil) list never stops early.
-func eosTokens(dir string, dc models.DecoderConfig, tok *tokenizer.Tokenizer) ([]int64, error) {
-	path := filepath.Join(dir, generationConfigFile)
-	data, err := fsutil.ReadFile(path, 1<<20)
-	switch {
-	case err == nil:
-		var gc struct {
-			EOS *models.TokenIDs `json:"eos_token_id"`
-		}
-		if err := json.Unmarshal(data, &gc); err != nil {
-			return nil, fmt.Errorf("%s: eos_token_id: %w", path, err)
-		}
-		if gc.EOS != nil && len(*gc.EOS) > 0 {
-			return *gc.EOS, nil
-		}
-	case !errors.Is(err, os.ErrNotExist):
-		return nil, err
-	}
-	if len(dc.EOS) > 0 {
-		return dc.EOS, nil
-	}
-	if eos, ok := tok.EOS(); ok {
-		return []int64{eos}, nil
-	}
-	return []int64{}, nil
 }
 
 // randomSeed returns a seed for sampling without --seed, so that runs differ as they do
