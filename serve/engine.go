@@ -81,6 +81,9 @@ type Request struct {
 	// model's EOS tokens (a chat template's end of turn).
 	Stop       []string
 	StopTokens []int64
+	// IgnoreEOS generates max_tokens whatever the model's EOS tokens (vLLM's
+	// ignore_eos; StopTokens and Stop still end it), for benchmarks and tests.
+	IgnoreEOS bool
 }
 
 // Event is a step of a generation: the text it adds (held back while it could be the
@@ -333,7 +336,10 @@ func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
 		seed = uint64(*r.Seed)
 	}
 	s := &sequence{req: r, ctx: ctx, adapter: adapter, max: max, out: make(chan Event, max+2),
-		stops: append(slices.Clone(e.eos), r.StopTokens...), rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), arrived: time.Now()}
+		stops: slices.Concat(e.eos, r.StopTokens), rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), arrived: time.Now()}
+	if r.IgnoreEOS {
+		s.stops = slices.Clone(r.StopTokens)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
@@ -347,17 +353,12 @@ func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
 	return s.out, nil
 }
 
-// Shutdown stops taking requests, fails the ones still waiting with ErrShuttingDown,
-// lets the running ones finish until ctx is done, then ends those that remain (with
-// ctx's error) and stops the loop. The model stays loaded until Close.
+// Shutdown stops taking requests and lets the ones taken (running or waiting) finish
+// until ctx is done; then it ends those that remain, with ErrShuttingDown, and stops
+// the loop. It returns ctx's error if it had to. The model stays loaded until Close.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.draining = true
-	for _, s := range e.waiting {
-		s.out <- Event{Err: ErrShuttingDown, Token: -1, PromptTokens: len(s.req.Prompt)}
-		close(s.out)
-	}
-	e.waiting = nil
 	e.wake.Broadcast()
 	e.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() {
@@ -368,6 +369,9 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	})
 	defer stop()
 	<-e.done
+	if stop() {
+		return nil
+	}
 	return ctx.Err()
 }
 
@@ -394,11 +398,14 @@ func (e *Engine) loop() {
 		for len(e.waiting) == 0 && len(e.running) == 0 && !e.draining && !e.stopped {
 			e.wake.Wait()
 		}
-		if e.stopped || (e.draining && len(e.running) == 0) {
+		if e.stopped || (e.draining && len(e.running) == 0 && len(e.waiting) == 0) {
+			waiting := e.waiting
+			e.waiting = nil
 			e.mu.Unlock()
-			for _, s := range e.running {
+			for _, s := range slices.Concat(waiting, e.running) {
 				e.finish(s, ErrShuttingDown)
 			}
+			e.running = nil
 			return
 		}
 		admitted := e.admit()

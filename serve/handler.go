@@ -236,6 +236,8 @@ type common struct {
 	PresencePenalty  *float64        `json:"presence_penalty"`
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	LogitBias        json.RawMessage `json:"logit_bias"`
+	// IgnoreEOS is vLLM's extension: generate max_tokens whatever the EOS.
+	IgnoreEOS bool `json:"ignore_eos"`
 }
 
 // check refuses the parameters the server does not implement, naming them, and makes
@@ -266,7 +268,7 @@ func (c *common) request(prompt []int64) (Request, *apiError) {
 	if len(c.Stop) > 4 {
 		return Request{}, badRequest("stop", "stop holds %d strings; at most 4", len(c.Stop))
 	}
-	r := Request{Model: c.Model, Prompt: prompt, Temperature: 1, Seed: c.Seed, Stop: c.Stop}
+	r := Request{Model: c.Model, Prompt: prompt, Temperature: 1, Seed: c.Seed, Stop: c.Stop, IgnoreEOS: c.IgnoreEOS}
 	if c.MaxTokens != nil {
 		if *c.MaxTokens < 1 {
 			return Request{}, badRequest("max_tokens", "max_tokens must be at least 1")
