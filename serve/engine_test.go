@@ -11,6 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotrain/gotrain/tokenizer/chat"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/lora"
+	"github.com/gotrain/gotrain/torch/nn/models"
 )
 
 // newTestEngine opens the fixture's base model with both adapters.
@@ -143,4 +146,29 @@ func TestContinuousBatchingEqualsSolo(t *testing.T) {
 	assert.Greater(t, s.MaxKVBlocksUsed, int64(blocks/2), "the pool was never busy: the test does not batch")
 	assert.Zero(t, s.KVBlocksUsed)
 	assert.Zero(t, s.Waiting)
+}
+
+// TestEngineMatchesGenerate: a request alone gets what models.Generate (cmd/generate's
+// path) gets for the same prompt and stop tokens, on the base model and with an adapter
+// loaded as cmd/generate --adapter loads it.
+func TestEngineMatchesGenerate(t *testing.T) {
+	e := newTestEngine(t, Config{})
+	root := hfFixture(t)
+	for _, model := range []string{"base", "beta"} {
+		m, err := models.LoadPretrained(filepath.Join(root, "base"), models.LoadOptions{})
+		require.NoError(t, err)
+		if model != "base" {
+			_, err := lora.Load(m, filepath.Join(root, model), lora.LoadOptions{})
+			require.NoError(t, err)
+		}
+		for _, want := range fixture.completions[model] {
+			gen, err := models.Generate(m, [][]int64{want.PromptIDs}, models.GenerateOptions{MaxNewTokens: 16, StopTokens: []int64{fixture.eot}})
+			require.NoError(t, err)
+			got := collect(context.Background(), e, Request{Model: model, Prompt: want.PromptIDs, MaxTokens: 16})
+			require.NoError(t, got.err)
+			assert.Equal(t, gen[0], got.ids, model)
+			assert.Equal(t, e.Tokenizer().Decode(gen[0], true), got.text, model)
+		}
+		nn.Free(m)
+	}
 }
