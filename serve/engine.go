@@ -55,8 +55,9 @@ type Config struct {
 	// may ask for and the default when it asks none (default: the model's context).
 	MaxBatch, MaxQueue, MaxTokens int
 	// KVBlocks is the KV pool's size in blocks of BlockSize positions (default:
-	// MaxBatch full contexts, at most 65536 blocks).
-	KVBlocks int64
+	// MaxBatch full contexts, at most 65536 blocks); KVMemory sizes it in bytes instead
+	// (keys and values of every layer).
+	KVBlocks, KVMemory int64
 	// PrefillTokens bounds the prompt tokens prefilled between two decode steps (at
 	// least one prompt is; default 512), so that new requests do not stall the running
 	// ones and running ones do not starve new ones.
@@ -229,6 +230,19 @@ func NewEngine(cfg Config) (e *Engine, err error) {
 	blocks := cfg.KVBlocks
 	if blocks <= 0 {
 		blocks = min(int64(cfg.MaxBatch)*blocksFor(int(min(e.context, 1<<20))), 65536)
+	}
+	if cfg.KVMemory > 0 {
+		// A one-block pool measures a block's bytes over all layers.
+		e.pool = newPool(1)
+		err := e.warmUp()
+		perBlock := e.pool.bytes
+		e.pool.close()
+		if err != nil {
+			return nil, err
+		}
+		if blocks = cfg.KVMemory / perBlock; blocks < 1 {
+			return nil, fmt.Errorf("serve: a KV cache of %d bytes holds no block of %d positions (%d bytes)", cfg.KVMemory, BlockSize, perBlock)
+		}
 	}
 	e.pool = newPool(blocks)
 	// One position through the model allocates the pool's tensors now, so that its

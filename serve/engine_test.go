@@ -172,3 +172,14 @@ func TestEngineMatchesGenerate(t *testing.T) {
 		nn.Free(m)
 	}
 }
+
+// TestKVMemory: the pool sized in bytes holds the whole blocks that fit: 2 layers × keys
+// and values × 16 positions × 2 KV heads × 8 dims × 4 bytes = 4 KiB a block.
+func TestKVMemory(t *testing.T) {
+	e := newTestEngine(t, Config{KVMemory: 10*4096 + 100})
+	s := e.Stats()
+	assert.Equal(t, int64(10), s.KVBlocks)
+	assert.Equal(t, int64(10*4096), s.KVBytes)
+	_, err := NewEngine(Config{Model: FixtureModel(t), KVMemory: 100})
+	assert.ErrorContains(t, err, "holds no block")
+}

@@ -36,7 +36,7 @@ func main() {
 
 const usageLine = `usage: serve --model DIR [--adapter NAME=DIR]... [--name ID] [--device cpu|cuda|cuda:N]
              [--dtype float32|bfloat16|float16] [--addr HOST:PORT] [--api-key KEY]
-             [--max-batch N] [--max-queue N] [--max-tokens N] [--kv-blocks N]
+             [--max-batch N] [--max-queue N] [--max-tokens N] [--kv-blocks N | --kv-memory MIB]
              [--max-body BYTES] [--shutdown-timeout D]`
 
 // adapters is --adapter NAME=DIR, repeatable.
@@ -65,7 +65,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		cfg                      serve.Config
 		ads                      adapters
 		device, dtype, addr, key string
-		maxBody                  int64
+		maxBody, kvMiB           int64
 		shutdownTimeout          time.Duration
 	)
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -81,6 +81,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.MaxQueue, "max-queue", 256, "let at most `N` requests wait; more get 429")
 	fs.IntVar(&cfg.MaxTokens, "max-tokens", 0, "the most new tokens a request may ask for, and the default (0: the model's context)")
 	fs.Int64Var(&cfg.KVBlocks, "kv-blocks", 0, fmt.Sprintf("the KV cache's size in blocks of %d positions (0: --max-batch full contexts)", serve.BlockSize))
+	fs.Int64Var(&kvMiB, "kv-memory", 0, "size the KV cache to `MIB` mebibytes instead of --kv-blocks")
 	fs.Int64Var(&maxBody, "max-body", 4<<20, "refuse request bodies over `BYTES`")
 	fs.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, let running requests finish for at most `D`")
 	if err := fs.Parse(args); err != nil {
@@ -106,10 +107,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	if cfg.Device, err = torch.ParseDevice(device); err != nil {
 		return usage(stderr, fmt.Errorf("--device: %w", err))
 	}
-	if cfg.MaxBatch < 1 || cfg.MaxQueue < 1 || cfg.MaxTokens < 0 || cfg.KVBlocks < 0 || maxBody < 1 {
-		return usage(stderr, errors.New("--max-batch, --max-queue and --max-body must be positive, --max-tokens and --kv-blocks not negative"))
+	if cfg.MaxBatch < 1 || cfg.MaxQueue < 1 || cfg.MaxTokens < 0 || cfg.KVBlocks < 0 || kvMiB < 0 || maxBody < 1 {
+		return usage(stderr, errors.New("--max-batch, --max-queue and --max-body must be positive, --max-tokens, --kv-blocks and --kv-memory not negative"))
 	}
 	cfg.Adapters = ads
+	cfg.KVMemory = kvMiB << 20
 	e, err := serve.NewEngine(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "serve:", err)
