@@ -318,6 +318,14 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) *apiEr
 	if len(msgs) == 0 {
 		return badRequest("messages", "messages is empty")
 	}
+	for i, m := range msgs {
+		if _, ok := m["role"].(string); !ok {
+			return badRequest("messages", "messages[%d] has no role", i)
+		}
+		if err := flattenContent(m); err != nil {
+			return badRequest("messages", "messages[%d]: %v", i, err)
+		}
+	}
 	if req.MaxCompletionTokens != nil {
 		req.MaxTokens = req.MaxCompletionTokens
 	}
@@ -333,6 +341,31 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) *apiEr
 		er.StopTokens = []int64{h.turnEnd}
 	}
 	return h.run(w, r, er, req.common, true)
+}
+
+// flattenContent turns a message's content parts ([{"type": "text", "text": ...}]) into
+// the string chat templates expect, the texts joined by newlines as vLLM joins them;
+// other parts (images, audio) are not implemented.
+func flattenContent(m chat.Message) error {
+	parts, ok := m["content"].([]any)
+	if !ok {
+		return nil
+	}
+	var texts []string
+	for _, p := range parts {
+		o, ok := p.(chat.Object)
+		if !ok {
+			return errors.New("a content part is not an object")
+		}
+		typ, _ := o.Values["type"].(string)
+		text, isText := o.Values["text"].(string)
+		if typ != "text" || !isText {
+			return fmt.Errorf("not implemented by this server: content parts of type %q (text only)", typ)
+		}
+		texts = append(texts, text)
+	}
+	m["content"] = strings.Join(texts, "\n")
+	return nil
 }
 
 func isSet(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }

@@ -169,6 +169,8 @@ func TestErrors(t *testing.T) {
 		{"logprobs", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "Hi"}], "logprobs": true}`, 400, "", "logprobs", "logprobs"},
 		{"tools", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function"}]}`, 400, "", "tools", "tools"},
 		{"response_format", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "Hi"}], "response_format": {"type": "json_object"}}`, 400, "", "response_format", "response_format"},
+		{"image part", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`, 400, "", "messages", "image_url"},
+		{"no role", "/v1/chat/completions", `{"messages": [{"content": "Hi"}]}`, 400, "", "messages", "no role"},
 		{"no messages", "/v1/chat/completions", `{"model": "base"}`, 400, "", "messages", "required"},
 		{"body too large", "/v1/completions", `{"prompt": "` + strings.Repeat("x", 5000) + `"}`, 413, "", "", "4096"},
 	} {
@@ -345,4 +347,22 @@ func TestMetrics(t *testing.T) {
 	require.NoError(t, err)
 	h.Body.Close()
 	assert.Equal(t, 200, h.StatusCode)
+}
+
+// TestContentParts: content given as text parts is the string of their texts.
+func TestContentParts(t *testing.T) {
+	e := newTestEngine(t, Config{})
+	srv := startServer(t, e, HandlerOptions{})
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(
+		`{"messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}], "max_tokens": 10, "temperature": 0}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var r struct {
+		Choices []struct {
+			Message struct{ Content string }
+		}
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&r))
+	require.Len(t, r.Choices, 1)
+	assert.Equal(t, fixture.chats[0].Text, r.Choices[0].Message.Content)
 }
