@@ -69,8 +69,8 @@ else
 endif
 
 # test-race: the packages that run goroutines (the loader's workers, the TensorBoard
-# writer's flush timer, the checkpoint writer) under the race detector.
-RACE_PKGS := ./checkpoint/... ./tensorboard/... ./internal/... ./torch/data/...
+# writer's flush timer, the checkpoint writer, the serving engine) under the race detector.
+RACE_PKGS := ./checkpoint/... ./tensorboard/... ./internal/... ./torch/data/... ./serve/...
 test-race:
 	$(GO) test -race -tags cpu $(GOTEST_FLAGS) $(RACE_PKGS)
 

@@ -335,7 +335,11 @@ func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
 	}
 	max := r.MaxTokens
 	if max == 0 {
-		max = int(min(int64(e.maxTokens), e.context-p))
+		// What the context and the KV pool leave, within the server's limit.
+		max = int(min(int64(e.maxTokens), e.context-p, e.pool.blocks*BlockSize-p))
+		if max < 1 {
+			max = 1 // refused below, with the sizes
+		}
 	}
 	if p+int64(max) > e.context {
 		return nil, fmt.Errorf("%w: this model's maximum context length is %d tokens; %d were asked (%d in the prompt, %d for the completion)",

@@ -183,3 +183,14 @@ func TestKVMemory(t *testing.T) {
 	_, err := NewEngine(Config{Model: FixtureModel(t), KVMemory: 100})
 	assert.ErrorContains(t, err, "holds no block")
 }
+
+// TestDefaultMaxTokensFitsPool: without max_tokens a request gets what the context and
+// the pool leave, rather than a refusal.
+func TestDefaultMaxTokensFitsPool(t *testing.T) {
+	e := newTestEngine(t, Config{KVBlocks: 3})
+	prompt := fixture.completions["base"][0].PromptIDs
+	got := collect(context.Background(), e, Request{Prompt: prompt, IgnoreEOS: true})
+	require.NoError(t, got.err)
+	assert.Len(t, got.ids, 3*BlockSize-len(prompt))
+	assert.Equal(t, "length", got.finish)
+}

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -105,6 +106,9 @@ func engineError(err error) *apiError {
 		return errShuttingDown()
 	case errors.Is(err, ErrBadRequest):
 		return badRequest("", "%v", err)
+	case errors.Is(err, context.Canceled):
+		// Nobody reads it; the status (nginx's) keeps the metrics apart from failures.
+		return newError(499, "invalid_request_error", "client_closed_request", "", "the client closed the request")
 	}
 	return newError(http.StatusInternalServerError, "server_error", "", "", "%v", err)
 }
