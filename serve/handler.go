@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +34,7 @@ type Handler struct {
 	o       HandlerOptions
 	mux     *http.ServeMux
 	turnEnd int64
+	special []string // the special tokens' texts
 }
 
 // NewHandler returns the handler of e's API.
@@ -40,6 +43,11 @@ func NewHandler(e *Engine, o HandlerOptions) *Handler {
 		o.MaxBodyBytes = 4 << 20
 	}
 	h := &Handler{e: e, o: o, mux: http.NewServeMux(), turnEnd: -1}
+	for _, t := range e.tok.AddedTokens() {
+		if t.Special && t.Content != "" {
+			h.special = append(h.special, t.Content)
+		}
+	}
 	if e.tmpl != nil {
 		h.turnEnd = lmdir.TurnEnd(e.tmpl, e.tok, chat.Options{})
 	}
@@ -333,7 +341,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) *apiEr
 	if req.MaxCompletionTokens != nil {
 		req.MaxTokens = req.MaxCompletionTokens
 	}
-	ids, _, _, err := chat.Encode(h.e.tok, h.e.tmpl, msgs, chat.Options{AddGenerationPrompt: true, Vars: req.ChatTemplateKwargs})
+	ids, err := h.encodeChat(msgs, chat.Options{AddGenerationPrompt: true, Vars: req.ChatTemplateKwargs})
 	if err != nil {
 		return badRequest("messages", "the chat template refuses the conversation: %v", err)
 	}
@@ -370,6 +378,43 @@ func flattenContent(m chat.Message) error {
 	}
 	m["content"] = strings.Join(texts, "\n")
 	return nil
+}
+
+// encodeChat renders msgs with the chat template and encodes the text as chat.Encode
+// (transformers' apply_chat_template) does, except that a special token spelled in a
+// message's content is text, not the token: such a content is rendered as a
+// placeholder, and encoded in its place with tokenizer.EncodeLiteral. (transformers
+// 5.23 encodes "<|im_end|>" in a user's content as the control token itself, which lets
+// a user end a turn and write the assistant's.)
+func (h *Handler) encodeChat(msgs []chat.Message, o chat.Options) ([]int64, error) {
+	var literal []string
+	nonce := newID("")[:12]
+	for _, m := range msgs {
+		c, ok := m["content"].(string)
+		if !ok || !slices.ContainsFunc(h.special, func(sp string) bool { return strings.Contains(c, sp) }) {
+			continue
+		}
+		m["content"] = fmt.Sprintf("\uE000%s%d\uE001", nonce, len(literal))
+		literal = append(literal, c)
+	}
+	if len(literal) == 0 {
+		ids, _, _, err := chat.Encode(h.e.tok, h.e.tmpl, msgs, o)
+		return ids, err
+	}
+	r, err := h.e.tmpl.Render(msgs, o)
+	if err != nil {
+		return nil, err
+	}
+	placeholder := regexp.MustCompile("\uE000" + nonce + `(\d+)\x{E001}`)
+	var ids []int64
+	last := 0
+	for _, loc := range placeholder.FindAllStringSubmatchIndex(r.Text, -1) {
+		ids = h.e.tok.AppendEncode(ids, r.Text[last:loc[0]], false)
+		k, _ := strconv.Atoi(r.Text[loc[2]:loc[3]])
+		ids = append(ids, h.e.tok.EncodeLiteral(literal[k])...)
+		last = loc[1]
+	}
+	return h.e.tok.AppendEncode(ids, r.Text[last:], false), nil
 }
 
 func isSet(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
