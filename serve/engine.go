@@ -141,6 +141,8 @@ type Engine struct {
 	draining bool
 	stopped  bool
 	done     chan struct{}
+
+	closeOnce sync.Once
 }
 
 // sequence is a request in the engine.
@@ -396,14 +398,16 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 // Close shuts the engine down at once (ending running requests) and frees the model,
 // its adapters and the KV pool.
 func (e *Engine) Close() {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_ = e.Shutdown(ctx)
-	e.pool.close()
-	for _, a := range e.loaded {
-		freeAdapter(a)
-	}
-	nn.Free(e.m)
+	e.closeOnce.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = e.Shutdown(ctx)
+		e.pool.close()
+		for _, a := range e.loaded {
+			freeAdapter(a)
+		}
+		nn.Free(e.m)
+	})
 }
 
 // loop is the engine's goroutine: admit, prefill, decode, until Shutdown.
@@ -459,16 +463,19 @@ func (e *Engine) step(admitted []*sequence) (err error) {
 // admit moves waiting requests, in order, to the batch while it has room, the pool
 // has their blocks and the prefill budget lasts. e.mu is held.
 func (e *Engine) admit() []*sequence {
+	// Requests whose clients left while they waited leave the queue.
+	e.waiting = slices.DeleteFunc(e.waiting, func(s *sequence) bool {
+		if err := s.ctx.Err(); err != nil {
+			s.out <- Event{Err: err, Token: -1, PromptTokens: len(s.req.Prompt)}
+			close(s.out)
+			return true
+		}
+		return false
+	})
 	var out []*sequence
 	budget := e.cfg.PrefillTokens
 	for len(e.waiting) > 0 && len(e.running)+len(out) < e.cfg.MaxBatch {
 		s := e.waiting[0]
-		if s.ctx.Err() != nil {
-			e.waiting = e.waiting[1:]
-			s.out <- Event{Err: s.ctx.Err(), Token: -1, PromptTokens: len(s.req.Prompt)}
-			close(s.out)
-			continue
-		}
 		if len(out) > 0 && len(s.req.Prompt) > budget {
 			break
 		}

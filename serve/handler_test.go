@@ -257,13 +257,21 @@ func TestQueueFull(t *testing.T) {
 	running, err := e.Submit(ctx, Request{Prompt: prompt, MaxTokens: 5*BlockSize - len(prompt), IgnoreEOS: true})
 	require.NoError(t, err)
 	<-running // it holds the pool's 5 blocks
-	_, err = e.Submit(ctx, Request{Prompt: prompt, MaxTokens: 60})
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	waiting, err := e.Submit(wctx, Request{Prompt: prompt, MaxTokens: 60})
 	require.NoError(t, err) // waits
 	srv := startServer(t, e, HandlerOptions{})
 	status, obj, resp := post(t, srv, "/v1/completions", `{"prompt": "Hi", "max_tokens": 2}`)
 	assert.Equal(t, http.StatusTooManyRequests, status)
 	assert.Equal(t, "rate_limit_exceeded", obj["code"])
 	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	// A waiting request whose client leaves frees its place in the queue at the next
+	// step.
+	wcancel()
+	ev := <-waiting
+	assert.ErrorIs(t, ev.Err, context.Canceled)
+	assert.Zero(t, e.Stats().Waiting)
 	// A request the pool can never hold (92 positions of 80) is refused at once too.
 	status, obj, _ = post(t, srv, "/v1/completions", fmt.Sprintf(`{"prompt": %s, "max_tokens": 90}`, jsonIDs(prompt[:2])))
 	assert.Equal(t, http.StatusBadRequest, status)
