@@ -58,9 +58,10 @@ type Config struct {
 	// MaxBatch full contexts, at most 65536 blocks); KVMemory sizes it in bytes instead
 	// (keys and values of every layer).
 	KVBlocks, KVMemory int64
-	// PrefillTokens bounds the prompt tokens prefilled between two decode steps (at
-	// least one prompt is; default 512), so that new requests do not stall the running
-	// ones and running ones do not starve new ones.
+	// PrefillTokens bounds the prompt tokens prefilled between two decode steps
+	// (default 512): a longer prompt is prefilled in chunks over several steps, so that
+	// new requests do not stall the running ones and running ones do not starve new
+	// ones.
 	PrefillTokens int
 }
 
@@ -131,16 +132,18 @@ type Engine struct {
 	metrics   *Metrics
 	maxTokens int
 
-	mu       sync.Mutex
-	wake     *sync.Cond
-	waiting  []*sequence
-	running  []*sequence // touched by the loop alone; its length mirrored in nRunning
-	nRunning int
-	maxUsed  int64
-	used     int64
-	draining bool
-	stopped  bool
-	done     chan struct{}
+	mu      sync.Mutex
+	wake    *sync.Cond
+	waiting []*sequence
+	// prefilling are admitted sequences whose prompts are not all cached yet, running
+	// those that decode; the loop's alone, their count mirrored in nRunning.
+	prefilling, running []*sequence
+	nRunning            int
+	maxUsed             int64
+	used                int64
+	draining            bool
+	stopped             bool
+	done                chan struct{}
 
 	closeOnce sync.Once
 }
@@ -417,42 +420,57 @@ func (e *Engine) loop() {
 	defer runtime.UnlockOSThread()
 	for {
 		e.mu.Lock()
-		for len(e.waiting) == 0 && len(e.running) == 0 && !e.draining && !e.stopped {
+		idle := func() bool { return len(e.waiting) == 0 && len(e.running) == 0 && len(e.prefilling) == 0 }
+		for idle() && !e.draining && !e.stopped {
 			e.wake.Wait()
 		}
-		if e.stopped || (e.draining && len(e.running) == 0 && len(e.waiting) == 0) {
+		if e.stopped || (e.draining && idle()) {
 			waiting := e.waiting
 			e.waiting = nil
 			e.mu.Unlock()
-			for _, s := range slices.Concat(waiting, e.running) {
+			for _, s := range slices.Concat(waiting, e.prefilling, e.running) {
 				e.finish(s, ErrShuttingDown)
 			}
-			e.running = nil
+			e.prefilling, e.running = nil, nil
 			return
 		}
-		admitted := e.admit()
+		e.prefilling = append(e.prefilling, e.admit()...)
 		e.mu.Unlock()
-		if err := e.step(admitted); err != nil {
+		if err := e.step(); err != nil {
 			// A failed forward (out of memory) ends the batch it ran, not the server.
-			for _, s := range slices.Concat(admitted, e.running) {
+			for _, s := range slices.Concat(e.prefilling, e.running) {
 				e.finish(s, err)
 			}
-			e.running = nil
+			e.prefilling, e.running = nil, nil
 		}
 		e.mu.Lock()
-		e.nRunning = len(e.running)
+		e.nRunning = len(e.prefilling) + len(e.running)
 		e.mu.Unlock()
 	}
 }
 
-// step prefills the admitted sequences and runs one decode step of the batch.
-func (e *Engine) step(admitted []*sequence) (err error) {
+// step prefills up to PrefillTokens prompt tokens of the admitted sequences, in
+// order (a sequence whose prompt is all cached joins the batch with its first token),
+// and runs one decode step of the batch.
+func (e *Engine) step() (err error) {
 	defer torch.Recover(&err, "serve")
 	torch.NoGrad(func() {
-		for _, s := range admitted {
-			torch.WithScope(func() { e.start(s) })
+		e.prefilling = e.dropCancelled(e.prefilling)
+		budget := int64(e.cfg.PrefillTokens)
+		for len(e.prefilling) > 0 && budget > 0 {
+			s := e.prefilling[0]
+			n := min(int64(len(s.req.Prompt))-s.n, budget)
+			budget -= n
+			torch.WithScope(func() {
+				logits := e.prefill(s, s.req.Prompt[s.n:s.n+n])
+				if s.n == int64(len(s.req.Prompt)) {
+					e.prefilling = e.prefilling[1:]
+					e.running = append(e.running, s)
+					e.push(s, e.choose([]*sequence{s}, logits)[0])
+				}
+			})
 		}
-		e.dropCancelled()
+		e.running = e.dropCancelled(e.running)
 		if len(e.running) > 0 {
 			torch.WithScope(e.decode)
 		}
@@ -460,8 +478,8 @@ func (e *Engine) step(admitted []*sequence) (err error) {
 	return nil
 }
 
-// admit moves waiting requests, in order, to the batch while it has room, the pool
-// has their blocks and the prefill budget lasts. e.mu is held.
+// admit takes waiting requests, in order, while the batch has room, the pool has their
+// blocks and the prefill budget of the next step lasts. e.mu is held.
 func (e *Engine) admit() []*sequence {
 	// Requests whose clients left while they waited leave the queue.
 	e.waiting = slices.DeleteFunc(e.waiting, func(s *sequence) bool {
@@ -474,9 +492,12 @@ func (e *Engine) admit() []*sequence {
 	})
 	var out []*sequence
 	budget := e.cfg.PrefillTokens
-	for len(e.waiting) > 0 && len(e.running)+len(out) < e.cfg.MaxBatch {
+	for _, s := range e.prefilling {
+		budget -= len(s.req.Prompt) - int(s.n)
+	}
+	for len(e.waiting) > 0 && len(e.prefilling)+len(e.running)+len(out) < e.cfg.MaxBatch {
 		s := e.waiting[0]
-		if len(out) > 0 && len(s.req.Prompt) > budget {
+		if len(e.prefilling)+len(out) > 0 && len(s.req.Prompt) > budget {
 			break
 		}
 		bs, ok := e.pool.take(blocksFor(len(s.req.Prompt) + s.max))
@@ -493,26 +514,27 @@ func (e *Engine) admit() []*sequence {
 	return out
 }
 
-// start prefills s's prompt and adds it to the batch with its first token.
-func (e *Engine) start(s *sequence) {
-	logits := e.prefill(s, s.req.Prompt)
-	e.running = append(e.running, s)
-	e.push(s, e.choose([]*sequence{s}, logits)[0])
-}
-
-// prefill runs the prompt ids of s (no cached positions) and returns the logits of
-// its last position, [1, V].
+// prefill runs ids, the next chunk of s's prompt, after its s.n cached positions and
+// returns the logits of its last position, [1, V].
 func (e *Engine) prefill(s *sequence, ids []int64) *torch.Tensor {
-	t := int64(len(ids))
+	past, t := s.n, int64(len(ids))
 	write := make([]int64, t)
 	for i := range write {
-		write[i] = slot(s.blocks, int64(i))
+		write[i] = slot(s.blocks, past+int64(i))
 	}
-	e.pool.step = &poolStep{seqs: []*sequence{s}, write: [][]int64{write}}
+	st := &poolStep{seqs: []*sequence{s}, write: [][]int64{write}}
+	if past > 0 {
+		gather := make([]int64, past+t)
+		for p := range gather {
+			gather[p] = slot(s.blocks, int64(p))
+		}
+		st.gather, st.l = e.onDevice(torch.FromSlice(gather, past+t)), past+t
+	}
+	e.pool.step = st
 	e.r.groups = []rowGroup{{s.adapter, 1}}
-	in := models.DecoderInput{InputIDs: e.onDevice(torch.FromSlice(ids, 1, t)), Cache: models.NewKVCacheOver(e.pool, 0)}
+	in := models.DecoderInput{InputIDs: e.onDevice(torch.FromSlice(ids, 1, t)), Cache: models.NewKVCacheOver(e.pool, past)}
 	logits := e.m.Forward(in)
-	s.n = t
+	s.n = past + t
 	return logits.Select(1, t-1)
 }
 
@@ -523,9 +545,10 @@ func (e *Engine) onDevice(t *torch.Tensor) *torch.Tensor {
 	return t
 }
 
-// dropCancelled ends the running sequences whose clients are gone.
-func (e *Engine) dropCancelled() {
-	e.running = slices.DeleteFunc(e.running, func(s *sequence) bool {
+// dropCancelled ends the sequences of seqs whose clients are gone, and returns the
+// others.
+func (e *Engine) dropCancelled(seqs []*sequence) []*sequence {
+	return slices.DeleteFunc(seqs, func(s *sequence) bool {
 		if s.out == nil {
 			return true
 		}

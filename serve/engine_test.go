@@ -194,3 +194,57 @@ func TestDefaultMaxTokensFitsPool(t *testing.T) {
 	assert.Len(t, got.ids, 3*BlockSize-len(prompt))
 	assert.Equal(t, "length", got.finish)
 }
+
+// TestChunkedPrefill: prompts longer than PrefillTokens are prefilled in chunks over
+// several steps, between the decode steps of the others, and get transformers'
+// answers all the same.
+func TestChunkedPrefill(t *testing.T) {
+	e := newTestEngine(t, Config{PrefillTokens: 5})
+	var wg sync.WaitGroup
+	got := make([]result, len(fixture.chats))
+	for i, want := range fixture.chats {
+		require.Greater(t, len(want.PromptIDs), 10, "a prompt of several chunks")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i] = collect(context.Background(), e, Request{Prompt: want.PromptIDs, MaxTokens: fixtureMaxNew, StopTokens: []int64{fixture.imEnd}})
+		}()
+	}
+	wg.Wait()
+	for i, want := range fixture.chats {
+		require.NoError(t, got[i].err)
+		assert.Equal(t, want.NewIDs, got[i].ids, "chat %d", i)
+	}
+}
+
+// TestSeededSampling: a seeded request draws the same tokens alone and beside others
+// (each sequence has its own generator); another seed draws others.
+func TestSeededSampling(t *testing.T) {
+	e := newTestEngine(t, Config{})
+	seed, other := int64(7), int64(8)
+	r := Request{Prompt: fixture.completions["base"][0].PromptIDs, MaxTokens: 12, Temperature: 1.3, TopP: 0.95, Seed: &seed, IgnoreEOS: true}
+	alone := collect(context.Background(), e, r)
+	require.NoError(t, alone.err)
+	var wg sync.WaitGroup
+	results := make([]result, 6)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ri := r
+			if i%2 == 1 {
+				ri.Seed = &other
+			}
+			results[i] = collect(context.Background(), e, ri)
+		}()
+	}
+	wg.Wait()
+	for i, got := range results {
+		require.NoError(t, got.err)
+		if i%2 == 0 {
+			assert.Equal(t, alone.ids, got.ids)
+		} else {
+			assert.NotEqual(t, alone.ids, got.ids)
+		}
+	}
+}

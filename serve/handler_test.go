@@ -288,8 +288,8 @@ func jsonIDs(ids []int64) string {
 func TestShutdownMidStream(t *testing.T) {
 	e := newTestEngine(t, Config{})
 	srv := startServer(t, e, HandlerOptions{})
-	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 60, "ignore_eos": true, "stream": true}`))
+	resp, err := http.Post(srv.URL+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt": "Hello", "max_tokens": 60, "ignore_eos": true, "stream": true}`))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	r := bufio.NewReader(resp.Body)
