@@ -110,6 +110,8 @@ type Stats struct {
 	MaxKVBlocksUsed int64
 	// Draining: Shutdown was called.
 	Draining bool
+	// Steps counts the engine's iterations (each one decode step of the batch).
+	Steps int64
 }
 
 // Engine runs one model (and its adapters) for many requests at once with continuous
@@ -139,6 +141,7 @@ type Engine struct {
 	// those that decode; the loop's alone, their count mirrored in nRunning.
 	prefilling, running []*sequence
 	nRunning            int
+	steps               int64
 	maxUsed             int64
 	used                int64
 	draining            bool
@@ -152,7 +155,7 @@ type Engine struct {
 type sequence struct {
 	req     Request
 	ctx     context.Context
-	out     chan Event
+	out     *outbox
 	adapter int
 	max     int
 	stops   []int64
@@ -300,11 +303,12 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return Stats{Waiting: len(e.waiting), Running: e.nRunning, KVBlocks: e.pool.blocks,
-		KVBlocksUsed: e.used, KVBytes: e.pool.bytes, MaxKVBlocksUsed: e.maxUsed, Draining: e.draining}
+		KVBlocksUsed: e.used, KVBytes: e.pool.bytes, MaxKVBlocksUsed: e.maxUsed, Draining: e.draining, Steps: e.steps}
 }
 
 // Submit queues r and returns the channel of its events, which ends with an event
-// that has Finish or Err set. Cancelling ctx (a client gone) ends the generation at the
+// that has Finish or Err set; read it to its end (cancelling ctx brings the end within
+// a step). Cancelling ctx (a client gone) ends the generation at the
 // next step and frees its memory. A request that can never run (too long, unknown
 // model) or cannot wait (queue full, shutting down) is refused at once.
 func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
@@ -358,7 +362,7 @@ func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
 	if r.Seed != nil {
 		seed = uint64(*r.Seed)
 	}
-	s := &sequence{req: r, ctx: ctx, adapter: adapter, max: max, out: make(chan Event, max+2),
+	s := &sequence{req: r, ctx: ctx, adapter: adapter, max: max, out: newOutbox(),
 		stops: slices.Concat(e.eos, r.StopTokens), rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), arrived: time.Now()}
 	if r.IgnoreEOS {
 		s.stops = slices.Clone(r.StopTokens)
@@ -373,7 +377,9 @@ func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
 	}
 	e.waiting = append(e.waiting, s)
 	e.wake.Signal()
-	return s.out, nil
+	events := make(chan Event)
+	go s.out.forward(events)
+	return events, nil
 }
 
 // Shutdown stops taking requests and lets the ones taken (running or waiting) finish
@@ -445,6 +451,7 @@ func (e *Engine) loop() {
 		}
 		e.mu.Lock()
 		e.nRunning = len(e.prefilling) + len(e.running)
+		e.steps++
 		e.mu.Unlock()
 	}
 }
@@ -484,8 +491,8 @@ func (e *Engine) admit() []*sequence {
 	// Requests whose clients left while they waited leave the queue.
 	e.waiting = slices.DeleteFunc(e.waiting, func(s *sequence) bool {
 		if err := s.ctx.Err(); err != nil {
-			s.out <- Event{Err: err, Token: -1, PromptTokens: len(s.req.Prompt)}
-			close(s.out)
+			s.out.put(Event{Err: err, Token: -1, PromptTokens: len(s.req.Prompt)})
+			s.out.close()
 			return true
 		}
 		return false
@@ -549,7 +556,7 @@ func (e *Engine) onDevice(t *torch.Tensor) *torch.Tensor {
 // others.
 func (e *Engine) dropCancelled(seqs []*sequence) []*sequence {
 	return slices.DeleteFunc(seqs, func(s *sequence) bool {
-		if s.out == nil {
+		if s.out.closed() {
 			return true
 		}
 		if err := s.ctx.Err(); err != nil {
@@ -615,7 +622,7 @@ func (e *Engine) decode() {
 		s.n++
 		e.push(s, toks[i])
 	}
-	e.running = slices.DeleteFunc(e.running, func(s *sequence) bool { return s.out == nil })
+	e.running = slices.DeleteFunc(e.running, func(s *sequence) bool { return s.out.closed() })
 }
 
 func boolInt(b bool) int64 {
@@ -720,7 +727,7 @@ func (e *Engine) push(s *sequence, tok int64) {
 		e.end(s, ev)
 		return
 	}
-	s.out <- ev
+	s.out.put(ev)
 }
 
 // findStop returns where the first stop string begins in text, looking at the
@@ -766,16 +773,72 @@ func (e *Engine) finish(s *sequence, err error) {
 
 // end sends s's last event and gives its blocks back to the pool.
 func (e *Engine) end(s *sequence, ev Event) {
-	if s.out == nil {
+	if s.out.closed() {
 		return
 	}
-	s.out <- ev
-	close(s.out)
-	s.out = nil
+	s.out.put(ev)
+	s.out.close()
 	e.metrics.tokens(len(s.req.Prompt), s.count)
 	e.mu.Lock()
 	e.pool.give(s.blocks)
 	e.used = e.pool.used()
 	e.mu.Unlock()
 	s.blocks = nil
+}
+
+// outbox holds a sequence's events until its reader takes them, so that the engine
+// never waits for a slow client; what it holds is bounded by the sequence's max_tokens
+// and allocated only as it waits.
+type outbox struct {
+	mu     sync.Mutex
+	events []Event
+	done   bool
+	ready  chan struct{}
+}
+
+func newOutbox() *outbox { return &outbox{ready: make(chan struct{}, 1)} }
+
+func (o *outbox) put(ev Event) {
+	o.mu.Lock()
+	o.events = append(o.events, ev)
+	o.mu.Unlock()
+	o.notify()
+}
+
+// close marks the last event put; the engine's goroutine alone calls put and close.
+func (o *outbox) close() {
+	o.mu.Lock()
+	o.done = true
+	o.mu.Unlock()
+	o.notify()
+}
+
+func (o *outbox) closed() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.done
+}
+
+func (o *outbox) notify() {
+	select {
+	case o.ready <- struct{}{}:
+	default:
+	}
+}
+
+// forward sends the events to out, in order, and closes it after the last.
+func (o *outbox) forward(out chan<- Event) {
+	defer close(out)
+	for range o.ready {
+		o.mu.Lock()
+		evs, done := o.events, o.done
+		o.events = nil
+		o.mu.Unlock()
+		for _, ev := range evs {
+			out <- ev
+		}
+		if done {
+			return
+		}
+	}
 }

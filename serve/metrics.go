@@ -122,6 +122,7 @@ func (m *Metrics) Write(w io.Writer) {
 		gauge("gotrain_serve_kv_blocks_used", "KV pool blocks held by sequences.", float64(s.KVBlocksUsed))
 		gauge("gotrain_serve_kv_blocks_total", "KV pool blocks.", float64(s.KVBlocks))
 		gauge("gotrain_serve_kv_bytes", "Bytes of the KV pool's tensors.", float64(s.KVBytes))
+		fmt.Fprintf(w, "# HELP gotrain_serve_steps_total Engine steps (one decode step of the batch each).\n# TYPE gotrain_serve_steps_total counter\ngotrain_serve_steps_total %d\n", s.Steps)
 	}
 	fmt.Fprintln(w, "# HELP gotrain_serve_time_to_first_token_seconds From a request's arrival to its first token.")
 	fmt.Fprintln(w, "# TYPE gotrain_serve_time_to_first_token_seconds histogram")
