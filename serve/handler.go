@@ -62,6 +62,9 @@ func NewHandler(e *Engine, o HandlerOptions) *Handler {
 		w.WriteHeader(http.StatusOK)
 	})
 	h.mux.Handle("GET /metrics", e.metrics)
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, newError(http.StatusNotFound, "invalid_request_error", "unknown_url", "", "no endpoint %s %s on this server", r.Method, r.URL.Path))
+	})
 	return h
 }
 

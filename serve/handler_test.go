@@ -173,6 +173,7 @@ func TestErrors(t *testing.T) {
 		{"image part", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`, 400, "", "messages", "image_url"},
 		{"no role", "/v1/chat/completions", `{"messages": [{"content": "Hi"}]}`, 400, "", "messages", "no role"},
 		{"no messages", "/v1/chat/completions", `{"model": "base"}`, 400, "", "messages", "required"},
+		{"unknown endpoint", "/v1/embeddings", `{}`, 404, "unknown_url", "", "/v1/embeddings"},
 		{"body too large", "/v1/completions", `{"prompt": "` + strings.Repeat("x", 5000) + `"}`, 413, "", "", "4096"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
