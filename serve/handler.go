@@ -255,8 +255,8 @@ type common struct {
 	IgnoreEOS bool `json:"ignore_eos"`
 }
 
-// check refuses the parameters the server does not implement, naming them, and makes
-// the engine's request.
+// request refuses the parameters the server does not implement, naming them, and
+// makes the engine's request.
 func (c *common) request(prompt []int64) (Request, *apiError) {
 	var unimpl []string
 	if c.N != nil && *c.N != 1 {
