@@ -69,8 +69,8 @@ else
 endif
 
 # test-race: the packages that run goroutines (the loader's workers, the TensorBoard
-# writer's flush timer, the checkpoint writer) under the race detector.
-RACE_PKGS := ./checkpoint/... ./tensorboard/... ./internal/... ./torch/data/...
+# writer's flush timer, the checkpoint writer, the serving engine) under the race detector.
+RACE_PKGS := ./checkpoint/... ./tensorboard/... ./internal/... ./torch/data/... ./serve/...
 test-race:
 	$(GO) test -race -tags cpu $(GOTEST_FLAGS) $(RACE_PKGS)
 
@@ -121,6 +121,8 @@ bench: libtorch-check $(BENCH_BIN)/loop $(BENCH_BIN)/ops $(BENCH_BIN)/gpt $(BENC
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) run -tags cpu ./bench/gpt -threads 1 -python $(PYTHON)
 	@echo "=== a small Llama: training, LoRA, generation and the tokenizer against transformers, peft and tokenizers (bench/llm)"
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) run -tags cpu ./bench/llm -python $(PYTHON) -cpumem $(BENCH_BIN)/libcpumem.so -results bench/results
+	@echo "=== serving: concurrent streaming completions, gotrain's server against transformers serve --continuous-batching when its extras are installed (bench/serve)"
+	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) run -tags cpu ./bench/serve -python $(PYTHON)
 	@echo "=== the Loader on an ImageFolder of JPEGs against torch's DataLoader over torchvision's ImageFolder (bench/data)"
 	CGO_CXXFLAGS="$(CGO_CXXFLAGS)" CGO_LDFLAGS="$(CGO_LDFLAGS)" $(GO) run -tags cpu ./bench/data -imagefolder -python $(PYTHON)
 	@echo "=== peak memory of a training step, gotrain against PyTorch, counted by the same allocator (bench/gpu mem)"

@@ -85,33 +85,6 @@ func (c *conversation) reply(g *generator) (string, error) {
 	return text, nil
 }
 
-// turnEnd returns the template's end-of-turn token: the special token the template
-// writes right after an assistant message's content (ChatML's <|im_end|>, Llama 3's
-// <|eot_id|>, Gemma's <end_of_turn>, Phi-3's <|end|>; an EOS for templates that end a
-// turn with it), found by rendering a probe conversation. It is -1 when the template
-// writes no special token there or refuses the probe.
-func (c *conversation) turnEnd() (int64, error) {
-	// The marker is text no template changes and no tokenizer merges with what follows.
-	const marker = "gotrain end-of-turn probe"
-	probe := []chat.Message{{"role": "user", "content": "Hi"}, {"role": "assistant", "content": marker}}
-	opts := c.opts
-	opts.AddGenerationPrompt = false
-	r, err := c.tmpl.Render(probe, opts)
-	if err != nil {
-		return -1, nil // a template that wants, say, a system turn first: the EOS stops
-	}
-	i := strings.LastIndex(r.Text, marker)
-	if i < 0 {
-		return -1, nil
-	}
-	rest := strings.TrimLeft(r.Text[i+len(marker):], " \t\r\n")
-	ids := c.tok.Encode(rest, false)
-	if len(ids) == 0 || !c.tok.IsSpecial(ids[0]) {
-		return -1, nil
-	}
-	return ids[0], nil
-}
-
 // chatLoop reads user turns from stdin, one a line, and answers each with the
 // conversation so far, until end of input. In a terminal it prompts on stderr.
 func chatLoop(c *conversation, g *generator, stdin io.Reader, stderr io.Writer) error {

@@ -88,6 +88,7 @@ import (
 
 	"github.com/gotrain/gotrain/internal/chatcli"
 	"github.com/gotrain/gotrain/internal/fsutil"
+	"github.com/gotrain/gotrain/internal/lmdir"
 	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
@@ -145,7 +146,6 @@ type config struct {
 	chat bool      // --chat or --messages
 	now  time.Time // --chat-date, for strftime_now
 
-	genEOS  models.TokenIDs // generation_config.json's eos_token_id
 	sample  bool
 	seeded  bool
 	device  torch.Device
@@ -308,7 +308,7 @@ func (c *config) validate() error {
 		return usagef("--device: %v", err)
 	}
 	c.device = dev
-	dt, err := parseDType(c.DType)
+	dt, err := lmdir.ParseDType(c.DType)
 	if err != nil {
 		return usagef("--dtype: %v", err)
 	}
@@ -382,27 +382,6 @@ func resolvedAbs(path string) (string, error) {
 	}
 }
 
-// parseDType reads --dtype: a floating-point torch dtype by PyTorch's name or the short
-// names (bf16, fp16, fp32) the other commands take.
-func parseDType(s string) (torch.DType, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "bf16":
-		return torch.BFloat16, nil
-	case "fp16", "f16":
-		return torch.Float16, nil
-	case "fp32", "f32":
-		return torch.Float32, nil
-	}
-	dt, err := torch.ParseDType(strings.ToLower(strings.TrimSpace(s)))
-	if err != nil {
-		return 0, fmt.Errorf("unknown dtype %q: want float32, bfloat16 or float16 (fp32, bf16, fp16)", s)
-	}
-	if dt != torch.Float32 && dt != torch.BFloat16 && dt != torch.Float16 {
-		return 0, fmt.Errorf("the weights cannot be %s: want float32, bfloat16 or float16", dt)
-	}
-	return dt, nil
-}
-
 // output is what --json prints.
 type output struct {
 	PromptIDs []int64 `json:"prompt_ids"`
@@ -416,7 +395,7 @@ func generate(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (err error
 	// Ops panic with *torch.Error on libtorch failures (out of memory on the device);
 	// they end the command with a message, not a trace.
 	defer torch.Recover(&err, "generate")
-	if err := checkDevice(cfg.device); err != nil {
+	if err := lmdir.CheckDevice(cfg.device); err != nil {
 		return err
 	}
 	tok, err := tokenizer.LoadDir(cfg.Model)
@@ -438,7 +417,7 @@ func generate(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (err error
 	}
 	// The small files are checked before the model loads, so that a mistake in them is
 	// reported at once, not after minutes of loading.
-	if cfg.genEOS, err = generationEOS(cfg.Model); err != nil {
+	if _, err := lmdir.GenerationEOS(cfg.Model); err != nil {
 		return err
 	}
 	if cfg.Adapter != "" {
@@ -465,10 +444,7 @@ func generate(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (err error
 		_, err := g.complete(ids, cfg.Prompt)
 		return err
 	}
-	end, err := conv.turnEnd()
-	if err != nil {
-		return err
-	}
+	end := lmdir.TurnEnd(conv.tmpl, conv.tok, conv.opts)
 	if end >= 0 && !slices.Contains(g.opts.StopTokens, end) {
 		g.opts.StopTokens = append(slices.Clone(g.opts.StopTokens), end)
 	}
@@ -495,7 +471,10 @@ type generator struct {
 // newGenerator reads the model's stop tokens and turns the flags into options.
 func newGenerator(cfg *config, m models.CausalLM, tok *tokenizer.Tokenizer, out io.Writer) (*generator, error) {
 	dc := m.DecoderConfig()
-	stops := eosTokens(cfg.genEOS, dc, tok)
+	stops, err := lmdir.EOSTokens(cfg.Model, dc, tok)
+	if err != nil {
+		return nil, err
+	}
 	opts := models.GenerateOptions{
 		MaxNewTokens:      cfg.MaxNewTokens,
 		StopTokens:        stops,
@@ -551,21 +530,6 @@ func (g *generator) complete(ids []int64, promptText string) ([]int64, error) {
 	enc := json.NewEncoder(g.out)
 	enc.SetEscapeHTML(false) // "<|endoftext|>" stays readable
 	return newIDs, enc.Encode(output{PromptIDs: ids, NewIDs: newIDs, Text: g.tok.Decode(newIDs, true)})
-}
-
-// checkDevice refuses a CUDA device this machine does not have before anything is
-// loaded.
-func checkDevice(d torch.Device) error {
-	if !d.IsCUDA() {
-		return nil
-	}
-	if !torch.CUDAIsAvailable() {
-		return fmt.Errorf("--device %s: CUDA is not available on this machine (no GPU, or libtorch built without CUDA; cmd/gpucheck says which)", d)
-	}
-	if n := torch.CUDADeviceCount(); d.Index >= n {
-		return fmt.Errorf("--device %s: this machine has %d CUDA device(s), cuda:0 to cuda:%d", d, n, n-1)
-	}
-	return nil
 }
 
 // loadModel opens the model directory in the asked dtype on the asked device; what the
@@ -672,54 +636,6 @@ func fitsContext(promptLen, maxNew int, context int64) error {
 			promptLen, maxNew, context, context-int64(promptLen))
 	}
 	return nil
-}
-
-// generationConfigFile holds the defaults of transformers' generate(), among them the
-// tokens that end a sequence (a chat model's end-of-turn besides its EOS).
-const generationConfigFile = "generation_config.json"
-
-// generationEOS reads generation_config.json's eos_token_id in the model directory:
-// nil when the file or the key is absent. A file that is not JSON, and an
-// eos_token_id that is not an id or a list of ids, are errors saying which.
-func generationEOS(dir string) (models.TokenIDs, error) {
-	path := filepath.Join(dir, generationConfigFile)
-	data, err := fsutil.ReadFileInDir(dir, generationConfigFile, 1<<20)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var gc map[string]json.RawMessage
-	if err := json.Unmarshal(data, &gc); err != nil {
-		return nil, fmt.Errorf("%s is not a JSON object: %w", path, err)
-	}
-	raw, ok := gc["eos_token_id"]
-	if !ok {
-		return nil, nil
-	}
-	var eos models.TokenIDs
-	if err := json.Unmarshal(raw, &eos); err != nil {
-		return nil, fmt.Errorf("%s: eos_token_id: %w", path, err)
-	}
-	return eos, nil
-}
-
-// eosTokens returns the tokens that end the generation, as transformers' generate()
-// takes them: generation_config.json's eos_token_id (genEOS), else config.json's
-// (dc.EOS), else the tokenizer's EOS. An empty (non-nil) list never stops early. An id
-// outside the vocabulary is kept, as transformers keeps it: it never stops anything.
-func eosTokens(genEOS models.TokenIDs, dc models.DecoderConfig, tok *tokenizer.Tokenizer) []int64 {
-	switch {
-	case len(genEOS) > 0:
-		return genEOS
-	case len(dc.EOS) > 0:
-		return dc.EOS
-	}
-	if eos, ok := tok.EOS(); ok {
-		return []int64{eos}
-	}
-	return []int64{}
 }
 
 // randomSeed returns a seed for sampling without --seed, so that runs differ as they do

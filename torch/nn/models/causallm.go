@@ -2,6 +2,7 @@ package models
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
@@ -64,10 +65,28 @@ type KVCache struct {
 	keys, values []*torch.Tensor
 	n            int64 // the positions every layer has been given
 	pending      int64 // the positions of the current forward, until Advance
+	store        KVStore
 }
 
 // NewKVCache returns an empty cache for at most maxLen positions.
 func NewKVCache(maxLen int64) *KVCache { return &KVCache{MaxLen: maxLen} }
+
+// KVStore keeps keys and values outside a KVCache's own buffers: a serving engine's
+// pool, shared by many sequences of different lengths, where each row of a batch is
+// one of them (package serve).
+type KVStore interface {
+	// Update stores layer's keys and values k, v [B, H, T, D] of this forward and
+	// returns the keys and values the queries attend to, [B, H, past+T, D] (past as
+	// NewKVCacheOver was given it; the DecoderInput's AttentionMask hides what a row
+	// does not have).
+	Update(layer int, k, v *torch.Tensor) (keys, values *torch.Tensor)
+}
+
+// NewKVCacheOver returns a cache for one forward whose keys and values are store's:
+// Len is past, and Update is store's.
+func NewKVCacheOver(store KVStore, past int64) *KVCache {
+	return &KVCache{MaxLen: math.MaxInt64, n: past, store: store}
+}
 
 // Len returns the number of cached positions (0 for a nil cache).
 func (c *KVCache) Len() int64 {
@@ -82,6 +101,10 @@ func (c *KVCache) Len() int64 {
 // in each forward and then Advance(T) once.
 func (c *KVCache) Update(layer int, k, v *torch.Tensor) (keys, values *torch.Tensor) {
 	t := k.Size(2)
+	if c.store != nil {
+		c.pending = t
+		return c.store.Update(layer, k, v)
+	}
 	if c.n+t > c.MaxLen {
 		panic(&torch.Error{Op: "KVCache.Update", Msg: fmt.Sprintf("the cache holds %d positions; %d asked", c.MaxLen, c.n+t)})
 	}
