@@ -13,6 +13,12 @@ import (
 
 type normalizer interface {
 	normalize(s string) string
+	// maxLen bounds the length of the output for an input of n bytes; outLen is the
+	// output's exact length, counted without making it (budget.go).
+	maxLen(n int) int
+	outLen(s string) int
+	// describe names the normalizer in an error.
+	describe() string
 }
 
 type normSequence []normalizer

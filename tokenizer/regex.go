@@ -18,10 +18,12 @@ import (
 // the patterns of released files, the pattern is rewritten before it is compiled
 // (foldGroups); docs/tokenizer.md lists what was checked.
 
-// ErrBudget is wrapped by the error (or panic, from Encode) of a Split regex whose
-// matching exceeds its time budget: a pattern that backtracks catastrophically. The
-// patterns of released tokenizer files match in time linear in the text.
-var ErrBudget = errors.New("tokenizer: regex budget exceeded")
+// ErrBudget is wrapped by the error (or panic, from Encode) of a text over one of the
+// tokenizer's budgets: a Split regex whose matching exceeds its time budget (a pattern
+// that backtracks catastrophically; the patterns of released tokenizer files match in
+// time linear in the text), or a normalizer that would grow the text past its size
+// budget (budget.go; the normalizers of released files stay far under it).
+var ErrBudget = errors.New("tokenizer: budget exceeded")
 
 // regexMatchBudget bounds the time of one regexp2 match (one pre-token). regexp2
 // matches the patterns of released files at several MB/s, so a legitimate match of

@@ -39,15 +39,18 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // valid: each maximal invalid subsequence becomes one U+FFFD, as Rust's
 // String::from_utf8_lossy and Python's bytes.decode(errors="replace") do. Encode never truncates or pads,
 // whatever the file's truncation and padding say (transformers turns those off too
-// unless a call asks for them). A Split regex over its budget (see TryEncode) panics
-// with an error wrapping ErrBudget.
+// unless a call asks for them). A text over a budget (see TryEncode) panics with an
+// error wrapping ErrBudget.
 func (t *Tokenizer) Encode(text string, addSpecialTokens bool) []int64 {
 	return t.AppendEncode(nil, text, addSpecialTokens)
 }
 
 // TryEncode is Encode returning an error where Encode panics: when a Split regular
 // expression outside the hand-written fast paths exceeds its budget (ErrBudget), which
-// only a pattern that backtracks catastrophically does.
+// only a pattern that backtracks catastrophically does, or when the file's normalizers
+// would grow the text past normGrowth (32) times its length plus 4 KiB (ErrBudget),
+// which only a file built to do so asks for. Callers that encode text they did not
+// write (a prompt, a data set) should use TryEncode.
 func (t *Tokenizer) TryEncode(text string, addSpecialTokens bool) (ids []int64, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -90,7 +93,7 @@ func (t *Tokenizer) encodeText(dst []int64, text string, sc *scratch) []int64 {
 		}
 		s := seg.text
 		if t.normalizer != nil {
-			s = t.normalizer.normalize(s)
+			s = normalizeWithin(t.normalizer, s, normLimit(len(s)))
 		}
 		sc.sub = t.added.split(sc.sub[:0], s, t.added.norm, seg.atStart)
 		for _, sub := range sc.sub {

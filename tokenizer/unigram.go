@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/rivo/uniseg"
@@ -173,6 +174,7 @@ func (m *unigram) encodeWord(dst []int64, w string) []int64 {
 type normPrecompiled struct {
 	units      []uint32
 	normalized string
+	longest    int // the longest replacement, in bytes (budget.go)
 }
 
 func parsePrecompiled(raw json.RawMessage, field string) (*normPrecompiled, error) {
@@ -202,6 +204,9 @@ func parsePrecompiled(raw json.RawMessage, field string) (*normPrecompiled, erro
 	}
 	if !utf8.ValidString(p.normalized) {
 		return nil, fmt.Errorf("tokenizer: %s.precompiled_charsmap: the normalized strings are not UTF-8", field)
+	}
+	for _, r := range strings.Split(p.normalized, "\x00") {
+		p.longest = max(p.longest, len(r))
 	}
 	return p, nil
 }
@@ -246,10 +251,41 @@ func (p *normPrecompiled) lookup(s string) (string, bool) {
 	return "", false
 }
 
+// walk calls f for each part of s a rule may replace, in order, as tokenizers'
+// Precompiled takes them: with the rule's replacement and found true, or the part
+// itself unchanged and found false.
+func (p *normPrecompiled) walk(s string, f func(part, repl string, found bool)) {
+	state := -1
+	for rest := s; rest != ""; {
+		var g string
+		g, rest, _, state = uniseg.FirstGraphemeClusterInString(rest, state)
+		if len(g) < 6 {
+			if repl, found := p.lookup(g); found {
+				f(g, repl, true)
+				continue
+			}
+		}
+		for i, r := range g {
+			part := g[i : i+utf8.RuneLen(r)]
+			if repl, found := p.lookup(part); found {
+				f(part, repl, true)
+			} else {
+				f(part, part, false)
+			}
+		}
+	}
+}
+
 // changes are the normalization's edits as tokenizers' Precompiled makes them (the
 // offsets follow them); ok is false when no rule applied.
 func (p *normPrecompiled) changes(s string) (ch []change, ok bool) {
-	replace := func(old, repl string) {
+	p.walk(s, func(old, repl string, found bool) {
+		if !found {
+			r, _ := utf8.DecodeRuneInString(old)
+			ch = append(ch, change{r, 0})
+			return
+		}
+		ok = true
 		diff := utf8.RuneCountInString(repl) - utf8.RuneCountInString(old)
 		for _, r := range repl {
 			ch = append(ch, change{r, 0})
@@ -262,39 +298,22 @@ func (p *normPrecompiled) changes(s string) (ch []change, ok bool) {
 		case diff < 0 && len(ch) > 0:
 			ch[len(ch)-1].n += diff
 		}
-	}
-	state := -1
-	for rest := s; rest != ""; {
-		var g string
-		g, rest, _, state = uniseg.FirstGraphemeClusterInString(rest, state)
-		if len(g) < 6 {
-			if repl, found := p.lookup(g); found {
-				ok = true
-				replace(g, repl)
-				continue
-			}
-		}
-		for i, r := range g {
-			part := g[i : i+utf8.RuneLen(r)]
-			if repl, found := p.lookup(part); found {
-				ok = true
-				replace(part, repl)
-			} else {
-				ch = append(ch, change{r, 0})
-			}
-		}
-	}
+	})
 	return ch, ok
 }
 
 func (p *normPrecompiled) normalize(s string) string {
-	ch, ok := p.changes(s)
-	if !ok {
+	var sb strings.Builder
+	changed := false
+	p.walk(s, func(part, repl string, found bool) {
+		changed = changed || found
+		if sb.Len() == 0 {
+			sb.Grow(len(s))
+		}
+		sb.WriteString(repl)
+	})
+	if !changed {
 		return s
 	}
-	b := make([]byte, 0, len(s))
-	for _, c := range ch {
-		b = utf8.AppendRune(b, c.r)
-	}
-	return string(b)
+	return sb.String()
 }
