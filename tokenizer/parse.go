@@ -765,6 +765,11 @@ func (t *Tokenizer) addTokens(list []addedTokenJSON) error {
 		}
 		(*tr).insert(pat, tok.ID)
 	}
+	for _, tr := range []*trie{a.raw, a.norm} {
+		if tr != nil {
+			tr.build()
+		}
+	}
 	return nil
 }
 
