@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"math/rand"
 	"runtime"
 	"strings"
 	"testing"
@@ -124,4 +125,103 @@ func TestParityNormalizerOutLen(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestLongLineAllocation: Encode streams a long line through the pre-tokenizer and the
+// model piece by piece (no list of spans or pieces of the whole line): the bytes it
+// allocates grow linearly with the line (4× the line, 4× the bytes, give or take the
+// growth steps of the id slice) and stay under 16 bytes a byte of text, the ids
+// (8 bytes a token, appended) included. Before, the spans and pieces of the whole line
+// took 52 to 58 bytes a byte with ByteLevel, and a 60 MB line 3.4 GB.
+func TestLongLineAllocation(t *testing.T) {
+	split := func(pattern map[string]any, behavior string, invert bool) map[string]any {
+		return map[string]any{"type": "Split", "pattern": pattern, "behavior": behavior, "invert": invert}
+	}
+	for _, c := range []struct {
+		name    string
+		pre     any // nil: tinyFile's ByteLevel
+		perByte int
+	}{
+		{"ByteLevel", nil, 8},
+		{"Metaspace", map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}, 8},
+		{"Whitespace", map[string]any{"type": "Whitespace"}, 8},
+		{"BertPreTokenizer", map[string]any{"type": "BertPreTokenizer"}, 8},
+		{"Digits", map[string]any{"type": "Digits", "individual_digits": false}, 8},
+		// regexp2 allocates for each match (garbage, not held): linear, but more.
+		{"Split regexp2 + ByteLevel", map[string]any{"type": "Sequence", "pretokenizers": []any{
+			split(map[string]any{"Regex": `\s+|[^\s]+(?=\s|$)`}, "Isolated", false),
+			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false},
+		}}, 200},
+		{"Split string MergedWithPrevious", split(map[string]any{"String": " "}, "MergedWithPrevious", false), 8},
+		{"Split string Contiguous invert", split(map[string]any{"String": "o"}, "Contiguous", true), 8},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tok, err := Parse(tinyFile(t, func(m map[string]any) {
+				if c.pre != nil {
+					m["pre_tokenizer"] = c.pre
+				}
+			}))
+			require.NoError(t, err)
+			unit := "hello world 12 tokens, "
+			tok.Encode(strings.Repeat(unit, 100), false) // the word cache
+			var alloc [2]uint64
+			for k, n := range []int{1 << 18, 1 << 20} {
+				text := strings.Repeat(unit, n/len(unit))
+				ids := make([]int64, 0, len(text)+16)
+				alloc[k] = allocated(func() { tok.AppendEncode(ids, text, false) })
+				t.Logf("%d bytes: %d allocated, %.1f a byte", len(text), alloc[k], float64(alloc[k])/float64(len(text)))
+				require.Less(t, alloc[k], uint64(c.perByte*len(text)), "bytes allocated for a line of %d bytes", len(text))
+			}
+			require.LessOrEqual(t, alloc[1], 44*alloc[0]/10+64<<10, "allocation for 4× the line: %d then %d bytes", alloc[0], alloc[1])
+		})
+	}
+}
+
+// TestSplitterAsApplyBehavior: the streaming splitter yields the pieces that
+// applyBehavior's ranges (the offsets' path) give, for every behavior, on random tilings
+// with empty matches, runs of matches and inversion.
+func TestSplitterAsApplyBehavior(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	for range 2000 {
+		n := rng.Intn(12)
+		text := "abcdefghijkl"[:n]
+		var spans []span
+		for i := 0; i < n || (i == n && rng.Intn(3) == 0 && len(spans) < 20); {
+			l := rng.Intn(3)
+			if i+l > n {
+				l = n - i
+			}
+			if l == 0 && i == n {
+				spans = append(spans, span{i, i, true})
+				break
+			}
+			spans = append(spans, span{i, i + l, l == 0 || rng.Intn(2) == 0})
+			i += l
+		}
+		for b := splitRemoved; b <= splitContiguous; b++ {
+			for _, invert := range []bool{false, true} {
+				p := piece{text: text, atStart: true}
+				var want []piece
+				in := append([]span(nil), spans...)
+				if invert {
+					for k := range in {
+						in[k].match = !in[k].match
+					}
+				}
+				for _, sp := range applyBehavior(in, b) {
+					if sp.end > sp.start {
+						want = append(want, piece{text[sp.start:sp.end], sp.start == 0})
+					}
+				}
+				var got []piece
+				z := getSplitter(p, b, func(c piece) { got = append(got, c) })
+				z.invert = invert
+				for _, sp := range spans {
+					z.add(sp)
+				}
+				z.done()
+				require.Equal(t, want, got, "behavior %d invert %v spans %v", b, invert, spans)
+			}
+		}
+	}
 }

@@ -67,8 +67,15 @@ func compileRegex(pattern, field string) (*genericRegex, error) {
 // tokenizers' Pattern::find_matches for a Regex: an empty match is a span too (the
 // split drops it). Over budget it panics with a *budgetError.
 func (g *genericRegex) find(dst []span, s string) []span {
+	l := spanList(dst)
+	g.each(s, &l)
+	return l
+}
+
+// each is find handing each span to f in turn.
+func (g *genericRegex) each(s string, f spanSink) {
 	if s == "" {
-		return dst
+		return
 	}
 	runes := []rune(s)
 	deadline := time.Now().Add(regexBase + time.Duration(len(s))*regexPerByte)
@@ -87,9 +94,9 @@ func (g *genericRegex) find(dst []span, s string) []span {
 		start := toByte(m.Index)
 		end := toByte(m.Index + m.Length)
 		if start > prev {
-			dst = append(dst, span{prev, start, false})
+			f.add(span{prev, start, false})
 		}
-		dst = append(dst, span{start, end, true})
+		f.add(span{start, end, true})
 		prev = end
 		if time.Now().After(deadline) {
 			err = fmt.Errorf("the text of %d bytes took over %v", len(s), regexBase+time.Duration(len(s))*regexPerByte)
@@ -105,9 +112,8 @@ func (g *genericRegex) find(dst []span, s string) []span {
 			ErrBudget, g.field, g.re.String(), len(s), err)})
 	}
 	if prev < len(s) {
-		dst = append(dst, span{prev, len(s), false})
+		f.add(span{prev, len(s), false})
 	}
-	return dst
 }
 
 // foldGroups rewrites each (?i:...) group made only of literal characters and | (the

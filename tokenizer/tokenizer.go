@@ -28,7 +28,6 @@ type Tokenizer struct {
 // does not allocate them each time.
 type scratch struct {
 	segs, sub []segment
-	pieces    []piece
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -64,6 +63,22 @@ func (t *Tokenizer) TryEncode(text string, addSpecialTokens bool) (ids []int64, 
 	return t.Encode(text, addSpecialTokens), nil
 }
 
+// TryEncodeOffsets is EncodeOffsets returning an error where EncodeOffsets panics (a
+// text over a budget, as TryEncode).
+func (t *Tokenizer) TryEncodeOffsets(text string, addSpecialTokens bool) (ids []int64, offsets [][2]int, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			be, ok := r.(*budgetError)
+			if !ok {
+				panic(r)
+			}
+			ids, offsets, err = nil, nil, be.err
+		}
+	}()
+	ids, offsets = t.EncodeOffsets(text, addSpecialTokens)
+	return ids, offsets, nil
+}
+
 // AppendEncode is Encode appending to dst, for callers that reuse a buffer.
 func (t *Tokenizer) AppendEncode(dst []int64, text string, addSpecialTokens bool) []int64 {
 	if !utf8.ValidString(text) {
@@ -85,6 +100,8 @@ func (t *Tokenizer) AppendEncode(dst []int64, text string, addSpecialTokens bool
 // raw text, then the normalizer, then added tokens matched in the normalized text, then
 // the pre-tokenizer and the model on what is left.
 func (t *Tokenizer) encodeText(dst []int64, text string, sc *scratch) []int64 {
+	// The pre-tokenizer hands each piece straight to the model (see preTokenizer).
+	encode := func(p piece) { dst = t.model.encodeWord(dst, p.text) }
 	sc.segs = t.added.split(sc.segs[:0], text, t.added.raw, true)
 	for _, seg := range sc.segs {
 		if seg.id >= 0 {
@@ -105,10 +122,7 @@ func (t *Tokenizer) encodeText(dst []int64, text string, sc *scratch) []int64 {
 				dst = t.model.encodeWord(dst, sub.text)
 				continue
 			}
-			sc.pieces = t.pre.preTokenize(sc.pieces[:0], piece{text: sub.text, atStart: sub.atStart})
-			for _, p := range sc.pieces {
-				dst = t.model.encodeWord(dst, p.text)
-			}
+			t.pre.preTokenize(piece{text: sub.text, atStart: sub.atStart}, encode)
 		}
 	}
 	return dst
