@@ -105,7 +105,10 @@ func (c *conversation) turnEnd() (int64, error) {
 		return -1, nil
 	}
 	rest := strings.TrimLeft(r.Text[i+len(marker):], " \t\r\n")
-	ids := c.tok.Encode(rest, false)
+	ids, err := c.tok.TryEncode(rest, false)
+	if err != nil {
+		return -1, err
+	}
 	if len(ids) == 0 || !c.tok.IsSpecial(ids[0]) {
 		return -1, nil
 	}
