@@ -225,3 +225,20 @@ func TestSplitterAsApplyBehavior(t *testing.T) {
 		}
 	}
 }
+
+// TestLongWordAllocation: without a pre-tokenizer (Llama 2's files) a line is one word
+// for BPE, which merges it whole, exactly; its slices are sized once from the word's
+// length, so a word allocates about 44 bytes a byte (16 a symbol, 24 a queued merge, 4
+// an id), 4× for 4× the word, where append's growth made it 116.
+func TestLongWordAllocation(t *testing.T) {
+	tok, err := Parse(tinyFile(t, func(m map[string]any) { m["pre_tokenizer"] = nil }))
+	require.NoError(t, err)
+	var alloc [2]uint64
+	for k, n := range []int{1 << 18, 1 << 20} {
+		text := strings.Repeat("hello world ", n/12)
+		ids := make([]int64, 0, len(text))
+		alloc[k] = allocated(func() { tok.AppendEncode(ids, text, false) })
+		require.Less(t, alloc[k], uint64(48*len(text)), "bytes allocated for a word of %d bytes", len(text))
+	}
+	require.LessOrEqual(t, alloc[1], 44*alloc[0]/10+64<<10, "allocation for 4× the word: %d then %d bytes", alloc[0], alloc[1])
+}

@@ -200,7 +200,7 @@ func (e *offsetEncoder) word(w alignedText) {
 		e.add(int64(s.id), off, v)
 		pos += int(s.size)
 	}
-	mergePool.Put(sc)
+	putMergeScratch(sc)
 }
 
 // alignedPiece is a piece with its alignment.
