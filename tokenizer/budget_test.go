@@ -242,3 +242,32 @@ func TestLongWordAllocation(t *testing.T) {
 	}
 	require.LessOrEqual(t, alloc[1], 44*alloc[0]/10+64<<10, "allocation for 4× the word: %d then %d bytes", alloc[0], alloc[1])
 }
+
+// TestUnigramLongPiece: a Unigram vocabulary with one 5000-byte piece no text continues
+// costs each position of a word the bytes that some piece continues with (here two or
+// three steps), not a lookup of every length up to the longest piece (5000 lookups of up
+// to 5000 bytes each at every position); the pieces are the ones the lookups found.
+func TestUnigramLongPiece(t *testing.T) {
+	long := strings.Repeat("c", 5000)
+	file := map[string]any{
+		"version": "1.0", "added_tokens": []any{}, "normalizer": nil, "pre_tokenizer": nil,
+		"post_processor": nil, "decoder": nil,
+		"model": map[string]any{"type": "Unigram", "unk_id": 0, "byte_fallback": false,
+			"vocab": []any{[]any{"<unk>", 0.0}, []any{"a", -1.0}, []any{"b", -2.0}, []any{"ab", -2.5}, []any{long, -1.0}, []any{"cc", -1.5}}},
+	}
+	data, err := json.Marshal(file)
+	require.NoError(t, err)
+	tok, err := Parse(data)
+	require.NoError(t, err)
+	text := strings.Repeat("ab", 1<<15)
+	w0 := unigramWork.Load()
+	ids := tok.Encode(text, false)
+	require.LessOrEqual(t, unigramWork.Load()-w0, int64(3*len(text)))
+	require.Len(t, ids, 1<<15)
+	abID, _ := tok.TokenToID("ab")
+	require.Equal(t, abID, ids[0])
+	longID, _ := tok.TokenToID(long)
+	ccID, _ := tok.TokenToID("cc")
+	require.Equal(t, []int64{longID, abID}, tok.Encode(long+"ab", false))
+	require.Equal(t, []int64{ccID, abID, 0}, tok.Encode("ccabc", false), "c alone is unknown")
+}
