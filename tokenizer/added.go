@@ -51,6 +51,9 @@ type addedVocab struct {
 // text's length times the longest token's (5000 tokens "a…ab" on a line of "a").
 type trie struct {
 	nodes []trieNode
+	// root[c] is the root's child on byte c, 0 if none: most bytes of a text end no
+	// token, and an array answers that faster than the root's map.
+	root  [256]int32
 	built bool
 }
 
@@ -104,6 +107,9 @@ func (t *trie) build() {
 			queue = append(queue, v)
 		}
 	}
+	for c, v := range t.nodes[0].next {
+		t.root[c] = v
+	}
 	t.built = true
 }
 
@@ -139,17 +145,14 @@ func (t *trie) longestAt(dst []addedMatch, s string) []addedMatch {
 		panic("tokenizer: added-token matcher used before build")
 	}
 	n, steps := int32(0), 0
-	root := &t.nodes[0]
 	for i := len(s) - 1; i >= 0; i-- {
 		c := s[i]
 		steps++
 		if n == 0 {
 			// The common case: most bytes end no token.
-			nx, ok := root.next[c]
-			if !ok {
+			if n = t.root[c]; n == 0 {
 				continue
 			}
-			n = nx
 		} else {
 			for {
 				if nx, ok := t.nodes[n].next[c]; ok {
