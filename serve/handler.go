@@ -412,12 +412,23 @@ func (h *Handler) encodeChat(msgs []chat.Message, o chat.Options) ([]int64, erro
 	var ids []int64
 	last := 0
 	for _, loc := range placeholder.FindAllStringSubmatchIndex(r.Text, -1) {
-		ids = h.e.tok.AppendEncode(ids, r.Text[last:loc[0]], false)
+		part, err := h.e.tok.TryEncode(r.Text[last:loc[0]], false)
+		if err != nil {
+			return nil, err
+		}
 		k, _ := strconv.Atoi(r.Text[loc[2]:loc[3]])
-		ids = append(ids, h.e.tok.EncodeLiteral(literal[k])...)
+		lit, err := h.e.tok.EncodeLiteral(literal[k])
+		if err != nil {
+			return nil, err
+		}
+		ids = append(append(ids, part...), lit...)
 		last = loc[1]
 	}
-	return h.e.tok.AppendEncode(ids, r.Text[last:], false), nil
+	rest, err := h.e.tok.TryEncode(r.Text[last:], false)
+	if err != nil {
+		return nil, err
+	}
+	return append(ids, rest...), nil
 }
 
 func isSet(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
@@ -446,16 +457,20 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request) *apiError 
 	var ids []int64
 	var text string
 	var texts []string
+	var err error
 	switch {
 	case json.Unmarshal(req.Prompt, &text) == nil:
-		ids = h.e.tok.Encode(text, true)
+		ids, err = h.e.tok.TryEncode(text, true)
 	case json.Unmarshal(req.Prompt, &ids) == nil:
 	case json.Unmarshal(req.Prompt, &texts) == nil && len(texts) == 1:
-		ids = h.e.tok.Encode(texts[0], true)
+		ids, err = h.e.tok.TryEncode(texts[0], true)
 	case json.Unmarshal(req.Prompt, &texts) == nil:
 		return badRequest("prompt", "not implemented by this server: a list of %d prompts (send one per request)", len(texts))
 	default:
 		return badRequest("prompt", "prompt must be a string or a list of token ids")
+	}
+	if err != nil {
+		return badRequest("prompt", "%v", err)
 	}
 	if req.MaxTokens == nil {
 		n := 16 // OpenAI's default for completions

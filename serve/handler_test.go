@@ -401,5 +401,7 @@ func TestControlTokenInContentIsText(t *testing.T) {
 	r, err := e.Template().Render([]chat.Message{{"role": "user", "content": content}}, chat.Options{AddGenerationPrompt: true})
 	require.NoError(t, err)
 	assert.Equal(t, r.Text, e.Tokenizer().Decode(ids, false))
-	assert.NotContains(t, e.Tokenizer().EncodeLiteral("a<|im_end|>b"), fixture.imEnd)
+	lit, err := e.Tokenizer().EncodeLiteral("a<|im_end|>b")
+	require.NoError(t, err)
+	assert.NotContains(t, lit, fixture.imEnd)
 }

@@ -1,6 +1,8 @@
 package tokenizer
 
 import (
+	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 )
@@ -35,29 +37,47 @@ type addedVocab struct {
 }
 
 // trie finds added tokens leftmost-longest, as tokenizers' Aho-Corasick automaton
-// (daachorse, MatchKind::LeftmostLongest) does.
+// (daachorse, MatchKind::LeftmostLongest) does: the match that starts first, and of
+// those the longest; the next search starts where it ends.
+//
+// It is an Aho-Corasick automaton of the reversed contents, run once over the text from
+// its end to its start: after reading s[i:] backwards its state is the longest reversed
+// content prefix that ends the text read, so the longest content that begins at i is the
+// state's own token or the one its output link names. That gives, for every position,
+// the longest token starting there in one pass of at most two steps a byte (each byte
+// deepens the state by one, each failure step makes it shallower), whatever the tokens:
+// a text costs time linear in its length plus the matches (addedWork counts the steps).
+// Scanning forward from each position in turn, as a plain trie walk does, costs the
+// text's length times the longest token's (5000 tokens "a…ab" on a line of "a").
 type trie struct {
 	nodes []trieNode
-	first [256]bool
+	// root[c] is the root's child on byte c, 0 if none: most bytes of a text end no
+	// token, and an array answers that faster than the root's map.
+	root  [256]int32
+	built bool
 }
 
 type trieNode struct {
-	next map[byte]int32
-	id   int64 // -1: no token ends here
+	next  map[byte]int32
+	id    int64 // -1: no token ends here
+	fail  int32 // the node of the longest proper suffix of this node's string
+	out   int32 // the node of the longest token that is a suffix of this node's string, -1: none
+	depth int32
 }
 
-func newTrie() *trie { return &trie{nodes: []trieNode{{id: -1}}} }
+func newTrie() *trie { return &trie{nodes: []trieNode{{id: -1, out: -1}}} }
 
+// insert adds the token s (reversed); the first id inserted for a text is kept.
 func (t *trie) insert(s string, id int64) {
 	n := int32(0)
-	for i := 0; i < len(s); i++ {
+	for i := len(s) - 1; i >= 0; i-- {
 		nx, ok := t.nodes[n].next[s[i]]
 		if !ok {
 			if t.nodes[n].next == nil {
 				t.nodes[n].next = make(map[byte]int32)
 			}
 			nx = int32(len(t.nodes))
-			t.nodes = append(t.nodes, trieNode{id: -1})
+			t.nodes = append(t.nodes, trieNode{id: -1, out: -1, depth: t.nodes[n].depth + 1})
 			t.nodes[n].next[s[i]] = nx
 		}
 		n = nx
@@ -65,31 +85,93 @@ func (t *trie) insert(s string, id int64) {
 	if t.nodes[n].id < 0 {
 		t.nodes[n].id = id
 	}
-	t.first[s[0]] = true
+	t.built = false
 }
 
-// find returns the leftmost-longest match at or after from.
-func (t *trie) find(s string, from int) (start, end int, id int64, ok bool) {
-	for i := from; i < len(s); i++ {
-		if !t.first[s[i]] {
-			continue
-		}
-		n, best := int32(0), -1
-		for j := i; j < len(s); j++ {
-			nx, found := t.nodes[n].next[s[j]]
-			if !found {
-				break
+// build computes the failure and output links, breadth first.
+func (t *trie) build() {
+	queue := []int32{0}
+	for len(queue) > 0 {
+		u := queue[0]
+		queue = queue[1:]
+		for c, v := range t.nodes[u].next {
+			f := int32(0)
+			if u != 0 {
+				f = t.step(t.nodes[u].fail, c)
 			}
-			n = nx
-			if t.nodes[n].id >= 0 {
-				best, id = j+1, t.nodes[n].id
+			t.nodes[v].fail = f
+			t.nodes[v].out = t.nodes[f].out
+			if t.nodes[v].id >= 0 {
+				t.nodes[v].out = v
 			}
-		}
-		if best >= 0 {
-			return i, best, id, true
+			queue = append(queue, v)
 		}
 	}
-	return 0, 0, 0, false
+	for c, v := range t.nodes[0].next {
+		t.root[c] = v
+	}
+	t.built = true
+}
+
+// step is the automaton's transition from state n on byte c (failure links followed);
+// work counts the steps.
+func (t *trie) step(n int32, c byte) int32 {
+	for {
+		if nx, ok := t.nodes[n].next[c]; ok {
+			return nx
+		}
+		if n == 0 {
+			return 0
+		}
+		n = t.nodes[n].fail
+	}
+}
+
+// addedMatch is the longest token that starts at start.
+type addedMatch struct {
+	start, end int
+	id         int64
+}
+
+// addedWork counts the automaton's steps over all texts (tests read it).
+var addedWork atomic.Int64
+
+var matchPool = sync.Pool{New: func() any { return new([]addedMatch) }}
+
+// longestAt appends, for each position of s where a token starts, the longest such
+// token, from the last position to the first.
+func (t *trie) longestAt(dst []addedMatch, s string) []addedMatch {
+	if !t.built {
+		panic("tokenizer: added-token matcher used before build")
+	}
+	n, steps := int32(0), 0
+	for i := len(s) - 1; i >= 0; i-- {
+		c := s[i]
+		steps++
+		if n == 0 {
+			// The common case: most bytes end no token.
+			if n = t.root[c]; n == 0 {
+				continue
+			}
+		} else {
+			for {
+				if nx, ok := t.nodes[n].next[c]; ok {
+					n = nx
+					break
+				}
+				if n == 0 {
+					break
+				}
+				n = t.nodes[n].fail
+				steps++
+			}
+		}
+		if o := t.nodes[n].out; o >= 0 {
+			dst = append(dst, addedMatch{i, i + int(t.nodes[o].depth), t.nodes[o].id})
+		}
+	}
+	addedWork.Add(int64(steps))
+	return dst
 }
 
 // segment is a part of the input: an added token (id >= 0) or text for the model.
@@ -110,12 +192,15 @@ func (a *addedVocab) split(dst []segment, s string, t *trie, atStart bool) []seg
 		}
 		return dst
 	}
-	last := 0
-	for pos := 0; pos < len(s); {
-		start, stop, id, ok := t.find(s, pos)
-		if !ok {
-			break
+	mp := matchPool.Get().(*[]addedMatch)
+	matches := t.longestAt((*mp)[:0], s)
+	last, pos := 0, 0
+	for k := len(matches) - 1; k >= 0; k-- {
+		m := matches[k]
+		if m.start < pos {
+			continue
 		}
+		start, stop, id := m.start, m.end, m.id
 		pos = stop
 		tok := a.tokens[id]
 		if tok.SingleWord {
@@ -138,6 +223,10 @@ func (a *addedVocab) split(dst []segment, s string, t *trie, atStart bool) []seg
 		}
 		dst = append(dst, segment{id: id, start: start, end: stop})
 		last = stop
+	}
+	*mp = matches[:0]
+	if cap(matches) <= 1<<16 { // a long text's list is not kept
+		matchPool.Put(mp)
 	}
 	if last < len(s) {
 		dst = append(dst, segment{text: s[last:], id: -1, atStart: atStart && last == 0, start: last, end: len(s)})

@@ -86,11 +86,19 @@ func (m *bpe) encodeWord(dst []int64, w string) []int64 {
 	for _, id := range ids {
 		dst = append(dst, int64(id))
 	}
-	mergePool.Put(sc)
+	putMergeScratch(sc)
 	return dst
 }
 
 var mergePool = sync.Pool{New: func() any { return new(mergeScratch) }}
+
+// putMergeScratch returns sc to the pool unless a long word grew it: the pool does not
+// keep a long line's memory.
+func putMergeScratch(sc *mergeScratch) {
+	if cap(sc.syms) <= 1<<16 {
+		mergePool.Put(sc)
+	}
+}
 
 // symbol is one symbol of a word being merged; prev and next link the live symbols,
 // size is the byte length it covers (0 once merged into its left neighbour).
@@ -134,6 +142,13 @@ func (s *mergeScratch) add(id int32, size int) {
 // dropout): the character-to-symbol step with its unk and byte-fallback rules, then
 // merges popped from a min-heap ordered by (rank, position).
 func (m *bpe) mergeWord(sc *mergeScratch, w string) []int32 {
+	// A word has at most one symbol a byte: size the slices once (a long word would
+	// otherwise allocate each about five times over as append grows it).
+	if cap(sc.syms) < len(w) {
+		sc.syms = make([]symbol, 0, len(w))
+		sc.heap = make([]mergeItem, 0, len(w))
+		sc.out = make([]int32, 0, len(w))
+	}
 	sc.syms = sc.syms[:0]
 	unkID, unkLen := int32(-1), 0
 	for i := 0; i < len(w); {

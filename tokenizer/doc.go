@@ -34,6 +34,13 @@
 // A Tokenizer is immutable once loaded and safe for concurrent use: the data loader's
 // worker goroutines share one.
 //
+// Encoding costs time and memory linear in the text, whatever the file (the added-token
+// matcher is an automaton; pre-tokenizers stream their pieces to the model), and the
+// normalizers may grow a text to at most 32 times its length plus 4 KiB, checked before
+// the text is made: past that, or past a regex's time budget, TryEncode returns an
+// error wrapping ErrBudget (Encode panics with it). docs/tokenizer.md states the cost
+// per input byte of each step.
+//
 // docs/tokenizer.md says why this is a Go implementation rather than a binding to
 // Hugging Face's Rust code, and how its parity with tokenizers is tested.
 package tokenizer

@@ -1,27 +1,31 @@
 package tokenizer
 
-import (
-	"strings"
-	"unicode/utf8"
-)
+import "unicode/utf8"
 
 // EncodeLiteral encodes text as a piece in the middle of a text, with no added token
 // matched in it: a chat marker spelled in it (a user typing "<|im_end|>") becomes the
 // model's pieces of those characters, not the control token, as a server must encode
-// what its clients write. Nothing is added around it (no BOS).
-func (t *Tokenizer) EncodeLiteral(text string) []int64 {
+// what its clients write. Nothing is added around it (no BOS). A text over the
+// tokenizer's budgets is an error (ErrBudget), as in TryEncode.
+func (t *Tokenizer) EncodeLiteral(text string) (ids []int64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			be, ok := r.(*budgetError)
+			if !ok {
+				panic(r)
+			}
+			ids, err = nil, be.err
+		}
+	}()
 	if !utf8.ValidString(text) {
-		text = strings.ToValidUTF8(text, "\uFFFD")
+		text = lossyString(text)
 	}
 	if t.normalizer != nil {
-		text = t.normalizer.normalize(text)
+		text = normalizeWithin(t.normalizer, text, normLimit(len(text)))
 	}
 	if t.pre == nil {
-		return t.model.encodeWord(nil, text)
+		return t.model.encodeWord(nil, text), nil
 	}
-	var ids []int64
-	for _, p := range t.pre.preTokenize(nil, piece{text: text}) {
-		ids = t.model.encodeWord(ids, p.text)
-	}
-	return ids
+	t.pre.preTokenize(piece{text: text}, func(p piece) { ids = t.model.encodeWord(ids, p.text) })
+	return ids, nil
 }

@@ -135,7 +135,7 @@ func (e *offsetEncoder) encodeText(src alignedText) {
 		}
 		s := src.slice(seg.start, seg.end)
 		if t.normalizer != nil {
-			s = normalizeAligned(t.normalizer, s)
+			s = normalizeAligned(t.normalizer, s, normLimit(len(s.text)))
 		}
 		for _, sub := range t.added.split(nil, s.text, t.added.norm, seg.atStart) {
 			if sub.id >= 0 {
@@ -200,7 +200,7 @@ func (e *offsetEncoder) word(w alignedText) {
 		e.add(int64(s.id), off, v)
 		pos += int(s.size)
 	}
-	mergePool.Put(sc)
+	putMergeScratch(sc)
 }
 
 // alignedPiece is a piece with its alignment.
@@ -210,14 +210,17 @@ type alignedPiece struct {
 }
 
 // normalizeAligned is n.normalize with alignments, as tokenizers' NormalizedString
-// operations track them.
-func normalizeAligned(n normalizer, s alignedText) alignedText {
-	switch n := n.(type) {
-	case normSequence:
-		for _, x := range n {
-			s = normalizeAligned(x, s)
+// operations track them. Each normalizer's output is held to limit bytes, as
+// normalizeWithin holds it, before it is made.
+func normalizeAligned(n normalizer, s alignedText, limit int) alignedText {
+	if q, ok := n.(normSequence); ok {
+		for _, x := range q {
+			s = normalizeAligned(x, s, limit)
 		}
 		return s
+	}
+	checkNorm(n, s.text, limit)
+	switch n := n.(type) {
 	case normPrepend:
 		return prependAligned(s, n.prefix)
 	case normReplace:

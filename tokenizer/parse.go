@@ -725,7 +725,11 @@ func (t *Tokenizer) addTokens(list []addedTokenJSON) error {
 			next++
 		}
 		if tok.Normalized && t.normalizer != nil {
-			if s := t.normalizer.normalize(tok.Content); s != tok.Content {
+			s, err := normalizeContent(t.normalizer, tok.Content)
+			if err != nil {
+				return fmt.Errorf("tokenizer: added_tokens[%d]: normalizing its content: %w", k, err)
+			}
+			if s != tok.Content {
 				a.decodeAs[tok.ID] = s
 			}
 		}
@@ -761,6 +765,11 @@ func (t *Tokenizer) addTokens(list []addedTokenJSON) error {
 		}
 		(*tr).insert(pat, tok.ID)
 	}
+	for _, tr := range []*trie{a.raw, a.norm} {
+		if tr != nil {
+			tr.build()
+		}
+	}
 	return nil
 }
 
@@ -781,4 +790,20 @@ func (t *Tokenizer) guessSpecialIDs() {
 		t.bos = find("<s>", "<|begin_of_text|>", "<|startoftext|>", "<|endoftext|>")
 	}
 	t.eos = find("</s>", "<|end_of_text|>", "<|endoftext|>", "<|im_end|>")
+}
+
+// normalizeContent is an added token's content through the normalizer, within the
+// normalizer's budget (a file whose normalizers grow a text without bound fails to load
+// when an added token's content passes it, rather than growing it).
+func normalizeContent(n normalizer, s string) (out string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			be, ok := r.(*budgetError)
+			if !ok {
+				panic(r)
+			}
+			err = be.err
+		}
+	}()
+	return normalizeWithin(n, s, normLimit(len(s))), nil
 }

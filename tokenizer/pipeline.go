@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -13,6 +14,12 @@ import (
 
 type normalizer interface {
 	normalize(s string) string
+	// maxLen bounds the length of the output for an input of n bytes; outLen is the
+	// output's exact length, counted without making it (budget.go).
+	maxLen(n int) int
+	outLen(s string) int
+	// describe names the normalizer in an error.
+	describe() string
 }
 
 type normSequence []normalizer
@@ -70,24 +77,30 @@ type piece struct {
 	atStart bool
 }
 
+// A pre-tokenizer streams: it hands each piece on as soon as it is found, and a
+// Sequence hands each piece of one pre-tokenizer to the next, so that Encode encodes a
+// piece before the next is found and never holds the pieces (or the spans) of a whole
+// text: a long line costs memory for its longest piece, not for all of them.
 type preTokenizer interface {
-	// preTokenize appends the pieces p splits into to dst; it drops empty pieces.
-	preTokenize(dst []piece, p piece) []piece
+	// preTokenize calls yield with each piece p splits into, in order; it drops empty
+	// pieces.
+	preTokenize(p piece, yield func(piece))
 }
 
 type preSequence []preTokenizer
 
-func (q preSequence) preTokenize(dst []piece, p piece) []piece {
-	cur := []piece{p}
-	var next []piece
-	for _, pt := range q {
-		next = next[:0]
-		for _, c := range cur {
-			next = pt.preTokenize(next, c)
-		}
-		cur, next = next, cur
+func (q preSequence) preTokenize(p piece, yield func(piece)) {
+	if len(q) == 0 {
+		yield(p)
+		return
 	}
-	return append(dst, cur...)
+	// stage k takes the pieces of q[k-1] (the text, for stage 0) to q[k].
+	next := yield
+	for k := len(q) - 1; k > 0; k-- {
+		pt, after := q[k], next
+		next = func(c piece) { pt.preTokenize(c, after) }
+	}
+	q[0].preTokenize(p, next)
 }
 
 // splitBehavior is what a split does with the matches (the delimiters), as tokenizers'
@@ -123,46 +136,62 @@ type pattern struct {
 	regex   matchEnd
 	generic *genericRegex
 	pred    func(rune) bool
-	fn      func(dst []span, s string) []span
+	fn      func(s string, f spanSink)
 	literal string
 }
 
+// spanSink takes spans one at a time (a splitter, or a list).
+type spanSink interface{ add(span) }
+
+type spanList []span
+
+func (l *spanList) add(sp span) { *l = append(*l, sp) }
+
 // find covers s (non-empty) with spans, as tokenizers' Pattern::find_matches.
 func (p *pattern) find(dst []span, s string) []span {
+	l := spanList(dst)
+	p.each(s, &l)
+	return l
+}
+
+// each is find handing each span to f in turn, holding none of them.
+func (p *pattern) each(s string, f spanSink) {
 	switch {
 	case p.generic != nil:
-		return p.generic.find(dst, s)
+		p.generic.each(s, f)
+		return
 	case p.fn != nil:
-		return p.fn(dst, s)
+		p.fn(s, f)
+		return
 	case p.pred != nil:
 		prev := 0
 		for i, r := range s {
 			if p.pred(r) {
 				if i > prev {
-					dst = append(dst, span{prev, i, false})
+					f.add(span{prev, i, false})
 				}
 				prev = i + utf8.RuneLen(r)
-				dst = append(dst, span{i, prev, true})
+				f.add(span{i, prev, true})
 			}
 		}
 		if prev < len(s) {
-			dst = append(dst, span{prev, len(s), false})
+			f.add(span{prev, len(s), false})
 		}
-		return dst
+		return
 	}
 	if p.regex != nil {
 		for i := 0; i < len(s); {
 			e := p.regex(s, i)
 			if e <= i { // cannot happen for the known patterns; never loop forever
 				_, n := utf8.DecodeRuneInString(s[i:])
-				dst = append(dst, span{i, i + n, false})
+				f.add(span{i, i + n, false})
 				i += n
 				continue
 			}
-			dst = append(dst, span{i, e, true})
+			f.add(span{i, e, true})
 			i = e
 		}
-		return dst
+		return
 	}
 	prev := 0
 	for prev <= len(s) {
@@ -172,26 +201,105 @@ func (p *pattern) find(dst []span, s string) []span {
 		}
 		start := prev + k
 		if start > prev {
-			dst = append(dst, span{prev, start, false})
+			f.add(span{prev, start, false})
 		}
-		dst = append(dst, span{start, start + len(p.literal), true})
+		f.add(span{start, start + len(p.literal), true})
 		prev = start + len(p.literal)
 	}
 	if prev < len(s) {
-		dst = append(dst, span{prev, len(s), false})
+		f.add(span{prev, len(s), false})
 	}
-	return dst
 }
 
-// splitSpans applies a behavior to the spans of p's text and appends the non-empty
-// pieces, as tokenizers' NormalizedString::split.
-func splitSpans(dst []piece, p piece, spans []span, b splitBehavior) []piece {
-	for _, sp := range applyBehavior(spans, b) {
-		if sp.end > sp.start {
-			dst = append(dst, piece{text: p.text[sp.start:sp.end], atStart: p.atStart && sp.start == 0})
+// splitter is tokenizers' NormalizedString::split as a stream: it takes the spans of
+// p's text in order (add), applies the behavior, and yields the non-empty pieces; flush
+// ends the text. It holds at most one span back (the run being merged). It gives the
+// pieces applyBehavior's ranges give, which the offsets use.
+type splitter struct {
+	p     piece
+	b     splitBehavior
+	yield func(piece)
+	// invert flips each span's match; byteLevel maps each piece's bytes to their
+	// byte-level characters before it is yielded.
+	invert, byteLevel bool
+	cur               span // the held span (has)
+	has               bool
+	prev              bool // whether the last span added matched
+}
+
+// Splitters are pooled: a Sequence runs one for each piece of the step before.
+var splitterPool = sync.Pool{New: func() any { return new(splitter) }}
+
+func getSplitter(p piece, b splitBehavior, yield func(piece)) *splitter {
+	z := splitterPool.Get().(*splitter)
+	*z = splitter{p: p, b: b, yield: yield}
+	return z
+}
+
+// done flushes z and returns it to the pool.
+func (z *splitter) done() {
+	z.flush()
+	*z = splitter{}
+	splitterPool.Put(z)
+}
+
+func (z *splitter) emit(sp span) {
+	if sp.end > sp.start {
+		c := piece{text: z.p.text[sp.start:sp.end], atStart: z.p.atStart && sp.start == 0}
+		if z.byteLevel {
+			c.text = byteLevelMap(c.text)
+		}
+		z.yield(c)
+	}
+}
+
+func (z *splitter) add(sp span) {
+	if z.invert {
+		sp.match = !sp.match
+	}
+	switch z.b {
+	case splitRemoved:
+		if !sp.match {
+			z.emit(sp)
+		}
+	case splitIsolated:
+		z.emit(sp)
+	case splitContiguous, splitMergedWithPrevious:
+		merge := sp.match == z.prev
+		if z.b == splitMergedWithPrevious {
+			merge = sp.match && !z.prev
+		}
+		if merge && z.has {
+			z.cur.end = sp.end
+		} else {
+			if z.has {
+				z.emit(z.cur)
+			}
+			z.cur, z.has = sp, true
+		}
+		z.prev = sp.match
+	case splitMergedWithNext:
+		// A match joins the span after it when that one does not match.
+		switch {
+		case z.has && !sp.match:
+			z.emit(span{z.cur.start, sp.end, false})
+			z.has = false
+		case z.has:
+			z.emit(z.cur)
+			z.cur = sp
+		case sp.match:
+			z.cur, z.has = sp, true
+		default:
+			z.emit(sp)
 		}
 	}
-	return dst
+}
+
+func (z *splitter) flush() {
+	if z.has {
+		z.emit(z.cur)
+		z.has = false
+	}
 }
 
 // applyBehavior turns the spans of a text into the ranges a split keeps, in order,
@@ -251,14 +359,11 @@ type preSplit struct {
 	invert   bool
 }
 
-func (s *preSplit) preTokenize(dst []piece, p piece) []piece {
-	spans := s.pattern.find(nil, p.text)
-	if s.invert {
-		for k := range spans {
-			spans[k].match = !spans[k].match
-		}
-	}
-	return splitSpans(dst, p, spans, s.behavior)
+func (s *preSplit) preTokenize(p piece, yield func(piece)) {
+	z := getSplitter(p, s.behavior, yield)
+	z.invert = s.invert
+	s.pattern.each(p.text, z)
+	z.done()
 }
 
 // byteLevelRunes is GPT-2's map from bytes to printable characters: printable Latin-1
@@ -295,20 +400,19 @@ type preByteLevel struct {
 
 var gpt2Split = pattern{regex: gpt2Match}
 
-func (b *preByteLevel) preTokenize(dst []piece, p piece) []piece {
+func (b *preByteLevel) preTokenize(p piece, yield func(piece)) {
 	if b.addPrefixSpace && !strings.HasPrefix(p.text, " ") {
 		p.text = " " + p.text
 	}
-	start := len(dst)
-	if b.useRegex {
-		dst = splitSpans(dst, p, gpt2Split.find(nil, p.text), splitIsolated)
-	} else {
-		dst = append(dst, p)
+	if !b.useRegex {
+		p.text = byteLevelMap(p.text)
+		yield(p)
+		return
 	}
-	for k := start; k < len(dst); k++ {
-		dst[k].text = byteLevelMap(dst[k].text)
-	}
-	return dst
+	z := getSplitter(p, splitIsolated, yield)
+	z.byteLevel = true
+	gpt2Split.each(p.text, z)
+	z.done()
 }
 
 func byteLevelMap(s string) string {
@@ -338,15 +442,18 @@ type preMetaspace struct {
 	split  bool
 }
 
-func (m *preMetaspace) preTokenize(dst []piece, p piece) []piece {
+func (m *preMetaspace) preTokenize(p piece, yield func(piece)) {
 	p.text = strings.ReplaceAll(p.text, " ", m.repl)
 	if !strings.HasPrefix(p.text, m.repl) &&
 		(m.scheme == prependAlways || (m.scheme == prependFirst && p.atStart)) {
 		p.text = m.repl + p.text
 	}
 	if !m.split {
-		return append(dst, p)
+		yield(p)
+		return
 	}
 	pat := pattern{literal: m.repl}
-	return splitSpans(dst, p, pat.find(nil, p.text), splitMergedWithNext)
+	z := getSplitter(p, splitMergedWithNext, yield)
+	pat.each(p.text, z)
+	z.done()
 }

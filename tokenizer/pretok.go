@@ -22,7 +22,7 @@ func isOnigWord(r rune) bool {
 // whitespaceFind is the Whitespace pre-tokenizer's regex \w+|[^\w\s]+: runs of word
 // characters and runs of characters that are neither word nor space match; spaces
 // are between matches.
-func whitespaceFind(dst []span, s string) []span {
+func whitespaceFind(s string, f spanSink) {
 	prev := 0
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
@@ -40,15 +40,14 @@ func whitespaceFind(dst []span, s string) []span {
 			e += n2
 		}
 		if i > prev {
-			dst = append(dst, span{prev, i, false})
+			f.add(span{prev, i, false})
 		}
-		dst = append(dst, span{i, e, true})
+		f.add(span{i, e, true})
 		prev, i = e, e
 	}
 	if prev < len(s) {
-		dst = append(dst, span{prev, len(s), false})
+		f.add(span{prev, len(s), false})
 	}
-	return dst
 }
 
 // isBertPunct is tokenizers' is_bert_punc (also the Punctuation pre-tokenizer's test):

@@ -18,10 +18,12 @@ import (
 // the patterns of released files, the pattern is rewritten before it is compiled
 // (foldGroups); docs/tokenizer.md lists what was checked.
 
-// ErrBudget is wrapped by the error (or panic, from Encode) of a Split regex whose
-// matching exceeds its time budget: a pattern that backtracks catastrophically. The
-// patterns of released tokenizer files match in time linear in the text.
-var ErrBudget = errors.New("tokenizer: regex budget exceeded")
+// ErrBudget is wrapped by the error (or panic, from Encode) of a text over one of the
+// tokenizer's budgets: a Split regex whose matching exceeds its time budget (a pattern
+// that backtracks catastrophically; the patterns of released tokenizer files match in
+// time linear in the text), or a normalizer that would grow the text past its size
+// budget (budget.go; the normalizers of released files stay far under it).
+var ErrBudget = errors.New("tokenizer: budget exceeded")
 
 // regexMatchBudget bounds the time of one regexp2 match (one pre-token). regexp2
 // matches the patterns of released files at several MB/s, so a legitimate match of
@@ -65,8 +67,15 @@ func compileRegex(pattern, field string) (*genericRegex, error) {
 // tokenizers' Pattern::find_matches for a Regex: an empty match is a span too (the
 // split drops it). Over budget it panics with a *budgetError.
 func (g *genericRegex) find(dst []span, s string) []span {
+	l := spanList(dst)
+	g.each(s, &l)
+	return l
+}
+
+// each is find handing each span to f in turn.
+func (g *genericRegex) each(s string, f spanSink) {
 	if s == "" {
-		return dst
+		return
 	}
 	runes := []rune(s)
 	deadline := time.Now().Add(regexBase + time.Duration(len(s))*regexPerByte)
@@ -85,9 +94,9 @@ func (g *genericRegex) find(dst []span, s string) []span {
 		start := toByte(m.Index)
 		end := toByte(m.Index + m.Length)
 		if start > prev {
-			dst = append(dst, span{prev, start, false})
+			f.add(span{prev, start, false})
 		}
-		dst = append(dst, span{start, end, true})
+		f.add(span{start, end, true})
 		prev = end
 		if time.Now().After(deadline) {
 			err = fmt.Errorf("the text of %d bytes took over %v", len(s), regexBase+time.Duration(len(s))*regexPerByte)
@@ -103,9 +112,8 @@ func (g *genericRegex) find(dst []span, s string) []span {
 			ErrBudget, g.field, g.re.String(), len(s), err)})
 	}
 	if prev < len(s) {
-		dst = append(dst, span{prev, len(s), false})
+		f.add(span{prev, len(s), false})
 	}
-	return dst
 }
 
 // foldGroups rewrites each (?i:...) group made only of literal characters and | (the

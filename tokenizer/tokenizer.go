@@ -28,7 +28,6 @@ type Tokenizer struct {
 // does not allocate them each time.
 type scratch struct {
 	segs, sub []segment
-	pieces    []piece
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -39,15 +38,18 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // valid: each maximal invalid subsequence becomes one U+FFFD, as Rust's
 // String::from_utf8_lossy and Python's bytes.decode(errors="replace") do. Encode never truncates or pads,
 // whatever the file's truncation and padding say (transformers turns those off too
-// unless a call asks for them). A Split regex over its budget (see TryEncode) panics
-// with an error wrapping ErrBudget.
+// unless a call asks for them). A text over a budget (see TryEncode) panics with an
+// error wrapping ErrBudget.
 func (t *Tokenizer) Encode(text string, addSpecialTokens bool) []int64 {
 	return t.AppendEncode(nil, text, addSpecialTokens)
 }
 
 // TryEncode is Encode returning an error where Encode panics: when a Split regular
 // expression outside the hand-written fast paths exceeds its budget (ErrBudget), which
-// only a pattern that backtracks catastrophically does.
+// only a pattern that backtracks catastrophically does, or when the file's normalizers
+// would grow the text past normGrowth (32) times its length plus 4 KiB (ErrBudget),
+// which only a file built to do so asks for. Callers that encode text they did not
+// write (a prompt, a data set) should use TryEncode.
 func (t *Tokenizer) TryEncode(text string, addSpecialTokens bool) (ids []int64, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -59,6 +61,22 @@ func (t *Tokenizer) TryEncode(text string, addSpecialTokens bool) (ids []int64, 
 		}
 	}()
 	return t.Encode(text, addSpecialTokens), nil
+}
+
+// TryEncodeOffsets is EncodeOffsets returning an error where EncodeOffsets panics (a
+// text over a budget, as TryEncode).
+func (t *Tokenizer) TryEncodeOffsets(text string, addSpecialTokens bool) (ids []int64, offsets [][2]int, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			be, ok := r.(*budgetError)
+			if !ok {
+				panic(r)
+			}
+			ids, offsets, err = nil, nil, be.err
+		}
+	}()
+	ids, offsets = t.EncodeOffsets(text, addSpecialTokens)
+	return ids, offsets, nil
 }
 
 // AppendEncode is Encode appending to dst, for callers that reuse a buffer.
@@ -82,6 +100,8 @@ func (t *Tokenizer) AppendEncode(dst []int64, text string, addSpecialTokens bool
 // raw text, then the normalizer, then added tokens matched in the normalized text, then
 // the pre-tokenizer and the model on what is left.
 func (t *Tokenizer) encodeText(dst []int64, text string, sc *scratch) []int64 {
+	// The pre-tokenizer hands each piece straight to the model (see preTokenizer).
+	encode := func(p piece) { dst = t.model.encodeWord(dst, p.text) }
 	sc.segs = t.added.split(sc.segs[:0], text, t.added.raw, true)
 	for _, seg := range sc.segs {
 		if seg.id >= 0 {
@@ -90,7 +110,7 @@ func (t *Tokenizer) encodeText(dst []int64, text string, sc *scratch) []int64 {
 		}
 		s := seg.text
 		if t.normalizer != nil {
-			s = t.normalizer.normalize(s)
+			s = normalizeWithin(t.normalizer, s, normLimit(len(s)))
 		}
 		sc.sub = t.added.split(sc.sub[:0], s, t.added.norm, seg.atStart)
 		for _, sub := range sc.sub {
@@ -102,10 +122,7 @@ func (t *Tokenizer) encodeText(dst []int64, text string, sc *scratch) []int64 {
 				dst = t.model.encodeWord(dst, sub.text)
 				continue
 			}
-			sc.pieces = t.pre.preTokenize(sc.pieces[:0], piece{text: sub.text, atStart: sub.atStart})
-			for _, p := range sc.pieces {
-				dst = t.model.encodeWord(dst, p.text)
-			}
+			t.pre.preTokenize(piece{text: sub.text, atStart: sub.atStart}, encode)
 		}
 	}
 	return dst

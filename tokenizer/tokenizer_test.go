@@ -385,7 +385,7 @@ func TestBertNormalizerOptions(t *testing.T) {
 		n, err := parseComponent(normalizers, json.RawMessage(c.json), "normalizer")
 		require.NoError(t, err, c.json)
 		require.Equal(t, c.want, n.normalize(text), c.json)
-		require.Equal(t, c.want, normalizeAligned(n, initialAlignment(text)).text, c.json)
+		require.Equal(t, c.want, normalizeAligned(n, initialAlignment(text), normLimit(len(text))).text, c.json)
 	}
 }
 

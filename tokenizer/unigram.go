@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/rivo/uniseg"
@@ -22,8 +25,15 @@ type unigram struct {
 	unk          int32 // -1: none
 	unkScore     float64
 	byteFallback bool
-	maxLen       int // the longest piece, in bytes
-	byteIDs      [256]int32
+	// sorted are the pieces in byte order and sortedIDs their ids: the pieces that
+	// begin with a given string are a range of it, so the pieces that start at a
+	// position of a word are found by narrowing the range a byte at a time (narrow),
+	// which stops at the first byte no piece continues with, as tokenizers' trie does.
+	// Looking up every length up to the longest piece would cost, for a file with one
+	// long piece, its length squared at every position.
+	sorted    []string
+	sortedIDs []int32
+	byteIDs   [256]int32
 }
 
 func parseUnigram(raw json.RawMessage) (*unigram, error) {
@@ -50,7 +60,6 @@ func parseUnigram(raw json.RawMessage) (*unigram, error) {
 		m.vocab[tok] = int32(k) // a token listed twice keeps its last id, as tokenizers'
 		m.scores = append(m.scores, score)
 		minScore = min(minScore, score)
-		m.maxLen = max(m.maxLen, len(tok))
 	}
 	m.unkScore = minScore - 10
 	if j.UnkID != nil {
@@ -60,6 +69,15 @@ func parseUnigram(raw json.RawMessage) (*unigram, error) {
 		m.unk = int32(*j.UnkID)
 	}
 	m.idTokens = newIDTable(m.vocab)
+	m.sorted = make([]string, 0, len(m.vocab))
+	for tok := range m.vocab {
+		m.sorted = append(m.sorted, tok)
+	}
+	slices.Sort(m.sorted)
+	m.sortedIDs = make([]int32, len(m.sorted))
+	for k, tok := range m.sorted {
+		m.sortedIDs[k] = m.vocab[tok]
+	}
 	for b := range 256 {
 		m.byteIDs[b] = -1
 		if id, ok := m.vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
@@ -82,17 +100,22 @@ func (m *unigram) pieces(w string) (ends []int, unknown []bool) {
 	for k := range best {
 		best[k].start = -1
 	}
+	steps := 0
+	defer func() { unigramWork.Add(int64(steps)) }()
 	for i := 0; i < len(w); {
 		_, mblen := utf8.DecodeRuneInString(w[i:])
 		base := best[i].score
 		single := false
 		// Pieces starting at i, shortest first (the order of tokenizers' trie search,
 		// which decides ties: a later candidate must score strictly higher).
-		for l := 1; l <= m.maxLen && i+l <= len(w); l++ {
-			id, ok := m.vocab[w[i:i+l]]
-			if !ok {
+		lo, hi := 0, len(m.sorted)
+		for l := 1; i+l <= len(w) && lo < hi; l++ {
+			lo, hi = narrow(m.sorted, lo, hi, l, w[i+l-1])
+			steps++
+			if lo == hi || len(m.sorted[lo]) != l {
 				continue
 			}
+			id := m.sortedIDs[lo]
 			t := &best[i+l]
 			if c := base + m.scores[id]; t.start < 0 || c > t.score {
 				*t = node{c, i, id}
@@ -126,6 +149,34 @@ func (m *unigram) pieces(w string) (ends []int, unknown []bool) {
 		unknown[a], unknown[b] = unknown[b], unknown[a]
 	}
 	return ends, unknown
+}
+
+// unigramWork counts the steps of narrow over all words (tests read it).
+var unigramWork atomic.Int64
+
+// narrow takes the range sorted[lo:hi] of the pieces that share their first l-1 bytes
+// to the range of those whose byte l-1 is c (a piece of l-1 bytes, which sorts first,
+// leaves it). The piece of exactly l bytes, if any, is then the range's first.
+func narrow(sorted []string, lo, hi, l int, c byte) (int, int) {
+	a, b := lo, hi
+	for a < b {
+		mid := int(uint(a+b) >> 1)
+		if s := sorted[mid]; len(s) >= l && s[l-1] >= c {
+			b = mid
+		} else {
+			a = mid + 1
+		}
+	}
+	lo, b = a, hi
+	for a < b {
+		mid := int(uint(a+b) >> 1)
+		if sorted[mid][l-1] > c {
+			b = mid
+		} else {
+			a = mid + 1
+		}
+	}
+	return lo, a
 }
 
 func (m *unigram) wordTokens(dst []wordToken, w string) []wordToken {
@@ -173,6 +224,7 @@ func (m *unigram) encodeWord(dst []int64, w string) []int64 {
 type normPrecompiled struct {
 	units      []uint32
 	normalized string
+	longest    int // the longest replacement, in bytes (budget.go)
 }
 
 func parsePrecompiled(raw json.RawMessage, field string) (*normPrecompiled, error) {
@@ -202,6 +254,9 @@ func parsePrecompiled(raw json.RawMessage, field string) (*normPrecompiled, erro
 	}
 	if !utf8.ValidString(p.normalized) {
 		return nil, fmt.Errorf("tokenizer: %s.precompiled_charsmap: the normalized strings are not UTF-8", field)
+	}
+	for _, r := range strings.Split(p.normalized, "\x00") {
+		p.longest = max(p.longest, len(r))
 	}
 	return p, nil
 }
@@ -246,10 +301,41 @@ func (p *normPrecompiled) lookup(s string) (string, bool) {
 	return "", false
 }
 
+// walk calls f for each part of s a rule may replace, in order, as tokenizers'
+// Precompiled takes them: with the rule's replacement and found true, or the part
+// itself unchanged and found false.
+func (p *normPrecompiled) walk(s string, f func(part, repl string, found bool)) {
+	state := -1
+	for rest := s; rest != ""; {
+		var g string
+		g, rest, _, state = uniseg.FirstGraphemeClusterInString(rest, state)
+		if len(g) < 6 {
+			if repl, found := p.lookup(g); found {
+				f(g, repl, true)
+				continue
+			}
+		}
+		for i, r := range g {
+			part := g[i : i+utf8.RuneLen(r)]
+			if repl, found := p.lookup(part); found {
+				f(part, repl, true)
+			} else {
+				f(part, part, false)
+			}
+		}
+	}
+}
+
 // changes are the normalization's edits as tokenizers' Precompiled makes them (the
 // offsets follow them); ok is false when no rule applied.
 func (p *normPrecompiled) changes(s string) (ch []change, ok bool) {
-	replace := func(old, repl string) {
+	p.walk(s, func(old, repl string, found bool) {
+		if !found {
+			r, _ := utf8.DecodeRuneInString(old)
+			ch = append(ch, change{r, 0})
+			return
+		}
+		ok = true
 		diff := utf8.RuneCountInString(repl) - utf8.RuneCountInString(old)
 		for _, r := range repl {
 			ch = append(ch, change{r, 0})
@@ -262,39 +348,22 @@ func (p *normPrecompiled) changes(s string) (ch []change, ok bool) {
 		case diff < 0 && len(ch) > 0:
 			ch[len(ch)-1].n += diff
 		}
-	}
-	state := -1
-	for rest := s; rest != ""; {
-		var g string
-		g, rest, _, state = uniseg.FirstGraphemeClusterInString(rest, state)
-		if len(g) < 6 {
-			if repl, found := p.lookup(g); found {
-				ok = true
-				replace(g, repl)
-				continue
-			}
-		}
-		for i, r := range g {
-			part := g[i : i+utf8.RuneLen(r)]
-			if repl, found := p.lookup(part); found {
-				ok = true
-				replace(part, repl)
-			} else {
-				ch = append(ch, change{r, 0})
-			}
-		}
-	}
+	})
 	return ch, ok
 }
 
 func (p *normPrecompiled) normalize(s string) string {
-	ch, ok := p.changes(s)
-	if !ok {
+	var sb strings.Builder
+	changed := false
+	p.walk(s, func(part, repl string, found bool) {
+		changed = changed || found
+		if sb.Len() == 0 {
+			sb.Grow(len(s))
+		}
+		sb.WriteString(repl)
+	})
+	if !changed {
 		return s
 	}
-	b := make([]byte, 0, len(s))
-	for _, c := range ch {
-		b = utf8.AppendRune(b, c.r)
-	}
-	return string(b)
+	return sb.String()
 }

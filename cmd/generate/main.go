@@ -410,7 +410,9 @@ func generate(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (err error
 			return err
 		}
 	} else {
-		ids = tok.Encode(cfg.Prompt, true)
+		if ids, err = tok.TryEncode(cfg.Prompt, true); err != nil {
+			return fmt.Errorf("encoding the prompt: %w", err)
+		}
 		if len(ids) == 0 && cfg.Prompt != "" {
 			return fmt.Errorf("the prompt %q encodes to no tokens (the tokenizer adds no BOS), so there is nothing to continue", cfg.Prompt)
 		}

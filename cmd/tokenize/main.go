@@ -170,7 +170,11 @@ func tokenize(cfg *config, stdout io.Writer) error {
 	}
 	var out output
 	if cfg.text {
-		out = output{Text: cfg.Text, IDs: tok.Encode(cfg.Text, true)}
+		ids, err := tok.TryEncode(cfg.Text, true)
+		if err != nil {
+			return fmt.Errorf("--text: %w", err)
+		}
+		out = output{Text: cfg.Text, IDs: ids}
 	} else {
 		msgs, tools, err := chatcli.ReadMessages(cfg.Messages)
 		if err != nil {

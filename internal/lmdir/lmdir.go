@@ -90,8 +90,8 @@ func TurnEnd(tmpl *chat.Template, tok *tokenizer.Tokenizer, o chat.Options) int6
 		return -1
 	}
 	rest := strings.TrimLeft(r.Text[i+len(marker):], " \t\r\n")
-	ids := tok.Encode(rest, false)
-	if len(ids) == 0 || !tok.IsSpecial(ids[0]) {
+	ids, err := tok.TryEncode(rest, false) // a tokenizer over its budget: no turn end
+	if err != nil || len(ids) == 0 || !tok.IsSpecial(ids[0]) {
 		return -1
 	}
 	return ids[0]

@@ -29,7 +29,10 @@ func Encode(tok *tokenizer.Tokenizer, t *Template, msgs []Message, o Options) (i
 	if err != nil {
 		return nil, nil, "", err
 	}
-	ids, offsets := tok.EncodeOffsets(r.Text, false)
+	ids, offsets, err := tok.TryEncodeOffsets(r.Text, false)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("chat: encoding the rendered conversation: %w", err)
+	}
 	return ids, maskOffsets(offsets, r.Assistant), r.Text, nil
 }
 

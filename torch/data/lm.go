@@ -19,6 +19,20 @@ type Encoder interface {
 	Encode(text string, addSpecialTokens bool) []int64
 }
 
+// tryEncoder is an Encoder that reports a text it cannot encode as an error rather than
+// a panic (tokenizer.Tokenizer's TryEncode: a text past the tokenizer's budgets, from a
+// tokenizer.json built to grow texts without bound). The dataset uses it when enc has it.
+type tryEncoder interface {
+	TryEncode(text string, addSpecialTokens bool) ([]int64, error)
+}
+
+func encodeText(enc Encoder, text string, addSpecialTokens bool) ([]int64, error) {
+	if te, ok := enc.(tryEncoder); ok {
+		return te.TryEncode(text, addSpecialTokens)
+	}
+	return enc.Encode(text, addSpecialTokens), nil
+}
+
 // IgnoreIndex is the label that the language-model loss skips (PyTorch's
 // cross-entropy ignore_index, transformers' -100): prompt tokens and padding.
 const IgnoreIndex = -100
@@ -217,7 +231,10 @@ func NewLMDataset(path string, enc Encoder, o LMOptions) (*LMDataset, error) {
 	d := &LMDataset{Kind: kind, path: path, enc: enc, o: o}
 	if kind == PromptCompletion {
 		for _, l := range lines {
-			prompt := enc.Encode(l.prompt, true)
+			prompt, err := encodeText(enc, l.prompt, true)
+			if err != nil {
+				return nil, fmt.Errorf("data: %s:%d: the prompt: %w", path, l.line, err)
+			}
 			if err := d.inVocab(prompt, l.line); err != nil {
 				return nil, err
 			}
@@ -229,7 +246,10 @@ func NewLMDataset(path string, enc Encoder, o LMOptions) (*LMDataset, error) {
 		d.pairs = lines
 		return d, nil
 	}
-	ids, docStarts := encodeAll(lines, enc, o.EOS)
+	ids, docStarts, err := encodeAll(lines, enc, o.EOS)
+	if err != nil {
+		return nil, fmt.Errorf("data: %s:%w", path, err)
+	}
 	if o.VocabSize > 0 {
 		for i, start := range docStarts {
 			end := len(ids)
@@ -255,9 +275,11 @@ func NewLMDataset(path string, enc Encoder, o LMOptions) (*LMDataset, error) {
 }
 
 // encodeAll tokenizes the documents on every CPU and joins them in order, EOS after
-// each; starts are the documents' offsets in ids.
-func encodeAll(lines []lmLine, enc Encoder, eos int64) (ids []int64, starts []int) {
+// each; starts are the documents' offsets in ids. The error is the first line's that
+// the tokenizer refuses, as "LINE: ...".
+func encodeAll(lines []lmLine, enc Encoder, eos int64) (ids []int64, starts []int, err error) {
 	parts := make([][]int64, len(lines))
+	errs := make([]error, len(lines))
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for range runtime.GOMAXPROCS(0) {
@@ -265,7 +287,8 @@ func encodeAll(lines []lmLine, enc Encoder, eos int64) (ids []int64, starts []in
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				parts[i] = append(enc.Encode(lines[i].text, true), eos)
+				p, err := encodeText(enc, lines[i].text, true)
+				parts[i], errs[i] = append(p, eos), err
 			}
 		}()
 	}
@@ -274,6 +297,11 @@ func encodeAll(lines []lmLine, enc Encoder, eos int64) (ids []int64, starts []in
 	}
 	close(next)
 	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, nil, fmt.Errorf("%d: %w", lines[i].line, err)
+		}
+	}
 	n := 0
 	for _, p := range parts {
 		n += len(p)
@@ -284,7 +312,7 @@ func encodeAll(lines []lmLine, enc Encoder, eos int64) (ids []int64, starts []in
 		starts = append(starts, len(ids))
 		ids = append(ids, p...)
 	}
-	return ids, starts
+	return ids, starts, nil
 }
 
 // Len returns the number of samples.
@@ -309,8 +337,15 @@ func (d *LMDataset) Get(i int, s *Sample) error {
 		return nil
 	}
 	p := d.pairs[i]
-	prompt := d.enc.Encode(p.prompt, true)
-	ids := append(append(prompt, d.enc.Encode(p.completion, false)...), d.o.EOS)
+	prompt, err := encodeText(d.enc, p.prompt, true)
+	if err != nil {
+		return fmt.Errorf("data: %s:%d: the prompt: %w", d.path, p.line, err)
+	}
+	completion, err := encodeText(d.enc, p.completion, false)
+	if err != nil {
+		return fmt.Errorf("data: %s:%d: the completion: %w", d.path, p.line, err)
+	}
+	ids := append(append(prompt, completion...), d.o.EOS)
 	if err := d.inVocab(ids, p.line); err != nil {
 		return err
 	}

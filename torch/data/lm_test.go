@@ -149,3 +149,45 @@ func TestLMDataErrors(t *testing.T) {
 	_, err = data.NewLMDataset(docs, tok, data.LMOptions{BlockSize: 2, EOS: 20, VocabSize: vocab})
 	require.ErrorContains(t, err, "the end-of-sequence id 20 is outside the model's vocabulary of 20")
 }
+
+// budgetEncoder refuses texts holding "boom" as tokenizer.Tokenizer's TryEncode refuses
+// a text past its budgets (and panics in Encode, as Encode does).
+type budgetEncoder struct{ *tokenizer.Tokenizer }
+
+func (b budgetEncoder) TryEncode(text string, add bool) ([]int64, error) {
+	if strings.Contains(text, "boom") {
+		return nil, tokenizer.ErrBudget
+	}
+	return b.Tokenizer.TryEncode(text, add)
+}
+
+func (b budgetEncoder) Encode(text string, add bool) []int64 {
+	ids, err := b.TryEncode(text, add)
+	if err != nil {
+		panic(err)
+	}
+	return ids
+}
+
+// TestLMTokenizerBudget: a text the tokenizer refuses (TryEncode's ErrBudget) is an
+// error naming the file and line, for documents and prompts at load and for a
+// completion at Get, never a panic in a worker.
+func TestLMTokenizerBudget(t *testing.T) {
+	enc := budgetEncoder{tinyTokenizer(t)}
+	docs := writeFile(t, "docs.txt", "hello world\nhello boom\nhello\n")
+	_, err := data.NewLMDataset(docs, enc, data.LMOptions{BlockSize: 2, EOS: 2})
+	require.ErrorIs(t, err, tokenizer.ErrBudget)
+	assert.Contains(t, err.Error(), "docs.txt:2: ")
+
+	prompts := writeFile(t, "p.jsonl", `{"prompt": "hello", "completion": " world"}`+"\n"+`{"prompt": "boom", "completion": " world"}`+"\n")
+	_, err = data.NewLMDataset(prompts, enc, data.LMOptions{BlockSize: 8, EOS: 2})
+	require.ErrorIs(t, err, tokenizer.ErrBudget)
+	assert.Contains(t, err.Error(), "p.jsonl:2: the prompt: ")
+
+	completions := writeFile(t, "c.jsonl", `{"prompt": "hello", "completion": " boom"}`+"\n")
+	d, err := data.NewLMDataset(completions, enc, data.LMOptions{BlockSize: 8, EOS: 2})
+	require.NoError(t, err)
+	err = d.Get(0, &data.Sample{})
+	require.ErrorIs(t, err, tokenizer.ErrBudget)
+	assert.Contains(t, err.Error(), "c.jsonl:1: the completion: ")
+}
