@@ -7,10 +7,14 @@ import (
 )
 
 // The Init functions fill a tensor in place, without recording gradients, from torch's
-// default generator, as torch.nn.init's functions of the same name do.
+// default generator, as torch.nn.init's functions of the same name do; inside SkipInit
+// they do nothing.
 
 // fill draws a new tensor like t with gen and copies it into t.
 func fill(t *torch.Tensor, gen func(shape []int64, dt torch.DType, dev torch.Device) *torch.Tensor) {
+	if initSkipped() {
+		return
+	}
 	torch.WithScope(func() {
 		torch.NoGrad(func() { t.CopyFrom(gen(t.Shape(), t.DType(), t.Device()), false) })
 	})
@@ -37,7 +41,12 @@ func InitNormal(t *torch.Tensor, mean, std float64) {
 }
 
 // InitConstant fills t with v (nn.init.constant_).
-func InitConstant(t *torch.Tensor, v float64) { torch.NoGrad(func() { t.Fill(v) }) }
+func InitConstant(t *torch.Tensor, v float64) {
+	if initSkipped() {
+		return
+	}
+	torch.NoGrad(func() { t.Fill(v) })
+}
 
 // Fans returns a weight's fan_in and fan_out as PyTorch computes them: dimension 1 and 0
 // times the size of the receptive field (the product of dimensions 2 and up).

@@ -119,16 +119,21 @@ func LoadStateDict(m Module, sd *checkpoint.Dict, strict bool) (err error) {
 					serr.Missing = append(serr.Missing, e.Name)
 					continue
 				}
-				src, err := loadValue(v)
+				src, made, err := loadValue(v)
 				if err != nil {
 					serr.Mismatched = append(serr.Mismatched, ShapeMismatch{Key: e.Name, Description: err.Error()})
 					continue
 				}
 				if want, got := e.Tensor.Shape(), src.Shape(); !slices.Equal(want, got) {
 					serr.Mismatched = append(serr.Mismatched, ShapeMismatch{Key: e.Name, Checkpoint: got, Model: want})
-					continue
+				} else {
+					e.Tensor.CopyFrom(src, false)
 				}
-				e.Tensor.CopyFrom(src, false)
+				if made {
+					// A tensor made from the checkpoint's bytes goes as soon as it is
+					// copied: loading holds the model and one tensor more, not two models.
+					src.Free()
+				}
 			}
 		})
 	})
@@ -143,12 +148,15 @@ func LoadStateDict(m Module, sd *checkpoint.Dict, strict bool) (err error) {
 	return nil
 }
 
-func loadValue(v any) (*torch.Tensor, error) {
+// loadValue is v as a tensor, and whether it was made here (from a checkpoint
+// tensor's bytes) rather than given.
+func loadValue(v any) (*torch.Tensor, bool, error) {
 	switch x := v.(type) {
 	case *torch.Tensor:
-		return x, nil
+		return x, false, nil
 	case *checkpoint.Tensor:
-		return torch.TensorFromCheckpoint(x, torch.CPU)
+		t, err := torch.TensorFromCheckpoint(x, torch.CPU)
+		return t, err == nil, err
 	}
-	return nil, fmt.Errorf("expected a tensor, got %T", v)
+	return nil, false, fmt.Errorf("expected a tensor, got %T", v)
 }

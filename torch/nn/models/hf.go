@@ -150,8 +150,10 @@ func LoadPretrained(dir string, o LoadOptions) (CausalLM, error) {
 		return nil, fmt.Errorf("models: %w", err)
 	}
 	// The config is checked (and the model built) before the weights are read, so a
-	// config that cannot be built is reported as such, however the weights are.
-	built, err := arch.New(raw)
+	// config that cannot be built is reported as such, however the weights are. The
+	// parameters are not drawn at random: the weights replace every one of them.
+	var built CausalLM
+	nn.SkipInit(func() { built, err = arch.New(raw) })
 	if err != nil {
 		return nil, fmt.Errorf("models: %s: %w", filepath.Join(dir, ConfigFile), err)
 	}

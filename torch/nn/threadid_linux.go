@@ -1,0 +1,6 @@
+package nn
+
+import "syscall"
+
+// threadID is the calling OS thread's id.
+func threadID() int { return syscall.Gettid() }
