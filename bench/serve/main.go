@@ -14,9 +14,11 @@
 // usage's completion_tokens). The figures are output tokens/s over the level's wall time,
 // time to first token (the first content chunk) and per-token latency (the gap between
 // two content chunks of a stream) at p50 and p99, and the server process's peak RSS
-// (VmHWM of /proc/PID/status) after each level. Both servers get the same KV cache:
-// -kv-blocks blocks of 16 positions (gotrain: --kv-blocks; transformers: --cb-block-size
-// 16 --cb-num-blocks). Results go to bench/results/<date>-<host>-serve.{json,md}.
+// (VmHWM of /proc/PID/status) after each level. Both servers get a KV cache of the same
+// positions: -kv-blocks (1024) blocks of 16 for gotrain (--kv-blocks), the same positions
+// in transformers' own page size of 256 (--cb-block-size 256 --cb-num-blocks 64;
+// -transformers-page changes the page, -transformers-kv=false leaves it its default
+// cache). Results go to bench/results/<date>-<host>-serve.{json,md}.
 // Timings vary with the machine: compare the two servers of one run, not runs.
 package main
 
@@ -148,9 +150,10 @@ func main() {
 	clientList := flag.String("clients", "1,8,32", "the numbers of concurrent clients, comma-separated")
 	perClient := flag.Int("requests", 2, "requests each client sends, back to back")
 	maxTokens := flag.Int("max-tokens", 64, "max_tokens of each request")
-	kvBlocks := flag.Int("kv-blocks", 512, "the KV cache of both servers, in blocks of 16 positions")
+	kvBlocks := flag.Int("kv-blocks", 1024, "the KV cache of both servers, in blocks of 16 positions")
 	bin := flag.String("serve-bin", "build/bench/serve", "where to build cmd/serve")
 	tfKV := flag.Bool("transformers-kv", true, "give transformers the same KV cache (--cb-block-size 16 --cb-num-blocks -kv-blocks); false: its defaults")
+	tfPage := flag.Int("transformers-page", 256, "transformers' KV page size in positions (its --cb-block-size; its own default is 256); its --cb-num-blocks keeps the cache at -kv-blocks × 16 positions")
 	only := flag.String("only", "", "run only `SERVER`: gotrain or transformers")
 	results := flag.String("results", "bench/results", "write <date>-<host>-serve.{json,md} into `DIR` (\"\": none)")
 	flag.Parse()
@@ -204,7 +207,13 @@ func main() {
 		Command: []string{filepath.Join(filepath.Dir(*python), "transformers"), "serve", "--continuous-batching",
 			"--device", "cpu", "--dtype", "float32"}}
 	if *tfKV {
-		transformers.Command = append(transformers.Command, "--cb-block-size", "16", "--cb-num-blocks", fmt.Sprint(*kvBlocks))
+		if *tfPage < 1 || *kvBlocks*16%*tfPage != 0 {
+			log.Fatalf("-transformers-page %d does not divide -kv-blocks × 16 positions", *tfPage)
+		}
+		transformers.Command = append(transformers.Command, "--cb-block-size", fmt.Sprint(*tfPage), "--cb-num-blocks", fmt.Sprint(*kvBlocks*16 / *tfPage))
+		if *tfPage != 16 {
+			rep.KVNote = fmt.Sprintf("transformers in %d pages of %d", *kvBlocks*16 / *tfPage, *tfPage)
+		}
 	} else {
 		rep.KVNote = "transformers with its default KV cache"
 	}
@@ -516,7 +525,7 @@ func numCPU() int {
 func table(rep *report) string {
 	var b strings.Builder
 	p := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
-	p("Model %s: %s; streaming chat completions, greedy, max_tokens %d, %d requests per client back to back; KV cache %d blocks of 16 positions on both servers%s; %d CPUs; load average %s at the start, %s at the end; %.0f s\n\n",
+	p("Model %s: %s; streaming chat completions, greedy, max_tokens %d, %d requests per client back to back; KV cache of %d blocks of 16 positions on both servers%s; %d CPUs; load average %s at the start, %s at the end; %.0f s\n\n",
 		rep.Model, rep.ModelNote, rep.MaxTokens, rep.PerClient, rep.KVBlocks, parenthesized(rep.KVNote), rep.CPUs, rep.LoadStart, rep.LoadEnd, rep.WallS)
 	p("`%s`\n\n", rep.Command)
 	p("| server | clients | output tokens/s | tokens per server CPU-s | TTFT p50 | TTFT p99 | per-token p50 | per-token p99 | requests at max_tokens | peak RSS (VmHWM) |\n|---|---|---|---|---|---|---|---|---|---|\n")
