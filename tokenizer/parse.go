@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/gotrain/gotrain/internal/jsonpos"
 )
 
 // fileJSON is the top level of tokenizer.json.
@@ -96,6 +98,9 @@ type patternJSON struct {
 
 // Parse builds a Tokenizer from the contents of a tokenizer.json file.
 func Parse(data []byte) (*Tokenizer, error) {
+	if err := checkUTF8JSON(data); err != nil {
+		return nil, err
+	}
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, jsonError(data, err)
@@ -806,4 +811,70 @@ func normalizeContent(n normalizer, s string) (out string, err error) {
 		}
 	}()
 	return normalizeWithin(n, s, normLimit(len(s))), nil
+}
+
+// checkUTF8JSON refuses what tokenizers' JSON reader (serde_json) refuses and Go's
+// would turn into U+FFFD without a word: bytes that are not UTF-8, and a \u escape of
+// a UTF-16 surrogate that is not half of a pair. An added token or a vocabulary entry
+// spelled so would otherwise load as another string than the one its file names.
+func checkUTF8JSON(data []byte) error {
+	if !utf8.Valid(data) {
+		i := 0
+		for i < len(data) {
+			r, n := utf8.DecodeRune(data[i:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			i += n
+		}
+		line, col := jsonpos.LineCol(data, int64(i))
+		return fmt.Errorf("tokenizer: the file is not UTF-8 at line %d, column %d (tokenizers refuses it)", line, col)
+	}
+	hex4 := func(i int) (rune, bool) {
+		if i+4 > len(data) {
+			return 0, false
+		}
+		var v rune
+		for _, c := range data[i : i+4] {
+			switch {
+			case c >= '0' && c <= '9':
+				v = v<<4 | rune(c-'0')
+			case c >= 'a' && c <= 'f':
+				v = v<<4 | rune(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				v = v<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return v, true
+	}
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' || i+1 >= len(data) {
+			continue
+		}
+		if data[i+1] != 'u' {
+			i++ // an escaped character: \\ included, so that \\u is not read as an escape
+			continue
+		}
+		v, ok := hex4(i + 2)
+		if !ok {
+			continue // malformed: the JSON reader says so
+		}
+		switch {
+		case v >= 0xD800 && v <= 0xDBFF:
+			if i+12 <= len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
+				if w, ok := hex4(i + 8); ok && w >= 0xDC00 && w <= 0xDFFF {
+					i += 11
+					continue
+				}
+			}
+			fallthrough
+		case v >= 0xDC00 && v <= 0xDFFF:
+			line, col := jsonpos.LineCol(data, int64(i))
+			return fmt.Errorf("tokenizer: a lone UTF-16 surrogate \\u%04X at line %d, column %d: not a character (tokenizers refuses the file)", v, line, col)
+		}
+		i += 5
+	}
+	return nil
 }

@@ -414,3 +414,31 @@ func TestInvalidUTF8AsPythonReplaces(t *testing.T) {
 	require.Equal(t, [2]int{0, 1}, offsets[0])
 	require.Equal(t, [2]int{3, 4}, offsets[len(offsets)-1])
 }
+
+// TestParseRefusesWhatSerdeRefuses: a tokenizer.json that is not UTF-8, or spells a lone
+// UTF-16 surrogate in an escape, is refused (tokenizers' serde_json refuses both; Go's
+// JSON reader would load U+FFFD in their place); a surrogate pair and an escaped
+// backslash before "u" are fine.
+func TestParseRefusesWhatSerdeRefuses(t *testing.T) {
+	good := string(tinyFile(t, nil))
+	withToken := func(content string) []byte {
+		return []byte(strings.Replace(good, `"content":"\u003cmask\u003e"`, `"content":"`+content+`"`, 1))
+	}
+	require.True(t, strings.Contains(good, `"content":"\u003cmask\u003e"`), "the mask token's content as the file spells it")
+	for content, want := range map[string]string{
+		`\ud800`:       `lone UTF-16 surrogate \uD800`,
+		`a\udc80b`:     `lone UTF-16 surrogate \uDC80`,
+		`\ud83d\u0041`: `lone UTF-16 surrogate \uD83D`,
+	} {
+		_, err := Parse(withToken(content))
+		require.Error(t, err, content)
+		require.Contains(t, err.Error(), want, content)
+		require.Contains(t, err.Error(), "line 1, column", content)
+	}
+	for _, content := range []string{`\ud83d\ude00`, `\\ud800`, `\u00e9`} {
+		_, err := Parse(withToken(content))
+		require.NoError(t, err, content)
+	}
+	_, err := Parse(append([]byte(good[:len(good)-1]), []byte(",\"x\":\"\xff\"}")...))
+	require.ErrorContains(t, err, "not UTF-8 at line 1")
+}
