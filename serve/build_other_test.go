@@ -1,0 +1,6 @@
+//go:build !cpu
+
+package serve
+
+// cpuBuild says the tests were built with the cpu tag (make test's first host build).
+const cpuBuild = false
