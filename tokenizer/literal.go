@@ -8,15 +8,7 @@ import "unicode/utf8"
 // what its clients write. Nothing is added around it (no BOS). A text over the
 // tokenizer's budgets is an error (ErrBudget), as in TryEncode.
 func (t *Tokenizer) EncodeLiteral(text string) (ids []int64, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			be, ok := r.(*budgetError)
-			if !ok {
-				panic(r)
-			}
-			ids, err = nil, be.err
-		}
-	}()
+	defer catchBudget(&err)
 	if !utf8.ValidString(text) {
 		text = lossyString(text)
 	}
@@ -26,6 +18,7 @@ func (t *Tokenizer) EncodeLiteral(text string) (ids []int64, err error) {
 	if t.pre == nil {
 		return t.model.encodeWord(nil, text), nil
 	}
-	t.pre.preTokenize(piece{text: text}, func(p piece) { ids = t.model.encodeWord(ids, p.text) })
-	return ids, nil
+	var out []int64
+	t.pre.preTokenize(piece{text: text}, func(p piece) { out = t.model.encodeWord(out, p.text) })
+	return out, nil
 }

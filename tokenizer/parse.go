@@ -801,15 +801,7 @@ func (t *Tokenizer) guessSpecialIDs() {
 // normalizer's budget (a file whose normalizers grow a text without bound fails to load
 // when an added token's content passes it, rather than growing it).
 func normalizeContent(n normalizer, s string) (out string, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			be, ok := r.(*budgetError)
-			if !ok {
-				panic(r)
-			}
-			err = be.err
-		}
-	}()
+	defer catchBudget(&err)
 	return normalizeWithin(n, s, normLimit(len(s))), nil
 }
 

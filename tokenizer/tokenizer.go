@@ -51,30 +51,27 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) []int64 {
 // which only a file built to do so asks for. Callers that encode text they did not
 // write (a prompt, a data set) should use TryEncode.
 func (t *Tokenizer) TryEncode(text string, addSpecialTokens bool) (ids []int64, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			be, ok := r.(*budgetError)
-			if !ok {
-				panic(r)
-			}
-			ids, err = nil, be.err
-		}
-	}()
+	defer catchBudget(&err)
 	return t.Encode(text, addSpecialTokens), nil
+}
+
+// catchBudget, deferred by a function with named results, turns the panic of a budget
+// exceeded into its error (the other results keep their zero values); any other panic
+// goes on.
+func catchBudget(err *error) {
+	if r := recover(); r != nil {
+		be, ok := r.(*budgetError)
+		if !ok {
+			panic(r)
+		}
+		*err = be.err
+	}
 }
 
 // TryEncodeOffsets is EncodeOffsets returning an error where EncodeOffsets panics (a
 // text over a budget, as TryEncode).
 func (t *Tokenizer) TryEncodeOffsets(text string, addSpecialTokens bool) (ids []int64, offsets [][2]int, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			be, ok := r.(*budgetError)
-			if !ok {
-				panic(r)
-			}
-			ids, offsets, err = nil, nil, be.err
-		}
-	}()
+	defer catchBudget(&err)
 	ids, offsets = t.EncodeOffsets(text, addSpecialTokens)
 	return ids, offsets, nil
 }
