@@ -206,10 +206,11 @@ func NewEngine(cfg Config) (e *Engine, err error) {
 	}()
 	nn.SetTraining(m, false)
 	dc := m.DecoderConfig()
-	eos, err := lmdir.EOSTokens(cfg.Model, dc, tok)
+	gen, err := lmdir.GenerationEOS(cfg.Model)
 	if err != nil {
 		return nil, err
 	}
+	eos := lmdir.EOSTokens(gen, dc, tok)
 	e = &Engine{cfg: cfg, m: m, tok: tok, tmpl: tmpl, eos: eos, context: dc.MaxPositions, dev: cfg.Device,
 		adapters: map[string]int{}, names: []string{cfg.Name}, r: &router{}, metrics: newMetrics(), done: make(chan struct{})}
 	e.metrics.engine = e

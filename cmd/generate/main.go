@@ -146,6 +146,7 @@ type config struct {
 	chat bool      // --chat or --messages
 	now  time.Time // --chat-date, for strftime_now
 
+	genEOS  models.TokenIDs // generation_config.json's eos_token_id, read before the model loads
 	sample  bool
 	seeded  bool
 	device  torch.Device
@@ -356,7 +357,7 @@ func checkMergeTo(out string, inputs map[string]string) error {
 		if err != nil {
 			return usagef("%s: %v", flagName, err)
 		}
-		if rel, err := filepath.Rel(i, o); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+		if o == i || fsutil.Within(o, i) {
 			return usagef("--merge-to %s is %s %s or inside it: write the merged model to a new directory", out, flagName, in)
 		}
 	}
@@ -419,7 +420,7 @@ func generate(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (err error
 	}
 	// The small files are checked before the model loads, so that a mistake in them is
 	// reported at once, not after minutes of loading.
-	if _, err := lmdir.GenerationEOS(cfg.Model); err != nil {
+	if cfg.genEOS, err = lmdir.GenerationEOS(cfg.Model); err != nil {
 		return err
 	}
 	if cfg.Adapter != "" {
@@ -473,10 +474,7 @@ type generator struct {
 // newGenerator reads the model's stop tokens and turns the flags into options.
 func newGenerator(cfg *config, m models.CausalLM, tok *tokenizer.Tokenizer, out io.Writer) (*generator, error) {
 	dc := m.DecoderConfig()
-	stops, err := lmdir.EOSTokens(cfg.Model, dc, tok)
-	if err != nil {
-		return nil, err
-	}
+	stops := lmdir.EOSTokens(cfg.genEOS, dc, tok)
 	opts := models.GenerateOptions{
 		MaxNewTokens:      cfg.MaxNewTokens,
 		StopTokens:        stops,

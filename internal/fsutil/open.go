@@ -87,12 +87,12 @@ func InDir(dir, name string) (string, error) {
 	if err != nil {
 		return path, nil // missing, or a dangling link: the open reports it
 	}
-	if within(target, root) {
+	if Within(target, root) {
 		return path, nil
 	}
 	// A Hugging Face cache snapshot: REPO/snapshots/REVISION/... -> REPO/blobs/HASH.
 	if snaps := filepath.Dir(root); filepath.Base(snaps) == "snapshots" {
-		if blobs := filepath.Join(filepath.Dir(snaps), "blobs"); within(target, blobs) {
+		if blobs := filepath.Join(filepath.Dir(snaps), "blobs"); Within(target, blobs) {
 			return path, nil
 		}
 	}
@@ -100,8 +100,9 @@ func InDir(dir, name string) (string, error) {
 		path, target, dir)
 }
 
-// within reports whether path lies strictly inside dir (both cleaned and resolved).
-func within(path, dir string) bool {
+// Within reports whether path lies strictly inside dir (both cleaned and resolved): a
+// name that merely starts with ".." ("..cache") is inside.
+func Within(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }

@@ -51,24 +51,21 @@ func GenerationEOS(dir string) (models.TokenIDs, error) {
 }
 
 // EOSTokens returns the tokens that end the generation, as transformers' generate()
-// takes them: generation_config.json's eos_token_id (GenerationEOS), else config.json's
-// (dc.EOS), else the tokenizer's EOS. An empty (non-nil) list never stops early. An id
-// outside the vocabulary is kept, as transformers keeps it: it never stops anything.
-func EOSTokens(dir string, dc models.DecoderConfig, tok *tokenizer.Tokenizer) ([]int64, error) {
-	gen, err := GenerationEOS(dir)
-	if err != nil {
-		return nil, err
-	}
+// takes them: generation_config.json's eos_token_id (gen, as GenerationEOS read it),
+// else config.json's (dc.EOS), else the tokenizer's EOS. An empty (non-nil) list never
+// stops early. An id outside the vocabulary is kept, as transformers keeps it: it never
+// stops anything.
+func EOSTokens(gen models.TokenIDs, dc models.DecoderConfig, tok *tokenizer.Tokenizer) []int64 {
 	switch {
 	case len(gen) > 0:
-		return gen, nil
+		return gen
 	case len(dc.EOS) > 0:
-		return dc.EOS, nil
+		return dc.EOS
 	}
 	if eos, ok := tok.EOS(); ok {
-		return []int64{eos}, nil
+		return []int64{eos}
 	}
-	return []int64{}, nil
+	return []int64{}
 }
 
 // TurnEnd returns the template's end-of-turn token: the special token the template
