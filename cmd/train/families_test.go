@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,10 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotrain/gotrain/internal/testpy"
-	"github.com/gotrain/gotrain/torch"
-	"github.com/gotrain/gotrain/torch/nn"
-	"github.com/gotrain/gotrain/torch/nn/lora"
-	"github.com/gotrain/gotrain/torch/nn/models"
 )
 
 // tinyFamilyPy saves a tiny random model of the family argv[2] (vocabulary 32, as the
@@ -67,10 +62,7 @@ func tinyFamilyDir(t *testing.T, family string) string {
 	dir := filepath.Join(t.TempDir(), "tiny-"+family)
 	out := testpy.Run(t, tinyFamilyPy, []string{"torch", "transformers"}, dir, family)
 	require.Equal(t, "ok", strings.TrimSpace(string(out)))
-	tok, err := os.ReadFile(filepath.Join("..", "..", "torch", "data", "testdata", "tiny-llama-tokenizer.json"))
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"bos_token": "<s>", "eos_token": "</s>"}`), 0o644))
+	addTinyTokenizer(t, dir)
 	return dir
 }
 
@@ -91,24 +83,13 @@ func TestLoRAFineTuneFamilies(t *testing.T) {
 				"--lora-targets", "all-linear", "--epochs", "1", "--runs-dir", runs, "--experiment", "lora").CombinedOutput()
 			require.NoError(t, err, "%s", out)
 			adapter := filepath.Join(runs, "lora", "hf", "last")
-			prompt := []int64{1, 18, 23}
-			torch.WithScope(func() {
-				m, err := models.LoadPretrained(model, models.LoadOptions{})
-				require.NoError(t, err)
-				defer nn.Free(m)
-				base, err := models.Generate(m, [][]int64{prompt}, models.GenerateOptions{MaxNewTokens: 10, IgnoreEOS: true})
-				require.NoError(t, err)
-				_, err = lora.Load(m, adapter, lora.LoadOptions{})
-				require.NoError(t, err)
-				gen, err := models.Generate(m, [][]int64{prompt}, models.GenerateOptions{MaxNewTokens: 10, IgnoreEOS: true})
-				require.NoError(t, err)
-				assert.NotEqual(t, base[0], gen[0], "the adapter changes the continuation (else the check below checks little)")
-				raw, _ := json.Marshal(prompt)
-				res := testpy.Run(t, peftFamilyCheckPy, []string{"torch", "transformers", "peft", "safetensors"}, model, adapter, string(raw))
-				var want []int64
-				require.NoError(t, json.Unmarshal(res, &want), "%s", res)
-				assert.Equal(t, want, gen[0], "PEFT's greedy continuation")
-			})
+			gen := loraGreedy(t, model, adapter)
+			assert.NotEqual(t, loraGreedy(t, model, ""), gen, "the adapter changes the continuation (else the check below checks little)")
+			raw, _ := json.Marshal(loraPrompt)
+			res := testpy.Run(t, peftFamilyCheckPy, []string{"torch", "transformers", "peft", "safetensors"}, model, adapter, string(raw))
+			var want []int64
+			require.NoError(t, json.Unmarshal(res, &want), "%s", res)
+			assert.Equal(t, want, gen, "PEFT's greedy continuation")
 		})
 	}
 }

@@ -39,11 +39,52 @@ func tinyLlamaDir(t *testing.T) string {
 	dir := filepath.Join(t.TempDir(), "tiny-llama")
 	out := testpy.Run(t, tinyLlamaPy, []string{"torch", "transformers"}, dir)
 	require.Equal(t, "ok", strings.TrimSpace(string(out)))
+	addTinyTokenizer(t, dir)
+	return dir
+}
+
+// addTinyTokenizer writes the Llama-2-style tokenizer.json of 24 tokens and its
+// tokenizer_config.json into the model directory dir.
+func addTinyTokenizer(t *testing.T, dir string) {
+	t.Helper()
 	tok, err := os.ReadFile(filepath.Join("..", "..", "torch", "data", "testdata", "tiny-llama-tokenizer.json"))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"bos_token": "<s>", "eos_token": "</s>"}`), 0o644))
-	return dir
+}
+
+// loraPrompt is the prompt the LoRA tests continue.
+var loraPrompt = []int64{1, 18, 23}
+
+// loraGreedy returns gotrain's greedy continuation of loraPrompt (10 tokens, EOS
+// ignored) by the model directory with the adapter loaded ("" for the base alone).
+func loraGreedy(t *testing.T, model, adapter string) (gen []int64) {
+	t.Helper()
+	torch.WithScope(func() {
+		m, err := models.LoadPretrained(model, models.LoadOptions{})
+		require.NoError(t, err)
+		defer nn.Free(m)
+		if adapter != "" {
+			_, err = lora.Load(m, adapter, lora.LoadOptions{})
+			require.NoError(t, err)
+		}
+		out, err := models.Generate(m, [][]int64{loraPrompt}, models.GenerateOptions{MaxNewTokens: 10, IgnoreEOS: true})
+		require.NoError(t, err)
+		gen = out[0]
+	})
+	return gen
+}
+
+// requirePEFTGreedy checks that PEFT, loading the adapter onto the base, continues
+// loraPrompt as gotrain does.
+func requirePEFTGreedy(t *testing.T, model, adapter string) {
+	t.Helper()
+	gen := loraGreedy(t, model, adapter)
+	raw, _ := json.Marshal(loraPrompt)
+	res := testpy.Run(t, peftCheckPy, []string{"torch", "transformers", "peft"}, model, adapter, string(raw))
+	var want []int64
+	require.NoError(t, json.Unmarshal(res, &want), "%s", res)
+	assert.Equal(t, want, gen, "PEFT's greedy continuation")
 }
 
 // pairsFile is a JSONL file of prompt/completion pairs the tiny tokenizer knows.
@@ -223,21 +264,7 @@ func TestLoRAFineTune(t *testing.T) {
 	assert.Equal(t, 2*7*2, state.Len(), "A and B of 7 linear layers in each of 2 layers")
 
 	// gotrain's base + adapter and PEFT's agree on the greedy continuation.
-	prompt := []int64{1, 18, 23}
-	torch.WithScope(func() {
-		m, err := models.LoadPretrained(model, models.LoadOptions{})
-		require.NoError(t, err)
-		defer nn.Free(m)
-		_, err = lora.Load(m, adapter, lora.LoadOptions{})
-		require.NoError(t, err)
-		gen, err := models.Generate(m, [][]int64{prompt}, models.GenerateOptions{MaxNewTokens: 10, IgnoreEOS: true})
-		require.NoError(t, err)
-		raw, _ := json.Marshal(prompt)
-		res := testpy.Run(t, peftCheckPy, []string{"torch", "transformers", "peft"}, model, adapter, string(raw))
-		var want []int64
-		require.NoError(t, json.Unmarshal(res, &want), "%s", res)
-		assert.Equal(t, want, gen[0], "PEFT's greedy continuation")
-	})
+	requirePEFTGreedy(t, model, adapter)
 
 	resumesExactly(t, args, runs, ref)
 }
@@ -264,12 +291,7 @@ func TestLoRAFineTuneMoE(t *testing.T) {
 	model := filepath.Join(t.TempDir(), "tiny-mixtral")
 	out := testpy.Run(t, tinyMixtralPy, []string{"torch", "transformers"}, model)
 	require.Equal(t, "ok", strings.TrimSpace(string(out)))
-	llama := tinyLlamaDir(t)
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		raw, err := os.ReadFile(filepath.Join(llama, f))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(model, f), raw, 0o644))
-	}
+	addTinyTokenizer(t, model)
 	runs := t.TempDir()
 	out, err := child("--model", model, "--data", pairsFile(t), "--batch-size", "4", "--optimizer", "adamw", "--lr", "5e-2",
 		"--scheduler", "none", "--threads", "1", "--lora-r", "4", "--lora-alpha", "8", "--lora-targets", "all-linear",
@@ -296,19 +318,5 @@ func TestLoRAFineTuneMoE(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2*(4+1+2)*2, state.Len(), "A and B of 4 projections, the router and 2 expert parameters in each of 2 layers")
 
-	prompt := []int64{1, 18, 23}
-	torch.WithScope(func() {
-		m, err := models.LoadPretrained(model, models.LoadOptions{})
-		require.NoError(t, err)
-		defer nn.Free(m)
-		_, err = lora.Load(m, adapter, lora.LoadOptions{})
-		require.NoError(t, err)
-		gen, err := models.Generate(m, [][]int64{prompt}, models.GenerateOptions{MaxNewTokens: 10, IgnoreEOS: true})
-		require.NoError(t, err)
-		raw, _ := json.Marshal(prompt)
-		res := testpy.Run(t, peftCheckPy, []string{"torch", "transformers", "peft"}, model, adapter, string(raw))
-		var want []int64
-		require.NoError(t, json.Unmarshal(res, &want), "%s", res)
-		assert.Equal(t, want, gen[0], "PEFT's greedy continuation")
-	})
+	requirePEFTGreedy(t, model, adapter)
 }
