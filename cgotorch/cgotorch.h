@@ -268,7 +268,9 @@ extern "C" {
 #endif
 
 typedef void *cg_pg;
-enum cg_reduce_op { CG_DIST_SUM = 0, CG_DIST_MAX = 1, CG_DIST_MIN = 2 };
+// CG_DIST_AVG is a sum divided by the world size: NCCL's own average, a sum and a division
+// under Gloo (which has no average); floating-point tensors only.
+enum cg_reduce_op { CG_DIST_SUM = 0, CG_DIST_MAX = 1, CG_DIST_MIN = 2, CG_DIST_AVG = 3 };
 enum cg_dist_backend { CG_DIST_GLOO = 0, CG_DIST_NCCL = 1 };
 
 int cg_dist_available(void);  // 0 in a nodist build
@@ -302,6 +304,20 @@ cg_status cg_dist_allreduce(cg_pg pg, cg_tensor *ts, int n, enum cg_reduce_op op
 // all-reduce per dtype (one bucket); an undefined gradient takes part as zeros.
 cg_status cg_dist_allreduce_grads(cg_pg pg, cg_tensor *params, int n);
 cg_status cg_dist_barrier(cg_pg pg);
+// cg_dist_allgather gathers n (out, in) pairs: outs[i] (world*numel(ins[i]) elements, any
+// shape) receives every rank's ins[i], flattened, in rank order. Pairs are grouped by
+// (dtype, device); a group of one pair with a contiguous out is gathered straight into
+// it, a larger group through one flat buffer (its ins concatenated, one collective, then
+// copied out), as FSDP2 gathers a unit.
+cg_status cg_dist_allgather(cg_pg pg, cg_tensor *outs, cg_tensor *ins, int n);
+// cg_dist_reduce_scatter reduces n (out, in) pairs across ranks and leaves this rank's
+// chunk in each out: ins[i] (world*numel(outs[i]) elements) is split into world equal
+// chunks in flattened order and outs[i] receives chunk `rank` of the reduction. Grouped
+// as cg_dist_allgather, one collective per group over a rank-major flat buffer. NCCL
+// reduce-scatters; Gloo has no reduce-scatter (c10d's is an all-reduce of a copy and a
+// chunk), so under Gloo the group's flat buffer is all-reduced in place and chunked:
+// twice the traffic of a reduce-scatter and a full-size temporary.
+cg_status cg_dist_reduce_scatter(cg_pg pg, cg_tensor *outs, cg_tensor *ins, int n, enum cg_reduce_op op);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,7 @@ struct PG {
   c10::intrusive_ptr<c10d::Store> store;  // the TCPStore itself: rank 0 (or the launcher's agent) hosts it
   c10::intrusive_ptr<c10d::Backend> backend;
   int rank, world;
+  bool nccl = false;  // NCCL backend (else Gloo)
   ms timeout;
   std::string addr, prefix;
   int port;
@@ -228,8 +229,99 @@ c10d::ReduceOp reduce_op(int op) {
     case CG_DIST_SUM: return c10d::ReduceOp::SUM;
     case CG_DIST_MAX: return c10d::ReduceOp::MAX;
     case CG_DIST_MIN: return c10d::ReduceOp::MIN;
+    case CG_DIST_AVG: return c10d::ReduceOp::AVG;
   }
   throw std::invalid_argument("unknown reduce op " + std::to_string(op));
+}
+
+// wire_op is the op the backend runs for op: Gloo has no average (c10d refuses
+// ReduceOp::AVG there), so it sums and the caller divides by the world size.
+c10d::ReduceOp wire_op(const PG &pg, int op) {
+  if (op == CG_DIST_AVG && !pg.nccl) return c10d::ReduceOp::SUM;
+  return reduce_op(op);
+}
+
+bool divides_after(const PG &pg, int op) { return op == CG_DIST_AVG && !pg.nccl; }
+
+// The flat collectives' c10d names: libtorch 2.6 has _allgather_base and
+// _reduce_scatter_base; newer releases name them all_gather_single and
+// reduce_scatter_single and keep the old names as deprecated forwarding aliases. The
+// new name is called where it exists (a template, so that the call is not compiled
+// where it does not).
+template <class B>
+constexpr bool has_single = requires(B &b, at::Tensor &t) { b.all_gather_single(t, t); };
+
+template <class B>
+c10::intrusive_ptr<c10d::Work> all_gather_flat(B &b, at::Tensor &out, at::Tensor &in, const c10d::AllgatherOptions &o) {
+  if constexpr (has_single<B>)
+    return b.all_gather_single(out, in, o);
+  else
+    return b._allgather_base(out, in, o);
+}
+
+template <class B>
+c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(B &b, at::Tensor &out, at::Tensor &in,
+                                                   const c10d::ReduceScatterOptions &o) {
+  if constexpr (has_single<B>)
+    return b.reduce_scatter_single(out, in, o);
+  else
+    return b._reduce_scatter_base(out, in, o);
+}
+
+std::string shape(const at::Tensor &t) {
+  std::ostringstream s;
+  s << t.sizes();
+  return s.str();
+}
+
+// pairs reads n (out, in) handles and checks what Go checked too (a caller of the C
+// ABI may not have): both defined, the same dtype and device, and out's size world
+// times in's (all-gather) or in's world times out's (reduce-scatter).
+void pairs(const PG &pg, cg_tensor *outs, cg_tensor *ins, int n, bool gather, std::vector<at::Tensor> &o,
+           std::vector<at::Tensor> &i) {
+  const char *what = gather ? "all-gather" : "reduce-scatter";
+  for (int k = 0; k < n; k++) {
+    if (!outs[k] || !ins[k] || !T(outs[k]).defined() || !T(ins[k]).defined())
+      throw std::invalid_argument(std::string(what) + ": pair " + std::to_string(k) + " has an undefined tensor");
+    auto &a = T(outs[k]), &b = T(ins[k]);
+    if (a.scalar_type() != b.scalar_type() || a.device() != b.device())
+      throw std::invalid_argument(std::string(what) + ": pair " + std::to_string(k) + ": output is " +
+                                  std::string(c10::toString(a.scalar_type())) + " on " + a.device().str() +
+                                  ", input is " + c10::toString(b.scalar_type()) + " on " + b.device().str());
+    int64_t big = gather ? a.numel() : b.numel(), small = gather ? b.numel() : a.numel();
+    if (big != small * pg.world)
+      throw std::invalid_argument(std::string(what) + ": pair " + std::to_string(k) + ": output " + shape(a) + " (" +
+                                  std::to_string(a.numel()) + " elements) and input " + shape(b) + " (" +
+                                  std::to_string(b.numel()) + ") do not match: " +
+                                  (gather ? "output" : "input") + " must have world size " +
+                                  std::to_string(pg.world) + " times the " + (gather ? "input" : "output") + "'s");
+    o.push_back(a);
+    i.push_back(b);
+  }
+}
+
+// pair_groups splits pair indices by the input's (dtype, device), keeping order.
+std::vector<std::vector<int>> pair_groups(const std::vector<at::Tensor> &ts) {
+  std::vector<std::vector<int>> gs;
+  for (int k = 0; k < static_cast<int>(ts.size()); k++) {
+    bool placed = false;
+    for (auto &g : gs)
+      if (ts[g[0]].scalar_type() == ts[k].scalar_type() && ts[g[0]].device() == ts[k].device()) {
+        g.push_back(k);
+        placed = true;
+        break;
+      }
+    if (!placed) gs.push_back({k});
+  }
+  return gs;
+}
+
+// fill copies src (out's numel elements, any layout) into out.
+void fill(at::Tensor &out, const at::Tensor &src) {
+  if (out.is_contiguous())
+    out.view(src.sizes()).copy_(src);
+  else
+    out.copy_(src.reshape(out.sizes()));
 }
 
 }  // namespace
@@ -300,6 +392,7 @@ cg_status cg_dist_init(const struct cg_dist_opts *o, cg_pg *out) {
   try {
     if (o->backend == CG_DIST_NCCL) {
       pg->backend = cg_make_nccl_backend(prefixed, rank, world, pg->timeout);
+      pg->nccl = true;
     } else {
       // Gloo's context timeout bounds its start-up and, in libtorch without
       // ProcessGroupGloo::setTimeout (2.6), every receive of every collective too,
@@ -364,9 +457,10 @@ cg_status cg_dist_allreduce(cg_pg p, cg_tensor *ts, int n, enum cg_reduce_op op)
   for (auto &g : groups(all)) {
     std::vector<at::Tensor> buf{flat(g)};
     c10d::AllreduceOptions o;
-    o.reduceOp = reduce_op(op);
+    o.reduceOp = wire_op(pg, op);
     o.timeout = pg.timeout;
     run(pg, pg.backend->allreduce(buf, o), "all-reduce");
+    if (divides_after(pg, op)) buf[0].div_(pg.world);
     unflat(buf[0], g);
   }
   return cg::ok();
@@ -392,6 +486,103 @@ cg_status cg_dist_allreduce_grads(cg_pg p, cg_tensor *params, int n) {
     run(pg, pg.backend->allreduce(buf, o), "gradient all-reduce");
     buf[0].div_(pg.world);
     unflat(buf[0], g);
+  }
+  return cg::ok();
+  CG_CATCH_STATUS
+}
+
+cg_status cg_dist_allgather(cg_pg p, cg_tensor *outs, cg_tensor *ins, int n) {
+  CG_TRY if (cg::recording()) cg::refuse("collectives are not recorded");
+  auto &pg = P(p);
+  std::vector<at::Tensor> o, i;
+  pairs(pg, outs, ins, n, true, o, i);
+  at::NoGradGuard ng;
+  c10d::AllgatherOptions opts;
+  opts.timeout = pg.timeout;
+  for (auto &g : pair_groups(i)) {
+    int64_t total = 0;
+    for (int k : g) total += i[k].numel();
+    if (total == 0) continue;
+    if (g.size() == 1 && o[g[0]].is_contiguous()) {
+      // Straight into the caller's buffer.
+      at::Tensor out = o[g[0]].view({-1}), in = i[g[0]].contiguous().view({-1});
+      run(pg, all_gather_flat(*pg.backend, out, in, opts), "all-gather");
+      continue;
+    }
+    std::vector<at::Tensor> parts;
+    for (int k : g) parts.push_back(i[k].reshape({-1}));
+    at::Tensor in = g.size() == 1 ? parts[0].contiguous() : at::cat(parts);
+    at::Tensor out = at::empty({pg.world * total}, in.options());
+    run(pg, all_gather_flat(*pg.backend, out, in, opts), "all-gather");
+    // out is rank-major: row r holds rank r's inputs, one after another.
+    at::Tensor rows = out.view({pg.world, total});
+    int64_t off = 0;
+    for (int k : g) {
+      int64_t m = i[k].numel();
+      fill(o[k], rows.narrow(1, off, m));
+      off += m;
+    }
+  }
+  return cg::ok();
+  CG_CATCH_STATUS
+}
+
+cg_status cg_dist_reduce_scatter(cg_pg p, cg_tensor *outs, cg_tensor *ins, int n, enum cg_reduce_op op) {
+  CG_TRY if (cg::recording()) cg::refuse("collectives are not recorded");
+  auto &pg = P(p);
+  std::vector<at::Tensor> o, i;
+  pairs(pg, outs, ins, n, false, o, i);
+  at::NoGradGuard ng;
+  for (auto &g : pair_groups(i)) {
+    int64_t total = 0;
+    for (int k : g) total += o[k].numel();
+    if (total == 0) continue;
+    at::Tensor mine;  // this rank's reduced chunk of the group, total elements
+    bool direct = false;
+    if (pg.nccl) {
+      c10d::ReduceScatterOptions opts;
+      opts.reduceOp = reduce_op(op);
+      opts.timeout = pg.timeout;
+      at::Tensor in, out;
+      if (g.size() == 1) {
+        in = i[g[0]].contiguous().view({-1});
+        direct = o[g[0]].is_contiguous();
+        out = direct ? o[g[0]].view({-1}) : at::empty({total}, in.options());
+      } else {
+        // Rank-major: chunk r of every input, one after another, for each rank r.
+        std::vector<at::Tensor> parts;
+        for (int k : g) parts.push_back(i[k].reshape({pg.world, o[k].numel()}));
+        in = at::cat(parts, 1).view({-1});
+        out = at::empty({total}, in.options());
+      }
+      run(pg, reduce_scatter_flat(*pg.backend, out, in, opts), "reduce-scatter");
+      mine = out;
+    } else {
+      // Gloo: all-reduce a rank-major copy in place (the caller's inputs stay as they
+      // were), then keep this rank's row.
+      at::Tensor buf;
+      if (g.size() == 1) {
+        buf = i[g[0]].reshape({pg.world, total}).clone(at::MemoryFormat::Contiguous);
+      } else {
+        std::vector<at::Tensor> parts;
+        for (int k : g) parts.push_back(i[k].reshape({pg.world, o[k].numel()}));
+        buf = at::cat(parts, 1);
+      }
+      std::vector<at::Tensor> bufs{buf.view({-1})};
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = wire_op(pg, op);
+      opts.timeout = pg.timeout;
+      run(pg, pg.backend->allreduce(bufs, opts), "reduce-scatter (all-reduce)");
+      mine = buf.select(0, pg.rank);
+    }
+    if (divides_after(pg, op)) mine.div_(pg.world);
+    if (direct) continue;
+    int64_t off = 0;
+    for (int k : g) {
+      int64_t m = o[k].numel();
+      fill(o[k], mine.narrow(0, off, m));
+      off += m;
+    }
   }
   return cg::ok();
   CG_CATCH_STATUS

@@ -16,6 +16,7 @@ const (
 	DistSum = C.CG_DIST_SUM
 	DistMax = C.CG_DIST_MAX
 	DistMin = C.CG_DIST_MIN
+	DistAvg = C.CG_DIST_AVG
 )
 
 // DistAvailable reports whether this build has c10d (false with build tag nodist).
@@ -82,6 +83,18 @@ func DistAllReduce(pg ProcessGroup, ts []Tensor, op int) error {
 // DistAllReduceGrads averages the parameters' gradients across ranks (one bucket).
 func DistAllReduceGrads(pg ProcessGroup, params []Tensor) error {
 	return st(C.cg_dist_allreduce_grads(C.cg_pg(pg), handles(params), C.int(len(params))))
+}
+
+// DistAllGather gathers every rank's ins[i] into outs[i] (world*numel(ins[i]) elements,
+// rank order): one collective per (dtype, device) group, through one flat buffer.
+func DistAllGather(pg ProcessGroup, outs, ins []Tensor) error {
+	return st(C.cg_dist_allgather(C.cg_pg(pg), handles(outs), handles(ins), C.int(len(ins))))
+}
+
+// DistReduceScatter reduces ins[i] (world*numel(outs[i]) elements) across ranks with op
+// and leaves this rank's chunk in outs[i]: one collective per (dtype, device) group.
+func DistReduceScatter(pg ProcessGroup, outs, ins []Tensor, op int) error {
+	return st(C.cg_dist_reduce_scatter(C.cg_pg(pg), handles(outs), handles(ins), C.int(len(ins)), C.enum_cg_reduce_op(op)))
 }
 
 // DistBarrier blocks until every rank reaches it.

@@ -23,5 +23,7 @@ void cg_dist_free(cg_pg) {}
 cg_status cg_dist_broadcast(cg_pg, cg_tensor *, int, int) { return no_dist(); }
 cg_status cg_dist_allreduce(cg_pg, cg_tensor *, int, enum cg_reduce_op) { return no_dist(); }
 cg_status cg_dist_allreduce_grads(cg_pg, cg_tensor *, int) { return no_dist(); }
+cg_status cg_dist_allgather(cg_pg, cg_tensor *, cg_tensor *, int) { return no_dist(); }
+cg_status cg_dist_reduce_scatter(cg_pg, cg_tensor *, cg_tensor *, int, enum cg_reduce_op) { return no_dist(); }
 cg_status cg_dist_barrier(cg_pg) { return no_dist(); }
 }

@@ -28,6 +28,8 @@ const (
 	ReduceSum ReduceOp = cgotorch.DistSum
 	ReduceMax ReduceOp = cgotorch.DistMax
 	ReduceMin ReduceOp = cgotorch.DistMin
+	// ReduceAvg is the sum divided by the world size (floating-point tensors only).
+	ReduceAvg ReduceOp = cgotorch.DistAvg
 )
 
 // DistAvailable reports whether this build has c10d (false with build tag nodist).
@@ -115,6 +117,28 @@ func (c *Comm) AllReduceGrads(params []*Tensor) error {
 		return err
 	}
 	return wrapErr("all_reduce", cgotorch.DistAllReduceGrads(h, handles(params)))
+}
+
+// AllGather gathers every rank's ins[i] into outs[i], which holds world*numel(ins[i])
+// elements in rank order (one collective per dtype and device, through one flat buffer
+// when a group has several pairs). The pairs must have been checked (same dtype and
+// device, sizes that match).
+func (c *Comm) AllGather(outs, ins []*Tensor) error {
+	h, err := c.handle()
+	if err != nil {
+		return err
+	}
+	return wrapErr("all_gather", cgotorch.DistAllGather(h, handles(outs), handles(ins)))
+}
+
+// ReduceScatter reduces ins[i] (world*numel(outs[i]) elements) across ranks with op and
+// leaves this rank's chunk in outs[i] (one collective per dtype and device).
+func (c *Comm) ReduceScatter(outs, ins []*Tensor, op ReduceOp) error {
+	h, err := c.handle()
+	if err != nil {
+		return err
+	}
+	return wrapErr("reduce_scatter", cgotorch.DistReduceScatter(h, handles(outs), handles(ins), int(op)))
 }
 
 // Barrier blocks until every rank reaches it.

@@ -1,7 +1,8 @@
 // Package distributed is torch.distributed for gotrain: a c10d process group over a
 // TCPStore rendezvous, joined from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
 // MASTER_ADDR, MASTER_PORT) or from explicit Options, with the collectives data-parallel
-// training needs: broadcast, all-reduce and barrier over tensor lists.
+// training needs (broadcast, all-reduce and barrier over tensor lists) and those that
+// sharded training needs (all-gather and reduce-scatter into flat buffers).
 //
 // The backend is Gloo or NCCL, as with torch.distributed: Gloo handles CPU tensors
 // and, in CUDA builds, CUDA tensors through host staging; NCCL (CUDA builds with NCCL's
@@ -386,15 +387,48 @@ func (pg *ProcessGroup) Broadcast(ts []*torch.Tensor, root int) error {
 	return wrap(c.Broadcast(ts, root))
 }
 
-// ReduceOp is an all-reduce operation.
+// ReduceOp is the reduction of an all-reduce or a reduce-scatter.
 type ReduceOp int
 
-// The reduce operations.
+// The reduce operations. Avg is the sum divided by the world size, for floating-point
+// tensors only: NCCL averages itself; Gloo, which has no average, sums and then
+// divides.
 const (
 	Sum = ReduceOp(torch.ReduceSum)
 	Max = ReduceOp(torch.ReduceMax)
 	Min = ReduceOp(torch.ReduceMin)
+	Avg = ReduceOp(torch.ReduceAvg)
 )
+
+func (op ReduceOp) String() string {
+	switch op {
+	case Sum:
+		return "sum"
+	case Max:
+		return "max"
+	case Min:
+		return "min"
+	case Avg:
+		return "avg"
+	}
+	return fmt.Sprintf("ReduceOp(%d)", int(op))
+}
+
+// checkOp refuses an unknown op, and Avg on a tensor that is not floating-point.
+func checkOp(op ReduceOp, ts []*torch.Tensor) error {
+	switch op {
+	case Sum, Max, Min:
+		return nil
+	case Avg:
+		for i, t := range ts {
+			if t != nil && !t.DType().IsFloatingPoint() {
+				return fmt.Errorf("distributed: reduce op avg needs floating-point tensors; tensor %d is %s", i, t.DType())
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("distributed: unknown reduce op %d (want Sum, Max, Min or Avg)", int(op))
+}
 
 // AllReduce reduces the tensors across ranks in place.
 func (pg *ProcessGroup) AllReduce(ts []*torch.Tensor, op ReduceOp) error {
@@ -405,7 +439,129 @@ func (pg *ProcessGroup) AllReduce(ts []*torch.Tensor, op ReduceOp) error {
 	if len(ts) == 0 {
 		return nil
 	}
+	if err := checkOp(op, ts); err != nil {
+		return err
+	}
 	return wrap(c.AllReduce(ts, torch.ReduceOp(op)))
+}
+
+// AllGather gathers every rank's in into out, the flat buffer of a unit: out has
+// WorldSize times in's elements (any shape: a parameter's full shape when in is its
+// dim-0 shard) and receives every rank's in, flattened, in rank order, as
+// torch.distributed.all_gather_into_tensor. in and out have the same dtype and device
+// (CUDA under NCCL); sizes that do not match are an error naming them, returned before
+// any communication. Every rank must pass the same sizes.
+func (pg *ProcessGroup) AllGather(out, in *torch.Tensor) error {
+	return pg.allGather([]*torch.Tensor{out}, []*torch.Tensor{in}, false)
+}
+
+// AllGatherCoalesced is AllGather for a list of (outs[i], ins[i]) pairs in one
+// collective per dtype and device, as FSDP2 gathers a unit's parameters: the inputs are
+// copied into one flat buffer, gathered, and copied out into the outputs (with one pair
+// of a dtype, straight into its output).
+func (pg *ProcessGroup) AllGatherCoalesced(outs, ins []*torch.Tensor) error {
+	return pg.allGather(outs, ins, true)
+}
+
+func (pg *ProcessGroup) allGather(outs, ins []*torch.Tensor, list bool) error {
+	c, err := pg.comm()
+	if err != nil {
+		return err
+	}
+	if err := pg.checkPairs("all-gather", outs, ins, list); err != nil {
+		return err
+	}
+	if len(ins) == 0 {
+		return nil
+	}
+	return wrap(c.AllGather(outs, ins))
+}
+
+// ReduceScatter reduces in across ranks with op and leaves this rank's chunk of the
+// result in out, as torch.distributed.reduce_scatter_tensor: in has WorldSize times
+// out's elements and splits, flattened, into WorldSize equal chunks; out receives chunk
+// Rank (a parameter's dim-0 shard when in is its full gradient). The same checks as
+// AllGather apply; an input that does not split into equal chunks is refused.
+//
+// NCCL reduce-scatters. Gloo has no reduce-scatter in libtorch (2.6 and later; c10d's
+// reduce_scatter_tensor for Gloo is an all-reduce of a copy followed by a chunk), so
+// under Gloo the input is copied, all-reduced in place and chunked: twice a
+// reduce-scatter's traffic and a temporary the size of the input.
+func (pg *ProcessGroup) ReduceScatter(out, in *torch.Tensor, op ReduceOp) error {
+	return pg.reduceScatter([]*torch.Tensor{out}, []*torch.Tensor{in}, op, false)
+}
+
+// ReduceScatterCoalesced is ReduceScatter for a list of (outs[i], ins[i]) pairs in one
+// collective per dtype and device, as FSDP2 reduces a unit's gradients: the inputs are
+// laid out rank-major in one flat buffer (chunk r of every input, for each rank r),
+// reduce-scattered, and this rank's chunk is copied out into the outputs.
+func (pg *ProcessGroup) ReduceScatterCoalesced(outs, ins []*torch.Tensor, op ReduceOp) error {
+	return pg.reduceScatter(outs, ins, op, true)
+}
+
+func (pg *ProcessGroup) reduceScatter(outs, ins []*torch.Tensor, op ReduceOp, list bool) error {
+	c, err := pg.comm()
+	if err != nil {
+		return err
+	}
+	if err := pg.checkPairs("reduce-scatter", outs, ins, list); err != nil {
+		return err
+	}
+	if err := checkOp(op, ins); err != nil {
+		return err
+	}
+	if len(ins) == 0 {
+		return nil
+	}
+	return wrap(c.ReduceScatter(outs, ins, torch.ReduceOp(op)))
+}
+
+// checkPairs checks all-gather and reduce-scatter arguments before any communication:
+// as many outputs as inputs, no nil tensor, each pair of one dtype and device (a CUDA
+// one under NCCL), and sizes that fit the world size.
+func (pg *ProcessGroup) checkPairs(what string, outs, ins []*torch.Tensor, list bool) error {
+	if len(outs) != len(ins) {
+		return fmt.Errorf("distributed: %s: %d outputs for %d inputs", what, len(outs), len(ins))
+	}
+	w := int64(pg.WorldSize())
+	for i := range ins {
+		name := what
+		if list {
+			name = fmt.Sprintf("%s: pair %d", what, i)
+		}
+		out, in := outs[i], ins[i]
+		if out == nil || in == nil {
+			return fmt.Errorf("distributed: %s: nil tensor", name)
+		}
+		if od, id := out.DType(), in.DType(); od != id {
+			return fmt.Errorf("distributed: %s: output is %s, input is %s", name, od, id)
+		}
+		od, id := out.Device(), in.Device()
+		if od != id {
+			return fmt.Errorf("distributed: %s: output is on %s, input on %s", name, od, id)
+		}
+		if pg.backend == NCCL && !id.IsCUDA() {
+			return fmt.Errorf("distributed: %s: the NCCL backend needs CUDA tensors, and these are on %s", name, id)
+		}
+		on, inN := out.Numel(), in.Numel()
+		switch what {
+		case "all-gather":
+			if on != w*inN {
+				return fmt.Errorf("distributed: %s: output %v has %d elements, and must have world size %d × input %v's %d = %d",
+					name, out.Shape(), on, w, in.Shape(), inN, w*inN)
+			}
+		default:
+			if inN%w != 0 {
+				return fmt.Errorf("distributed: %s: input %v has %d elements, which do not split into %d equal chunks (pad it to a multiple of the world size)",
+					name, in.Shape(), inN, w)
+			}
+			if on*w != inN {
+				return fmt.Errorf("distributed: %s: output %v has %d elements, and must have input %v's %d / world size %d = %d",
+					name, out.Shape(), on, in.Shape(), inN, w, inN/w)
+			}
+		}
+	}
+	return nil
 }
 
 // AllReduceFloat64s reduces a few numbers (metric sums, flags) across ranks.

@@ -24,6 +24,7 @@ func TestMain(m *testing.M) {
 		"rendezvous":  rendezvousChild,
 		"slow":        slowChild,
 		"hung":        hungChild,
+		"sharded":     shardedChild,
 	})
 }
 
@@ -79,6 +80,10 @@ func collectivesChild() error {
 	})
 	if failed != nil {
 		return failed
+	}
+	// All-gather and reduce-scatter, in this launch rather than one of their own.
+	if err := shardedCollectives(pg); err != nil {
+		return err
 	}
 	return pg.Barrier()
 }
