@@ -14,7 +14,7 @@ import (
 	"github.com/gotrain/gotrain/torch/distributed/disttest"
 )
 
-// TestNCCLSingleRank runs every collective over NCCL on cuda:0 in a group of one: the
+// TestNCCLSingleRank runs every collective (all-gather and reduce-scatter too) over NCCL on cuda:0 in a group of one: the
 // automatic choice picks NCCL on a GPU, and the results are what one rank's reduction
 // gives (sums unchanged, gradients averaged over one rank).
 func TestNCCLSingleRank(t *testing.T) {
@@ -51,6 +51,31 @@ func TestNCCLSingleRank(t *testing.T) {
 		p.MulScalar(3).Sum().Backward()
 		require.NoError(t, pg.AllReduceGradients([]*torch.Tensor{p}, 0))
 		assert.Equal(t, []float32{3, 3}, p.Grad().Float32s())
+
+		// All-gather and reduce-scatter over NCCL (its own average), single and
+		// coalesced: a world of one gathers and scatters its own values.
+		in := torch.FromSlice([]float32{1, 2, 3}).To(dev, false)
+		out := torch.Zeros([]int64{3}, torch.Float32, dev)
+		require.NoError(t, pg.AllGather(out, in))
+		assert.Equal(t, []float32{1, 2, 3}, out.Float32s())
+		for _, op := range []distributed.ReduceOp{distributed.Sum, distributed.Avg} {
+			out := torch.Zeros([]int64{3}, torch.Float32, dev)
+			require.NoError(t, pg.ReduceScatter(out, in, op))
+			assert.Equal(t, []float32{1, 2, 3}, out.Float32s(), op)
+		}
+		ins := []*torch.Tensor{in, torch.FromSlice([]int64{4, 5}).To(dev, false)}
+		outs := []*torch.Tensor{torch.Zeros([]int64{3}, torch.Float32, dev), torch.Zeros([]int64{2}, torch.Int64, dev)}
+		require.NoError(t, pg.AllGatherCoalesced(outs, ins))
+		assert.Equal(t, []float32{1, 2, 3}, outs[0].Float32s())
+		assert.Equal(t, []int64{4, 5}, outs[1].Int64s())
+		outs = []*torch.Tensor{torch.Zeros([]int64{3}, torch.Float32, dev), torch.Zeros([]int64{2}, torch.Int64, dev)}
+		require.NoError(t, pg.ReduceScatterCoalesced(outs, ins, distributed.Sum))
+		assert.Equal(t, []float32{1, 2, 3}, outs[0].Float32s())
+		assert.Equal(t, []int64{4, 5}, outs[1].Int64s())
+		// NCCL carries CUDA tensors only: a CPU one is refused before any communication.
+		err = pg.AllGather(torch.Zeros([]int64{3}, torch.Float32, torch.CPU), torch.Zeros([]int64{3}, torch.Float32, torch.CPU))
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "the NCCL backend needs CUDA tensors")
 	})
 	require.NoError(t, pg.Barrier())
 }
