@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 	"github.com/gotrain/gotrain/torch/nn/lora"
@@ -212,6 +213,58 @@ func TestWeightsNotSafetensors(t *testing.T) {
 	assert.Contains(t, stderr, "not a safetensors file")
 	assert.NotContains(t, stderr, "3475222254926655346")
 	assert.NotContains(t, stderr, "root:x")
+}
+
+// TestLongPromptFile: a prompt file of nearly the whole context (a Llama of 1024
+// positions and a 32000-token vocabulary, where the logits of every prompt position
+// would be 128 MB) is continued holding at most the weights plus a quarter of those
+// logits in CPU tensors (the counting allocator's peak): the prompt's forward computes
+// the last position's logits only. (The review's 8181-token prompt, vocabulary 49152,
+// asked for 1.6 GB of logits and failed.)
+func TestLongPromptFile(t *testing.T) {
+	dir, _, _ := gpt2Dir(t)
+	model := t.TempDir()
+	c := models.DefaultLlamaConfig()
+	c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 32000, 16, 32, 1
+	c.NumAttentionHeads, c.NumKeyValueHeads, c.MaxPositionEmbeddings = 2, 2, 1024
+	c.BOSTokenID, c.EOSTokenID = nil, nil
+	var weights int64
+	torch.WithScope(func() {
+		torch.ManualSeed(3)
+		m, err := models.NewLlamaForCausalLM(c)
+		require.NoError(t, err)
+		defer nn.Free(m)
+		for _, e := range nn.StateTensors(m) {
+			weights += e.Tensor.Numel() * int64(e.Tensor.DType().Size())
+		}
+		require.NoError(t, models.SavePretrained(model, m, models.SaveOptions{}))
+	})
+	b, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(model, "tokenizer.json"), b, 0o644))
+	tok, err := tokenizer.LoadDir(model)
+	require.NoError(t, err)
+	unit := "The quick brown fox jumps over the lazy dog. "
+	text := strings.Repeat(unit, 1000/len(tok.Encode(unit, false)))
+	for len(tok.Encode(text, true)) > 1020 {
+		text = text[:len(text)-len(unit)]
+	}
+	n := len(tok.Encode(text, true))
+	require.Greater(t, n, 900)
+
+	const fullLogits = 1000 * 32000 * 4
+	torch.CountCPUMemory()
+	torch.ResetCPUPeakMemory()
+	base := torch.CPUMemoryStats().Allocated
+	code, stdout, stderr := runCmd("--model", model, "--prompt-file", writeTemp(t, text), "--max-new-tokens", "2", "--greedy", "--json")
+	peak := torch.CPUMemoryStats().PeakAllocated - base
+	t.Logf("a %d-token prompt: peak %d bytes of CPU tensors, weights %d (all the prompt's logits: %d)", n, peak, weights, fullLogits)
+	require.Equal(t, 0, code, stderr)
+	var o output
+	require.NoError(t, json.Unmarshal([]byte(stdout), &o))
+	assert.Len(t, o.PromptIDs, n)
+	assert.Len(t, o.NewIDs, 2)
+	assert.Less(t, peak, weights+fullLogits/4)
 }
 
 // tinyAdapter saves a new LoRA adapter (B zero, as PEFT's default) on the q_proj and
