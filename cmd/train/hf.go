@@ -30,6 +30,11 @@ const (
 	defaultLMValSplit = 0.1
 )
 
+// maxLMLineBytes is the longest line of --data the text and JSONL readers take (0: the
+// data package's 64 MiB). Only the tests change it, to hold a long line to its memory
+// bound at a scale they can write (TestFineTuneScaledInputs).
+var maxLMLineBytes int
+
 // isHFDir reports whether --model names a Hugging Face model directory.
 func isHFDir(model string) bool {
 	fi, err := os.Stat(filepath.Join(model, models.ConfigFile))
@@ -114,7 +119,8 @@ func buildHF(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Tr
 			nn.Free(m)
 			return nil, err
 		}
-	} else if ds, err = data.NewLMDataset(c.DataDir, tok, data.LMOptions{BlockSize: block, EOS: eos, SeparateDocuments: c.Packing, VocabSize: cfg.VocabSize}); err != nil {
+	} else if ds, err = data.NewLMDataset(c.DataDir, tok, data.LMOptions{BlockSize: block, EOS: eos, SeparateDocuments: c.Packing, VocabSize: cfg.VocabSize,
+		MaxLineBytes: maxLMLineBytes}); err != nil {
 		return nil, err
 	}
 	if c.Limit > 0 && c.Limit < ds.Len() {

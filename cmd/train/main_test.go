@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,6 +23,9 @@ import (
 
 func TestMain(m *testing.M) {
 	if os.Getenv("TRAIN_RUN_MAIN") == "1" {
+		if v := os.Getenv("TRAIN_TEST_MAX_LINE_BYTES"); v != "" {
+			maxLMLineBytes, _ = strconv.Atoi(v) // TestFineTuneScaledInputs' lowered line limit
+		}
 		main()
 		os.Exit(0)
 	}

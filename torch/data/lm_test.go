@@ -2,8 +2,10 @@ package data_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -190,4 +192,90 @@ func TestLMTokenizerBudget(t *testing.T) {
 	err = d.Get(0, &data.Sample{})
 	require.ErrorIs(t, err, tokenizer.ErrBudget)
 	assert.Contains(t, err.Error(), "c.jsonl:1: the completion: ")
+}
+
+// tinyTokenizerWith is tinyTokenizer with edit applied to the file's fields.
+func tinyTokenizerWith(t *testing.T, edit func(m map[string]any)) *tokenizer.Tokenizer {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "tiny-llama-tokenizer.json"))
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(raw, &m))
+	edit(m)
+	raw, err = json.Marshal(m)
+	require.NoError(t, err)
+	tok, err := tokenizer.Parse(raw)
+	require.NoError(t, err)
+	return tok
+}
+
+// allocated is the bytes of Go memory f allocates (runtime.MemStats.TotalAlloc).
+func allocated(f func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&a)
+	f()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
+}
+
+// TestLMLongLine is issue 42's long line where the file is read, at a scale a test can
+// write: the line limit (LMOptions.MaxLineBytes, 64 MiB by default) lowered to 6 MiB.
+// One-line texts of 1 MB and 4 MB (the review's legal 60 MB line, which reached 3.4 GB
+// and aborted) load, allocating under 40 bytes a byte of the line, the text, its ids and
+// windows included, and about 4× for 4× the line; the 4 MB line past a 1 MiB limit is refused
+// naming the file and the limit, having allocated a few times the limit, not the line;
+// through a tokenizer whose Replace normalizer grows each "l" a thousandfold (the
+// review's 4 MB line asked for 4 GB) the line is refused with ErrBudget naming the file
+// and line, having allocated under 40 bytes a byte.
+func TestLMLongLine(t *testing.T) {
+	metaspace := map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}
+	split := tinyTokenizerWith(t, func(m map[string]any) { m["normalizer"], m["pre_tokenizer"] = nil, metaspace })
+	grow := tinyTokenizerWith(t, func(m map[string]any) {
+		m["normalizer"] = map[string]any{"type": "Replace", "pattern": map[string]any{"String": "l"}, "content": strings.Repeat("l", 1000)}
+		m["pre_tokenizer"] = metaspace
+	})
+	file := func(n int) string { return writeFile(t, "line.txt", strings.Repeat("hello world ", n/12)+"\n") }
+	small, large := file(1<<20), file(4<<20)
+	var loaded [2]uint64
+	for k, path := range []string{small, large} {
+		var ds *data.LMDataset
+		var err error
+		loaded[k] = allocated(func() {
+			ds, err = data.NewLMDataset(path, split, data.LMOptions{BlockSize: 64, EOS: 2, MaxLineBytes: 6 << 20})
+		})
+		require.NoError(t, err)
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		t.Logf("%d bytes: %d windows, %d bytes allocated (%.1f a byte)", fi.Size(), ds.Len(), loaded[k], float64(loaded[k])/float64(fi.Size()))
+		require.GreaterOrEqual(t, ds.Len(), int(fi.Size()/12*2/64), "two tokens a word pair")
+		var s data.Sample
+		require.NoError(t, ds.Get(0, &s))
+		assert.Equal(t, []int64{1, 18, 23, 18, 23}, data.Values[int64](s.MustField(data.LMInputIDs))[:5])
+		require.Less(t, loaded[k], uint64(40*fi.Size()), "bytes allocated for a line of %d bytes", fi.Size())
+	}
+	require.LessOrEqual(t, loaded[1], 5*loaded[0], "allocation for 4× the line: linear (the slices' growth steps aside)")
+
+	for _, c := range []struct {
+		name    string
+		tok     *tokenizer.Tokenizer
+		maxLine int
+		want    string
+		bound   uint64
+	}{
+		{"past the line limit", split, 1 << 20, large + ": line 1 is longer than 1048576 bytes", 4 << 20},
+		{"a normalizer that grows the line", grow, 6 << 20, large + ":1: ", 40 * 4 << 20},
+	} {
+		var err error
+		got := allocated(func() {
+			_, err = data.NewLMDataset(large, c.tok, data.LMOptions{BlockSize: 64, EOS: 2, MaxLineBytes: c.maxLine})
+		})
+		t.Logf("%s: %d bytes allocated", c.name, got)
+		require.Error(t, err, c.name)
+		assert.Contains(t, err.Error(), c.want, c.name)
+		if c.tok == grow {
+			require.ErrorIs(t, err, tokenizer.ErrBudget)
+		}
+		assert.Less(t, got, c.bound, c.name)
+	}
 }

@@ -574,10 +574,12 @@ func savedTinyLlama(t *testing.T, seed int64) (*models.LlamaForCausalLM, string)
 	return m, dir
 }
 
-// TestDecoderConfigErrors: configs gotrain cannot build are errors naming the field,
-// before anything is allocated; a config whose sizes disagree with the weights names
-// the tensor; an unknown model_type lists the supported ones.
+// TestDecoderConfigErrors: configs gotrain cannot build (rope fields of the wrong type
+// or value among them) are errors naming the field, before any tensor is allocated; a
+// config whose sizes disagree with the weights names the tensor; an unknown model_type
+// lists the supported ones.
 func TestDecoderConfigErrors(t *testing.T) {
+	torch.CountCPUMemory()
 	write := func(t *testing.T, cfg map[string]any) string {
 		dir := t.TempDir()
 		raw, err := json.Marshal(cfg)
@@ -640,9 +642,13 @@ func TestDecoderConfigErrors(t *testing.T) {
 		{edit("qwen2", "use_sliding_window", true, "layer_types", []string{"full_attention", "linear_attention"}), `"linear_attention" is not supported`},
 		{edit("llama", "vocab_size", "many"), "vocab_size"},
 	} {
+		// The directory has no weights: a config accepted would build the model (its
+		// tensors allocated) before the missing checkpoint is found.
+		n0 := torch.CPUMemoryStats().Allocations
 		_, err := models.LoadPretrained(write(t, c.cfg), models.LoadOptions{})
 		require.Error(t, err, "%v", c.cfg)
 		assert.Contains(t, err.Error(), c.want, "%v", c.cfg)
+		assert.Zero(t, torch.CPUMemoryStats().Allocations-n0, "no tensor allocated: %v", c.cfg)
 	}
 
 	_, err := models.LoadPretrained(write(t, edit("gemma")), models.LoadOptions{})
