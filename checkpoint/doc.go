@@ -105,4 +105,6 @@
 // Write replaces its target atomically, removes its temporary file on any failure
 // (panics included), gives a new file the permissions os.Create would (0666 less the
 // umask), and writes through a symlink to the file it names, keeping the link.
+// WriteSafetensorsDir, which fills a directory, replaces a symlink among its files
+// instead (fsutil.StageInDir).
 package checkpoint

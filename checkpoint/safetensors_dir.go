@@ -322,10 +322,11 @@ func planShards(tensors *Dict, maxShardSize int64) ([][]int, int64, int64, error
 // tensor's shard. Every file gets metadata, with "format": "pt" added when it has no
 // "format" (transformers' loader refuses a file whose metadata lacks it).
 //
-// dir is created if needed. Every file is written to a synced temporary file first,
-// and only when all are written are they renamed into place, so a failed save (a
-// tensor that cannot be written, a full disk) leaves no file of its own and the
-// previous save as it was. Then the files of an earlier save of name that the new one
+// dir is created if needed. A file of dir that is a symlink is replaced by the new
+// file, never written through (fsutil.StageInDir). Every file is written to a synced
+// temporary file first, and only when all are written are they renamed into place,
+// so a failed save (a tensor that cannot be written, a full disk, a directory where a
+// file goes) leaves no file of its own and the previous save as it was. Then the files of an earlier save of name that the new one
 // does not use are removed: shards by transformers' naming (as save_pretrained removes
 // them), the single file when the new save is sharded (it would be read instead of the
 // shards), and the index when it is not. A crash while the files are being renamed can
@@ -365,7 +366,7 @@ func WriteSafetensorsDir(dir, name string, tensors *Dict, metadata map[string]st
 		}
 	}()
 	stage := func(file string, write func(io.Writer) error) error {
-		st, err := fsutil.Stage(filepath.Join(dir, file), write)
+		st, err := fsutil.StageInDir(dir, file, write)
 		if err != nil {
 			return err
 		}

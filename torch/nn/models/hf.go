@@ -293,7 +293,9 @@ type SaveOptions struct {
 // SavePretrained writes m as a Hugging Face model directory that transformers'
 // from_pretrained loads: config.json and the weights in safetensors (tensors in their
 // own dtype, tied weights once, under their first name), sharded as o says. The files
-// are written to temporary names first, so a failed save leaves the previous one.
+// are written to temporary names first, so a failed save leaves the previous one; a
+// file of dir that is a symlink is replaced by the new file, never written through
+// (fsutil.WriteAtomicInDir).
 func SavePretrained(dir string, m CausalLM, o SaveOptions) (err error) {
 	p, ok := m.(Pretrained)
 	if !ok {
@@ -321,7 +323,7 @@ func SavePretrained(dir string, m CausalLM, o SaveOptions) (err error) {
 	if err := checkpoint.WriteSafetensorsDir(dir, checkpoint.ModelWeights, tensors, map[string]string{"format": "pt"}, o.MaxShardSize); err != nil {
 		return fmt.Errorf("models: %w", err)
 	}
-	return fsutil.WriteFileAtomic(filepath.Join(dir, ConfigFile), append(raw, '\n'))
+	return fsutil.WriteFileInDir(dir, ConfigFile, append(raw, '\n'))
 }
 
 // pretrainedTensors copies m's state dict to the CPU as checkpoint tensors, each tied
