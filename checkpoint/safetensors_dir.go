@@ -47,6 +47,27 @@ func ReadSafetensorsDir(dir, name string) (*Dict, map[string]string, error) {
 // be listed twice; shards whose metadata disagree on a key are refused. Errors name
 // the file.
 func (o ReadOptions) ReadSafetensorsDir(dir, name string) (*Dict, map[string]string, error) {
+	return o.readSafetensorsDir(dir, name, o.ReadSafetensors)
+}
+
+// MapSafetensorsDir reads the weights named name in dir as ReadSafetensorsDir does,
+// with every check, but leaves each file's tensor bytes where MapSafetensors does: in
+// a read-only memory map of the file, so that loading a model never holds its files in
+// Go's heap. The tensors' bytes are valid until the Mapping is closed.
+func (o ReadOptions) MapSafetensorsDir(dir, name string) (*Dict, map[string]string, *Mapping, error) {
+	m := &Mapping{}
+	d, meta, err := o.readSafetensorsDir(dir, name, func(path string) (*Dict, map[string]string, error) {
+		return o.mapSafetensors(path, m)
+	})
+	if err != nil {
+		m.Close()
+		return nil, nil, nil, err
+	}
+	return d, meta, m, nil
+}
+
+// readSafetensorsDir is ReadSafetensorsDir with read reading each file.
+func (o ReadOptions) readSafetensorsDir(dir, name string, read func(path string) (*Dict, map[string]string, error)) (*Dict, map[string]string, error) {
 	if name == "" {
 		name = ModelWeights
 	}
@@ -58,7 +79,7 @@ func (o ReadOptions) ReadSafetensorsDir(dir, name string) (*Dict, map[string]str
 		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	if _, err := os.Stat(single); err == nil {
-		return o.ReadSafetensors(single)
+		return read(single)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -93,7 +114,7 @@ func (o ReadOptions) ReadSafetensorsDir(dir, name string) (*Dict, map[string]str
 		if err != nil {
 			return nil, nil, fmt.Errorf("checkpoint: %s: shard %w", indexPath, err)
 		}
-		d, m, err := o.ReadSafetensors(path)
+		d, m, err := read(path)
 		if err != nil {
 			return nil, nil, err
 		}

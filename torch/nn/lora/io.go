@@ -210,10 +210,13 @@ func Load(m nn.Module, dir string, o LoadOptions) (*Adapter, error) {
 	if err != nil {
 		return nil, err
 	}
-	sd, _, err := checkpoint.ReadSafetensorsDir(dir, checkpoint.AdapterWeights)
+	// Mapped, as a model's weights are (models.LoadPretrained): the file's bytes never
+	// sit in Go's heap, and the map goes once they are copied.
+	sd, _, mapping, err := checkpoint.ReadOptions{}.MapSafetensorsDir(dir, checkpoint.AdapterWeights)
 	if err != nil {
 		return nil, fmt.Errorf("lora: %w", err)
 	}
+	defer mapping.Close()
 	a, err := inject(m, c, false)
 	if err != nil {
 		return nil, fmt.Errorf("lora: %s: %w", filepath.Join(dir, ConfigFile), err)
