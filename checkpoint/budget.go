@@ -216,7 +216,7 @@ func (o ReadOptions) ReadSafetensors(path string) (*Dict, map[string]string, err
 // ReadSafetensorsFrom reads a safetensors file of size bytes from r within the budget o
 // sets.
 func (o ReadOptions) ReadSafetensorsFrom(r io.ReaderAt, size int64) (*Dict, map[string]string, error) {
-	d, meta, err := readSafetensors(r, size, o.budget(size), o.HeadersOnly)
+	d, meta, err := readSafetensors(r, size, o.budget(size), o.HeadersOnly, nil)
 	if err != nil {
 		if _, ok := err.(*LimitError); ok {
 			return nil, nil, err
@@ -235,4 +235,82 @@ func heapSize(n int64) int64 {
 		return n + n/8 + 16
 	}
 	return satAdd(n, 8191) &^ 8191
+}
+
+// Mapping holds the memory maps of the files that MapSafetensors or MapSafetensorsDir
+// read: the bytes of the tensors they return. Close unmaps them and empties those
+// tensors' storages (Storage.Data nil), so a tensor used after Close fails as one
+// without bytes instead of reading unmapped memory.
+type Mapping struct {
+	maps     [][]byte
+	storages []*Storage
+}
+
+// Close releases the maps; it may be called more than once.
+func (m *Mapping) Close() error {
+	if m == nil {
+		return nil
+	}
+	for _, s := range m.storages {
+		s.Data = nil
+	}
+	var first error
+	for _, b := range m.maps {
+		if err := unmapFile(b); err != nil && first == nil {
+			first = err
+		}
+	}
+	m.maps, m.storages = nil, nil
+	return first
+}
+
+// MapSafetensors reads the safetensors file at path within the budget o sets, as
+// ReadSafetensors does (every rule of the header, offsets and sizes is checked before
+// any data is touched), but maps the file read-only into memory instead of reading its
+// data: the tensors' bytes are the file's pages, outside Go's heap, until the Mapping
+// is closed. A file that cannot be mapped is an error naming it. The file must not be
+// truncated while it is mapped (reading a page past its new end is a fatal SIGBUS, as
+// with any memory map; a file replaced by a rename, as gotrain's writers replace files,
+// keeps its old pages).
+func (o ReadOptions) MapSafetensors(path string) (*Dict, map[string]string, *Mapping, error) {
+	m := &Mapping{}
+	d, meta, err := o.mapSafetensors(path, m)
+	if err != nil {
+		m.Close()
+		return nil, nil, nil, err
+	}
+	return d, meta, m, nil
+}
+
+// mapSafetensors is MapSafetensors adding the file's map and storages to m.
+func (o ReadOptions) mapSafetensors(path string, m *Mapping) (*Dict, map[string]string, error) {
+	f, size, err := openRegular(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	mapped := func(off, n int64) ([]byte, error) {
+		b, err := mapFile(f, size)
+		if err != nil {
+			return nil, fmt.Errorf("mapping %s into memory: %w", path, err)
+		}
+		m.maps = append(m.maps, b)
+		if int64(len(b)) != size {
+			return nil, fmt.Errorf("mapping %s into memory: %d bytes mapped of %d", path, len(b), size)
+		}
+		return b[off : off+n : off+n], nil
+	}
+	d, meta, err := readSafetensors(f, size, o.budget(size), o.HeadersOnly, mapped)
+	if err != nil {
+		if _, ok := err.(*LimitError); !ok {
+			err = fmt.Errorf("checkpoint: safetensors: %w", err)
+		}
+		return nil, nil, fmt.Errorf("%w (reading %s)", err, path)
+	}
+	for _, v := range d.All() {
+		if t, ok := v.(*Tensor); ok && t.Storage != nil {
+			m.storages = append(m.storages, t.Storage)
+		}
+	}
+	return d, meta, nil
 }

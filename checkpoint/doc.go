@@ -34,7 +34,9 @@
 // WriteSafetensors) or as a Hugging Face directory's weights (ReadSafetensorsDir,
 // WriteSafetensorsDir): model.safetensors, or shards model-00001-of-0000N.safetensors
 // with model.safetensors.index.json, split by transformers' rule; adapter_model.safetensors
-// for a PEFT adapter.
+// for a PEFT adapter. MapSafetensors and MapSafetensorsDir check the same rules and
+// leave the tensors' bytes in read-only memory maps of the files (a Mapping, closed
+// once they are copied), so that loading a model never holds its files in Go's heap.
 //
 // Read accepts what torch.save writes, including the legacy pre-1.6 format. Its pickle
 // machine resolves globals through an allowlist (tensor and storage rebuilders,
@@ -105,4 +107,6 @@
 // Write replaces its target atomically, removes its temporary file on any failure
 // (panics included), gives a new file the permissions os.Create would (0666 less the
 // umask), and writes through a symlink to the file it names, keeping the link.
+// WriteSafetensorsDir, which fills a directory, replaces a symlink among its files
+// instead (fsutil.StageInDir).
 package checkpoint

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // FuzzRead feeds ReadFrom and ReadSafetensorsFrom arbitrary bytes, starting from the
@@ -17,7 +18,11 @@ import (
 //     standing for time: see requireWithinBudget);
 //
 //   - what reads, writes, and reads back to the same value (sharing and storage
-//     identity included): Read, Write, Read is the identity on everything Read returns.
+//     identity included): Read, Write, Read is the identity on everything Read returns;
+//
+//   - a safetensors read whose data is mapped (as MapSafetensors maps a file) accepts
+//     and refuses what the read into a buffer does, with the same tensors, each
+//     pointing into the input's data area.
 //
 //     go test -run '^$' -fuzz='^FuzzRead$' -fuzztime=60s ./checkpoint
 func FuzzRead(f *testing.F) {
@@ -59,6 +64,19 @@ func FuzzRead(f *testing.F) {
 
 		sd, err, c := measuredSafetensors(data)
 		requireWithinBudget(t, len(data), c, "ReadSafetensorsFrom")
+		inMap := func(off, n int64) ([]byte, error) { return data[off : off+n : off+n], nil }
+		msd, _, merr := readSafetensors(bytes.NewReader(data), int64(len(data)), ReadOptions{}.budget(int64(len(data))), false, inMap)
+		if (err == nil) != (merr == nil) || (err != nil && err.Error() != merr.Error()) {
+			t.Fatalf("read into a buffer: %v; mapped: %v", err, merr)
+		}
+		if err == nil {
+			requireSameValue(t, sd, msd)
+			for _, v := range msd.All() {
+				if s := v.(*Tensor).Storage.Data; len(s) > 0 && !inside(s, data) {
+					t.Fatalf("a mapped tensor's bytes are not the input's")
+				}
+			}
+		}
 		if err == nil {
 			_, meta, _ := ReadSafetensorsFrom(bytes.NewReader(data), int64(len(data)))
 			var out bytes.Buffer
@@ -80,4 +98,14 @@ func FuzzRead(f *testing.F) {
 			}
 		}
 	})
+}
+
+// inside reports whether s lies within the memory of b.
+func inside(s, b []byte) bool {
+	if len(s) == 0 || len(b) == 0 {
+		return false
+	}
+	start, end := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&b[len(b)-1]))
+	p, q := uintptr(unsafe.Pointer(&s[0])), uintptr(unsafe.Pointer(&s[len(s)-1]))
+	return p >= start && q <= end
 }

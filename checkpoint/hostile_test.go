@@ -36,7 +36,7 @@ func measuredSafetensors(data []byte) (*Dict, error, readCost) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	b := ReadOptions{}.budget(int64(len(data)))
-	d, _, err := readSafetensors(bytes.NewReader(data), int64(len(data)), b, false)
+	d, _, err := readSafetensors(bytes.NewReader(data), int64(len(data)), b, false, nil)
 	runtime.ReadMemStats(&after)
 	return d, err, readCost{after.TotalAlloc - before.TotalAlloc, b.work}
 }

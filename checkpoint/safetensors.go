@@ -77,7 +77,16 @@ type stParser struct {
 	dims    []int64 // scratch for a shape being read
 }
 
-func readSafetensors(r io.ReaderAt, size int64, b *budget, headersOnly bool) (*Dict, map[string]string, error) {
+// stData supplies the n bytes of a safetensors file's data area, which begins at byte
+// off of the file, in memory that is not Go's heap (a memory map of the file):
+// readSafetensors calls it once the header has been checked, instead of reading the
+// data into a buffer of its own.
+type stData func(off, n int64) ([]byte, error)
+
+// readSafetensors reads a safetensors file of size bytes from r: its header, checked
+// whole, and then its data (none when headersOnly), read into one buffer or, when
+// mapped is not nil, taken from mapped (a memory map, not charged to b).
+func readSafetensors(r io.ReaderAt, size int64, b *budget, headersOnly bool, mapped stData) (*Dict, map[string]string, error) {
 	var hl [8]byte
 	if size < 8 {
 		return nil, nil, errors.New("file too short")
@@ -133,12 +142,23 @@ func readSafetensors(r io.ReaderAt, size int64, b *budget, headersOnly bool) (*D
 		}
 		return out, p.meta, nil
 	}
-	if err := b.alloc(p.dataLen); err != nil {
-		return nil, nil, err
-	}
-	data := make([]byte, p.dataLen)
-	if err := readAt(r, data, 8+int64(n)); err != nil {
-		return nil, nil, err
+	var data []byte
+	if mapped != nil {
+		var err error
+		if data, err = mapped(8+int64(n), p.dataLen); err != nil {
+			return nil, nil, err
+		}
+		if int64(len(data)) != p.dataLen {
+			return nil, nil, fmt.Errorf("internal error: %d bytes of data mapped for %d", len(data), p.dataLen)
+		}
+	} else {
+		if err := b.alloc(p.dataLen); err != nil {
+			return nil, nil, err
+		}
+		data = make([]byte, p.dataLen)
+		if err := readAt(r, data, 8+int64(n)); err != nil {
+			return nil, nil, err
+		}
 	}
 	out := NewDict()
 	for _, e := range entries {

@@ -47,6 +47,27 @@ func ReadSafetensorsDir(dir, name string) (*Dict, map[string]string, error) {
 // be listed twice; shards whose metadata disagree on a key are refused. Errors name
 // the file.
 func (o ReadOptions) ReadSafetensorsDir(dir, name string) (*Dict, map[string]string, error) {
+	return o.readSafetensorsDir(dir, name, o.ReadSafetensors)
+}
+
+// MapSafetensorsDir reads the weights named name in dir as ReadSafetensorsDir does,
+// with every check, but leaves each file's tensor bytes where MapSafetensors does: in
+// a read-only memory map of the file, so that loading a model never holds its files in
+// Go's heap. The tensors' bytes are valid until the Mapping is closed.
+func (o ReadOptions) MapSafetensorsDir(dir, name string) (*Dict, map[string]string, *Mapping, error) {
+	m := &Mapping{}
+	d, meta, err := o.readSafetensorsDir(dir, name, func(path string) (*Dict, map[string]string, error) {
+		return o.mapSafetensors(path, m)
+	})
+	if err != nil {
+		m.Close()
+		return nil, nil, nil, err
+	}
+	return d, meta, m, nil
+}
+
+// readSafetensorsDir is ReadSafetensorsDir with read reading each file.
+func (o ReadOptions) readSafetensorsDir(dir, name string, read func(path string) (*Dict, map[string]string, error)) (*Dict, map[string]string, error) {
 	if name == "" {
 		name = ModelWeights
 	}
@@ -58,7 +79,7 @@ func (o ReadOptions) ReadSafetensorsDir(dir, name string) (*Dict, map[string]str
 		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	if _, err := os.Stat(single); err == nil {
-		return o.ReadSafetensors(single)
+		return read(single)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -93,7 +114,7 @@ func (o ReadOptions) ReadSafetensorsDir(dir, name string) (*Dict, map[string]str
 		if err != nil {
 			return nil, nil, fmt.Errorf("checkpoint: %s: shard %w", indexPath, err)
 		}
-		d, m, err := o.ReadSafetensors(path)
+		d, m, err := read(path)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -322,10 +343,11 @@ func planShards(tensors *Dict, maxShardSize int64) ([][]int, int64, int64, error
 // tensor's shard. Every file gets metadata, with "format": "pt" added when it has no
 // "format" (transformers' loader refuses a file whose metadata lacks it).
 //
-// dir is created if needed. Every file is written to a synced temporary file first,
-// and only when all are written are they renamed into place, so a failed save (a
-// tensor that cannot be written, a full disk) leaves no file of its own and the
-// previous save as it was. Then the files of an earlier save of name that the new one
+// dir is created if needed. A file of dir that is a symlink is replaced by the new
+// file, never written through (fsutil.StageInDir). Every file is written to a synced
+// temporary file first, and only when all are written are they renamed into place,
+// so a failed save (a tensor that cannot be written, a full disk, a directory where a
+// file goes) leaves no file of its own and the previous save as it was. Then the files of an earlier save of name that the new one
 // does not use are removed: shards by transformers' naming (as save_pretrained removes
 // them), the single file when the new save is sharded (it would be read instead of the
 // shards), and the index when it is not. A crash while the files are being renamed can
@@ -365,7 +387,7 @@ func WriteSafetensorsDir(dir, name string, tensors *Dict, metadata map[string]st
 		}
 	}()
 	stage := func(file string, write func(io.Writer) error) error {
-		st, err := fsutil.Stage(filepath.Join(dir, file), write)
+		st, err := fsutil.StageInDir(dir, file, write)
 		if err != nil {
 			return err
 		}

@@ -167,12 +167,13 @@ func TestSafetensorsDirFailedSave(t *testing.T) {
 	require.ErrorContains(t, WriteSafetensorsDir(dir, "", bad, nil, 30), `"t9" is a str, not a tensor`)
 	require.Equal(t, before, dirNames(t, dir))
 
-	// Shard 2 of 4 is a symlink into a directory that does not exist: shard 1 is
-	// written, shard 2 cannot be, and shard 1 must not replace the old one.
+	// Shard 2 of 4 is a directory: shard 1 is written, shard 2 cannot be, and shard 1
+	// must not replace the old one. (A symlink at a shard's name, even a dangling one,
+	// is no failure: it is replaced, TestSafetensorsDirReplacesLinks.)
 	require.NoError(t, os.Remove(filepath.Join(dir, "model-00002-of-00003.safetensors")))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "x"), nil, 0o644))
 	link := filepath.Join(dir, "model-00002-of-00004.safetensors")
-	require.NoError(t, os.Symlink(filepath.Join(dir, "missing", "file"), link))
+	require.NoError(t, os.MkdirAll(filepath.Join(link, "sub"), 0o755))
 	err := WriteSafetensorsDir(dir, "", sizedTensors(24, 24, 24, 24), nil, 30)
 	require.ErrorContains(t, err, "model-00002-of-00004.safetensors")
 	require.ElementsMatch(t, []string{"model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors",
@@ -395,4 +396,35 @@ func TestSafetensorsDirPython(t *testing.T) {
 	require.NoError(t, json.Unmarshal(rest, &res))
 	require.True(t, res.OK)
 	require.True(t, slices.Contains(dirNames(t, goModel), "model.safetensors.index.json"))
+}
+
+// TestSafetensorsDirReplacesLinks: a save into a directory whose shard, index and
+// single-file names are symlinks (to a file outside, or dangling) leaves the link
+// targets as they were and writes regular files that read back as the tensors.
+func TestSafetensorsDirReplacesLinks(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	outside := filepath.Join(other, "outside")
+	require.NoError(t, os.WriteFile(outside, []byte("not to be overwritten"), 0o644))
+	names := []string{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors",
+		"model.safetensors.index.json"}
+	for _, n := range names {
+		require.NoError(t, os.Symlink(outside, filepath.Join(dir, n)))
+	}
+	require.NoError(t, os.Symlink(filepath.Join(other, "dangling"), filepath.Join(dir, "model.safetensors")))
+	want := sizedTensors(24, 24, 24)
+	require.NoError(t, WriteSafetensorsDir(dir, "", want, nil, 30))
+	b, err := os.ReadFile(outside)
+	require.NoError(t, err)
+	require.Equal(t, "not to be overwritten", string(b))
+	_, err = os.Lstat(filepath.Join(other, "dangling"))
+	require.True(t, os.IsNotExist(err), "the dangling link's target was created")
+	require.Equal(t, names, dirNames(t, dir))
+	for _, n := range names {
+		fi, err := os.Lstat(filepath.Join(dir, n))
+		require.NoError(t, err)
+		require.True(t, fi.Mode().IsRegular(), n)
+	}
+	got, _, err := ReadSafetensorsDir(dir, "")
+	require.NoError(t, err)
+	requireSameTensors(t, want, got)
 }

@@ -129,7 +129,7 @@ func (t *Trainer) writeConfig() error {
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFileAtomic(filepath.Join(t.RunDir, "config.json"), append(b, '\n'))
+	return fsutil.WriteFileInDir(t.RunDir, "config.json", append(b, '\n'))
 }
 
 func firstErr(errs ...error) error {

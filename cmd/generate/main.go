@@ -566,11 +566,9 @@ func loadModel(cfg *config, stderr io.Writer) (models.CausalLM, error) {
 // and generation files, so the result is a complete Hugging Face directory.
 //
 // A file of the output directory that is a symlink is replaced by the new file, not
-// written through: the link may point into another model's files.
+// written through (the link may point into another model's files): SavePretrained and
+// fsutil.WriteFileInDir write by the output directory's rule.
 func writeMerged(cfg *config, m models.CausalLM) error {
-	if err := unlinkOutputs(cfg.MergeTo); err != nil {
-		return fmt.Errorf("--merge-to: %w", err)
-	}
 	if err := models.SavePretrained(cfg.MergeTo, m, models.SaveOptions{MaxShardSize: 5 << 30}); err != nil {
 		return fmt.Errorf("--merge-to: %w", err)
 	}
@@ -580,7 +578,7 @@ func writeMerged(cfg *config, m models.CausalLM) error {
 			continue
 		}
 		if err == nil {
-			err = fsutil.WriteFileAtomic(filepath.Join(cfg.MergeTo, name), b)
+			err = fsutil.WriteFileInDir(cfg.MergeTo, name, b)
 		}
 		if err != nil {
 			return fmt.Errorf("--merge-to: %w", err)
@@ -595,30 +593,6 @@ func writeMerged(cfg *config, m models.CausalLM) error {
 var mergedExtras = []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "generation_config.json"}
 
 const maxExtraBytes = 256 << 20
-
-// unlinkOutputs removes the symlinks among the files a merge writes in dir (config.json,
-// the weights and their index, mergedExtras), so that the atomic writer, which follows
-// a link to the file it names, replaces them instead.
-func unlinkOutputs(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		name := e.Name()
-		written := name == models.ConfigFile || slices.Contains(mergedExtras, name) ||
-			(strings.HasPrefix(name, "model") && (strings.HasSuffix(name, ".safetensors") || strings.HasSuffix(name, ".safetensors.index.json")))
-		if written && e.Type()&os.ModeSymlink != 0 {
-			if err := os.Remove(filepath.Join(dir, name)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
 
 // fitsContext checks that the prompt and the tokens to generate fit the model's context
 // before any is generated (transformers would fail in the middle, at the position

@@ -152,7 +152,7 @@ func copyTokenizerFiles(from, dir string) error {
 		if err != nil {
 			return err
 		}
-		if err := fsutil.WriteFileAtomic(filepath.Join(dir, name), b); err != nil {
+		if err := fsutil.WriteFileInDir(dir, name, b); err != nil {
 			return err
 		}
 	}

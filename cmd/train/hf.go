@@ -344,7 +344,7 @@ func (h *hfCallback) save(dir string, t *trainer.Trainer) error {
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFileAtomic(filepath.Join(dir, hfStateFile), append(st, '\n'))
+	return fsutil.WriteFileInDir(dir, hfStateFile, append(st, '\n'))
 }
 
 // parseTargets splits --lora-targets: "q_proj,v_proj" or "all-linear".

@@ -18,6 +18,7 @@ import (
 	"github.com/gotrain/gotrain/torch/nn"
 	"github.com/gotrain/gotrain/torch/nn/lora"
 	"github.com/gotrain/gotrain/torch/nn/models"
+	"github.com/gotrain/gotrain/trainer"
 )
 
 // tinyLlamaPy saves a tiny random LlamaForCausalLM (vocabulary 32) with transformers.
@@ -319,4 +320,59 @@ func TestLoRAFineTuneMoE(t *testing.T) {
 	assert.Equal(t, 2*(4+1+2)*2, state.Len(), "A and B of 4 projections, the router and 2 expert parameters in each of 2 layers")
 
 	requirePEFTGreedy(t, model, adapter)
+}
+
+// TestHFSaveReplacesLinks: the run's hf/ saves (the whole model, or the LoRA adapter,
+// with the tokenizer's files and trainer_state.json) into a directory whose files are
+// symlinks to a file elsewhere leave that file as it was and write regular files.
+func TestHFSaveReplacesLinks(t *testing.T) {
+	c := models.DefaultLlamaConfig()
+	c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 32, 16, 24, 1
+	c.NumAttentionHeads, c.NumKeyValueHeads, c.MaxPositionEmbeddings = 2, 2, 64
+	torch.ManualSeed(1)
+	m, err := models.NewLlamaForCausalLM(c)
+	require.NoError(t, err)
+	defer nn.Free(m)
+	source := t.TempDir()
+	addTinyTokenizer(t, source)
+	outside := filepath.Join(t.TempDir(), "outside")
+	require.NoError(t, os.WriteFile(outside, []byte("not to be overwritten"), 0o644))
+	tr := &trainer.Trainer{GlobalStep: 7, Epoch: 2}
+
+	for _, withAdapter := range []bool{false, true} {
+		h := &hfCallback{run: hfRun{model: m}, source: source}
+		names := []string{"config.json", "model.safetensors"}
+		if withAdapter {
+			a, err := lora.Inject(m, lora.Config{R: 2, Alpha: 4, TargetModules: lora.Modules("q_proj")})
+			require.NoError(t, err)
+			defer a.Unload()
+			h.adapter = a
+			names = []string{lora.ConfigFile, "adapter_model.safetensors"}
+		}
+		names = append(names, "tokenizer.json", "tokenizer_config.json", hfStateFile)
+		dir := t.TempDir()
+		for _, name := range names {
+			require.NoError(t, os.Symlink(outside, filepath.Join(dir, name)))
+		}
+		require.NoError(t, h.save(dir, tr))
+		kept, err := os.ReadFile(outside)
+		require.NoError(t, err)
+		require.Equal(t, "not to be overwritten", string(kept), "adapter %v: a link in hf/ was written through", withAdapter)
+		for _, name := range names {
+			fi, err := os.Lstat(filepath.Join(dir, name))
+			require.NoError(t, err)
+			assert.True(t, fi.Mode().IsRegular(), "adapter %v: %s", withAdapter, name)
+		}
+		assert.Equal(t, int64(7), hfStep(dir))
+		tok, err := os.ReadFile(filepath.Join(source, "tokenizer.json"))
+		require.NoError(t, err)
+		got, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+		require.NoError(t, err)
+		assert.Equal(t, tok, got)
+		if !withAdapter {
+			b, err := models.LoadPretrained(dir, models.LoadOptions{})
+			require.NoError(t, err)
+			nn.Free(b)
+		}
+	}
 }

@@ -109,17 +109,63 @@ type Staged struct {
 
 // Stage writes a temporary file for path (see WriteAtomic) and syncs it. On any
 // failure, a panic of write included, the temporary file is closed and removed.
-func Stage(path string, write func(io.Writer) error) (_ *Staged, err error) {
+func Stage(path string, write func(io.Writer) error) (*Staged, error) {
 	target, err := resolveLinks(path)
 	if err != nil {
 		return nil, fmt.Errorf("writing %s: %w", path, err)
 	}
+	return stage(path, target, write)
+}
+
+// WriteFileInDir writes b as the file name of the output directory dir, as
+// WriteAtomicInDir does.
+func WriteFileInDir(dir, name string, b []byte) error {
+	return WriteAtomicInDir(dir, name, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
+}
+
+// WriteAtomicInDir writes the file name of the output directory dir (a model, adapter
+// or run directory gotrain fills) as WriteAtomic does, with the rule for files inside
+// an output directory: when dir/name is a symlink, the link itself is replaced by the
+// new file and whatever it points to is left as it was (a merged model's files could
+// otherwise be written into the base's, or into a Hugging Face cache's blobs). dir
+// itself, a path the user names, may be a link. name must be a plain file name (no
+// separator, not "." or "..").
+func WriteAtomicInDir(dir, name string, write func(io.Writer) error) error {
+	st, err := StageInDir(dir, name, write)
+	if err != nil {
+		return err
+	}
+	return st.Commit()
+}
+
+// StageInDir stages the file name of the output directory dir (see Stage) under the
+// rule of WriteAtomicInDir: Commit replaces a symlink at dir/name, never the file it
+// points to.
+func StageInDir(dir, name string, write func(io.Writer) error) (*Staged, error) {
+	path := filepath.Join(dir, name)
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, filepath.Separator) || strings.ContainsRune(name, '/') {
+		return nil, fmt.Errorf("writing %s: %q is not a plain file name", path, name)
+	}
+	return stage(path, path, write)
+}
+
+// stage writes and syncs the temporary file for target, the file that path (named in
+// errors) resolves to; the temporary file lies in target's directory.
+func stage(path, target string, write func(io.Writer) error) (_ *Staged, err error) {
 	dir, base := filepath.Split(target)
 	if dir == "" {
 		dir = "."
 	}
+	// An existing file keeps its permissions; a symlink (an output directory's link,
+	// which is replaced) has none of its own to keep. A directory cannot be replaced:
+	// refused before anything is written rather than at the rename.
 	var keepMode *fs.FileMode
-	if fi, err := os.Stat(target); err == nil {
+	if fi, err := os.Lstat(target); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("writing %s: %s is a directory", path, target)
+	} else if err == nil && fi.Mode()&fs.ModeSymlink == 0 {
 		m := fi.Mode().Perm()
 		keepMode = &m
 	}

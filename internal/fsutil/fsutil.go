@@ -3,7 +3,9 @@
 // would wait for a writer forever) and read up to a size (a device such as /dev/zero
 // never ends). It also writes files atomically (WriteAtomic, Stage): a crash leaves the
 // old file or the new one, never a part, and no temporary file outlives its writer
-// for long.
+// for long. A path the caller names is written through its symlink (WriteAtomic); a
+// file inside an output directory is written by WriteAtomicInDir, which replaces a
+// symlink there instead of following it out of the directory.
 package fsutil
 
 import (

@@ -133,7 +133,8 @@ func (a *Adapter) LoadStateDict(sd *checkpoint.Dict) (err error) {
 // names, as PEFT writes it), which peft.PeftModel.from_pretrained(base, dir) loads.
 // dir is created if needed. Both files are written to synced temporary files first;
 // the weights replace the previous ones and then the config does, so a failed save
-// leaves the previous adapter (or none) and no temporary file.
+// leaves the previous adapter (or none) and no temporary file. A file of dir that is a
+// symlink is replaced by the new file, never written through (fsutil.StageInDir).
 func (a *Adapter) Save(dir string) error {
 	if a.empty() {
 		return errEmpty
@@ -157,7 +158,7 @@ func (a *Adapter) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return fmt.Errorf("lora: %w", err)
 	}
-	cfg, err := fsutil.Stage(filepath.Join(dir, ConfigFile), func(w io.Writer) error {
+	cfg, err := fsutil.StageInDir(dir, ConfigFile, func(w io.Writer) error {
 		_, err := w.Write(raw)
 		return err
 	})
@@ -209,10 +210,13 @@ func Load(m nn.Module, dir string, o LoadOptions) (*Adapter, error) {
 	if err != nil {
 		return nil, err
 	}
-	sd, _, err := checkpoint.ReadSafetensorsDir(dir, checkpoint.AdapterWeights)
+	// Mapped, as a model's weights are (models.LoadPretrained): the file's bytes never
+	// sit in Go's heap, and the map goes once they are copied.
+	sd, _, mapping, err := checkpoint.ReadOptions{}.MapSafetensorsDir(dir, checkpoint.AdapterWeights)
 	if err != nil {
 		return nil, fmt.Errorf("lora: %w", err)
 	}
+	defer mapping.Close()
 	a, err := inject(m, c, false)
 	if err != nil {
 		return nil, fmt.Errorf("lora: %s: %w", filepath.Join(dir, ConfigFile), err)

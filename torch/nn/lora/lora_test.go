@@ -499,6 +499,43 @@ func TestFailedSaveLeavesPrevious(t *testing.T) {
 	assert.Equal(t, []string{"adapter_config.json", "adapter_model.safetensors"}, names)
 }
 
+// TestSaveReplacesLinks: a save into a directory whose adapter_config.json and
+// adapter_model.safetensors are symlinks to a file elsewhere leaves that file as it was
+// and writes regular files of the adapter's contents, which load back.
+func TestSaveReplacesLinks(t *testing.T) {
+	defer threadScope()()
+	m := tinyLlama(t)
+	a, err := lora.Inject(m, lora.Config{R: 2, Alpha: 4, TargetModules: lora.Modules("q_proj")})
+	require.NoError(t, err)
+	ref := t.TempDir()
+	require.NoError(t, a.Save(ref))
+	outside := filepath.Join(t.TempDir(), "outside")
+	require.NoError(t, os.WriteFile(outside, []byte("not to be overwritten"), 0o644))
+	dir := t.TempDir()
+	names := []string{lora.ConfigFile, "adapter_model.safetensors"}
+	for _, name := range names {
+		require.NoError(t, os.Symlink(outside, filepath.Join(dir, name)))
+	}
+	require.NoError(t, a.Save(dir))
+	kept, err := os.ReadFile(outside)
+	require.NoError(t, err)
+	assert.Equal(t, "not to be overwritten", string(kept), "a link in the adapter directory was written through")
+	for _, name := range names {
+		fi, err := os.Lstat(filepath.Join(dir, name))
+		require.NoError(t, err)
+		assert.True(t, fi.Mode().IsRegular(), name)
+		want, err := os.ReadFile(filepath.Join(ref, name))
+		require.NoError(t, err)
+		have, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		assert.Equal(t, want, have, name)
+	}
+	require.NoError(t, a.Unload())
+	b, err := lora.Load(m, dir, lora.LoadOptions{})
+	require.NoError(t, err)
+	require.NoError(t, b.Unload())
+}
+
 // Activation checkpointing lowers the peak memory of a LoRA training step on a
 // Llama-shaped model (the gradients are the same: TestPEFTAdapters/checkpointed).
 func TestCheckpointingLowersPeakMemory(t *testing.T) {

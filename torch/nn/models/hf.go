@@ -135,6 +135,11 @@ func ReadConfig(dir string) (raw []byte, modelType string, err error) {
 // (lm_head.weight when the embeddings are tied); a tensor the model does not have, or
 // one whose shape differs, is an error naming it. The model is in evaluation mode, as
 // from_pretrained returns it.
+//
+// The weight files are memory-mapped (checkpoint.MapSafetensorsDir), never read into
+// Go's heap, and the model is built without random initialisation: loading holds at
+// most the weights, their largest tensor and a small fixed overhead
+// (docs/llm-finetune.md).
 func LoadPretrained(dir string, o LoadOptions) (CausalLM, error) {
 	raw, modelType, err := ReadConfig(dir)
 	if err != nil {
@@ -157,12 +162,17 @@ func LoadPretrained(dir string, o LoadOptions) (CausalLM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("models: %s: %w", filepath.Join(dir, ConfigFile), err)
 	}
-	weights, _, err := checkpoint.ReadSafetensorsDir(dir, checkpoint.ModelWeights)
+	// The files are mapped, not read: their bytes stay in the page cache, outside Go's
+	// heap, and each tensor is copied into its parameter (LoadStateDict frees the copy
+	// it makes as it goes), so the peak is the model plus its largest tensor.
+	weights, _, mapping, err := checkpoint.ReadOptions{}.MapSafetensorsDir(dir, checkpoint.ModelWeights)
 	if err != nil {
 		nn.Free(built)
 		return nil, fmt.Errorf("models: %w", err)
 	}
-	if err := loadWeights(built, weights, arch.Rename, weightsFile(dir)); err != nil {
+	err = loadWeights(built, weights, arch.Rename, weightsFile(dir))
+	mapping.Close()
+	if err != nil {
 		nn.Free(built)
 		return nil, fmt.Errorf("models: %s: %w", dir, err)
 	}
@@ -293,7 +303,9 @@ type SaveOptions struct {
 // SavePretrained writes m as a Hugging Face model directory that transformers'
 // from_pretrained loads: config.json and the weights in safetensors (tensors in their
 // own dtype, tied weights once, under their first name), sharded as o says. The files
-// are written to temporary names first, so a failed save leaves the previous one.
+// are written to temporary names first, so a failed save leaves the previous one; a
+// file of dir that is a symlink is replaced by the new file, never written through
+// (fsutil.WriteAtomicInDir).
 func SavePretrained(dir string, m CausalLM, o SaveOptions) (err error) {
 	p, ok := m.(Pretrained)
 	if !ok {
@@ -321,7 +333,7 @@ func SavePretrained(dir string, m CausalLM, o SaveOptions) (err error) {
 	if err := checkpoint.WriteSafetensorsDir(dir, checkpoint.ModelWeights, tensors, map[string]string{"format": "pt"}, o.MaxShardSize); err != nil {
 		return fmt.Errorf("models: %w", err)
 	}
-	return fsutil.WriteFileAtomic(filepath.Join(dir, ConfigFile), append(raw, '\n'))
+	return fsutil.WriteFileInDir(dir, ConfigFile, append(raw, '\n'))
 }
 
 // pretrainedTensors copies m's state dict to the CPU as checkpoint tensors, each tied

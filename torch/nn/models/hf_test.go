@@ -77,3 +77,46 @@ func TestLoadPretrainedDType(t *testing.T) {
 	want := nn.NamedParameters(m)[0].Tensor.ToDType(torch.BFloat16).Float64s()
 	assert.Equal(t, want, nn.NamedParameters(b)[0].Tensor.Float64s())
 }
+
+// TestSavePretrainedReplacesLinks: a save into a directory whose files are symlinks to
+// a file elsewhere (config.json, the shards, the index, a single file the sharded save
+// drops) leaves that file as it was and fills the directory with regular files holding
+// the save's bytes, the same as a save into an empty directory.
+func TestSavePretrainedReplacesLinks(t *testing.T) {
+	torch.ManualSeed(3)
+	m := newGPT2(t, tinyGPT2Config())
+	o := models.SaveOptions{MaxShardSize: 4 << 10}
+	ref := t.TempDir()
+	require.NoError(t, models.SavePretrained(ref, m, o))
+	ents, err := os.ReadDir(ref)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	require.Contains(t, names, "model.safetensors.index.json", "the save is sharded")
+
+	outside := filepath.Join(t.TempDir(), "outside")
+	require.NoError(t, os.WriteFile(outside, []byte("not to be overwritten"), 0o644))
+	dir := t.TempDir()
+	for _, name := range append(names, "model.safetensors") {
+		require.NoError(t, os.Symlink(outside, filepath.Join(dir, name)))
+	}
+	require.NoError(t, models.SavePretrained(dir, m, o))
+	kept, err := os.ReadFile(outside)
+	require.NoError(t, err)
+	assert.Equal(t, "not to be overwritten", string(kept), "a link in the output directory was written through")
+	ents, err = os.ReadDir(dir)
+	require.NoError(t, err)
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+		assert.True(t, e.Type().IsRegular(), "%s is %v, not a regular file", e.Name(), e.Type())
+		want, err := os.ReadFile(filepath.Join(ref, e.Name()))
+		require.NoError(t, err)
+		have, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		assert.Equal(t, want, have, e.Name())
+	}
+	assert.Equal(t, names, got, "the single file's link is removed, as a stale single file is")
+}

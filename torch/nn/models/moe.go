@@ -392,7 +392,13 @@ func (n expertNames) fileName(prefix, rest string) string {
 // n.block is renamed. fileOf names the file that holds a tensor, for errors: a missing
 // expert or one whose shape disagrees with the config is an error naming the tensor
 // and its file.
-func fuseExperts(m nn.Module, sd *checkpoint.Dict, n expertNames, fileOf func(string) string) error {
+//
+// Each expert's tensor is copied into its place in m's fused parameter as it comes (one
+// expert's tensor at a time in libtorch, nothing in Go's heap), and sd then names the
+// parameter itself, which LoadStateDict leaves as it is: fusing the bytes in Go first
+// would hold every expert weight of the model twice.
+func fuseExperts(m nn.Module, sd *checkpoint.Dict, n expertNames, fileOf func(string) string) (err error) {
+	defer torch.Recover(&err, "fusing the experts")
 	if n.block != "mlp" {
 		for _, k := range sd.Keys() {
 			name, _ := k.(string)
@@ -409,16 +415,17 @@ func fuseExperts(m nn.Module, sd *checkpoint.Dict, n expertNames, fileOf func(st
 		if _, ok := sd.Get(p + "gate_up_proj"); ok {
 			continue
 		}
-		gu, down := b.Experts.GateUpProj.Shape(), b.Experts.DownProj.Shape()
+		gu := b.Experts.GateUpProj.Shape()
 		experts, inter, hidden := gu[0], gu[1]/2, gu[2]
-		var gateUp, downs []byte
 		var dt checkpoint.DType
 		for e := range experts {
 			for _, w := range []struct {
-				name  string
-				shape []int64
-				out   *[]byte
-			}{{n.gate, []int64{inter, hidden}, &gateUp}, {n.up, []int64{inter, hidden}, &gateUp}, {n.down, []int64{hidden, inter}, &downs}} {
+				name   string
+				shape  []int64
+				fused  *torch.Tensor
+				offset int64 // rows of the expert's slice before this weight's
+			}{{n.gate, []int64{inter, hidden}, b.Experts.GateUpProj, 0}, {n.up, []int64{inter, hidden}, b.Experts.GateUpProj, inter},
+				{n.down, []int64{hidden, inter}, b.Experts.DownProj, 0}} {
 				key := fmt.Sprintf("%s%d.%s.weight", p, e, w.name)
 				file := n.fileName(nm.Name, fmt.Sprintf("experts.%d.%s.weight", e, w.name))
 				v, ok := sd.Get(key)
@@ -437,16 +444,26 @@ func fuseExperts(m nn.Module, sd *checkpoint.Dict, n expertNames, fileOf func(st
 				} else if ct.DType != dt {
 					return fmt.Errorf("%s: %s is %v, the block's other experts %v", fileOf(file), file, ct.DType, dt)
 				}
-				raw, err := ct.ReadBytes()
-				if err != nil {
-					return fmt.Errorf("%s: %s: %w", fileOf(file), file, err)
+				var cerr error
+				torch.WithScope(func() {
+					torch.NoGrad(func() {
+						src, err := torch.TensorFromCheckpoint(ct, torch.CPU)
+						if err != nil {
+							cerr = err
+							return
+						}
+						w.fused.Select(0, e).Narrow(0, w.offset, w.shape[0]).CopyFrom(src, false)
+						src.Free()
+					})
+				})
+				if cerr != nil {
+					return fmt.Errorf("%s: %s: %w", fileOf(file), file, cerr)
 				}
-				*w.out = append(*w.out, raw...)
 				sd.Delete(key)
 			}
 		}
-		sd.Set(p+"gate_up_proj", checkpoint.NewTensor(dt, gu, gateUp))
-		sd.Set(p+"down_proj", checkpoint.NewTensor(dt, down, downs))
+		sd.Set(p+"gate_up_proj", b.Experts.GateUpProj)
+		sd.Set(p+"down_proj", b.Experts.DownProj)
 	}
 	return nil
 }

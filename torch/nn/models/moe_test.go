@@ -99,6 +99,7 @@ func TestMoeCheckpointErrors(t *testing.T) {
 	require.NoError(t, models.SavePretrained(dir, m, models.SaveOptions{MaxShardSize: 8 << 10}))
 	lm, err := models.LoadPretrained(dir, models.LoadOptions{})
 	require.NoError(t, err, "the per-expert files load back")
+	requireSameState(t, m, lm)
 	nn.Free(lm)
 
 	cfg := tinyMixtralJSON()
