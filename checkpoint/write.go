@@ -32,6 +32,16 @@ func Write(path string, v any) error {
 	})
 }
 
+// WriteInDir writes v as the file name of the directory dir, as Write does, with the
+// rule for a file inside a directory gotrain fills (a run's checkpoints/): when dir/name
+// is a symlink the link itself is replaced, never the file it points to
+// (fsutil.WriteAtomicInDir). Write, for a path the caller names, keeps the link.
+func WriteInDir(dir, name string, v any) error {
+	return fsutil.WriteAtomicInDir(dir, name, func(w io.Writer) error {
+		return writeArchive(w, archiveName(name), v)
+	})
+}
+
 // WriteTo writes v to w in torch.save's format, with the root folder "archive" (what
 // torch.save uses for file objects). Tensor data is written straight from the storages,
 // so memory use does not grow with tensor size.

@@ -3,6 +3,7 @@ package trainer
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -202,7 +203,7 @@ func (m *ModelCheckpoint) OnEvent(ev Event, t *Trainer) error {
 		}
 	}
 	last := filepath.Join(m.Dir, "last.pt")
-	if err := t.SaveCheckpoint(last); err != nil {
+	if err := t.saveCheckpointIn(m.Dir, "last.pt"); err != nil {
 		return err
 	}
 	// The epoch's other files hold the same bytes: link them to last.pt rather than
@@ -275,8 +276,12 @@ func (m *ModelCheckpoint) LoadStateDict(d *checkpoint.Dict) error {
 }
 
 // HistoryWriter rewrites the history file after every epoch: JSON lines, or CSV when
-// Path ends in .csv.
-type HistoryWriter struct{ Path string }
+// Path ends in .csv. Path, named by the caller, is written through a symlink; the run
+// directory's own history.jsonl replaces one (see writeOutput).
+type HistoryWriter struct {
+	Path  string
+	inDir bool // a file the Trainer names in the run directory
+}
 
 // Events is Evaluated.
 func (h *HistoryWriter) Events() EventSet { return Events(Evaluated) }
@@ -302,7 +307,21 @@ func (h *HistoryWriter) OnEvent(ev Event, t *Trainer) error {
 			b.WriteByte('\n')
 		}
 	}
-	return fsutil.WriteFileAtomic(h.Path, []byte(b.String()))
+	return writeOutput(h.Path, h.inDir, func(w io.Writer) error {
+		_, err := io.WriteString(w, b.String())
+		return err
+	})
+}
+
+// writeOutput writes path atomically: through its symlink when the caller named it
+// (fsutil.WriteAtomic), replacing a symlink when it is a file the Trainer names inside
+// the run directory (fsutil.WriteAtomicInDir), as every writer of an output directory
+// does.
+func writeOutput(path string, inDir bool, write func(io.Writer) error) error {
+	if inDir {
+		return fsutil.WriteAtomicInDir(filepath.Dir(path), filepath.Base(path), write)
+	}
+	return fsutil.WriteAtomic(path, write)
 }
 
 // jsonRecord is the record's history dict (fieldsDict) for JSON: NaN and infinities,
@@ -403,8 +422,12 @@ func (tb *TensorBoard) OnEvent(ev Event, t *Trainer) error {
 	return nil
 }
 
-// Curves draws loss and accuracy per epoch to a PNG after every epoch.
-type Curves struct{ Path string }
+// Curves draws loss and accuracy per epoch to a PNG after every epoch. Path follows the
+// rule of HistoryWriter's.
+type Curves struct {
+	Path  string
+	inDir bool
+}
 
 // Events is Evaluated.
 func (c *Curves) Events() EventSet { return Events(Evaluated) }
@@ -422,7 +445,9 @@ func (c *Curves) OnEvent(ev Event, t *Trainer) error {
 		cols["val_loss"] = append(cols["val_loss"], r.ValLoss)
 		cols["val_acc"] = append(cols["val_acc"], r.ValAcc)
 	}
-	return curves.WritePNG(c.Path, curves.FromHistory(filepath.Base(t.RunDir), x, cols))
+	return writeOutput(c.Path, c.inDir, func(w io.Writer) error {
+		return curves.Write(w, curves.FromHistory(filepath.Base(t.RunDir), x, cols))
+	})
 }
 
 // LRMonitor records the learning rate of every parameter group after each optimizer

@@ -409,7 +409,7 @@ func (t *Trainer) interrupted(cause error) error {
 		return fmt.Errorf("interrupted at %s: %w (no run directory, nothing saved)", where, cause)
 	}
 	path := filepath.Join(t.RunDir, "checkpoints", "last.pt")
-	if err := t.SaveCheckpoint(path); err != nil {
+	if err := t.saveCheckpointIn(filepath.Dir(path), "last.pt"); err != nil {
 		return fmt.Errorf("interrupted at %s: %w; saving %s failed: %v", where, cause, path, err)
 	}
 	return &InterruptedError{Cause: cause, Checkpoint: path, Where: where}
@@ -434,7 +434,7 @@ func (t *Trainer) stepPoints(epochEnd bool, times func()) (end bool, err error) 
 	}
 	// At an evaluation the run directory's ModelCheckpoint has written last.pt already.
 	if t.cfg.SaveEvery > 0 && s%int64(t.cfg.SaveEvery) == 0 && !evaluated && t.IsMain() && t.RunDir != "" {
-		if err := t.SaveCheckpoint(filepath.Join(t.RunDir, "checkpoints", "last.pt")); err != nil {
+		if err := t.saveCheckpointIn(filepath.Join(t.RunDir, "checkpoints"), "last.pt"); err != nil {
 			return false, fmt.Errorf("saving at step %d: %w", s, err)
 		}
 	}

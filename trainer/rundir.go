@@ -25,9 +25,9 @@ func (t *Trainer) setupRunDir() error {
 		return err
 	}
 	writers := []Callback{
-		&HistoryWriter{Path: filepath.Join(t.RunDir, "history.jsonl")},
+		&HistoryWriter{Path: filepath.Join(t.RunDir, "history.jsonl"), inDir: true},
 		&TensorBoard{Dir: t.RunDir},
-		&Curves{Path: filepath.Join(t.RunDir, "curves.png")},
+		&Curves{Path: filepath.Join(t.RunDir, "curves.png"), inDir: true},
 	}
 	// The checkpoint manager runs last, so last.pt holds every callback's updated state.
 	ckpt, err := NewModelCheckpoint(filepath.Join(t.RunDir, "checkpoints"), t.cfg.Monitor, t.cfg.MonitorMode, t.cfg.TopK)

@@ -140,7 +140,28 @@ func ignore(any) error { return nil }
 // GPUTrainer.load_checkpoint reads it, plus what an exact resume needs: scaler state, RNG
 // states, global step, position in the epoch and its running statistics, callback
 // states, the config (with the class names, also under class_names) and versions.
-func (t *Trainer) SaveCheckpoint(path string) (err error) {
+func (t *Trainer) SaveCheckpoint(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return t.saveCheckpoint(path, func(v any) error { return checkpoint.Write(path, v) })
+}
+
+// saveCheckpointIn writes the training state as the file name of dir, a directory the
+// Trainer fills (the run directory's checkpoints/, a ModelCheckpoint's Dir): a symlink
+// there is replaced, not written through, as for every file gotrain names inside an
+// output directory (checkpoint.WriteInDir). SaveCheckpoint's path, which the caller
+// names, keeps its link.
+func (t *Trainer) saveCheckpointIn(dir, name string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return t.saveCheckpoint(filepath.Join(dir, name), func(v any) error { return checkpoint.WriteInDir(dir, name, v) })
+}
+
+// saveCheckpoint builds the checkpoint's dict and hands it to write; path names it in
+// errors.
+func (t *Trainer) saveCheckpoint(path string, write func(any) error) (err error) {
 	defer torch.Recover(&err, "saving checkpoint "+path)
 	scope := torch.NewScope()
 	defer scope.Close()
@@ -159,10 +180,7 @@ func (t *Trainer) SaveCheckpoint(path string) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return checkpoint.Write(path, cv)
+	return write(cv)
 }
 
 // loadProgress restores a mid-epoch checkpoint's running statistics. They are the whole

@@ -523,3 +523,40 @@ func TestAccumulationEqualsLargerBatch(t *testing.T) {
 		require.InDelta(t, big[i], acc[i], 1e-5, "weight %d", i)
 	}
 }
+
+// TestRunDirectoryReplacesLinks: a file the Trainer names inside its run directory
+// (config.json, history.jsonl, curves.png, checkpoints/last.pt and best_model.pth) that
+// is a symlink is replaced by the new file, never written through; what the link
+// pointed to is left as it was (issue 42: outputs written through links). A path the
+// caller names (SaveCheckpoint's) keeps its link, as DESIGN.md says.
+func TestRunDirectoryReplacesLinks(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "checkpoints"), 0o755))
+	names := []string{"config.json", "history.jsonl", "curves.png", "checkpoints/last.pt", "checkpoints/best_model.pth"}
+	for i, f := range names {
+		target := filepath.Join(outside, fmt.Sprintf("victim%d", i))
+		require.NoError(t, os.WriteFile(target, []byte("keep me"), 0o644))
+		require.NoError(t, os.Symlink(target, filepath.Join(dir, f)))
+	}
+	tt := newCNN(t, dir, trainer.WithEpochs(1), trainer.WithSeed(seed), trainer.WithDevice("cpu"))
+	require.NoError(t, tt.Run(context.Background()))
+	for i, f := range names {
+		b, err := os.ReadFile(filepath.Join(outside, fmt.Sprintf("victim%d", i)))
+		require.NoError(t, err)
+		assert.Equal(t, "keep me", string(b), "the file %s pointed to", f)
+		fi, err := os.Lstat(filepath.Join(dir, f))
+		require.NoError(t, err)
+		assert.True(t, fi.Mode().IsRegular(), "%s is a regular file now", f)
+	}
+	_, err := checkpoint.Read(filepath.Join(dir, "checkpoints", "last.pt"))
+	require.NoError(t, err)
+
+	named := filepath.Join(outside, "named.pt")
+	require.NoError(t, os.Symlink(filepath.Join(outside, "victim0"), named))
+	require.NoError(t, tt.SaveCheckpoint(named))
+	fi, err := os.Lstat(named)
+	require.NoError(t, err)
+	assert.True(t, fi.Mode()&os.ModeSymlink != 0, "a named path keeps its link")
+	_, err = checkpoint.Read(filepath.Join(outside, "victim0"))
+	require.NoError(t, err, "and the checkpoint is written where it points")
+}

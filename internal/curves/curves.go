@@ -97,14 +97,16 @@ func FromHistory(title string, epochs []float64, history map[string][]float64) P
 // WritePNG draws p and writes it to path as a PNG image, atomically
 // (fsutil.WriteAtomic), so a reader never sees a partial image.
 func WritePNG(path string, p Plot) error {
+	return fsutil.WriteAtomic(path, func(w io.Writer) error { return Write(w, p) })
+}
+
+// Write draws p and writes it to w as a PNG image.
+func Write(w io.Writer, p Plot) error {
 	canvas, err := render(p)
 	if err != nil {
 		return err
 	}
-	if err := fsutil.WriteAtomic(path, func(w io.Writer) error {
-		_, err := vgimg.PngCanvas{Canvas: canvas}.WriteTo(w)
-		return err
-	}); err != nil {
+	if _, err := (vgimg.PngCanvas{Canvas: canvas}).WriteTo(w); err != nil {
 		return fmt.Errorf("curves: %w", err)
 	}
 	return nil
