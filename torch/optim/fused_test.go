@@ -1,0 +1,78 @@
+package optim_test
+
+// A fused optimizer in one file (docs/extending.md, "An optimizer"): torch.optim.AdamW
+// with fused=True written as an optim.Algorithm over the generated rows of ATen's fused
+// kernel. Package optim gives it parameter groups, schedulers and PyTorch's state-dict
+// layout; TestFusedOptimizerInOneFile checks it against PyTorch's to the bit.
+
+import (
+	"testing"
+
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/optim"
+)
+
+// fusedAdamW is torch.optim.AdamW(fused=True): each step adds one to every parameter's
+// "step" (a 0-dim float32 tensor on the parameter's device) and updates the parameters
+// and their moments in one call of ATen's _fused_adamw_.
+var fusedAdamW = optim.Algorithm{
+	Name:  "AdamW",
+	Slots: []string{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+	Defaults: map[string]any{"betas": checkpoint.Tuple{0.9, 0.999}, "eps": 1e-8, "weight_decay": 1e-2,
+		"amsgrad": false, "maximize": false, "foreach": nil, "capturable": false, "differentiable": false,
+		"fused": true, "decoupled_weight_decay": true},
+	UpdateGroup: func(g *optim.ParamGroup, params, grads []*torch.Tensor, state [][]*torch.Tensor) {
+		steps, avgs, sqs, maxSqs := state[0], state[1], state[2], state[3]
+		amsgrad := g.Bool("amsgrad")
+		for i, p := range params {
+			if steps[i] == nil {
+				steps[i] = torch.Zeros(nil, torch.Float32, p.Device())
+				avgs[i], sqs[i] = p.ZerosLike(), p.ZerosLike()
+				if amsgrad {
+					maxSqs[i] = p.ZerosLike()
+				}
+			}
+		}
+		if !amsgrad {
+			maxSqs = nil
+		}
+		betas := g.Pair("betas", [2]float64{0.9, 0.999})
+		torch.ForeachAddScalarInPlace(steps, 1)
+		torch.FusedAdamW(params, grads, avgs, sqs, maxSqs, steps, g.LR, betas[0], betas[1],
+			g.Float("weight_decay", 0), g.Float("eps", 1e-8), amsgrad, g.Bool("maximize"), nil, nil)
+	},
+}
+
+// TestFusedOptimizerInOneFile: fusedAdamW, in one group and in two with their own
+// options, equals torch.optim.AdamW(fused=True) to the bit over 20 steps, and its state
+// dict continues in Python as Python's does in Go.
+func TestFusedOptimizerInOneFile(t *testing.T) {
+	requireParity(t, []optCase{
+		{Name: "fused-adamw-algorithm", Class: "AdamW", Kwargs: map[string]any{"lr": 0.01, "maximize": true, "fused": true},
+			make: func(g []optim.Group) (optim.Optimizer, error) {
+				return optim.New(fusedAdamW, withOptions(g, map[string]any{"maximize": true}), 0.01)
+			}},
+		{Name: "fused-adamw-algorithm-groups", Class: "AdamW", Kwargs: map[string]any{"lr": 0.01, "weight_decay": 0.05, "amsgrad": true, "fused": true},
+			Groups: []map[string]any{{}, {"lr": 0.1, "betas": []float64{0.5, 0.9}}},
+			make: func(g []optim.Group) (optim.Optimizer, error) {
+				return optim.New(fusedAdamW, withOptions(g, map[string]any{"weight_decay": 0.05, "amsgrad": true}), 0.01)
+			}},
+	})
+}
+
+// withOptions sets opts in every group that does not set them itself, as an
+// optimizer's keyword arguments do.
+func withOptions(gs []optim.Group, opts map[string]any) []optim.Group {
+	for i := range gs {
+		m := map[string]any{}
+		for k, v := range opts {
+			m[k] = v
+		}
+		for k, v := range gs[i].Options {
+			m[k] = v
+		}
+		gs[i].Options = m
+	}
+	return gs
+}
