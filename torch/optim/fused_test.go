@@ -1,8 +1,8 @@
 package optim_test
 
 // A fused optimizer in one file (docs/extending.md, "An optimizer"): torch.optim.AdamW
-// with fused=True written as an optim.Algorithm over the generated rows of ATen's fused
-// kernel. Package optim gives it parameter groups, schedulers and PyTorch's state-dict
+// and SGD with fused=True, each written as an optim.Algorithm over the generated row of
+// ATen's fused kernel. Package optim gives it parameter groups, schedulers and PyTorch's state-dict
 // layout; TestFusedOptimizerInOneFile checks it against PyTorch's to the bit.
 
 import (
@@ -44,9 +44,32 @@ var fusedAdamW = optim.Algorithm{
 	},
 }
 
-// TestFusedOptimizerInOneFile: fusedAdamW, in one group and in two with their own
-// options, equals torch.optim.AdamW(fused=True) to the bit over 20 steps, and its state
-// dict continues in Python as Python's does in Go.
+// fusedSGD is torch.optim.SGD(fused=True): ATen's _fused_sgd_ updates the parameters and,
+// with momentum, their "momentum_buffer"s (set to the gradients at the first step).
+var fusedSGD = optim.Algorithm{
+	Name:  "SGD",
+	Slots: []string{"momentum_buffer"},
+	Defaults: map[string]any{"momentum": 0.0, "dampening": 0.0, "weight_decay": 0.0, "nesterov": false,
+		"maximize": false, "foreach": nil, "differentiable": false, "fused": true},
+	UpdateGroup: func(g *optim.ParamGroup, params, grads []*torch.Tensor, state [][]*torch.Tensor) {
+		momentum, first := g.Float("momentum", 0), false
+		var bufs []*torch.Tensor
+		if momentum != 0 {
+			bufs = state[0]
+			for i, p := range params {
+				if bufs[i] == nil {
+					bufs[i], first = p.ZerosLike(), true
+				}
+			}
+		}
+		torch.FusedSGD(params, grads, bufs, g.Float("weight_decay", 0), momentum, g.LR, g.Float("dampening", 0),
+			g.Bool("nesterov"), g.Bool("maximize"), first, nil, nil)
+	},
+}
+
+// TestFusedOptimizerInOneFile: fusedAdamW and fusedSGD, in one group and in two with
+// their own options, equal torch.optim.AdamW(fused=True) and SGD(fused=True) to the bit
+// over 20 steps, and their state dicts continue in Python as Python's do in Go.
 func TestFusedOptimizerInOneFile(t *testing.T) {
 	requireParity(t, []optCase{
 		{Name: "fused-adamw-algorithm", Class: "AdamW", Kwargs: map[string]any{"lr": 0.01, "maximize": true, "fused": true},
@@ -57,6 +80,15 @@ func TestFusedOptimizerInOneFile(t *testing.T) {
 			Groups: []map[string]any{{}, {"lr": 0.1, "betas": []float64{0.5, 0.9}}},
 			make: func(g []optim.Group) (optim.Optimizer, error) {
 				return optim.New(fusedAdamW, withOptions(g, map[string]any{"weight_decay": 0.05, "amsgrad": true}), 0.01)
+			}},
+		{Name: "fused-sgd-algorithm", Class: "SGD", Kwargs: map[string]any{"lr": 0.05, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01, "maximize": true, "fused": true},
+			make: func(g []optim.Group) (optim.Optimizer, error) {
+				return optim.New(fusedSGD, withOptions(g, map[string]any{"momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01, "maximize": true}), 0.05)
+			}},
+		{Name: "fused-sgd-algorithm-nesterov-groups", Class: "SGD", Kwargs: map[string]any{"lr": 0.05, "momentum": 0.8, "nesterov": true, "fused": true},
+			Groups: []map[string]any{{"lr": 0.02}, {"weight_decay": 0.1}},
+			make: func(g []optim.Group) (optim.Optimizer, error) {
+				return optim.New(fusedSGD, withOptions(g, map[string]any{"momentum": 0.8, "nesterov": true}), 0.05)
 			}},
 	})
 }
