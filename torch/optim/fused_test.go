@@ -8,6 +8,8 @@ package optim_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/optim"
@@ -91,6 +93,25 @@ func TestFusedOptimizerInOneFile(t *testing.T) {
 				return optim.New(fusedSGD, withOptions(g, map[string]any{"momentum": 0.8, "nesterov": true}), 0.05)
 			}},
 	})
+}
+
+// TestFusedOptimizerKeepsItsState: after the first step made the state, further steps
+// of a fused Algorithm leave the live tensor count as it was (each step's own tensors
+// are freed, the state tensors are kept and not replaced).
+func TestFusedOptimizerKeepsItsState(t *testing.T) {
+	f := newFixture()
+	for _, c := range []struct {
+		a    optim.Algorithm
+		opts map[string]any
+	}{{fusedAdamW, map[string]any{"amsgrad": true}}, {fusedSGD, map[string]any{"momentum": 0.9}}} {
+		a := c.a
+		o, err := optim.New(a, withOptions([]optim.Group{{Params: f.params()}}, c.opts), 0.01)
+		require.NoError(t, err)
+		runGo(o, f, 0, 1)
+		before := torch.LiveTensors()
+		runGo(o, f, 1, steps)
+		require.Equal(t, before, torch.LiveTensors(), a.Name)
+	}
 }
 
 // withOptions sets opts in every group that does not set them itself, as an
