@@ -1,8 +1,8 @@
 package optim_test
 
-// A fused optimizer in one file (docs/extending.md, "An optimizer"): torch.optim.AdamW
-// and SGD with fused=True, each written as an optim.Algorithm over the generated row of
-// ATen's fused kernel. Package optim gives it parameter groups, schedulers and PyTorch's state-dict
+// A fused optimizer in one file (docs/extending.md, "An optimizer"): torch.optim.AdamW,
+// Adam and SGD with fused=True, written as optim.Algorithms over the generated rows of
+// ATen's fused kernels. Package optim gives it parameter groups, schedulers and PyTorch's state-dict
 // layout; TestFusedOptimizerInOneFile checks it against PyTorch's to the bit.
 
 import (
@@ -15,35 +15,53 @@ import (
 	"github.com/gotrain/gotrain/torch/optim"
 )
 
-// fusedAdamW is torch.optim.AdamW(fused=True): each step adds one to every parameter's
-// "step" (a 0-dim float32 tensor on the parameter's device) and updates the parameters
-// and their moments in one call of ATen's _fused_adamw_.
-var fusedAdamW = optim.Algorithm{
-	Name:  "AdamW",
-	Slots: []string{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
-	Defaults: map[string]any{"betas": checkpoint.Tuple{0.9, 0.999}, "eps": 1e-8, "weight_decay": 1e-2,
-		"amsgrad": false, "maximize": false, "foreach": nil, "capturable": false, "differentiable": false,
-		"fused": true, "decoupled_weight_decay": true},
-	UpdateGroup: func(g *optim.ParamGroup, params, grads []*torch.Tensor, state [][]*torch.Tensor) {
-		steps, avgs, sqs, maxSqs := state[0], state[1], state[2], state[3]
-		amsgrad := g.Bool("amsgrad")
-		for i, p := range params {
-			if steps[i] == nil {
-				steps[i] = torch.Zeros(nil, torch.Float32, p.Device())
-				avgs[i], sqs[i] = p.ZerosLike(), p.ZerosLike()
-				if amsgrad {
-					maxSqs[i] = p.ZerosLike()
-				}
+// fusedAdamW is torch.optim.AdamW(fused=True), and fusedAdam torch.optim.Adam(fused=True):
+// the same state and step, with weight decay decoupled or added to the gradient.
+var (
+	fusedAdamW = optim.Algorithm{
+		Name:  "AdamW",
+		Slots: []string{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+		Defaults: map[string]any{"betas": checkpoint.Tuple{0.9, 0.999}, "eps": 1e-8, "weight_decay": 1e-2,
+			"amsgrad": false, "maximize": false, "foreach": nil, "capturable": false, "differentiable": false,
+			"fused": true, "decoupled_weight_decay": true},
+		UpdateGroup: fusedAdamStep,
+	}
+	fusedAdam = optim.Algorithm{
+		Name:  "Adam",
+		Slots: []string{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+		Defaults: map[string]any{"betas": checkpoint.Tuple{0.9, 0.999}, "eps": 1e-8, "weight_decay": 0.0,
+			"amsgrad": false, "maximize": false, "foreach": nil, "capturable": false, "differentiable": false,
+			"fused": true, "decoupled_weight_decay": false},
+		UpdateGroup: fusedAdamStep,
+	}
+)
+
+// fusedAdamStep adds one to every parameter's "step" (a 0-dim float32 tensor on the
+// parameter's device) and updates the parameters and their moments in one call of
+// ATen's _fused_adamw_ or _fused_adam_.
+func fusedAdamStep(g *optim.ParamGroup, params, grads []*torch.Tensor, state [][]*torch.Tensor) {
+	steps, avgs, sqs, maxSqs := state[0], state[1], state[2], state[3]
+	amsgrad := g.Bool("amsgrad")
+	for i, p := range params {
+		if steps[i] == nil {
+			steps[i] = torch.Zeros(nil, torch.Float32, p.Device())
+			avgs[i], sqs[i] = p.ZerosLike(), p.ZerosLike()
+			if amsgrad {
+				maxSqs[i] = p.ZerosLike()
 			}
 		}
-		if !amsgrad {
-			maxSqs = nil
-		}
-		betas := g.Pair("betas", [2]float64{0.9, 0.999})
-		torch.ForeachAddScalarInPlace(steps, 1)
-		torch.FusedAdamW(params, grads, avgs, sqs, maxSqs, steps, g.LR, betas[0], betas[1],
-			g.Float("weight_decay", 0), g.Float("eps", 1e-8), amsgrad, g.Bool("maximize"), nil, nil)
-	},
+	}
+	if !amsgrad {
+		maxSqs = nil
+	}
+	kernel := torch.FusedAdam
+	if g.Bool("decoupled_weight_decay") {
+		kernel = torch.FusedAdamW
+	}
+	betas := g.Pair("betas", [2]float64{0.9, 0.999})
+	torch.ForeachAddScalarInPlace(steps, 1)
+	kernel(params, grads, avgs, sqs, maxSqs, steps, g.LR, betas[0], betas[1],
+		g.Float("weight_decay", 0), g.Float("eps", 1e-8), amsgrad, g.Bool("maximize"), nil, nil)
 }
 
 // fusedSGD is torch.optim.SGD(fused=True): ATen's _fused_sgd_ updates the parameters and,
@@ -69,9 +87,9 @@ var fusedSGD = optim.Algorithm{
 	},
 }
 
-// TestFusedOptimizerInOneFile: fusedAdamW and fusedSGD, in one group and in two with
-// their own options, equal torch.optim.AdamW(fused=True) and SGD(fused=True) to the bit
-// over 20 steps, and their state dicts continue in Python as Python's do in Go.
+// TestFusedOptimizerInOneFile: fusedAdamW, fusedAdam and fusedSGD, in one group and in
+// two with their own options, equal torch.optim.AdamW, Adam and SGD with fused=True to the
+// bit over 20 steps, and their state dicts continue in Python as Python's do in Go.
 func TestFusedOptimizerInOneFile(t *testing.T) {
 	requireParity(t, []optCase{
 		{Name: "fused-adamw-algorithm", Class: "AdamW", Kwargs: map[string]any{"lr": 0.01, "maximize": true, "fused": true},
@@ -82,6 +100,11 @@ func TestFusedOptimizerInOneFile(t *testing.T) {
 			Groups: []map[string]any{{}, {"lr": 0.1, "betas": []float64{0.5, 0.9}}},
 			make: func(g []optim.Group) (optim.Optimizer, error) {
 				return optim.New(fusedAdamW, withOptions(g, map[string]any{"weight_decay": 0.05, "amsgrad": true}), 0.01)
+			}},
+		{Name: "fused-adam-algorithm-groups", Class: "Adam", Kwargs: map[string]any{"lr": 0.01, "weight_decay": 0.05, "fused": true},
+			Groups: []map[string]any{{"amsgrad": true}, {"lr": 0.1, "betas": []float64{0.5, 0.9}}},
+			make: func(g []optim.Group) (optim.Optimizer, error) {
+				return optim.New(fusedAdam, withOptions(g, map[string]any{"weight_decay": 0.05}), 0.01)
 			}},
 		{Name: "fused-sgd-algorithm", Class: "SGD", Kwargs: map[string]any{"lr": 0.05, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01, "maximize": true, "fused": true},
 			make: func(g []optim.Group) (optim.Optimizer, error) {
