@@ -198,34 +198,22 @@ void cg_named_tensors_free(cg_named_tensors *nt);
 extern "C" {
 #endif
 
-// Optimizer algorithms and their per-group hyperparameters (PyTorch's argument names).
+// Optimizer algorithms. A group's hyperparameters are CG_OPT_NHYPER doubles: the values
+// of its param-group keys (PyTorch's state_dict names) in the order torch.OptimizerKeys
+// lists for the kind (torch/kernels.go), bools as 0 or 1, "betas" as two values, the
+// rest zero.
 enum cg_optimizer { CG_OPT_SGD = 0, CG_OPT_ADAM = 1, CG_OPT_RMSPROP = 2, CG_OPT_ADAGRAD = 3 };
-typedef struct {
-  double lr, momentum, dampening, weight_decay;
-  int32_t nesterov, maximize;
-} cg_sgd_hyper;
-typedef struct {
-  double lr, beta1, beta2, eps, weight_decay;
-  int32_t amsgrad, maximize, decoupled_weight_decay, fused;
-} cg_adam_hyper;
-typedef struct {
-  double lr, alpha, eps, weight_decay, momentum;
-  int32_t centered, maximize;
-} cg_rmsprop_hyper;
-typedef struct {
-  double lr, lr_decay, eps, weight_decay, initial_accumulator_value;
-  int32_t maximize;
-} cg_adagrad_hyper;
+enum { CG_OPT_NHYPER = 9 };
 // CG_OPT_NSTATE state slots per parameter: SGD momentum_buffer; ADAM step, exp_avg,
 // exp_avg_sq, max_exp_avg_sq; RMSPROP step, square_avg, momentum_buffer, grad_avg; ADAGRAD
 // step, sum.
 enum { CG_OPT_NSTATE = 4 };
 // cg_optim_step runs one step of algorithm kind over every group: group g is the next
-// group_sizes[g] params, and hyper points to ngroups structs of kind's type
-// (cg_sgd_hyper for CG_OPT_SGD, ...). state[i*CG_OPT_NSTATE+k] is state tensor k of param
-// i; NULL slots the step needs are filled with new handles the caller owns (never adopted
-// by a scope). Params without a gradient are skipped.
-cg_status cg_optim_step(enum cg_optimizer kind, int ngroups, const int64_t *group_sizes, const void *hyper,
+// group_sizes[g] params, with hyper[g*CG_OPT_NHYPER:(g+1)*CG_OPT_NHYPER].
+// state[i*CG_OPT_NSTATE+k] is state tensor k of param i; NULL slots the step needs are
+// filled with new handles the caller owns (never adopted by a scope). Params without a
+// gradient are skipped.
+cg_status cg_optim_step(enum cg_optimizer kind, int ngroups, const int64_t *group_sizes, const double *hyper,
                         cg_tensor *params, cg_tensor *state);
 cg_status cg_zero_grad(cg_tensor *params, int n, int set_to_none);
 // cg_clip_grad_norm is clip_grad_norm_; total_norm receives the pre-clip norm.
@@ -365,7 +353,7 @@ typedef struct {
 // opt_groups and opt_hyper are the optimizer's current hyperparameters (cg_optim_step's
 // kind, ngroups and hyper; opt_kind -1: none), which a replayed optimizer step uses
 // instead of the recorded ones, so that a scheduler's learning rate is not baked in.
-void cg_trace_run(cg_trace t, const cg_tensor *inputs, int n, int opt_kind, int opt_groups, const void *opt_hyper,
+void cg_trace_run(cg_trace t, const cg_tensor *inputs, int n, int opt_kind, int opt_groups, const double *opt_hyper,
                   int64_t step, cg_tensor *outs, cg_trace_result *r);
 // cg_trace_run_batches replays t over nb batches in turn, at step counters step,
 // step+1, ...: batch k's input i is rows starts[k] to starts[k]+sizes[k] of fields[i]
@@ -373,7 +361,7 @@ void cg_trace_run(cg_trace t, const cg_tensor *inputs, int n, int opt_kind, int 
 // name (cg_steps_run's cg_batches). Only the last step's outputs are kept; r.done counts
 // the steps that completed.
 void cg_trace_run_batches(cg_trace t, const cg_tensor *fields, int n, cg_tensor order, const int64_t *starts,
-                          const int64_t *sizes, int nb, int opt_kind, int opt_groups, const void *opt_hyper,
+                          const int64_t *sizes, int nb, int opt_kind, int opt_groups, const double *opt_hyper,
                           int64_t step, cg_tensor *outs, cg_trace_result *r);
 #ifdef __cplusplus
 }

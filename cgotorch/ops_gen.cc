@@ -2037,6 +2037,120 @@ void cg_op_Stack(const cg_tensor *ts_, int ts_n, int64_t dim, cg_result *ret_) {
   CG_CATCH_INTO(res)
 }
 
+void cg_op_ForeachAddScalarInPlace(const cg_tensor *ts_, int ts_n, double s_, cg_status *ret_) {
+  CG_TRY
+  std::vector<at::Tensor> ts = cg::tensors(ts_, ts_n);
+  at::Scalar s = cg::scalar(s_);
+  at::NoGradGuard g; at::_foreach_add_(ts, s);
+  *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(144);
+    rec_.list(ts_, ts_n);
+    rec_.v(s_);
+  }
+  CG_CATCH_INTO(status)
+}
+
+void cg_op_FusedAdam(const cg_tensor *params_, int params_n, const cg_tensor *grads_, int grads_n, const cg_tensor *expAvgs_, int expAvgs_n, const cg_tensor *expAvgSqs_, int expAvgSqs_n, const cg_tensor *maxExpAvgSqs_, int maxExpAvgSqs_n, const cg_tensor *steps_, int steps_n, double lr, double beta1, double beta2, double weightDecay, double eps, int amsgrad_, int maximize_, cg_tensor gradScale_, cg_tensor foundInf_, cg_status *ret_) {
+  CG_TRY
+  std::vector<at::Tensor> params = cg::tensors(params_, params_n);
+  std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
+  std::vector<at::Tensor> expAvgs = cg::tensors(expAvgs_, expAvgs_n);
+  std::vector<at::Tensor> expAvgSqs = cg::tensors(expAvgSqs_, expAvgSqs_n);
+  std::vector<at::Tensor> maxExpAvgSqs = cg::tensors(maxExpAvgSqs_, maxExpAvgSqs_n);
+  std::vector<at::Tensor> steps = cg::tensors(steps_, steps_n);
+  bool amsgrad = amsgrad_ != 0;
+  bool maximize = maximize_ != 0;
+  std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
+  std::optional<at::Tensor> foundInf = cg::opt(foundInf_);
+  at::NoGradGuard g; at::_fused_adam_(params, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, lr, beta1, beta2, weightDecay, eps, amsgrad, maximize, gradScale, foundInf);
+  *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(145);
+    rec_.list(params_, params_n);
+    rec_.list(grads_, grads_n);
+    rec_.list(expAvgs_, expAvgs_n);
+    rec_.list(expAvgSqs_, expAvgSqs_n);
+    rec_.list(maxExpAvgSqs_, maxExpAvgSqs_n);
+    rec_.list(steps_, steps_n);
+    rec_.v(lr);
+    rec_.v(beta1);
+    rec_.v(beta2);
+    rec_.v(weightDecay);
+    rec_.v(eps);
+    rec_.v(amsgrad_);
+    rec_.v(maximize_);
+    rec_.t(gradScale_);
+    rec_.t(foundInf_);
+  }
+  CG_CATCH_INTO(status)
+}
+
+void cg_op_FusedAdamW(const cg_tensor *params_, int params_n, const cg_tensor *grads_, int grads_n, const cg_tensor *expAvgs_, int expAvgs_n, const cg_tensor *expAvgSqs_, int expAvgSqs_n, const cg_tensor *maxExpAvgSqs_, int maxExpAvgSqs_n, const cg_tensor *steps_, int steps_n, double lr, double beta1, double beta2, double weightDecay, double eps, int amsgrad_, int maximize_, cg_tensor gradScale_, cg_tensor foundInf_, cg_status *ret_) {
+  CG_TRY
+  std::vector<at::Tensor> params = cg::tensors(params_, params_n);
+  std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
+  std::vector<at::Tensor> expAvgs = cg::tensors(expAvgs_, expAvgs_n);
+  std::vector<at::Tensor> expAvgSqs = cg::tensors(expAvgSqs_, expAvgSqs_n);
+  std::vector<at::Tensor> maxExpAvgSqs = cg::tensors(maxExpAvgSqs_, maxExpAvgSqs_n);
+  std::vector<at::Tensor> steps = cg::tensors(steps_, steps_n);
+  bool amsgrad = amsgrad_ != 0;
+  bool maximize = maximize_ != 0;
+  std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
+  std::optional<at::Tensor> foundInf = cg::opt(foundInf_);
+  at::NoGradGuard g; at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, lr, beta1, beta2, weightDecay, eps, amsgrad, maximize, gradScale, foundInf);
+  *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(146);
+    rec_.list(params_, params_n);
+    rec_.list(grads_, grads_n);
+    rec_.list(expAvgs_, expAvgs_n);
+    rec_.list(expAvgSqs_, expAvgSqs_n);
+    rec_.list(maxExpAvgSqs_, maxExpAvgSqs_n);
+    rec_.list(steps_, steps_n);
+    rec_.v(lr);
+    rec_.v(beta1);
+    rec_.v(beta2);
+    rec_.v(weightDecay);
+    rec_.v(eps);
+    rec_.v(amsgrad_);
+    rec_.v(maximize_);
+    rec_.t(gradScale_);
+    rec_.t(foundInf_);
+  }
+  CG_CATCH_INTO(status)
+}
+
+void cg_op_FusedSGD(const cg_tensor *params_, int params_n, const cg_tensor *grads_, int grads_n, const cg_tensor *momentumBuffers_, int momentumBuffers_n, double weightDecay, double momentum, double lr, double dampening, int nesterov_, int maximize_, int isFirstStep_, cg_tensor gradScale_, cg_tensor foundInf_, cg_status *ret_) {
+  CG_TRY
+  std::vector<at::Tensor> params = cg::tensors(params_, params_n);
+  std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
+  std::vector<at::Tensor> momentumBuffers = cg::tensors(momentumBuffers_, momentumBuffers_n);
+  bool nesterov = nesterov_ != 0;
+  bool maximize = maximize_ != 0;
+  bool isFirstStep = isFirstStep_ != 0;
+  std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
+  std::optional<at::Tensor> foundInf = cg::opt(foundInf_);
+  at::NoGradGuard g; at::_fused_sgd_(params, grads, momentumBuffers, weightDecay, momentum, lr, dampening, nesterov, maximize, isFirstStep, gradScale, foundInf);
+  *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(147);
+    rec_.list(params_, params_n);
+    rec_.list(grads_, grads_n);
+    rec_.list(momentumBuffers_, momentumBuffers_n);
+    rec_.v(weightDecay);
+    rec_.v(momentum);
+    rec_.v(lr);
+    rec_.v(dampening);
+    rec_.v(nesterov_);
+    rec_.v(maximize_);
+    rec_.v(isFirstStep_);
+    rec_.t(gradScale_);
+    rec_.t(foundInf_);
+  }
+  CG_CATCH_INTO(status)
+}
+
 void cg_op_Linear(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
@@ -2044,7 +2158,7 @@ void cg_op_Linear(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_result *ret_) {
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::linear(x, w, b));
   if (cg::recording()) {
-    cg::Rec rec_(144);
+    cg::Rec rec_(148);
     rec_.t(x_);
     rec_.t(w_);
     rec_.t(b_);
@@ -2063,7 +2177,7 @@ void cg_op_conv2d(cg_tensor x_, cg_tensor w_, cg_tensor b_, const int64_t *strid
   at::IntArrayRef dilation(dilation_, dilation_n);
   *ret_ = cg::res(at::conv2d(x, w, b, stride, padding, dilation, groups));
   if (cg::recording()) {
-    cg::Rec rec_(145);
+    cg::Rec rec_(149);
     rec_.t(x_);
     rec_.t(w_);
     rec_.t(b_);
@@ -2086,7 +2200,7 @@ void cg_op_maxPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const i
   bool ceil = ceil_ != 0;
   *ret_ = cg::res(at::max_pool2d(x, kernel, stride, padding, dilation, ceil));
   if (cg::recording()) {
-    cg::Rec rec_(146);
+    cg::Rec rec_(150);
     rec_.t(x_);
     rec_.list(kernel_, kernel_n);
     rec_.list(stride_, stride_n);
@@ -2108,7 +2222,7 @@ void cg_op_avgPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const i
   bool countIncludePad = countIncludePad_ != 0;
   *ret_ = cg::res(at::avg_pool2d(x, kernel, stride, padding, ceil, countIncludePad));
   if (cg::recording()) {
-    cg::Rec rec_(147);
+    cg::Rec rec_(151);
     rec_.t(x_);
     rec_.list(kernel_, kernel_n);
     rec_.list(stride_, stride_n);
@@ -2126,7 +2240,7 @@ void cg_op_adaptiveAvgPool2d(cg_tensor x_, const int64_t *out_, int out_n, cg_re
   at::IntArrayRef out(out_, out_n);
   *ret_ = cg::res(at::adaptive_avg_pool2d(x, out));
   if (cg::recording()) {
-    cg::Rec rec_(148);
+    cg::Rec rec_(152);
     rec_.t(x_);
     rec_.list(out_, out_n);
     rec_.out(ret_->t);
@@ -2144,7 +2258,7 @@ void cg_op_batchNorm(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor running
   bool training = training_ != 0;
   *ret_ = cg::res(at::batch_norm(x, w, b, runningMean, runningVar, training, momentum, eps, true));
   if (cg::recording()) {
-    cg::Rec rec_(149);
+    cg::Rec rec_(153);
     rec_.t(x_);
     rec_.t(w_);
     rec_.t(b_);
@@ -2169,7 +2283,7 @@ void cg_op_batchNormCounted(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor 
   bool training = training_ != 0;
   *ret_ = cg::res(cg::batch_norm_counted(x, w, b, runningMean, runningVar, count, ranks, training, momentum, eps));
   if (cg::recording()) {
-    cg::Rec rec_(150);
+    cg::Rec rec_(154);
     rec_.t(x_);
     rec_.t(w_);
     rec_.t(b_);
@@ -2193,7 +2307,7 @@ void cg_op_LayerNorm(cg_tensor x_, const int64_t *normalizedShape_, int normaliz
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::layer_norm(x, normalizedShape, w, b, eps));
   if (cg::recording()) {
-    cg::Rec rec_(151);
+    cg::Rec rec_(155);
     rec_.t(x_);
     rec_.list(normalizedShape_, normalizedShape_n);
     rec_.t(w_);
@@ -2211,7 +2325,7 @@ void cg_op_GroupNorm(cg_tensor x_, int64_t groups, cg_tensor w_, cg_tensor b_, d
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::group_norm(x, groups, w, b, eps));
   if (cg::recording()) {
-    cg::Rec rec_(152);
+    cg::Rec rec_(156);
     rec_.t(x_);
     rec_.v(groups);
     rec_.t(w_);
@@ -2228,7 +2342,7 @@ void cg_op_Dropout(cg_tensor x_, double p, int training_, cg_result *ret_) {
   bool training = training_ != 0;
   *ret_ = cg::res(at::dropout(x, p, training));
   if (cg::recording()) {
-    cg::Rec rec_(153);
+    cg::Rec rec_(157);
     rec_.t(x_);
     rec_.v(p);
     rec_.v(training_);
@@ -2243,7 +2357,7 @@ void cg_op_Embedding(cg_tensor weight_, cg_tensor indices_, int64_t paddingIdx, 
   at::Tensor &indices = cg::T(indices_);
   *ret_ = cg::res(at::embedding(weight, indices, paddingIdx));
   if (cg::recording()) {
-    cg::Rec rec_(154);
+    cg::Rec rec_(158);
     rec_.t(weight_);
     rec_.t(indices_);
     rec_.v(paddingIdx);
@@ -2262,7 +2376,7 @@ void cg_op_scaledDotProductAttention(cg_tensor q_, cg_tensor k_, cg_tensor v_, c
   bool hasScale = hasScale_ != 0;
   *ret_ = cg::res(at::scaled_dot_product_attention(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt));
   if (cg::recording()) {
-    cg::Rec rec_(155);
+    cg::Rec rec_(159);
     rec_.t(q_);
     rec_.t(k_);
     rec_.t(v_);
@@ -2297,7 +2411,7 @@ void cg_op_crossEntropy(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t r
   std::optional<at::Tensor> weight = cg::opt(weight_);
   *ret_ = cg::res(at::cross_entropy_loss(x, y, weight, reduction, ignoreIndex, labelSmoothing));
   if (cg::recording()) {
-    cg::Rec rec_(157);
+    cg::Rec rec_(161);
     rec_.t(x_);
     rec_.t(y_);
     rec_.t(weight_);
@@ -2316,7 +2430,7 @@ void cg_op_nllLoss(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduct
   std::optional<at::Tensor> weight = cg::opt(weight_);
   *ret_ = cg::res(at::nll_loss_nd(x, y, weight, reduction, ignoreIndex));
   if (cg::recording()) {
-    cg::Rec rec_(158);
+    cg::Rec rec_(162);
     rec_.t(x_);
     rec_.t(y_);
     rec_.t(weight_);
@@ -2333,7 +2447,7 @@ void cg_op_mseLoss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret
   at::Tensor &y = cg::T(y_);
   *ret_ = cg::res(at::mse_loss(x, y, reduction));
   if (cg::recording()) {
-    cg::Rec rec_(159);
+    cg::Rec rec_(163);
     rec_.t(x_);
     rec_.t(y_);
     rec_.v(reduction);
@@ -2348,7 +2462,7 @@ void cg_op_l1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret_
   at::Tensor &y = cg::T(y_);
   *ret_ = cg::res(at::l1_loss(x, y, reduction));
   if (cg::recording()) {
-    cg::Rec rec_(160);
+    cg::Rec rec_(164);
     rec_.t(x_);
     rec_.t(y_);
     rec_.v(reduction);
@@ -2363,7 +2477,7 @@ void cg_op_smoothL1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, double be
   at::Tensor &y = cg::T(y_);
   *ret_ = cg::res(at::smooth_l1_loss(x, y, reduction, beta));
   if (cg::recording()) {
-    cg::Rec rec_(161);
+    cg::Rec rec_(165);
     rec_.t(x_);
     rec_.t(y_);
     rec_.v(reduction);
@@ -2381,7 +2495,7 @@ void cg_op_bceWithLogits(cg_tensor x_, cg_tensor y_, cg_tensor weight_, cg_tenso
   std::optional<at::Tensor> posWeight = cg::opt(posWeight_);
   *ret_ = cg::res(at::binary_cross_entropy_with_logits(x, y, weight, posWeight, reduction));
   if (cg::recording()) {
-    cg::Rec rec_(162);
+    cg::Rec rec_(166);
     rec_.t(x_);
     rec_.t(y_);
     rec_.t(weight_);
@@ -2540,6 +2654,10 @@ const char *cg::op_name(int op) {
       "multinomial",
       "cat",
       "stack",
+      "_foreach_add_",
+      "_fused_adam_",
+      "_fused_adamw_",
+      "_fused_sgd_",
       "linear",
       "conv2d",
       "max_pool2d",
@@ -3753,7 +3871,113 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::stack(ts, dim));
       return;
     }
-    case 144: {  // Linear
+    case 144: {  // ForeachAddScalarInPlace
+      int ts_n;
+      const cg_tensor *ts_ = rd_.tensors(&ts_n);
+      double s_ = rd_.d();
+      std::vector<at::Tensor> ts = cg::tensors(ts_, ts_n);
+      at::Scalar s = cg::scalar(s_);
+      at::NoGradGuard g; at::_foreach_add_(ts, s);
+      return;
+    }
+    case 145: {  // FusedAdam
+      int params_n;
+      const cg_tensor *params_ = rd_.tensors(&params_n);
+      int grads_n;
+      const cg_tensor *grads_ = rd_.tensors(&grads_n);
+      int expAvgs_n;
+      const cg_tensor *expAvgs_ = rd_.tensors(&expAvgs_n);
+      int expAvgSqs_n;
+      const cg_tensor *expAvgSqs_ = rd_.tensors(&expAvgSqs_n);
+      int maxExpAvgSqs_n;
+      const cg_tensor *maxExpAvgSqs_ = rd_.tensors(&maxExpAvgSqs_n);
+      int steps_n;
+      const cg_tensor *steps_ = rd_.tensors(&steps_n);
+      double lr = rd_.d();
+      double beta1 = rd_.d();
+      double beta2 = rd_.d();
+      double weightDecay = rd_.d();
+      double eps = rd_.d();
+      int amsgrad_ = static_cast<int>(rd_.i());
+      int maximize_ = static_cast<int>(rd_.i());
+      cg_tensor gradScale_ = rd_.t();
+      cg_tensor foundInf_ = rd_.t();
+      std::vector<at::Tensor> params = cg::tensors(params_, params_n);
+      std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
+      std::vector<at::Tensor> expAvgs = cg::tensors(expAvgs_, expAvgs_n);
+      std::vector<at::Tensor> expAvgSqs = cg::tensors(expAvgSqs_, expAvgSqs_n);
+      std::vector<at::Tensor> maxExpAvgSqs = cg::tensors(maxExpAvgSqs_, maxExpAvgSqs_n);
+      std::vector<at::Tensor> steps = cg::tensors(steps_, steps_n);
+      bool amsgrad = amsgrad_ != 0;
+      bool maximize = maximize_ != 0;
+      std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
+      std::optional<at::Tensor> foundInf = cg::opt(foundInf_);
+      at::NoGradGuard g; at::_fused_adam_(params, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, lr, beta1, beta2, weightDecay, eps, amsgrad, maximize, gradScale, foundInf);
+      return;
+    }
+    case 146: {  // FusedAdamW
+      int params_n;
+      const cg_tensor *params_ = rd_.tensors(&params_n);
+      int grads_n;
+      const cg_tensor *grads_ = rd_.tensors(&grads_n);
+      int expAvgs_n;
+      const cg_tensor *expAvgs_ = rd_.tensors(&expAvgs_n);
+      int expAvgSqs_n;
+      const cg_tensor *expAvgSqs_ = rd_.tensors(&expAvgSqs_n);
+      int maxExpAvgSqs_n;
+      const cg_tensor *maxExpAvgSqs_ = rd_.tensors(&maxExpAvgSqs_n);
+      int steps_n;
+      const cg_tensor *steps_ = rd_.tensors(&steps_n);
+      double lr = rd_.d();
+      double beta1 = rd_.d();
+      double beta2 = rd_.d();
+      double weightDecay = rd_.d();
+      double eps = rd_.d();
+      int amsgrad_ = static_cast<int>(rd_.i());
+      int maximize_ = static_cast<int>(rd_.i());
+      cg_tensor gradScale_ = rd_.t();
+      cg_tensor foundInf_ = rd_.t();
+      std::vector<at::Tensor> params = cg::tensors(params_, params_n);
+      std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
+      std::vector<at::Tensor> expAvgs = cg::tensors(expAvgs_, expAvgs_n);
+      std::vector<at::Tensor> expAvgSqs = cg::tensors(expAvgSqs_, expAvgSqs_n);
+      std::vector<at::Tensor> maxExpAvgSqs = cg::tensors(maxExpAvgSqs_, maxExpAvgSqs_n);
+      std::vector<at::Tensor> steps = cg::tensors(steps_, steps_n);
+      bool amsgrad = amsgrad_ != 0;
+      bool maximize = maximize_ != 0;
+      std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
+      std::optional<at::Tensor> foundInf = cg::opt(foundInf_);
+      at::NoGradGuard g; at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, lr, beta1, beta2, weightDecay, eps, amsgrad, maximize, gradScale, foundInf);
+      return;
+    }
+    case 147: {  // FusedSGD
+      int params_n;
+      const cg_tensor *params_ = rd_.tensors(&params_n);
+      int grads_n;
+      const cg_tensor *grads_ = rd_.tensors(&grads_n);
+      int momentumBuffers_n;
+      const cg_tensor *momentumBuffers_ = rd_.tensors(&momentumBuffers_n);
+      double weightDecay = rd_.d();
+      double momentum = rd_.d();
+      double lr = rd_.d();
+      double dampening = rd_.d();
+      int nesterov_ = static_cast<int>(rd_.i());
+      int maximize_ = static_cast<int>(rd_.i());
+      int isFirstStep_ = static_cast<int>(rd_.i());
+      cg_tensor gradScale_ = rd_.t();
+      cg_tensor foundInf_ = rd_.t();
+      std::vector<at::Tensor> params = cg::tensors(params_, params_n);
+      std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
+      std::vector<at::Tensor> momentumBuffers = cg::tensors(momentumBuffers_, momentumBuffers_n);
+      bool nesterov = nesterov_ != 0;
+      bool maximize = maximize_ != 0;
+      bool isFirstStep = isFirstStep_ != 0;
+      std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
+      std::optional<at::Tensor> foundInf = cg::opt(foundInf_);
+      at::NoGradGuard g; at::_fused_sgd_(params, grads, momentumBuffers, weightDecay, momentum, lr, dampening, nesterov, maximize, isFirstStep, gradScale, foundInf);
+      return;
+    }
+    case 148: {  // Linear
       cg_tensor x_ = rd_.t();
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
@@ -3763,7 +3987,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::linear(x, w, b));
       return;
     }
-    case 145: {  // conv2d
+    case 149: {  // conv2d
       cg_tensor x_ = rd_.t();
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
@@ -3783,7 +4007,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::conv2d(x, w, b, stride, padding, dilation, groups));
       return;
     }
-    case 146: {  // maxPool2d
+    case 150: {  // maxPool2d
       cg_tensor x_ = rd_.t();
       int kernel_n;
       const int64_t *kernel_ = rd_.ints(&kernel_n);
@@ -3803,7 +4027,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::max_pool2d(x, kernel, stride, padding, dilation, ceil));
       return;
     }
-    case 147: {  // avgPool2d
+    case 151: {  // avgPool2d
       cg_tensor x_ = rd_.t();
       int kernel_n;
       const int64_t *kernel_ = rd_.ints(&kernel_n);
@@ -3822,7 +4046,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::avg_pool2d(x, kernel, stride, padding, ceil, countIncludePad));
       return;
     }
-    case 148: {  // adaptiveAvgPool2d
+    case 152: {  // adaptiveAvgPool2d
       cg_tensor x_ = rd_.t();
       int out_n;
       const int64_t *out_ = rd_.ints(&out_n);
@@ -3831,7 +4055,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::adaptive_avg_pool2d(x, out));
       return;
     }
-    case 149: {  // batchNorm
+    case 153: {  // batchNorm
       cg_tensor x_ = rd_.t();
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
@@ -3849,7 +4073,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::batch_norm(x, w, b, runningMean, runningVar, training, momentum, eps, true));
       return;
     }
-    case 150: {  // batchNormCounted
+    case 154: {  // batchNormCounted
       cg_tensor x_ = rd_.t();
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
@@ -3870,7 +4094,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(cg::batch_norm_counted(x, w, b, runningMean, runningVar, count, ranks, training, momentum, eps));
       return;
     }
-    case 151: {  // LayerNorm
+    case 155: {  // LayerNorm
       cg_tensor x_ = rd_.t();
       int normalizedShape_n;
       const int64_t *normalizedShape_ = rd_.ints(&normalizedShape_n);
@@ -3884,7 +4108,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::layer_norm(x, normalizedShape, w, b, eps));
       return;
     }
-    case 152: {  // GroupNorm
+    case 156: {  // GroupNorm
       cg_tensor x_ = rd_.t();
       int64_t groups = rd_.i();
       cg_tensor w_ = rd_.t();
@@ -3896,7 +4120,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::group_norm(x, groups, w, b, eps));
       return;
     }
-    case 153: {  // Dropout
+    case 157: {  // Dropout
       cg_tensor x_ = rd_.t();
       double p = rd_.d();
       int training_ = static_cast<int>(rd_.i());
@@ -3905,7 +4129,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::dropout(x, p, training));
       return;
     }
-    case 154: {  // Embedding
+    case 158: {  // Embedding
       cg_tensor weight_ = rd_.t();
       cg_tensor indices_ = rd_.t();
       int64_t paddingIdx = rd_.i();
@@ -3914,7 +4138,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::embedding(weight, indices, paddingIdx));
       return;
     }
-    case 155: {  // scaledDotProductAttention
+    case 159: {  // scaledDotProductAttention
       cg_tensor q_ = rd_.t();
       cg_tensor k_ = rd_.t();
       cg_tensor v_ = rd_.t();
@@ -3932,7 +4156,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::scaled_dot_product_attention(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt));
       return;
     }
-    case 157: {  // crossEntropy
+    case 161: {  // crossEntropy
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       cg_tensor weight_ = rd_.t();
@@ -3945,7 +4169,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::cross_entropy_loss(x, y, weight, reduction, ignoreIndex, labelSmoothing));
       return;
     }
-    case 158: {  // nllLoss
+    case 162: {  // nllLoss
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       cg_tensor weight_ = rd_.t();
@@ -3957,7 +4181,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::nll_loss_nd(x, y, weight, reduction, ignoreIndex));
       return;
     }
-    case 159: {  // mseLoss
+    case 163: {  // mseLoss
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       int64_t reduction = rd_.i();
@@ -3966,7 +4190,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::mse_loss(x, y, reduction));
       return;
     }
-    case 160: {  // l1Loss
+    case 164: {  // l1Loss
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       int64_t reduction = rd_.i();
@@ -3975,7 +4199,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::l1_loss(x, y, reduction));
       return;
     }
-    case 161: {  // smoothL1Loss
+    case 165: {  // smoothL1Loss
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       int64_t reduction = rd_.i();
@@ -3985,7 +4209,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::smooth_l1_loss(x, y, reduction, beta));
       return;
     }
-    case 162: {  // bceWithLogits
+    case 166: {  // bceWithLogits
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       cg_tensor weight_ = rd_.t();

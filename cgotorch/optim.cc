@@ -77,9 +77,11 @@ List grads_for(const List &params, List grads, bool maximize, double weight_deca
   return grads;
 }
 
-void step(const cg_sgd_hyper &h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
-  double lr = h.lr, momentum = h.momentum, dampening = h.dampening, wd = h.weight_decay;
-  bool nesterov = h.nesterov != 0, maximize = h.maximize != 0;
+// Each step reads its group's hyperparameters h in torch.OptimizerKeys' order.
+
+void sgd(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
+  double lr = h[0], momentum = h[1], dampening = h[2], wd = h[3];
+  bool nesterov = h[4] != 0, maximize = h[5] != 0;
   List grads = grads_for(params, grads_in, maximize, wd);
   if (momentum != 0) {
     List bufs;
@@ -133,9 +135,9 @@ std::vector<double> step_values(const List &steps) {
   return v;
 }
 
-void step(const cg_adam_hyper &h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
-  double lr = h.lr, beta1 = h.beta1, beta2 = h.beta2, eps = h.eps, wd = h.weight_decay;
-  bool amsgrad = h.amsgrad != 0, maximize = h.maximize != 0, decoupled = h.decoupled_weight_decay != 0, fused = h.fused != 0;
+void adam(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
+  double lr = h[0], beta1 = h[1], beta2 = h[2], eps = h[3], wd = h[4];
+  bool amsgrad = h[5] != 0, maximize = h[6] != 0, decoupled = h[7] != 0, fused = h[8] != 0;
   List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
   List exp_avgs = ensure(params, pid, s, 1, zeros_like);
   List exp_avg_sqs = ensure(params, pid, s, 2, zeros_like);
@@ -193,9 +195,9 @@ void step(const cg_adam_hyper &h, const List &params, const List &grads_in, cons
   at::_foreach_addcdiv_(params, exp_avgs, denom, scalars(step_size));
 }
 
-void step(const cg_rmsprop_hyper &h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
-  double lr = h.lr, alpha = h.alpha, eps = h.eps, wd = h.weight_decay, momentum = h.momentum;
-  bool centered = h.centered != 0, maximize = h.maximize != 0;
+void rmsprop(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
+  double lr = h[0], alpha = h[1], eps = h[2], wd = h[3], momentum = h[4];
+  bool centered = h[5] != 0, maximize = h[6] != 0;
   List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
   List square_avgs = ensure(params, pid, s, 1, zeros_like);
   List bufs, grad_avgs;
@@ -225,10 +227,9 @@ void step(const cg_rmsprop_hyper &h, const List &params, const List &grads_in, c
   }
 }
 
-void step(const cg_adagrad_hyper &h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
-  double lr = h.lr, lr_decay = h.lr_decay, eps = h.eps, wd = h.weight_decay;
-  bool maximize = h.maximize != 0;
-  double init = h.initial_accumulator_value;
+void adagrad(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
+  double lr = h[0], lr_decay = h[1], eps = h[2], wd = h[3], init = h[4];
+  bool maximize = h[5] != 0;
   List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
   List sums = ensure(params, pid, s, 1,
                      [init](const at::Tensor &p) { return at::full_like(p, init, at::MemoryFormat::Preserve); });
@@ -245,9 +246,11 @@ void step(const cg_adagrad_hyper &h, const List &params, const List &grads_in, c
   at::_foreach_addcdiv_(params, grads, std_, scalars(minus_clr));
 }
 
-// run_groups steps every group with the kind's hyperparameter struct H.
-template <class H>
-cg_status run_groups(int ngroups, const int64_t *group_sizes, const H *hyper, cg_tensor *params, const Slots &s) {
+using Step = void (*)(const double *, const List &, const List &, const std::vector<size_t> &, const Slots &);
+
+// run_groups steps every group with step.
+cg_status run_groups(Step step, int ngroups, const int64_t *group_sizes, const double *hyper, cg_tensor *params,
+                     const Slots &s) {
   size_t base = 0;
   List ps, gs;
   std::vector<size_t> pid;
@@ -267,13 +270,13 @@ cg_status run_groups(int ngroups, const int64_t *group_sizes, const H *hyper, cg
     base += group_sizes[g];
     if (ps.empty()) continue;
     if (uniform(ps)) {  // one bucket, the usual case: no index lists, no copies
-      step(hyper[g], ps, gs, pid, s);
+      step(hyper + g * CG_OPT_NHYPER, ps, gs, pid, s);
       continue;
     }
     for (auto &b : buckets(ps)) {
       std::vector<size_t> bid;
       for (auto i : b) bid.push_back(pid[i]);
-      step(hyper[g], pick(ps, b), pick(gs, b), bid, s);
+      step(hyper + g * CG_OPT_NHYPER, pick(ps, b), pick(gs, b), bid, s);
     }
   }
   return cg::ok();
@@ -293,17 +296,17 @@ void grads_of(cg_tensor *params, int n, List &grads, std::vector<size_t> *idx) {
 
 extern "C" {
 
-cg_status cg_optim_step(enum cg_optimizer kind, int ngroups, const int64_t *group_sizes, const void *hyper,
+cg_status cg_optim_step(enum cg_optimizer kind, int ngroups, const int64_t *group_sizes, const double *hyper,
                         cg_tensor *params, cg_tensor *state) {
   CG_TRY at::NoGradGuard no_grad;
   // Recorded before it runs: the state slots it fills are empty in this step's record.
   if (cg::recording()) cg::record_optim_step(kind, ngroups, group_sizes, params, state);
   Slots s{state};
   switch (kind) {
-    case CG_OPT_SGD: return run_groups(ngroups, group_sizes, static_cast<const cg_sgd_hyper *>(hyper), params, s);
-    case CG_OPT_ADAM: return run_groups(ngroups, group_sizes, static_cast<const cg_adam_hyper *>(hyper), params, s);
-    case CG_OPT_RMSPROP: return run_groups(ngroups, group_sizes, static_cast<const cg_rmsprop_hyper *>(hyper), params, s);
-    case CG_OPT_ADAGRAD: return run_groups(ngroups, group_sizes, static_cast<const cg_adagrad_hyper *>(hyper), params, s);
+    case CG_OPT_SGD: return run_groups(sgd, ngroups, group_sizes, hyper, params, s);
+    case CG_OPT_ADAM: return run_groups(adam, ngroups, group_sizes, hyper, params, s);
+    case CG_OPT_RMSPROP: return run_groups(rmsprop, ngroups, group_sizes, hyper, params, s);
+    case CG_OPT_ADAGRAD: return run_groups(adagrad, ngroups, group_sizes, hyper, params, s);
   }
   return cg::fail(CG_ERR_INVALID, "optimizer step: unknown optimizer kind");
   CG_CATCH_STATUS

@@ -7,84 +7,33 @@ package cgotorch
 */
 import "C"
 
-import (
-	"unsafe"
-
-	"github.com/gotrain/gotrain/internal/hyper"
-)
+import "unsafe"
 
 // OptNState is the number of state slots per parameter of OptimStep (see cgotorch.h for
-// each algorithm's slot order).
-const OptNState = C.CG_OPT_NSTATE
+// each algorithm's slot order); OptNHyper the number of hyperparameter values per group.
+const (
+	OptNState = C.CG_OPT_NSTATE
+	OptNHyper = C.CG_OPT_NHYPER
+)
 
-func ci32(b bool) C.int32_t {
-	if b {
-		return 1
-	}
-	return 0
-}
+// The algorithms of OptimStep.
+const (
+	OptSGD     = C.CG_OPT_SGD
+	OptAdam    = C.CG_OPT_ADAM
+	OptRMSprop = C.CG_OPT_RMSPROP
+	OptAdagrad = C.CG_OPT_ADAGRAD
+)
 
-// optimStep converts the groups' hyperparameters to kind's C struct and runs the step.
-func optimStep[H, CH any](kind C.enum_cg_optimizer, hyper []H, conv func(H) CH, groupSizes []int64, params, state []Tensor) error {
-	if len(params) == 0 || len(hyper) == 0 {
+// OptimStep runs one step of algorithm kind over the groups: group g is the next
+// groupSizes[g] params, with hyper[g*OptNHyper:(g+1)*OptNHyper]. state has OptNState
+// slots per parameter; nil slots the step needs are filled with new handles the caller
+// owns.
+func OptimStep(kind int, hyper []float64, groupSizes []int64, params, state []Tensor) error {
+	if len(params) == 0 || len(groupSizes) == 0 {
 		return nil
 	}
-	var buf [4]CH // most optimizers have one group: no allocation
-	ch := buf[:0]
-	if len(hyper) > len(buf) {
-		ch = make([]CH, 0, len(hyper))
-	}
-	for _, h := range hyper {
-		ch = append(ch, conv(h))
-	}
-	return st(C.cg_optim_step(kind, C.int(len(groupSizes)), i64p(groupSizes), unsafe.Pointer(&ch[0]), handles(params), handles(state)))
-}
-
-// SGDStep runs one SGD step over the groups: group g is the next groupSizes[g] params,
-// with hyper[g]. state has OptNState slots per parameter; nil slots the step needs are
-// filled with new handles the caller owns.
-func SGDStep(hs []hyper.SGD, groupSizes []int64, params, state []Tensor) error {
-	return optimStep(C.CG_OPT_SGD, hs, sgdC, groupSizes, params, state)
-}
-
-// AdamStep is SGDStep for Adam and AdamW.
-func AdamStep(hs []hyper.Adam, groupSizes []int64, params, state []Tensor) error {
-	return optimStep(C.CG_OPT_ADAM, hs, adamC, groupSizes, params, state)
-}
-
-// RMSpropStep is SGDStep for RMSprop.
-func RMSpropStep(hs []hyper.RMSprop, groupSizes []int64, params, state []Tensor) error {
-	return optimStep(C.CG_OPT_RMSPROP, hs, rmspropC, groupSizes, params, state)
-}
-
-// AdagradStep is SGDStep for Adagrad.
-func AdagradStep(hs []hyper.Adagrad, groupSizes []int64, params, state []Tensor) error {
-	return optimStep(C.CG_OPT_ADAGRAD, hs, adagradC, groupSizes, params, state)
-}
-
-// The C structs of the algorithms' hyperparameters.
-
-func sgdC(h hyper.SGD) C.cg_sgd_hyper {
-	return C.cg_sgd_hyper{lr: C.double(h.LR), momentum: C.double(h.Momentum), dampening: C.double(h.Dampening),
-		weight_decay: C.double(h.WeightDecay), nesterov: ci32(h.Nesterov), maximize: ci32(h.Maximize)}
-}
-
-func adamC(h hyper.Adam) C.cg_adam_hyper {
-	return C.cg_adam_hyper{lr: C.double(h.LR), beta1: C.double(h.Beta1), beta2: C.double(h.Beta2), eps: C.double(h.Eps),
-		weight_decay: C.double(h.WeightDecay), amsgrad: ci32(h.AMSGrad), maximize: ci32(h.Maximize),
-		decoupled_weight_decay: ci32(h.DecoupledWeightDecay), fused: ci32(h.Fused)}
-}
-
-func rmspropC(h hyper.RMSprop) C.cg_rmsprop_hyper {
-	return C.cg_rmsprop_hyper{lr: C.double(h.LR), alpha: C.double(h.Alpha), eps: C.double(h.Eps),
-		weight_decay: C.double(h.WeightDecay), momentum: C.double(h.Momentum), centered: ci32(h.Centered),
-		maximize: ci32(h.Maximize)}
-}
-
-func adagradC(h hyper.Adagrad) C.cg_adagrad_hyper {
-	return C.cg_adagrad_hyper{lr: C.double(h.LR), lr_decay: C.double(h.LRDecay), eps: C.double(h.Eps),
-		weight_decay: C.double(h.WeightDecay), initial_accumulator_value: C.double(h.InitialAccumulatorValue),
-		maximize: ci32(h.Maximize)}
+	return st(C.cg_optim_step(C.enum_cg_optimizer(kind), C.int(len(groupSizes)), i64p(groupSizes),
+		(*C.double)(unsafe.Pointer(&hyper[0])), handles(params), handles(state)))
 }
 
 // ZeroGrad zeroes the params' gradients, or drops them when setToNone is true.

@@ -57,7 +57,7 @@ enum Kind : uint8_t { kInput, kPersistent, kTemp };
 // Optim is the optimizer's current hyperparameters, for a replayed optimizer step.
 struct Optim {
   int kind, ngroups;
-  const void *hyper;
+  const double *hyper;
 };
 
 }  // namespace
@@ -84,11 +84,11 @@ struct cg::Trace {
   std::unordered_map<const c10::TensorImpl *, int32_t> where;
   std::vector<int32_t> last;
 
-  // While replaying: the optimizer's hyperparameters and the step counter, and two
-  // lists' worth of handles for an entry's list arguments.
+  // While replaying: the optimizer's hyperparameters and the step counter, and handles
+  // for an entry's list arguments (a fused optimizer kernel has six lists).
   const Optim *optim = nullptr;
   int64_t run_step = 0;
-  std::vector<cg_tensor> lists[2];
+  std::vector<cg_tensor> lists[8];
   int nlists = 0;
 
   int32_t add(const at::Tensor &t, Kind k) {
@@ -218,7 +218,7 @@ cg_tensor cg::Reader::t() {
   return s < 0 ? 0 : cg::handle(&tr_.slots[s]);
 }
 const cg_tensor *cg::Reader::tensors(int *n) {
-  TORCH_CHECK(tr_.nlists < 2, "replay: an entry with more than two tensor lists");
+  TORCH_CHECK(tr_.nlists < 8, "replay: an entry with more than eight tensor lists");
   std::vector<cg_tensor> &l = tr_.lists[tr_.nlists++];
   *n = static_cast<int>(*w_++);
   l.resize(*n);
@@ -388,7 +388,7 @@ int cg_trace_same(cg_trace a, cg_trace b) {
   return static_cast<cg::Trace *>(a)->same(*static_cast<cg::Trace *>(b)) ? 1 : 0;
 }
 
-void cg_trace_run(cg_trace t, const cg_tensor *inputs, int n, int opt_kind, int opt_groups, const void *opt_hyper,
+void cg_trace_run(cg_trace t, const cg_tensor *inputs, int n, int opt_kind, int opt_groups, const double *opt_hyper,
                   int64_t step, cg_tensor *outs, cg_trace_result *r) {
   Optim o{opt_kind, opt_groups, opt_hyper};
   *r = cg_trace_result{CG_OK, 0, 0, 0};
@@ -412,7 +412,7 @@ void cg_trace_run(cg_trace t, const cg_tensor *inputs, int n, int opt_kind, int 
 }
 
 void cg_trace_run_batches(cg_trace t, const cg_tensor *fields, int n, cg_tensor order, const int64_t *starts,
-                          const int64_t *sizes, int nb, int opt_kind, int opt_groups, const void *opt_hyper,
+                          const int64_t *sizes, int nb, int opt_kind, int opt_groups, const double *opt_hyper,
                           int64_t step, cg_tensor *outs, cg_trace_result *r) {
   Optim o{opt_kind, opt_groups, opt_hyper};
   *r = cg_trace_result{CG_OK, 0, 0, 0};

@@ -13,11 +13,7 @@ package cgotorch
 */
 import "C"
 
-import (
-	"unsafe"
-
-	"github.com/gotrain/gotrain/internal/hyper"
-)
+import "unsafe"
 
 // Trace is a recorded step (cg_trace): C memory, freed with TraceFree.
 type Trace = unsafe.Pointer
@@ -47,43 +43,25 @@ func TraceFree(t Trace) { C.cg_trace_free(C.cg_trace(t)) }
 // TraceSame is cg_trace_same.
 func TraceSame(a, b Trace) bool { return C.cg_trace_same(C.cg_trace(a), C.cg_trace(b)) != 0 }
 
-// Hyper is an optimizer's current hyperparameters in C's layout, for a replayed
-// optimizer step. It keeps its buffers from one step to the next.
+// Hyper is an optimizer's current hyperparameters (OptimStep's kind and hyper), for a
+// replayed optimizer step.
 type Hyper struct {
 	kind C.int
 	n    int
-	p    unsafe.Pointer
-	sgd  []C.cg_sgd_hyper
-	adam []C.cg_adam_hyper
-	rms  []C.cg_rmsprop_hyper
-	ada  []C.cg_adagrad_hyper
+	p    *C.double
 }
 
-func setHyper[H, CH any](h *Hyper, kind C.int, hs []H, conv func(H) CH, buf *[]CH) {
-	*buf = (*buf)[:0]
-	for _, v := range hs {
-		*buf = append(*buf, conv(v))
-	}
-	h.kind, h.n, h.p = kind, len(hs), nil
+// Set sets the algorithm and its groups' hyperparameters (OptNHyper values a group); hs
+// must stay unchanged until the replay that uses them returns.
+func (h *Hyper) Set(kind int, hs []float64) {
+	h.kind, h.n, h.p = C.int(kind), len(hs)/OptNHyper, nil
 	if len(hs) > 0 {
-		h.p = unsafe.Pointer(&(*buf)[0])
+		h.p = (*C.double)(unsafe.Pointer(&hs[0]))
 	}
 }
 
 // SetNone says there is no optimizer step.
 func (h *Hyper) SetNone() { h.kind, h.n, h.p = -1, 0, nil }
-
-// SetSGD sets SGD's hyperparameters, one per group.
-func (h *Hyper) SetSGD(hs []hyper.SGD) { setHyper(h, C.CG_OPT_SGD, hs, sgdC, &h.sgd) }
-
-// SetAdam sets Adam's (and AdamW's) hyperparameters, one per group.
-func (h *Hyper) SetAdam(hs []hyper.Adam) { setHyper(h, C.CG_OPT_ADAM, hs, adamC, &h.adam) }
-
-// SetRMSprop sets RMSprop's hyperparameters, one per group.
-func (h *Hyper) SetRMSprop(hs []hyper.RMSprop) { setHyper(h, C.CG_OPT_RMSPROP, hs, rmspropC, &h.rms) }
-
-// SetAdagrad sets Adagrad's hyperparameters, one per group.
-func (h *Hyper) SetAdagrad(hs []hyper.Adagrad) { setHyper(h, C.CG_OPT_ADAGRAD, hs, adagradC, &h.ada) }
 
 // TraceRun replays t over inputs at step counter step (cg_trace_run); outs receives its
 // outputs, adopted by the scope scope.

@@ -5,92 +5,82 @@ import (
 	"runtime"
 
 	"github.com/gotrain/gotrain/cgotorch"
-	"github.com/gotrain/gotrain/internal/hyper"
 )
 
 // This file holds the multi-tensor kernels that packages optim and amp are built on:
 // each is one call over every parameter, so that a step does not cross the C boundary
 // once per tensor.
 
-// SGDHyper is one parameter group's torch.optim.SGD hyperparameters.
-type SGDHyper = hyper.SGD
+// OptimizerKernel is an optimizer algorithm OptimizerStep runs: torch.optim's SGD, Adam
+// (and AdamW), RMSprop and Adagrad.
+type OptimizerKernel int
 
-// AdamHyper is one parameter group's torch.optim.Adam hyperparameters; AdamW is Adam with
-// DecoupledWeightDecay, and Fused selects PyTorch's fused=True kernel.
-type AdamHyper = hyper.Adam
+// The kernels of OptimizerStep.
+const (
+	SGDKernel     OptimizerKernel = cgotorch.OptSGD
+	AdamKernel    OptimizerKernel = cgotorch.OptAdam
+	RMSpropKernel OptimizerKernel = cgotorch.OptRMSprop
+	AdagradKernel OptimizerKernel = cgotorch.OptAdagrad
+)
 
-// RMSpropHyper is one parameter group's torch.optim.RMSprop hyperparameters.
-type RMSpropHyper = hyper.RMSprop
-
-// AdagradHyper is one parameter group's torch.optim.Adagrad hyperparameters.
-type AdagradHyper = hyper.Adagrad
-
-// OptimizerHyper is the per-group hyperparameter type of one optimizer algorithm.
-type OptimizerHyper interface {
-	SGDHyper | AdamHyper | RMSpropHyper | AdagradHyper
+// OptimizerKeys are the param-group keys (PyTorch's state_dict names) whose values each
+// kernel reads, in the order OptimizerStep takes them: a group's hyperparameters are
+// these values, bools as 0 or 1 and "betas" as its two numbers, padded with zeros to
+// OptimizerHyperLen. They are the only form of a built-in optimizer's hyperparameters
+// besides the param-group dict itself.
+var OptimizerKeys = map[OptimizerKernel][]string{
+	SGDKernel:     {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"},
+	AdamKernel:    {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "decoupled_weight_decay", "fused"},
+	RMSpropKernel: {"lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize"},
+	AdagradKernel: {"lr", "lr_decay", "eps", "weight_decay", "initial_accumulator_value", "maximize"},
 }
+
+// OptimizerHyperLen is the number of hyperparameter values per group of OptimizerStep.
+const OptimizerHyperLen = cgotorch.OptNHyper
 
 // OptimizerStateSlots is the number of state tensors OptimizerStep keeps per parameter.
 // Their order per algorithm: SGD momentum_buffer; Adam step, exp_avg, exp_avg_sq,
 // max_exp_avg_sq; RMSprop step, square_avg, momentum_buffer, grad_avg; Adagrad step, sum.
 const OptimizerStateSlots = cgotorch.OptNState
 
-// OptimizerStep runs one optimizer step of H's algorithm over every parameter with a
+// OptimizerStep runs one optimizer step of kernel k over every parameter with a
 // gradient, in one call, with the arithmetic of PyTorch's implementation: group g is the
-// next groupSizes[g] params, with hyper[g]. state holds each parameter's state tensors;
-// nil slots the step needs are filled with new tensors the caller owns (no scope does),
-// also when the step fails part way.
-func OptimizerStep[H OptimizerHyper](hyper []H, groupSizes []int64, params []*Tensor, state [][OptimizerStateSlots]*Tensor) error {
-	a := NewOptimizerArgs(hyper, groupSizes, params, state)
+// next groupSizes[g] params, with hyperparameters
+// hyper[g*OptimizerHyperLen:(g+1)*OptimizerHyperLen] (OptimizerKeys). state holds each
+// parameter's state tensors; nil slots the step needs are filled with new tensors the
+// caller owns (no scope does), also when the step fails part way.
+func OptimizerStep(k OptimizerKernel, hyper []float64, groupSizes []int64, params []*Tensor, state [][OptimizerStateSlots]*Tensor) error {
+	a := NewOptimizerArgs(k, hyper, groupSizes, params, state)
 	return a.Step()
 }
 
 // OptimizerArgs are the arguments of one OptimizerStep, held for later: Step runs them,
-// and a TrainStep runs them inside its own call into libtorch. The slices are the
-// caller's (an optimizer's own state rows), not copies.
+// and a replayed step (Trace.Run) takes its hyperparameters from them. The slices are
+// the caller's (an optimizer's own state rows), not copies.
 type OptimizerArgs struct {
-	sgd        []SGDHyper
-	adam       []AdamHyper
-	rmsprop    []RMSpropHyper
-	adagrad    []AdagradHyper
+	kernel     OptimizerKernel
+	hyper      []float64
 	groupSizes []int64
 	params     []*Tensor
 	state      [][OptimizerStateSlots]*Tensor
 }
 
-// NewOptimizerArgs holds OptimizerStep(hyper, groupSizes, params, state)'s arguments.
-func NewOptimizerArgs[H OptimizerHyper](hyper []H, groupSizes []int64, params []*Tensor, state [][OptimizerStateSlots]*Tensor) OptimizerArgs {
+// NewOptimizerArgs holds OptimizerStep(k, hyper, groupSizes, params, state)'s arguments.
+// It panics with a *Error when their lengths disagree.
+func NewOptimizerArgs(k OptimizerKernel, hyper []float64, groupSizes []int64, params []*Tensor, state [][OptimizerStateSlots]*Tensor) OptimizerArgs {
 	if len(state) != len(params) {
 		panic(&Error{Op: "optimizer step", Msg: fmt.Sprintf("%d state rows for %d parameters", len(state), len(params))})
 	}
-	a := OptimizerArgs{groupSizes: groupSizes, params: params, state: state}
-	switch h := any(hyper).(type) {
-	case []SGDHyper:
-		a.sgd = h
-	case []AdamHyper:
-		a.adam = h
-	case []RMSpropHyper:
-		a.rmsprop = h
-	case []AdagradHyper:
-		a.adagrad = h
+	if len(hyper) != len(groupSizes)*OptimizerHyperLen {
+		panic(&Error{Op: "optimizer step", Msg: fmt.Sprintf("%d hyperparameter values for %d groups, want %d a group", len(hyper), len(groupSizes), OptimizerHyperLen)})
 	}
-	return a
+	return OptimizerArgs{kernel: k, hyper: hyper, groupSizes: groupSizes, params: params, state: state}
 }
 
 // Step runs the optimizer step (OptimizerStep).
 func (a *OptimizerArgs) Step() error {
 	st, ps := a.borrow()
-	var err error
-	switch {
-	case a.sgd != nil:
-		err = cgotorch.SGDStep(a.sgd, a.groupSizes, *ps, *st)
-	case a.adam != nil:
-		err = cgotorch.AdamStep(a.adam, a.groupSizes, *ps, *st)
-	case a.rmsprop != nil:
-		err = cgotorch.RMSpropStep(a.rmsprop, a.groupSizes, *ps, *st)
-	case a.adagrad != nil:
-		err = cgotorch.AdagradStep(a.adagrad, a.groupSizes, *ps, *st)
-	}
+	err := cgotorch.OptimStep(int(a.kernel), a.hyper, a.groupSizes, *ps, *st)
 	a.adopt(st, ps)
 	return wrapErr("optimizer step", err)
 }
@@ -98,18 +88,11 @@ func (a *OptimizerArgs) Step() error {
 // setHyper puts the step's hyperparameters in h, for a replayed step (Trace.Run); a nil
 // a has none.
 func (a *OptimizerArgs) setHyper(h *cgotorch.Hyper) {
-	switch {
-	case a == nil:
+	if a == nil {
 		h.SetNone()
-	case a.sgd != nil:
-		h.SetSGD(a.sgd)
-	case a.adam != nil:
-		h.SetAdam(a.adam)
-	case a.rmsprop != nil:
-		h.SetRMSprop(a.rmsprop)
-	case a.adagrad != nil:
-		h.SetAdagrad(a.adagrad)
+		return
 	}
+	h.Set(int(a.kernel), a.hyper)
 }
 
 // borrow returns the state and parameter handles in C's layout, in borrowed buffers.

@@ -735,6 +735,33 @@ func Stack(ts []*Tensor, dim int64) *Tensor {
 	return adopt("stack", cgotorch.OpStack(handles(ts), dim))
 }
 
+// ForeachAddScalarInPlace does t += s for every t of ts, in one call
+// (torch._foreach_add_).
+func ForeachAddScalarInPlace(ts []*Tensor, s float64) {
+	check("_foreach_add_", cgotorch.OpForeachAddScalarInPlace(handles(ts), s))
+}
+
+// FusedAdam is torch.optim.Adam(fused=True)'s kernel: one Adam step of every parameter
+// and its state, the steps (incremented by the caller) on the parameters' devices;
+// maxExpAvgSqs is empty unless amsgrad, gradScale and foundInf nil unless AMP's scaler
+// passes them.
+func FusedAdam(params []*Tensor, grads []*Tensor, expAvgs []*Tensor, expAvgSqs []*Tensor, maxExpAvgSqs []*Tensor, steps []*Tensor, lr float64, beta1 float64, beta2 float64, weightDecay float64, eps float64, amsgrad bool, maximize bool, gradScale *Tensor, foundInf *Tensor) {
+	check("_fused_adam_", cgotorch.OpFusedAdam(handles(params), handles(grads), handles(expAvgs), handles(expAvgSqs), handles(maxExpAvgSqs), handles(steps), lr, beta1, beta2, weightDecay, eps, amsgrad, maximize, opt(gradScale), opt(foundInf)))
+}
+
+// FusedAdamW is FusedAdam with decoupled weight decay (torch.optim.AdamW(fused=True)'s
+// kernel).
+func FusedAdamW(params []*Tensor, grads []*Tensor, expAvgs []*Tensor, expAvgSqs []*Tensor, maxExpAvgSqs []*Tensor, steps []*Tensor, lr float64, beta1 float64, beta2 float64, weightDecay float64, eps float64, amsgrad bool, maximize bool, gradScale *Tensor, foundInf *Tensor) {
+	check("_fused_adamw_", cgotorch.OpFusedAdamW(handles(params), handles(grads), handles(expAvgs), handles(expAvgSqs), handles(maxExpAvgSqs), handles(steps), lr, beta1, beta2, weightDecay, eps, amsgrad, maximize, opt(gradScale), opt(foundInf)))
+}
+
+// FusedSGD is torch.optim.SGD(fused=True)'s kernel: one SGD step of every parameter;
+// momentumBuffers (empty without momentum) are filled from the gradients when
+// isFirstStep.
+func FusedSGD(params []*Tensor, grads []*Tensor, momentumBuffers []*Tensor, weightDecay float64, momentum float64, lr float64, dampening float64, nesterov bool, maximize bool, isFirstStep bool, gradScale *Tensor, foundInf *Tensor) {
+	check("_fused_sgd_", cgotorch.OpFusedSGD(handles(params), handles(grads), handles(momentumBuffers), weightDecay, momentum, lr, dampening, nesterov, maximize, isFirstStep, opt(gradScale), opt(foundInf)))
+}
+
 // Linear is F.linear: x @ w.T + b (b may be nil).
 func Linear(x *Tensor, w *Tensor, b *Tensor) *Tensor {
 	return adopt("linear", cgotorch.OpLinear(x.handle(), w.handle(), opt(b)))

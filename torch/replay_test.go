@@ -78,22 +78,33 @@ func (n *replayNet) free() {
 	}
 }
 
+// replayOptimizers' hyperparameters are in torch.OptimizerKeys' order.
 var replayOptimizers = map[string]func(n *replayNet) torch.OptimizerArgs{
 	"sgd": func(n *replayNet) torch.OptimizerArgs {
-		return torch.NewOptimizerArgs([]torch.SGDHyper{{LR: 0.05, Momentum: 0.9, WeightDecay: 1e-3}}, []int64{5}, n.params(), n.state)
+		return torch.NewOptimizerArgs(torch.SGDKernel, hyperGroups([]float64{0.05, 0.9, 0, 1e-3}), []int64{5}, n.params(), n.state)
 	},
 	"adam-fused": func(n *replayNet) torch.OptimizerArgs {
-		return torch.NewOptimizerArgs([]torch.AdamHyper{{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Fused: true}}, []int64{5}, n.params(), n.state)
+		return torch.NewOptimizerArgs(torch.AdamKernel, hyperGroups([]float64{1e-2, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 1}), []int64{5}, n.params(), n.state)
 	},
 	"adamw-foreach": func(n *replayNet) torch.OptimizerArgs {
-		return torch.NewOptimizerArgs([]torch.AdamHyper{{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, DecoupledWeightDecay: true}}, []int64{5}, n.params(), n.state)
+		return torch.NewOptimizerArgs(torch.AdamKernel, hyperGroups([]float64{1e-2, 0.9, 0.999, 1e-8, 0.01, 0, 0, 1}), []int64{5}, n.params(), n.state)
 	},
 	"rmsprop": func(n *replayNet) torch.OptimizerArgs {
-		return torch.NewOptimizerArgs([]torch.RMSpropHyper{{LR: 1e-2, Alpha: 0.99, Eps: 1e-8, Momentum: 0.5, Centered: true}, {LR: 2e-2, Alpha: 0.9, Eps: 1e-8}}, []int64{2, 3}, n.params(), n.state)
+		return torch.NewOptimizerArgs(torch.RMSpropKernel, hyperGroups([]float64{1e-2, 0.99, 1e-8, 0, 0.5, 1}, []float64{2e-2, 0.9, 1e-8}), []int64{2, 3}, n.params(), n.state)
 	},
 	"adagrad": func(n *replayNet) torch.OptimizerArgs {
-		return torch.NewOptimizerArgs([]torch.AdagradHyper{{LR: 0.1, Eps: 1e-10}}, []int64{5}, n.params(), n.state)
+		return torch.NewOptimizerArgs(torch.AdagradKernel, hyperGroups([]float64{0.1, 0, 1e-10}), []int64{5}, n.params(), n.state)
 	},
+}
+
+// hyperGroups pads each group's values to torch.OptimizerHyperLen.
+func hyperGroups(gs ...[]float64) []float64 {
+	var out []float64
+	for _, g := range gs {
+		out = append(out, g...)
+		out = append(out, make([]float64, torch.OptimizerHyperLen-len(g))...)
+	}
+	return out
 }
 
 // replayLosses are losses with their targets.
@@ -362,4 +373,81 @@ func panicErr(f func()) (err error) {
 	}()
 	f()
 	return nil
+}
+
+// slot returns state slot k of n's parameters, made by mk (and kept) where missing.
+func (n *replayNet) slot(k int, mk func(p *torch.Tensor) *torch.Tensor) []*torch.Tensor {
+	out := make([]*torch.Tensor, len(n.state))
+	for i, p := range n.params() {
+		if n.state[i][k] == nil {
+			n.state[i][k] = mk(p).Escape()
+		}
+		out[i] = n.state[i][k]
+	}
+	return out
+}
+
+// fusedSteps are optimizer steps over the fused kernels' ops.tab rows, as a fused
+// optimizer written in Go (an optim.Algorithm) makes them.
+var fusedSteps = map[string]func(n *replayNet, grads []*torch.Tensor){
+	"adam": func(n *replayNet, grads []*torch.Tensor) {
+		steps := n.slot(0, func(*torch.Tensor) *torch.Tensor { return torch.Zeros(nil, torch.Float32, torch.CPU) })
+		avgs, sqs, maxs := n.slot(1, (*torch.Tensor).ZerosLike), n.slot(2, (*torch.Tensor).ZerosLike), n.slot(3, (*torch.Tensor).ZerosLike)
+		torch.ForeachAddScalarInPlace(steps, 1)
+		torch.FusedAdam(n.params(), grads, avgs, sqs, maxs, steps, 1e-2, 0.9, 0.999, 0.01, 1e-8, true, false, nil, nil)
+	},
+	"adamw": func(n *replayNet, grads []*torch.Tensor) {
+		steps := n.slot(0, func(*torch.Tensor) *torch.Tensor { return torch.Zeros(nil, torch.Float32, torch.CPU) })
+		avgs, sqs := n.slot(1, (*torch.Tensor).ZerosLike), n.slot(2, (*torch.Tensor).ZerosLike)
+		torch.ForeachAddScalarInPlace(steps, 1)
+		torch.FusedAdamW(n.params(), grads, avgs, sqs, nil, steps, 1e-2, 0.9, 0.999, 0.01, 1e-8, false, true, nil, nil)
+	},
+	"sgd": func(n *replayNet, grads []*torch.Tensor) {
+		first := n.state[0][0] == nil
+		bufs := n.slot(0, (*torch.Tensor).ZerosLike)
+		torch.FusedSGD(n.params(), grads, bufs, 1e-3, 0.9, 0.05, 0.1, false, false, first, nil, nil)
+	},
+}
+
+// TestReplayFusedOptimizerRows: the fused optimizer kernels' rows (_foreach_add_,
+// _fused_adam_, _fused_adamw_, _fused_sgd_) are recorded and replayed as every op is: a
+// step ending in them, over state the first step makes, is replayed from its fourth
+// step on and gives the eager step's losses, parameters and state to the bit.
+func TestReplayFusedOptimizerRows(t *testing.T) {
+	for name, opt := range fusedSteps {
+		t.Run(name, func(t *testing.T) {
+			rep, eager := newReplayNet(3, 4), newReplayNet(3, 4)
+			defer rep.free()
+			defer eager.free()
+			step := func(n *replayNet, x, y *torch.Tensor) *torch.Tensor {
+				torch.ZeroGrads(n.params(), true)
+				l := torch.CrossEntropy(n.forward(x), y, torch.CrossEntropyOptions{})
+				l.Backward()
+				grads := make([]*torch.Tensor, 0, 5)
+				for _, p := range n.params() {
+					grads = append(grads, p.Grad())
+				}
+				torch.NoGrad(func() { opt(n, grads) })
+				return l
+			}
+			var r torch.Replayer
+			defer r.Free()
+			for i := range 6 {
+				torch.WithScope(func() {
+					torch.ManualSeed(int64(10 + i))
+					x := torch.Randn([]int64{6, 8}, torch.Float32, torch.CPU)
+					y := torch.Randint(0, 4, []int64{6}, torch.Int64, torch.CPU)
+					torch.ManualSeed(int64(20 + i))
+					outs, replayed := r.Step([]*torch.Tensor{x, y}, nil, int64(i+1), func() []*torch.Tensor {
+						return []*torch.Tensor{step(rep, x, y)}
+					})
+					require.Empty(t, r.Why())
+					assert.Equal(t, i >= 3, replayed, "step %d replayed", i)
+					torch.ManualSeed(int64(20 + i))
+					assert.Equal(t, step(eager, x, y).Float32s(), outs[0].Float32s(), "step %d: loss", i)
+				})
+			}
+			assert.Equal(t, eager.values(), rep.values(), "parameters and optimizer state")
+		})
+	}
 }

@@ -19,9 +19,13 @@ import (
 //		Update: func(g *optim.ParamGroup, p, grad *torch.Tensor, state []*torch.Tensor) { ... },
 //	}
 //
-// The package's own optimizers run ATen's multi-tensor (or fused) kernels instead, and
-// the Trainer can run their step inside its one-call training step; an Algorithm's step
-// is op by op, and the Trainer's one-call step declines it.
+// Update is called per parameter; UpdateGroup instead gets a group's parameters
+// together, for ATen's multi-tensor and fused kernels (torch.FusedAdamW, torch.FusedSGD,
+// torch.ForeachAddScalarInPlace): a fused optimizer is one Go file too
+// (docs/extending.md). The package's own optimizers are kernels in libtorch
+// (torch.OptimizerStep) whose hyperparameters a replayed training step reads at every
+// step; an Algorithm's hyperparameters are Go values its ops receive, so the Trainer's
+// one-call (replayed) step declines it rather than bake a scheduler's learning rate in.
 type Algorithm struct {
 	// Name is the optimizer's class name, recorded in the run's config ("Lion").
 	Name string
@@ -38,13 +42,19 @@ type Algorithm struct {
 	// scope: state holds p's slots in Slots' order, nil before the first update. It may
 	// replace a slot with a new tensor (the optimizer keeps it) or change it in place.
 	Update func(g *ParamGroup, p, grad *torch.Tensor, state []*torch.Tensor)
+	// UpdateGroup, set instead of Update, changes a group's parameters together: params
+	// are those of g that have a gradient and share a device and dtype (one call for
+	// each such set, in order of first appearance, as PyTorch's fused and foreach
+	// optimizers group them), grads their gradients, and state[k][i] slot k of params[i],
+	// nil before its first update; it may fill or replace state entries as Update may.
+	UpdateGroup func(g *ParamGroup, params, grads []*torch.Tensor, state [][]*torch.Tensor)
 }
 
 // New returns an optimizer over groups that updates each parameter with a, at learning
 // rate lr unless a group sets its own.
 func New(a Algorithm, groups []Group, lr float64) (Optimizer, error) {
-	if a.Name == "" || a.Update == nil {
-		return nil, fmt.Errorf("optim: New: an Algorithm needs a Name and an Update")
+	if a.Name == "" || (a.Update == nil) == (a.UpdateGroup == nil) {
+		return nil, fmt.Errorf("optim: New: an Algorithm needs a Name and one of Update and UpdateGroup")
 	}
 	if len(a.Slots) > torch.OptimizerStateSlots {
 		return nil, fmt.Errorf("optim: %s: %d state slots, at most %d", a.Name, len(a.Slots), torch.OptimizerStateSlots)
@@ -76,27 +86,23 @@ type algorithmOptimizer struct {
 func (o *algorithmOptimizer) Step() (err error) {
 	defer torch.Recover(&err, o.b.stepCtx)
 	o.b.syncState()
-	n := len(o.a.Slots)
-	i := 0
 	torch.WithScope(func() {
 		torch.NoGrad(func() {
+			i := 0
 			for _, g := range o.b.groups {
-				for _, p := range g.Params {
-					slots := o.b.state[i][:n]
-					i++
-					grad := p.Grad()
-					if grad == nil {
-						continue
-					}
-					var old [torch.OptimizerStateSlots]*torch.Tensor
-					copy(old[:], slots)
-					o.a.Update(g, p, grad, slots)
-					for k, t := range slots {
-						if t != old[k] {
-							t.Escape()
-							if old[k] != nil {
-								old[k].Free()
-							}
+				rows := o.b.state[i : i+len(g.Params)]
+				i += len(g.Params)
+				if o.a.UpdateGroup != nil {
+					o.stepGroup(g, rows)
+					continue
+				}
+				for j, p := range g.Params {
+					if grad := p.Grad(); grad != nil {
+						slots := rows[j][:len(o.a.Slots)]
+						old := rows[j]
+						o.a.Update(g, p, grad, slots)
+						for k, t := range slots {
+							keep(&rows[j][k], old[k], t)
 						}
 					}
 				}
@@ -104,6 +110,60 @@ func (o *algorithmOptimizer) Step() (err error) {
 		})
 	})
 	return nil
+}
+
+// stepGroup calls UpdateGroup for each device and dtype of g's parameters that have a
+// gradient; rows are their state rows.
+func (o *algorithmOptimizer) stepGroup(g *ParamGroup, rows [][torch.OptimizerStateSlots]*torch.Tensor) {
+	type key struct {
+		dev torch.Device
+		dt  torch.DType
+	}
+	var keys []key
+	sets := map[key][]int{}
+	for j, p := range g.Params {
+		if p.Grad() == nil {
+			continue
+		}
+		k := key{p.Device(), p.DType()}
+		if _, ok := sets[k]; !ok {
+			keys = append(keys, k)
+		}
+		sets[k] = append(sets[k], j)
+	}
+	for _, k := range keys {
+		idx := sets[k]
+		ps, grads := make([]*torch.Tensor, len(idx)), make([]*torch.Tensor, len(idx))
+		state := make([][]*torch.Tensor, len(o.a.Slots))
+		for s := range state {
+			state[s] = make([]*torch.Tensor, len(idx))
+		}
+		for m, j := range idx {
+			ps[m], grads[m] = g.Params[j], g.Params[j].Grad()
+			for s := range state {
+				state[s][m] = rows[j][s]
+			}
+		}
+		o.a.UpdateGroup(g, ps, grads, state)
+		for s := range state {
+			for m, j := range idx {
+				keep(&rows[j][s], rows[j][s], state[s][m])
+			}
+		}
+	}
+}
+
+// keep makes t the state slot that held old: a new tensor escapes the step's scope and
+// the one it replaces is freed.
+func keep(slot **torch.Tensor, old, t *torch.Tensor) {
+	if t == old {
+		return
+	}
+	if t != nil {
+		t.Escape()
+	}
+	old.Free()
+	*slot = t
 }
 
 // ZeroGrad zeroes or drops the gradients.

@@ -99,6 +99,10 @@ func number(v any) (float64, bool) {
 // Bool reports whether the group option key is set and non-zero (a missing key is false).
 func (g *ParamGroup) Bool(key string) bool { return g.Float(key, 0) != 0 }
 
+// Pair returns the two-number option key ("betas"), or def when the group has no such
+// key or it is not two numbers.
+func (g *ParamGroup) Pair(key string, def [2]float64) [2]float64 { return pair(g, key, def) }
+
 // pair reads a two-number tuple option such as "betas".
 func pair(g *ParamGroup, key string, def [2]float64) [2]float64 {
 	v, ok := g.Options.Lookup(key)
@@ -134,10 +138,11 @@ func pairValue(v any) ([2]float64, bool) {
 type kind struct {
 	name  string
 	slots []string // state names, in torch.OptimizerStep's slot order and PyTorch's key order
-	// args holds one step's torch.OptimizerStep arguments with the groups'
-	// hyperparameters; hyper is the optimizer's buffer for its kind's hyperparameter
-	// slice (see argsWith).
-	args func(hyper *any, groups []*ParamGroup, sizes []int64, params []*torch.Tensor, state [][torch.OptimizerStateSlots]*torch.Tensor) torch.OptimizerArgs
+	// kernel is the libtorch step of a built-in optimizer, which reads the group keys
+	// torch.OptimizerKeys names; fixed holds the values of those keys this optimizer
+	// does not take from its groups (AdamW always decouples weight decay).
+	kernel torch.OptimizerKernel
+	fixed  map[string]float64
 	// check validates a group's options as PyTorch's constructor does.
 	check func(g *ParamGroup) error
 	// eager creates state before the first step (Adagrad), for params that have none.
@@ -155,7 +160,8 @@ type base struct {
 	stepCtx string
 	ps      []*torch.Tensor
 	sizes   []int64
-	hyper   any // a *[]H of the kind's hyperparameter type H
+	hyper   []float64     // the groups' kernel hyperparameters (torch.OptimizerKeys)
+	from    []hyperSource // what each group's were read from
 }
 
 func newBase(k *kind, groups []Group, lr float64, defaults *checkpoint.Dict) (*base, error) {
@@ -245,48 +251,55 @@ func (o *base) params() []*torch.Tensor {
 	return o.ps
 }
 
-// argsWith makes a kind's step arguments from its hyperparameter conversion. A group's
-// hyperparameters are converted again when its LR or its Options (Dict.Version) changed
-// since the last step, and kept in buf across steps otherwise: a step neither reads the
-// options by name nor allocates.
-func argsWith[H torch.OptimizerHyper](hyper func(g *ParamGroup) H) func(*any, []*ParamGroup, []int64, []*torch.Tensor, [][torch.OptimizerStateSlots]*torch.Tensor) torch.OptimizerArgs {
-	return func(buf *any, gs []*ParamGroup, sizes []int64, ps []*torch.Tensor, st [][torch.OptimizerStateSlots]*torch.Tensor) torch.OptimizerArgs {
-		c, _ := (*buf).(*hyperCache[H])
-		if c == nil {
-			c = &hyperCache[H]{}
-			*buf = c
-		}
-		return torch.NewOptimizerArgs(c.of(gs, hyper), sizes, ps, st)
-	}
-}
-
-// hyperCache holds each group's converted hyperparameters and what they were read from.
-type hyperCache[H any] struct {
-	hs   []H
-	from []hyperSource
-}
-
 type hyperSource struct {
 	opts    *checkpoint.Dict
 	version uint64
 	lr      float64
 }
 
-// of returns the groups' hyperparameters, converting those of the groups that changed.
-func (c *hyperCache[H]) of(gs []*ParamGroup, hyper func(g *ParamGroup) H) []H {
-	if len(c.hs) != len(gs) {
-		c.hs, c.from = make([]H, len(gs)), make([]hyperSource, len(gs))
-		for i := range c.from {
-			c.from[i].version = ^uint64(0) // never a Dict's: the first step converts
+// hyperValues returns the groups' hyperparameters in the kernel's form. A group's are
+// read again when its LR or its Options (Dict.Version) changed since the last step, and
+// kept otherwise: a step neither reads the options by name nor allocates.
+func (o *base) hyperValues() []float64 {
+	const n = torch.OptimizerHyperLen
+	if len(o.from) != len(o.groups) {
+		o.hyper, o.from = make([]float64, n*len(o.groups)), make([]hyperSource, len(o.groups))
+		for i := range o.from {
+			o.from[i].version = ^uint64(0) // never a Dict's: the first step reads
 		}
 	}
-	for i, g := range gs {
+	for i, g := range o.groups {
 		src := hyperSource{opts: g.Options, version: g.Options.Version(), lr: g.LR}
-		if c.from[i] != src {
-			c.hs[i], c.from[i] = hyper(g), src
+		if o.from[i] != src {
+			o.readHyper(g, o.hyper[i*n:(i+1)*n])
+			o.from[i] = src
 		}
 	}
-	return c.hs
+	return o.hyper
+}
+
+// readHyper writes group g's values of the kernel's keys (torch.OptimizerKeys) into h;
+// a key the group lacks (deleted from its Options) has the optimizer's default.
+func (o *base) readHyper(g *ParamGroup, h []float64) {
+	clear(h)
+	def := &ParamGroup{Options: o.defaults}
+	i := 0
+	for _, key := range torch.OptimizerKeys[o.k.kernel] {
+		if v, ok := o.k.fixed[key]; ok {
+			h[i] = v
+		} else if key == "lr" {
+			h[i] = g.LR
+		} else if key == "betas" {
+			b := pair(g, key, pair(def, key, [2]float64{}))
+			h[i], h[i+1] = b[0], b[1]
+			i++
+		} else if _, ok := g.Options.Lookup(key); ok {
+			h[i] = g.Float(key, 0) // None (as "fused" may be) is 0
+		} else {
+			h[i] = def.Float(key, 0)
+		}
+		i++
+	}
 }
 
 // Step updates every parameter that has a gradient, in one call into libtorch, with
@@ -314,7 +327,7 @@ func (o *base) StepArgs() torch.OptimizerArgs {
 	for _, g := range o.groups {
 		o.sizes = append(o.sizes, int64(len(g.Params)))
 	}
-	return o.k.args(&o.hyper, o.groups, o.sizes, ps, o.state)
+	return torch.NewOptimizerArgs(o.k.kernel, o.hyperValues(), o.sizes, ps, o.state)
 }
 
 // Stepper is implemented by optimizers whose step a torch.TrainStep can run (all of this

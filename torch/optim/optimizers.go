@@ -49,12 +49,9 @@ type SGDOptions struct {
 type SGD struct{ *base }
 
 var sgdKind = &kind{
-	name:  "SGD",
-	slots: []string{"momentum_buffer"},
-	args: argsWith(func(g *ParamGroup) torch.SGDHyper {
-		return torch.SGDHyper{LR: g.LR, Momentum: g.Float("momentum", 0), Dampening: g.Float("dampening", 0),
-			WeightDecay: g.Float("weight_decay", 0), Nesterov: g.Bool("nesterov"), Maximize: g.Bool("maximize")}
-	}),
+	name:   "SGD",
+	slots:  []string{"momentum_buffer"},
+	kernel: torch.SGDKernel,
 	check: func(g *ParamGroup) error {
 		if err := nonNegative(g, "momentum", "weight_decay"); err != nil {
 			return err
@@ -125,17 +122,12 @@ var DefaultAdamW = AdamOptions{LR: 1e-3, Betas: [2]float64{0.9, 0.999}, Eps: 1e-
 // "exp_avg_sq" and, with AMSGrad, "max_exp_avg_sq".
 type Adam struct{ *base }
 
-func adamKind(name string, decoupled bool) *kind {
+func adamKind(name string, fixed map[string]float64) *kind {
 	return &kind{
-		name:  name,
-		slots: []string{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
-		args: argsWith(func(g *ParamGroup) torch.AdamHyper {
-			betas := pair(g, "betas", [2]float64{0.9, 0.999})
-			return torch.AdamHyper{LR: g.LR, Beta1: betas[0], Beta2: betas[1], Eps: g.Float("eps", 1e-8),
-				WeightDecay: g.Float("weight_decay", 0), AMSGrad: g.Bool("amsgrad"), Maximize: g.Bool("maximize"),
-				// AdamW always decouples, also for groups loaded from an older torch without the key.
-				DecoupledWeightDecay: decoupled || g.Bool("decoupled_weight_decay"), Fused: g.Bool("fused")}
-		}),
+		name:   name,
+		slots:  []string{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+		kernel: torch.AdamKernel,
+		fixed:  fixed,
 		check: func(g *ParamGroup) error {
 			if err := nonNegative(g, "eps", "weight_decay"); err != nil {
 				return err
@@ -157,8 +149,9 @@ func adamKind(name string, decoupled bool) *kind {
 }
 
 var (
-	adamK  = adamKind("Adam", false)
-	adamWK = adamKind("AdamW", true)
+	adamK = adamKind("Adam", nil)
+	// AdamW always decouples, also for groups loaded from an older torch without the key.
+	adamWK = adamKind("AdamW", map[string]float64{"decoupled_weight_decay": 1})
 )
 
 func adamDefaults(o AdamOptions, decoupled bool) *checkpoint.Dict {
@@ -228,14 +221,10 @@ type RMSpropOptions struct {
 type RMSprop struct{ *base }
 
 var rmspropKind = &kind{
-	name:  "RMSprop",
-	slots: []string{"step", "square_avg", "momentum_buffer", "grad_avg"},
-	args: argsWith(func(g *ParamGroup) torch.RMSpropHyper {
-		return torch.RMSpropHyper{LR: g.LR, Alpha: g.Float("alpha", 0.99), Eps: g.Float("eps", 1e-8),
-			WeightDecay: g.Float("weight_decay", 0), Momentum: g.Float("momentum", 0), Centered: g.Bool("centered"),
-			Maximize: g.Bool("maximize")}
-	}),
-	check: func(g *ParamGroup) error { return nonNegative(g, "eps", "momentum", "weight_decay", "alpha") },
+	name:   "RMSprop",
+	slots:  []string{"step", "square_avg", "momentum_buffer", "grad_avg"},
+	kernel: torch.RMSpropKernel,
+	check:  func(g *ParamGroup) error { return nonNegative(g, "eps", "momentum", "weight_decay", "alpha") },
 }
 
 // NewRMSprop returns torch.optim.RMSprop over params with one parameter group.
@@ -276,13 +265,9 @@ type AdagradOptions struct {
 type Adagrad struct{ *base }
 
 var adagradKind = &kind{
-	name:  "Adagrad",
-	slots: []string{"step", "sum"},
-	args: argsWith(func(g *ParamGroup) torch.AdagradHyper {
-		return torch.AdagradHyper{LR: g.LR, LRDecay: g.Float("lr_decay", 0), Eps: g.Float("eps", 1e-10),
-			WeightDecay: g.Float("weight_decay", 0), InitialAccumulatorValue: g.Float("initial_accumulator_value", 0),
-			Maximize: g.Bool("maximize")}
-	}),
+	name:   "Adagrad",
+	slots:  []string{"step", "sum"},
+	kernel: torch.AdagradKernel,
 	check: func(g *ParamGroup) error {
 		return nonNegative(g, "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
 	},
