@@ -120,8 +120,14 @@ else:
     m, info = GPT2LMHeadModel.from_pretrained(d + "/go_hf", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
     assert m.lm_head.weight.data_ptr() == m.transformer.wte.weight.data_ptr(), "tied"
+    sd = m.state_dict()
+    for k, v in got["state"].items():
+        assert torch.equal(sd[k], v), k  # the weights transformers loaded are Go's, to the bit
+    # The logits within 2e-4 (|logits| up to ~4): transformers' own forward on these
+    # same files and weights differs from run to run by up to 1.1e-4 in about one
+    # process in twenty (seen in CI), so 1e-5 tested its noise, not the model.
     with torch.no_grad():
-        torch.testing.assert_close(m(got["ids"]).logits, got["logits"], rtol=0, atol=1e-5)
+        torch.testing.assert_close(m(got["ids"]).logits, got["logits"], rtol=0, atol=2e-4)
     sharded = GPT2LMHeadModel.from_pretrained(d + "/go_hf_sharded")
     assert len([f for f in os.listdir(d + "/go_hf_sharded") if f.endswith(".safetensors")]) > 1, "sharded"
     with torch.no_grad():
@@ -130,7 +136,7 @@ else:
     m2.load_state_dict(got["state"], strict=True)
     m2.eval()
     with torch.no_grad():
-        torch.testing.assert_close(m2(got["ids"]).logits, got["logits"], rtol=0, atol=1e-5)
+        torch.testing.assert_close(m2(got["ids"]).logits, got["logits"], rtol=0, atol=2e-4)
     new = m.generate(got["prompt"][None], max_new_tokens=25, do_sample=False, pad_token_id=0)[0, len(got["prompt"]):]
     assert new.tolist() == got["greedy"].tolist(), (new.tolist(), got["greedy"].tolist())
     print("ok")
