@@ -142,6 +142,9 @@ func ignore(any) error { return nil }
 // states, the config (with the class names, also under class_names) and versions.
 func (t *Trainer) SaveCheckpoint(path string) (err error) {
 	defer torch.Recover(&err, "saving checkpoint "+path)
+	if _, ok := t.strategy.(*FullyShardedDataParallel); ok {
+		return fmt.Errorf("saving checkpoint %s: %w", path, errShardedCheckpoint)
+	}
 	scope := torch.NewScope()
 	defer scope.Close()
 	d := checkpoint.NewDict()
@@ -320,6 +323,9 @@ func jsonName(f reflect.StructField) (string, bool) {
 // is never silently dropped.
 func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	defer torch.Recover(&err, "loading checkpoint "+path)
+	if _, ok := t.strategy.(*FullyShardedDataParallel); ok {
+		return fmt.Errorf("loading checkpoint %s: %w", path, errShardedCheckpoint)
+	}
 	raw, err := checkpoint.Read(path)
 	if err != nil {
 		return err

@@ -345,6 +345,17 @@ type DecoderModel[L decoderLayer] struct {
 // pass of training instead of keeping them (GradientCheckpointer).
 func (d *DecoderModel[L]) SetGradientCheckpointing(on bool) { d.checkpointing = on }
 
+// FSDPUnits names the units of sharded training (trainer.UnitChooser), as torchtune's
+// FSDP2 recipes wrap a decoder: the embeddings and each decoder layer; the final norm
+// (and a head outside the body) fall to the root unit.
+func (d *DecoderModel[L]) FSDPUnits() []string {
+	out := []string{"embed_tokens"}
+	for i := range d.Layers {
+		out = append(out, fmt.Sprintf("layers.%d", i))
+	}
+	return out
+}
+
 // Forward returns the final hidden states [B, T, hidden] of in's tokens.
 func (d *DecoderModel[L]) Forward(in DecoderInput) *torch.Tensor {
 	return d.ForwardEmbeddings(d.EmbedTokens.Forward(in.InputIDs), in)

@@ -1,0 +1,365 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/distributed"
+	"github.com/gotrain/gotrain/torch/nn"
+)
+
+// FullyShardedDataParallel is the Strategy of sharded data parallelism over a process
+// group, laid out as PyTorch's FSDP2 (fully_shard) lays it out:
+//
+//   - every trainable parameter is sharded on dim 0 across the ranks: rank r holds rows
+//     [r*s, (r+1)*s) of it, s = ceil(rows/WorldSize), zero-padded to s rows, so that the
+//     optimizer holds state only for its shards (1/WorldSize of Adam's moments);
+//   - the parameters are grouped into units, one flat buffer each for the collectives:
+//     the model's choice (a module with a FSDPUnits method, as the decoders' bodies,
+//     which name the embeddings and each decoder layer) or Units; what no unit claims
+//     (the final norm, the head) forms the root unit, as FSDP2's root fully_shard;
+//   - after each micro-batch's backward, each unit's gradients are reduce-scattered
+//     (averaged) into its shards' gradients and the full gradients are dropped (NoSync
+//     keeps the full gradients over the accumulation window and reduce-scatters once);
+//   - unscaling, clipping (by the global norm: the shards' squared norms are summed
+//     across the ranks) and the optimizer step run on the shards;
+//   - after each optimizer step, each unit's updated shards are all-gathered, one
+//     coalesced all-gather per unit, into the model's full parameters.
+//
+// What differs from FSDP2 (docs/distributed.md): the full parameters stay allocated
+// between steps (ZeRO-2's memory: gradients and optimizer state sharded, parameters
+// not; FSDP2's reshard_after_forward, which frees them after each unit's forward and
+// gathers them again for its backward, is not implemented yet), frozen parameters (a
+// LoRA base) are not sharded, and checkpoints (SaveCheckpoint, LoadCheckpoint) are
+// refused.
+//
+// The data, devices and ranks are set up as for DataParallel (its Configure, its
+// broadcast of rank 0's weights in Start). Build the optimizer over the model's
+// parameters as usual: New puts each trainable parameter's shard in its place in the
+// optimizer's groups, so the optimizer must not have stepped yet.
+type FullyShardedDataParallel struct {
+	// Group is the process group, one rank per process.
+	Group *distributed.ProcessGroup
+	// Units, when set, overrides the model's units: module paths ("model.layers.0"),
+	// each the unit of every parameter under it (the longest matching path wins).
+	Units []string
+	// NoSync keeps each micro-batch's gradients unsharded until the last micro-batch of
+	// the accumulation window and reduce-scatters them once (more memory, less traffic),
+	// as FSDP2's set_requires_gradient_sync(False) over the window.
+	NoSync bool
+
+	dp    DataParallel
+	units []*fsdpUnit
+}
+
+// UnitChooser is a module that names its FSDP units: paths of its submodules relative
+// to itself (the decoder bodies return "embed_tokens", "layers.0", "layers.1", ...).
+type UnitChooser interface {
+	FSDPUnits() []string
+}
+
+// fsdpUnit is one unit's parameters: the model's full tensors and this rank's shards,
+// which the optimizer updates.
+type fsdpUnit struct {
+	name   string
+	names  []string
+	full   []*torch.Tensor
+	shards []*torch.Tensor
+}
+
+// WithFSDP makes the trainer one rank of fully sharded data parallelism over pg:
+// WithStrategy(&FullyShardedDataParallel{Group: pg}).
+func WithFSDP(pg *distributed.ProcessGroup) Option {
+	return func(t *Trainer) error {
+		if pg == nil {
+			return errors.New("trainer: WithFSDP: nil process group")
+		}
+		t.strategy = &FullyShardedDataParallel{Group: pg}
+		return nil
+	}
+}
+
+// Configure checks the loader's split, picks the rank's device and silences the ranks
+// other than 0, as DataParallel does; AMP fp16 is refused (its loss scaler would need
+// the shards' inf checks agreed across the ranks).
+func (f *FullyShardedDataParallel) Configure(t *Trainer) error {
+	if f.Group == nil {
+		return errors.New("trainer: FullyShardedDataParallel: nil process group")
+	}
+	if t.cfg.AMP.NeedsScaler() {
+		return fmt.Errorf("trainer: rank %d: amp %s needs a loss scaler, which sharded training does not support yet: use bf16", f.Group.Rank(), t.cfg.AMP)
+	}
+	if t.cfg.SaveEvery > 0 {
+		return fmt.Errorf("trainer: rank %d: save_every %d: %v", f.Group.Rank(), t.cfg.SaveEvery, errShardedCheckpoint)
+	}
+	f.dp = DataParallel{Group: f.Group}
+	return f.dp.Configure(t)
+}
+
+// Start broadcasts rank 0's parameters and buffers, splits the trainable parameters
+// into units, cuts this rank's shards and puts them in the optimizer in place of the
+// full parameters.
+func (f *FullyShardedDataParallel) Start(t *Trainer) (err error) {
+	if err := f.dp.Start(t); err != nil {
+		return err
+	}
+	defer torch.Recover(&err, "sharding the model")
+	inOpt := map[*torch.Tensor]bool{}
+	for _, p := range t.Optimizer.Params() {
+		inOpt[p] = true
+	}
+	if s, ok := t.Optimizer.(interface {
+		State(int) map[string]*torch.Tensor
+	}); ok {
+		for i := range len(inOpt) {
+			if len(s.State(i)) > 0 {
+				return errors.New("trainer: FullyShardedDataParallel: the optimizer has state already: build it fresh, New shards its parameters")
+			}
+		}
+	}
+	prefixes := f.Units
+	if len(prefixes) == 0 {
+		prefixes = ModelUnits(t.Model)
+	}
+	byName := map[string]*fsdpUnit{"": {name: ""}}
+	var order []*fsdpUnit
+	for _, p := range prefixes {
+		if _, dup := byName[p]; !dup {
+			u := &fsdpUnit{name: p}
+			byName[p] = u
+			order = append(order, u)
+		}
+	}
+	order = append(order, byName[""])
+	shardOf := map[*torch.Tensor]*torch.Tensor{}
+	w, r := int64(f.Group.WorldSize()), int64(f.Group.Rank())
+	for _, np := range nn.NamedParameters(t.Model) {
+		p := np.Tensor
+		if !p.RequiresGrad() {
+			continue
+		}
+		if !inOpt[p] {
+			return fmt.Errorf("trainer: FullyShardedDataParallel: trainable parameter %s is not in the optimizer: build the optimizer over the trainable parameters", np.Name)
+		}
+		if p.Dim() == 0 {
+			return fmt.Errorf("trainer: FullyShardedDataParallel: parameter %s is a scalar, which has no dim 0 to shard", np.Name)
+		}
+		u := byName[unitOf(np.Name, prefixes)]
+		rows := p.Size(0)
+		s := (rows + w - 1) / w
+		shape := p.Shape()
+		shape[0] = s
+		shard := torch.Zeros(shape, p.DType(), p.Device())
+		if lo := min(r*s, rows); lo < rows {
+			n := min(s, rows-lo)
+			torch.NoGrad(func() { shard.Narrow(0, 0, n).CopyFrom(p.Detach().Narrow(0, lo, n), false) })
+		}
+		shard.SetRequiresGrad(true).Escape()
+		u.names = append(u.names, np.Name)
+		u.full = append(u.full, p)
+		u.shards = append(u.shards, shard)
+		shardOf[p] = shard
+	}
+	for _, g := range t.Optimizer.ParamGroups() {
+		for i, p := range g.Params {
+			if s, ok := shardOf[p]; ok {
+				g.Params[i] = s
+			}
+		}
+	}
+	f.units = f.units[:0]
+	var shards []*torch.Tensor
+	for _, u := range order {
+		if len(u.full) > 0 {
+			f.units = append(f.units, u)
+			shards = append(shards, u.shards...)
+		}
+	}
+	t.params = shards
+	return nil
+}
+
+// ModelUnits returns the FSDP units m's modules choose (UnitChooser), as paths from m.
+func ModelUnits(m nn.Module) []string {
+	var out []string
+	for _, nm := range nn.NamedModules(m) {
+		c, ok := nm.Module.(UnitChooser)
+		if !ok {
+			continue
+		}
+		for _, u := range c.FSDPUnits() {
+			if nm.Name != "" {
+				u = nm.Name + "." + u
+			}
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// unitOf returns the longest of prefixes that name is under, "" when none.
+func unitOf(name string, prefixes []string) string {
+	best := ""
+	for _, p := range prefixes {
+		if (name == p || strings.HasPrefix(name, p+".")) && len(p) > len(best) {
+			best = p
+		}
+	}
+	return best
+}
+
+// UnitNames returns the units' module paths in order ("" is the root unit) and their
+// parameters' names.
+func (f *FullyShardedDataParallel) UnitNames() (units []string, params [][]string) {
+	for _, u := range f.units {
+		units = append(units, u.name)
+		params = append(params, slices.Clone(u.names))
+	}
+	return units, params
+}
+
+// afterBackward reduce-scatters the micro-batch's gradients unless NoSync defers it to
+// the window's end.
+func (f *FullyShardedDataParallel) afterBackward() error {
+	if f.NoSync {
+		return nil
+	}
+	return f.reduceScatter()
+}
+
+// ReduceGradients reduce-scatters the gradients that are still full (all of them under
+// NoSync, none otherwise) into the shards' gradients.
+func (f *FullyShardedDataParallel) ReduceGradients([]*torch.Tensor) error { return f.reduceScatter() }
+
+func (f *FullyShardedDataParallel) reduceScatter() (err error) {
+	defer torch.Recover(&err, "reduce-scattering the gradients")
+	w := int64(f.Group.WorldSize())
+	for _, u := range f.units {
+		var ins, outs, grads, shards []*torch.Tensor
+		for i, p := range u.full {
+			g := p.Grad()
+			if g == nil {
+				continue
+			}
+			s := u.shards[i]
+			in := g
+			if pad := s.Size(0)*w - g.Size(0); pad > 0 {
+				shape := g.Shape()
+				shape[0] = pad
+				in = torch.Cat([]*torch.Tensor{g, torch.Zeros(shape, g.DType(), g.Device())}, 0)
+			}
+			ins = append(ins, in)
+			outs = append(outs, torch.Empty(s.Shape(), g.DType(), g.Device()))
+			grads = append(grads, p)
+			shards = append(shards, s)
+		}
+		if len(ins) == 0 {
+			continue
+		}
+		if err := f.Group.ReduceScatterCoalesced(outs, ins, distributed.Avg); err != nil {
+			return fmt.Errorf("unit %q: %w", u.label(), err)
+		}
+		for i, s := range shards {
+			if sg := s.Grad(); sg != nil {
+				sg.AddInPlace(outs[i], 1)
+			} else {
+				s.SetGrad(outs[i])
+			}
+			grads[i].SetGrad(nil)
+		}
+	}
+	return nil
+}
+
+func (u *fsdpUnit) label() string {
+	if u.name == "" {
+		return "root"
+	}
+	return u.name
+}
+
+// clipGradNorm scales the shards' gradients so that their global norm (over every
+// rank's shards) is at most maxNorm, as torch.nn.utils.clip_grad_norm_ on the full
+// gradients would, and returns the global norm before clipping.
+func (f *FullyShardedDataParallel) clipGradNorm(params []*torch.Tensor, maxNorm float64, dev torch.Device) (_ *torch.Tensor, err error) {
+	defer torch.Recover(&err, "clipping the gradients")
+	var grads, norms []*torch.Tensor
+	for _, p := range params {
+		if g := p.Grad(); g != nil {
+			grads = append(grads, g)
+			norms = append(norms, g.Norm(2).ToDType(torch.Float32))
+		}
+	}
+	sq := torch.Zeros(nil, torch.Float32, dev)
+	if len(norms) > 0 {
+		n := torch.Stack(norms, 0).Norm(2)
+		sq = n.Mul(n)
+	}
+	if err := f.Group.AllReduce([]*torch.Tensor{sq}, distributed.Sum); err != nil {
+		return nil, fmt.Errorf("summing the squared gradient norms: %w", err)
+	}
+	total := sq.Sqrt()
+	coef := total.AddScalar(1e-6).Reciprocal().MulScalar(maxNorm).Clamp(0, 1)
+	for _, g := range grads {
+		g.MulInPlace(coef.ToDType(g.DType()))
+	}
+	return total, nil
+}
+
+// gather all-gathers every unit's shards into the model's full parameters.
+func (f *FullyShardedDataParallel) gather() (err error) {
+	defer torch.Recover(&err, "all-gathering the parameters")
+	w := int64(f.Group.WorldSize())
+	for _, u := range f.units {
+		outs := make([]*torch.Tensor, len(u.full))
+		ins := make([]*torch.Tensor, len(u.full))
+		for i, p := range u.full {
+			s := u.shards[i].Detach()
+			ins[i] = s
+			if s.Size(0)*w == p.Size(0) {
+				outs[i] = p.Detach()
+			} else {
+				shape := s.Shape()
+				shape[0] *= w
+				outs[i] = torch.Empty(shape, s.DType(), s.Device())
+			}
+		}
+		if err := f.Group.AllGatherCoalesced(outs, ins); err != nil {
+			return fmt.Errorf("unit %q: %w", u.label(), err)
+		}
+		torch.NoGrad(func() {
+			for i, p := range u.full {
+				if rows := p.Size(0); outs[i].Size(0) != rows {
+					p.Detach().CopyFrom(outs[i].Narrow(0, 0, rows), false)
+				}
+			}
+		})
+	}
+	return nil
+}
+
+// SumTensors sums ts over the ranks in place.
+func (f *FullyShardedDataParallel) SumTensors(ts []*torch.Tensor) error { return f.dp.SumTensors(ts) }
+
+// AllReduce reduces vs over the ranks.
+func (f *FullyShardedDataParallel) AllReduce(vs []float64, op distributed.ReduceOp) ([]float64, error) {
+	return f.dp.AllReduce(vs, op)
+}
+
+// Interrupted agrees on a stop across the ranks, as DataParallel does.
+func (f *FullyShardedDataParallel) Interrupted(ctx context.Context) (error, error) {
+	return f.dp.Interrupted(ctx)
+}
+
+// IsMain reports whether this is rank 0.
+func (f *FullyShardedDataParallel) IsMain() bool { return f.Group.IsMain() }
+
+// WorldSize is the number of ranks.
+func (f *FullyShardedDataParallel) WorldSize() int { return f.Group.WorldSize() }
+
+// errShardedCheckpoint is the refusal of a checkpoint under FullyShardedDataParallel.
+var errShardedCheckpoint = errors.New("checkpoints of sharded training (FullyShardedDataParallel) are not supported yet: each rank holds only its shards of the optimizer state; train without checkpoints (no run directory, or cmd/train --no-checkpoint), or with DataParallel")
