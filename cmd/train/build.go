@@ -248,7 +248,7 @@ func build(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trai
 	opts := append(trainerOptions(c.Config), trainer.WithScheduler(sched, c.SchedulerInterval), trainer.WithRunDir(runDir),
 		trainer.WithModelConfig(c.Model), trainer.WithRunConfig(c))
 	if pg != nil {
-		opts = append(opts, trainer.WithDistributed(pg))
+		opts = append(opts, parallelism(c.FSDP, pg))
 	}
 	if _, ok := m.(*models.GPT2LMHeadModel); ok && c.Monitor == "val_acc" {
 		opts = append(opts, trainer.WithMonitor("val_loss", trainer.Min))
@@ -264,4 +264,12 @@ func build(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trai
 			trainer.WithCallbacks(&lmCallback{model: gpt, prompt: "\n", tokens: 64, out: out}))
 	}
 	return trainer.New(m, trainLoader, valLoader, loss, opt, opts...)
+}
+
+// parallelism is the trainer's strategy over pg: sharded (--fsdp) or data-parallel.
+func parallelism(fsdp bool, pg *distributed.ProcessGroup) trainer.Option {
+	if fsdp {
+		return trainer.WithFSDP(pg)
+	}
+	return trainer.WithDistributed(pg)
 }

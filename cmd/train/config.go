@@ -42,6 +42,9 @@ type Config struct {
 	// GradientCheckpointing recomputes each decoder layer's activations in the
 	// backward pass instead of keeping them.
 	GradientCheckpointing bool `json:"gradient_checkpointing,omitempty" yaml:"gradient_checkpointing"`
+	// FSDP shards the trainable parameters' gradients and optimizer state across the
+	// ranks (trainer.FullyShardedDataParallel) instead of data parallelism's replicas.
+	FSDP bool `json:"fsdp,omitempty" yaml:"fsdp"`
 	// DataDir is the training data: the Fashion-MNIST directory (the default), an
 	// ImageFolder tree, a CSV file, a text file or a token file.
 	DataDir string `json:"data_dir" yaml:"data_dir"`
@@ -194,6 +197,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.Float64Var(&c.LoraAlpha, "lora-alpha", c.LoraAlpha, "LoRA alpha (scaling alpha/r)")
 	fs.Float64Var(&c.LoraDropout, "lora-dropout", c.LoraDropout, "LoRA dropout")
 	fs.StringVar(&c.LoraTargets, "lora-targets", c.LoraTargets, "LoRA target modules: names (q_proj,v_proj; Phi-3's fused qkv_proj,gate_up_proj) or all-linear")
+	fs.BoolVar(&c.FSDP, "fsdp", c.FSDP, "with several ranks: shard gradients and optimizer state across them (FSDP, ZeRO-2 memory; no checkpoints yet) instead of data parallelism")
 	fs.BoolVar(&c.GradientCheckpointing, "gradient-checkpointing", c.GradientCheckpointing, "recompute each decoder layer's activations in backward (less memory, more time)")
 	fs.StringVar(&c.DataDir, "data", c.DataDir, "training data: an ImageFolder tree (with train/ and val/, or --val-split), a CSV file (--label-column), a text file (--model gpt) or the Fashion-MNIST directory (default: Debian's)")
 	fs.IntVar(&c.ImageSize, "image-size", c.ImageSize, "resize ImageFolder images to N x N (0: the data's size)")

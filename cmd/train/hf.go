@@ -180,7 +180,7 @@ func buildHFOn(c Config, runDir string, pg *distributed.ProcessGroup, m models.C
 		trainer.WithModelConfig(modelType(c.Model)), trainer.WithRunConfig(c), trainer.WithTrainStep(maskedLMStep),
 		trainer.WithCallbacks(cb))
 	if pg != nil {
-		opts = append(opts, trainer.WithDistributed(pg))
+		opts = append(opts, parallelism(c.FSDP, pg))
 	}
 	return trainer.New(m, trainLoader, valLoader, nil, opt, opts...)
 }

@@ -71,6 +71,28 @@ func TestLaunchTwoRanks(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(string(out), "Epoch 1 |"), "only rank 0 prints")
 }
 
+// TestLaunchFSDP: --fsdp with --nproc-per-node 2 trains sharded; rank 0 writes the run
+// directory without checkpoints, which sharded training does not write yet, and says so.
+// Without several ranks --fsdp is refused.
+func TestLaunchFSDP(t *testing.T) {
+	runs := t.TempDir()
+	out, err := child(append([]string{"--nproc-per-node", "2", "--fsdp", "--runs-dir", runs}, small...)...).CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "sharded training (FSDP): no checkpoints are written")
+	entries, err := os.ReadDir(runs)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	dir := filepath.Join(runs, entries[0].Name())
+	assert.NoFileExists(t, filepath.Join(dir, "checkpoints", "last.pt"))
+	hist, err := os.ReadFile(filepath.Join(dir, "history.jsonl"))
+	require.NoError(t, err)
+	assert.Equal(t, 1, strings.Count(string(hist), "\n"))
+
+	out, err = child(append([]string{"--fsdp", "--runs-dir", t.TempDir()}, small...)...).CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "--fsdp shards across ranks")
+}
+
 // TestBadLaunchEnvironment: a bad torchrun environment or a busy port fails before
 // training with an error that says what is wrong, and writes nothing.
 func TestBadLaunchEnvironment(t *testing.T) {
