@@ -28,14 +28,15 @@ import (
 //   - unscaling, clipping (by the global norm: the shards' squared norms are summed
 //     across the ranks) and the optimizer step run on the shards;
 //   - after each optimizer step, each unit's updated shards are all-gathered, one
-//     coalesced all-gather per unit, into the model's full parameters.
+//     coalesced all-gather per unit, into the model's full parameters;
+//   - with ReshardAfterForward (ZeRO-3), the units the model hooks (its layers) are
+//     instead gathered before each forward and again before each backward, and freed
+//     after each.
 //
-// What differs from FSDP2 (docs/distributed.md): the full parameters stay allocated
-// between steps (ZeRO-2's memory: gradients and optimizer state sharded, parameters
-// not; FSDP2's reshard_after_forward, which frees them after each unit's forward and
-// gathers them again for its backward, is not implemented yet), frozen parameters (a
-// LoRA base) are not sharded, and checkpoints (SaveCheckpoint, LoadCheckpoint) are
-// refused.
+// What differs from FSDP2 (docs/distributed.md): ReshardAfterForward is off by default
+// (ZeRO-2's memory: gradients and optimizer state sharded, parameters whole), frozen
+// parameters (a LoRA base) are not sharded, and checkpoints (SaveCheckpoint,
+// LoadCheckpoint) are refused.
 //
 // The data, devices and ranks are set up as for DataParallel (its Configure, its
 // broadcast of rank 0's weights in Start). Build the optimizer over the model's
@@ -51,9 +52,20 @@ type FullyShardedDataParallel struct {
 	// the accumulation window and reduce-scatters them once (more memory, less traffic),
 	// as FSDP2's set_requires_gradient_sync(False) over the window.
 	NoSync bool
+	// ReshardAfterForward frees the full parameters of each unit the model runs hooks
+	// around (nn.UnitHooker: the decoders' layers) after the unit's forward and gathers
+	// them again before its backward, as FSDP2's reshard_after_forward (ZeRO-3): at rest
+	// such a unit holds only its shards. A unit's backward then also reduce-scatters the
+	// gradients of the unit after it, which has finished its own, and frees its
+	// parameters. Between steps the parameters of those units are not allocated: a
+	// callback must not read them (the process would crash on the freed storage) before
+	// calling Unshard on every rank, and every forward of the model (a sample generated at
+	// an epoch's end) must run on every rank, since it gathers. Run leaves the model whole.
+	ReshardAfterForward bool
 
-	dp    DataParallel
-	units []*fsdpUnit
+	dp     DataParallel
+	units  []*fsdpUnit
+	hooked []nn.UnitHooker
 }
 
 // UnitChooser is a module that names its FSDP units: paths of its submodules relative
@@ -69,6 +81,13 @@ type fsdpUnit struct {
 	names  []string
 	full   []*torch.Tensor
 	shards []*torch.Tensor
+	// Under ReshardAfterForward, for a unit the model hooks: reshard is set, order is its
+	// place among the units (the forward's order), id its pre-backward registration and
+	// gathered whether its full parameters are allocated and filled.
+	reshard  bool
+	order    int
+	id       uintptr
+	gathered bool
 }
 
 // WithFSDP makes the trainer one rank of fully sharded data parallelism over pg:
@@ -180,6 +199,118 @@ func (f *FullyShardedDataParallel) Start(t *Trainer) (err error) {
 		}
 	}
 	t.params = shards
+	if f.ReshardAfterForward {
+		return f.installHooks(t)
+	}
+	return nil
+}
+
+// installHooks runs the gathers and frees of ReshardAfterForward around the units the
+// model hooks, and frees their parameters until their first forward.
+func (f *FullyShardedDataParallel) installHooks(t *Trainer) error {
+	byName := map[string]*fsdpUnit{}
+	for i, u := range f.units {
+		u.order = i
+		byName[u.name] = u
+	}
+	for _, nm := range nn.NamedModules(t.Model) {
+		m, ok := nm.Module.(nn.UnitHooker)
+		if !ok {
+			continue
+		}
+		h := &fsdpHooks{f: f}
+		paths := m.SetUnitHooks(h)
+		h.units = make([]*fsdpUnit, len(paths))
+		for i, p := range paths {
+			if nm.Name != "" {
+				p = nm.Name + "." + p
+			}
+			u := byName[p]
+			if u == nil || u.reshard {
+				continue
+			}
+			u.reshard, u.gathered = true, true
+			u.id = torch.RegisterFSDPUnit(func() error { return f.preBackward(u) })
+			h.units[i] = u
+			torch.OwnStorage(u.full)
+		}
+		f.hooked = append(f.hooked, m)
+	}
+	f.reshardAll()
+	return nil
+}
+
+// fsdpHooks are the model's unit hooks under ReshardAfterForward.
+type fsdpHooks struct {
+	f     *FullyShardedDataParallel
+	units []*fsdpUnit // by the model's unit index; nil: not a unit of ours
+}
+
+// BeforeUnit gathers the unit's parameters.
+func (h *fsdpHooks) BeforeUnit(i int) {
+	if i >= len(h.units) || h.units[i] == nil || h.units[i].gathered {
+		return
+	}
+	if err := h.f.gatherUnit(h.units[i]); err != nil {
+		panic(&torch.Error{Op: "fsdp", Msg: err.Error()})
+	}
+}
+
+// AfterUnit frees the unit's parameters and, when the output has a backward, puts the
+// gather of its backward on it.
+func (h *fsdpHooks) AfterUnit(i int, out *torch.Tensor) *torch.Tensor {
+	if i >= len(h.units) || h.units[i] == nil {
+		return out
+	}
+	u := h.units[i]
+	torch.FreeStorage(u.full)
+	u.gathered = false
+	if out == nil || !out.RequiresGrad() {
+		return out
+	}
+	return torch.FSDPPreBackward(u.id, out)[0]
+}
+
+// preBackward runs when the backward pass reaches u's output: the units after u have
+// finished their backward (their gradients are reduce-scattered, unless NoSync, and
+// their parameters freed), and u's parameters are gathered for its own.
+func (f *FullyShardedDataParallel) preBackward(u *fsdpUnit) error {
+	for _, v := range f.units {
+		if v.reshard && v.gathered && v.order > u.order {
+			if !f.NoSync {
+				if err := f.reduceScatterUnit(v); err != nil {
+					return err
+				}
+			}
+			torch.FreeStorage(v.full)
+			v.gathered = false
+		}
+	}
+	return f.gatherUnit(u)
+}
+
+// reshardAll frees the parameters of every resharded unit that holds them.
+func (f *FullyShardedDataParallel) reshardAll() {
+	for _, u := range f.units {
+		if u.reshard && u.gathered {
+			torch.FreeStorage(u.full)
+			u.gathered = false
+		}
+	}
+}
+
+// Unshard gathers the full parameters of every unit that ReshardAfterForward freed, for
+// a caller that reads the model between steps (Run does it when it ends); the next
+// forward frees them again. It is a collective: every rank must call it.
+func (f *FullyShardedDataParallel) Unshard() (err error) {
+	defer torch.Recover(&err, "all-gathering the parameters")
+	for _, u := range f.units {
+		if u.reshard && !u.gathered {
+			if err := f.gatherUnit(u); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -224,11 +355,12 @@ func (f *FullyShardedDataParallel) UnitNames() (units []string, params [][]strin
 
 // afterBackward reduce-scatters the micro-batch's gradients unless NoSync defers it to
 // the window's end.
-func (f *FullyShardedDataParallel) afterBackward() error {
-	if f.NoSync {
-		return nil
+func (f *FullyShardedDataParallel) afterBackward() (err error) {
+	if !f.NoSync {
+		err = f.reduceScatter()
 	}
-	return f.reduceScatter()
+	f.reshardAll()
+	return err
 }
 
 // ReduceGradients reduce-scatters the gradients that are still full (all of them under
@@ -237,40 +369,49 @@ func (f *FullyShardedDataParallel) ReduceGradients([]*torch.Tensor) error { retu
 
 func (f *FullyShardedDataParallel) reduceScatter() (err error) {
 	defer torch.Recover(&err, "reduce-scattering the gradients")
-	w := int64(f.Group.WorldSize())
 	for _, u := range f.units {
-		var ins, outs, grads, shards []*torch.Tensor
-		for i, p := range u.full {
-			g := p.Grad()
-			if g == nil {
-				continue
-			}
-			s := u.shards[i]
-			in := g
-			if pad := s.Size(0)*w - g.Size(0); pad > 0 {
-				shape := g.Shape()
-				shape[0] = pad
-				in = torch.Cat([]*torch.Tensor{g, torch.Zeros(shape, g.DType(), g.Device())}, 0)
-			}
-			ins = append(ins, in)
-			outs = append(outs, torch.Empty(s.Shape(), g.DType(), g.Device()))
-			grads = append(grads, p)
-			shards = append(shards, s)
+		if err := f.reduceScatterUnit(u); err != nil {
+			return err
 		}
-		if len(ins) == 0 {
+	}
+	return nil
+}
+
+// reduceScatterUnit reduce-scatters u's full gradients, adds them to its shards'
+// gradients and drops them.
+func (f *FullyShardedDataParallel) reduceScatterUnit(u *fsdpUnit) error {
+	w := int64(f.Group.WorldSize())
+	var ins, outs, grads, shards []*torch.Tensor
+	for i, p := range u.full {
+		g := p.Grad()
+		if g == nil {
 			continue
 		}
-		if err := f.Group.ReduceScatterCoalesced(outs, ins, distributed.Avg); err != nil {
-			return fmt.Errorf("unit %q: %w", u.label(), err)
+		s := u.shards[i]
+		in := g
+		if pad := s.Size(0)*w - g.Size(0); pad > 0 {
+			shape := g.Shape()
+			shape[0] = pad
+			in = torch.Cat([]*torch.Tensor{g, torch.Zeros(shape, g.DType(), g.Device())}, 0)
 		}
-		for i, s := range shards {
-			if sg := s.Grad(); sg != nil {
-				sg.AddInPlace(outs[i], 1)
-			} else {
-				s.SetGrad(outs[i])
-			}
-			grads[i].SetGrad(nil)
+		ins = append(ins, in)
+		outs = append(outs, torch.Empty(s.Shape(), g.DType(), g.Device()))
+		grads = append(grads, p)
+		shards = append(shards, s)
+	}
+	if len(ins) == 0 {
+		return nil
+	}
+	if err := f.Group.ReduceScatterCoalesced(outs, ins, distributed.Avg); err != nil {
+		return fmt.Errorf("unit %q: %w", u.label(), err)
+	}
+	for i, s := range shards {
+		if sg := s.Grad(); sg != nil {
+			sg.AddInPlace(outs[i], 1)
+		} else {
+			s.SetGrad(outs[i])
 		}
+		grads[i].SetGrad(nil)
 	}
 	return nil
 }
@@ -310,35 +451,56 @@ func (f *FullyShardedDataParallel) clipGradNorm(params []*torch.Tensor, maxNorm 
 	return total, nil
 }
 
-// gather all-gathers every unit's shards into the model's full parameters.
+// gather all-gathers the shards of every unit that stays whole between steps into the
+// model's full parameters (the resharded units gather before their forward).
 func (f *FullyShardedDataParallel) gather() (err error) {
 	defer torch.Recover(&err, "all-gathering the parameters")
-	w := int64(f.Group.WorldSize())
 	for _, u := range f.units {
-		outs := make([]*torch.Tensor, len(u.full))
-		ins := make([]*torch.Tensor, len(u.full))
-		for i, p := range u.full {
-			s := u.shards[i].Detach()
-			ins[i] = s
-			if s.Size(0)*w == p.Size(0) {
-				outs[i] = p.Detach()
-			} else {
-				shape := s.Shape()
-				shape[0] *= w
-				outs[i] = torch.Empty(shape, s.DType(), s.Device())
+		switch {
+		case !u.reshard:
+			if err := f.gatherUnit(u); err != nil {
+				return err
 			}
+		case u.gathered: // gathered by Unshard before the step: stale now
+			torch.FreeStorage(u.full)
+			u.gathered = false
 		}
-		if err := f.Group.AllGatherCoalesced(outs, ins); err != nil {
-			return fmt.Errorf("unit %q: %w", u.label(), err)
-		}
-		torch.NoGrad(func() {
-			for i, p := range u.full {
-				if rows := p.Size(0); outs[i].Size(0) != rows {
-					p.Detach().CopyFrom(outs[i].Narrow(0, 0, rows), false)
-				}
-			}
-		})
 	}
+	return nil
+}
+
+// gatherUnit all-gathers u's shards into its full parameters, in one coalesced
+// collective; a resharded unit's freed storage is allocated again.
+func (f *FullyShardedDataParallel) gatherUnit(u *fsdpUnit) error {
+	w := int64(f.Group.WorldSize())
+	outs := make([]*torch.Tensor, len(u.full))
+	ins := make([]*torch.Tensor, len(u.full))
+	for i, p := range u.full {
+		s := u.shards[i].Detach()
+		ins[i] = s
+		if !u.reshard && s.Size(0)*w == p.Size(0) {
+			outs[i] = p.Detach()
+		} else {
+			shape := s.Shape()
+			shape[0] *= w
+			outs[i] = torch.Empty(shape, s.DType(), s.Device())
+		}
+	}
+	if err := f.Group.AllGatherCoalesced(outs, ins); err != nil {
+		return fmt.Errorf("unit %q: %w", u.label(), err)
+	}
+	if u.reshard {
+		torch.FillStorage(u.full, outs)
+		u.gathered = true
+		return nil
+	}
+	torch.NoGrad(func() {
+		for i, p := range u.full {
+			if rows := p.Size(0); outs[i].Size(0) != rows {
+				p.Detach().CopyFrom(outs[i].Narrow(0, 0, rows), false)
+			}
+		}
+	})
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +40,8 @@ type fsdpVariant struct {
 	Weigh  bool // the token-weighted loss (sum and trainer.NumItems) instead of the mean
 	// Recompute is gradient checkpointing of the decoder layers.
 	Recompute bool
+	// Reshard is ReshardAfterForward (ZeRO-3).
+	Reshard bool
 }
 
 var fsdpVariants = []fsdpVariant{
@@ -46,6 +49,10 @@ var fsdpVariants = []fsdpVariant{
 	{Name: "accum-clip", Accum: 2, Clip: 0.05, Weigh: true},
 	{Name: "nosync-clip-recompute", Accum: 2, Clip: 0.05, NoSync: true, Recompute: true},
 	{Name: "lora-accum-clip", Accum: 2, Clip: 0.05, LoRA: true},
+	{Name: "reshard", Accum: 1, Reshard: true},
+	{Name: "reshard-accum-clip", Accum: 2, Clip: 0.05, Weigh: true, Reshard: true},
+	{Name: "reshard-nosync-clip-recompute", Accum: 2, Clip: 0.05, NoSync: true, Recompute: true, Reshard: true},
+	{Name: "reshard-lora-accum-clip", Accum: 2, Clip: 0.05, LoRA: true, Reshard: true},
 }
 
 // fsdpResult is what one run of a variant reports.
@@ -59,6 +66,9 @@ type fsdpResult struct {
 	Units                []string
 	// CheckpointErr is SaveCheckpoint's error after the run.
 	CheckpointErr string
+	// LayerParams counts the decoder layers' trainable parameters, Freed those whose
+	// storage is freed between two steps.
+	LayerParams, Freed int
 }
 
 func fsdpData() (*data.TensorDataset, error) {
@@ -128,12 +138,26 @@ func fsdpRun(pg *distributed.ProcessGroup, v fsdpVariant) (res fsdpResult, err e
 		sum, n := models.CausalLMLossSum(logits, ids)
 		return sum, trainer.Metrics{trainer.NumItems: n}
 	}
+	probe := trainer.On(func(_ trainer.Event, t *trainer.Trainer) error {
+		if t.GlobalStep != 1 || res.LayerParams > 0 {
+			return nil
+		}
+		for _, p := range nn.NamedParameters(m) {
+			if p.Tensor.RequiresGrad() && strings.Contains(p.Name, ".layers.") {
+				res.LayerParams++
+				if torch.StorageBytes(p.Tensor) == 0 {
+					res.Freed++
+				}
+			}
+		}
+		return nil
+	}, trainer.BatchEnd)
 	opts := []trainer.Option{trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard), trainer.WithEpochs(2),
 		trainer.WithSeed(seed), trainer.WithAccumulation(v.Accum), trainer.WithGradClip(v.Clip),
-		trainer.WithTrainStep(step), trainer.WithMonitor("val_loss", trainer.Min)}
+		trainer.WithTrainStep(step), trainer.WithMonitor("val_loss", trainer.Min), trainer.WithCallbacks(probe)}
 	var fs *trainer.FullyShardedDataParallel
 	if pg != nil {
-		fs = &trainer.FullyShardedDataParallel{Group: pg, NoSync: v.NoSync}
+		fs = &trainer.FullyShardedDataParallel{Group: pg, NoSync: v.NoSync, ReshardAfterForward: v.Reshard}
 		opts = append(opts, trainer.WithStrategy(fs))
 	}
 	tt, err := trainer.New(m, tr, va, nil, opt, opts...)
@@ -220,6 +244,14 @@ func TestFSDPEqualsSingleProcess(t *testing.T) {
 			}
 			assert.Equal(t, units, got.Units)
 			assert.Contains(t, got.CheckpointErr, "not supported yet")
+			// Under ReshardAfterForward the layers' parameters are not allocated between
+			// steps; otherwise they are.
+			require.Positive(t, got.LayerParams)
+			if v.Reshard {
+				assert.Equal(t, got.LayerParams, got.Freed)
+			} else {
+				assert.Zero(t, got.Freed)
+			}
 			// Each rank's optimizer holds about half of the trainable elements (the
 			// shards, padded to whole rows).
 			assert.Less(t, got.OptNumel, single.TrainNumel*6/10)

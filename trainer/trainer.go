@@ -348,6 +348,12 @@ func (t *Trainer) RunTo(ctx context.Context, target int) (err error) {
 			break
 		}
 	}
+	if f, ok := t.strategy.(*FullyShardedDataParallel); ok {
+		// The caller (and TrainEnd) gets the whole model, resharded units included.
+		if err := f.Unshard(); err != nil {
+			return err
+		}
+	}
 	t.printf("===== training done: best %s %.4f =====\n", t.cfg.Monitor, t.BestMetric)
 	return nil
 }
