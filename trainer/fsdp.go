@@ -63,10 +63,24 @@ type FullyShardedDataParallel struct {
 	// an epoch's end) must run on every rank, since it gathers. Run leaves the model whole.
 	ReshardAfterForward bool
 
-	dp     DataParallel
-	units  []*fsdpUnit
-	hooked []nn.UnitHooker
+	dp       DataParallel
+	units    []*fsdpUnit
+	hooked   []nn.UnitHooker
+	counts   FSDPCounts
+	backward bool // inside a pre-backward callback
 }
+
+// FSDPCounts counts a FullyShardedDataParallel's collectives on the parameters.
+type FSDPCounts struct {
+	// AllGathers and ReduceScatters count the coalesced collectives, one per unit.
+	AllGathers, ReduceScatters int64
+	// InBackward counts the reduce-scatters that ran inside the backward pass, as soon as
+	// a hooked unit's backward was done.
+	InBackward int64
+}
+
+// Counts returns the collectives run so far.
+func (f *FullyShardedDataParallel) Counts() FSDPCounts { return f.counts }
 
 // UnitChooser is a module that names its FSDP units: paths of its submodules relative
 // to itself (the decoder bodies return "embed_tokens", "layers.0", "layers.1", ...).
@@ -81,12 +95,16 @@ type fsdpUnit struct {
 	names  []string
 	full   []*torch.Tensor
 	shards []*torch.Tensor
-	// Under ReshardAfterForward, for a unit the model hooks: reshard is set, order is its
-	// place among the units (the forward's order), id its pre-backward registration and
-	// gathered whether its full parameters are allocated and filled.
+	// For a unit the model runs hooks around: hooked is set, order is its place among
+	// the units (the forward's order), id its pre-backward registration, pending whether
+	// a forward with a backward ran since its gradients were last reduce-scattered;
+	// under ReshardAfterForward reshard is set and gathered says whether its full
+	// parameters are allocated and filled.
+	hooked   bool
 	reshard  bool
 	order    int
 	id       uintptr
+	pending  bool
 	gathered bool
 }
 
@@ -199,14 +217,13 @@ func (f *FullyShardedDataParallel) Start(t *Trainer) (err error) {
 		}
 	}
 	t.params = shards
-	if f.ReshardAfterForward {
-		return f.installHooks(t)
-	}
-	return nil
+	return f.installHooks(t)
 }
 
-// installHooks runs the gathers and frees of ReshardAfterForward around the units the
-// model hooks, and frees their parameters until their first forward.
+// installHooks runs hooks around the units the model offers to hook (nn.UnitHooker):
+// their gradients are reduce-scattered as soon as their backward is done and, under
+// ReshardAfterForward, their parameters gathered and freed around their forward and
+// backward (and freed until their first forward).
 func (f *FullyShardedDataParallel) installHooks(t *Trainer) error {
 	byName := map[string]*fsdpUnit{}
 	for i, u := range f.units {
@@ -226,13 +243,15 @@ func (f *FullyShardedDataParallel) installHooks(t *Trainer) error {
 				p = nm.Name + "." + p
 			}
 			u := byName[p]
-			if u == nil || u.reshard {
+			if u == nil || u.hooked {
 				continue
 			}
-			u.reshard, u.gathered = true, true
+			u.hooked, u.reshard, u.gathered = true, f.ReshardAfterForward, true
 			u.id = torch.RegisterFSDPUnit(func() error { return f.preBackward(u) })
 			h.units[i] = u
-			torch.OwnStorage(u.full)
+			if u.reshard {
+				torch.OwnStorage(u.full)
+			}
 		}
 		f.hooked = append(f.hooked, m)
 	}
@@ -240,15 +259,15 @@ func (f *FullyShardedDataParallel) installHooks(t *Trainer) error {
 	return nil
 }
 
-// fsdpHooks are the model's unit hooks under ReshardAfterForward.
+// fsdpHooks are the hooks the model runs around its units.
 type fsdpHooks struct {
 	f     *FullyShardedDataParallel
 	units []*fsdpUnit // by the model's unit index; nil: not a unit of ours
 }
 
-// BeforeUnit gathers the unit's parameters.
+// BeforeUnit gathers a resharded unit's parameters.
 func (h *fsdpHooks) BeforeUnit(i int) {
-	if i >= len(h.units) || h.units[i] == nil || h.units[i].gathered {
+	if i >= len(h.units) || h.units[i] == nil || !h.units[i].reshard || h.units[i].gathered {
 		return
 	}
 	if err := h.f.gatherUnit(h.units[i]); err != nil {
@@ -256,35 +275,49 @@ func (h *fsdpHooks) BeforeUnit(i int) {
 	}
 }
 
-// AfterUnit frees the unit's parameters and, when the output has a backward, puts the
-// gather of its backward on it.
+// AfterUnit frees a resharded unit's parameters and, when the output has a backward,
+// puts the unit's pre-backward node on it.
 func (h *fsdpHooks) AfterUnit(i int, out *torch.Tensor) *torch.Tensor {
 	if i >= len(h.units) || h.units[i] == nil {
 		return out
 	}
 	u := h.units[i]
-	torch.FreeStorage(u.full)
-	u.gathered = false
-	if out == nil || !out.RequiresGrad() {
+	if u.reshard {
+		torch.FreeStorage(u.full)
+		u.gathered = false
+	}
+	if out == nil || !torch.GradEnabled() || !out.RequiresGrad() {
 		return out
 	}
+	u.pending = true
 	return torch.FSDPPreBackward(u.id, out)[0]
 }
 
-// preBackward runs when the backward pass reaches u's output: the units after u have
-// finished their backward (their gradients are reduce-scattered, unless NoSync, and
-// their parameters freed), and u's parameters are gathered for its own.
+// preBackward runs when the backward pass reaches u's output: the hooked units after u
+// have finished their backward (their gradients are reduce-scattered, unless NoSync,
+// and a resharded unit's parameters freed), and a resharded u's parameters are
+// gathered for its own.
 func (f *FullyShardedDataParallel) preBackward(u *fsdpUnit) error {
 	for _, v := range f.units {
-		if v.reshard && v.gathered && v.order > u.order {
-			if !f.NoSync {
-				if err := f.reduceScatterUnit(v); err != nil {
-					return err
-				}
+		if !v.hooked || !v.pending || v.order <= u.order {
+			continue
+		}
+		if !f.NoSync {
+			f.backward = true
+			err := f.reduceScatterUnit(v)
+			f.backward = false
+			if err != nil {
+				return err
 			}
+		}
+		if v.reshard && v.gathered {
 			torch.FreeStorage(v.full)
 			v.gathered = false
 		}
+		v.pending = false
+	}
+	if !u.reshard {
+		return nil
 	}
 	return f.gatherUnit(u)
 }
@@ -353,13 +386,17 @@ func (f *FullyShardedDataParallel) UnitNames() (units []string, params [][]strin
 	return units, params
 }
 
-// afterBackward reduce-scatters the micro-batch's gradients unless NoSync defers it to
-// the window's end.
+// afterBackward reduce-scatters the micro-batch's gradients that the backward pass has
+// not (those of the units without hooks, and of the first hooked one), unless NoSync
+// defers it to the window's end, and frees the resharded units' parameters.
 func (f *FullyShardedDataParallel) afterBackward() (err error) {
 	if !f.NoSync {
 		err = f.reduceScatter()
 	}
 	f.reshardAll()
+	for _, u := range f.units {
+		u.pending = false
+	}
 	return err
 }
 
@@ -404,6 +441,10 @@ func (f *FullyShardedDataParallel) reduceScatterUnit(u *fsdpUnit) error {
 	}
 	if err := f.Group.ReduceScatterCoalesced(outs, ins, distributed.Avg); err != nil {
 		return fmt.Errorf("unit %q: %w", u.label(), err)
+	}
+	f.counts.ReduceScatters++
+	if f.backward {
+		f.counts.InBackward++
 	}
 	for i, s := range shards {
 		if sg := s.Grad(); sg != nil {
@@ -489,6 +530,7 @@ func (f *FullyShardedDataParallel) gatherUnit(u *fsdpUnit) error {
 	if err := f.Group.AllGatherCoalesced(outs, ins); err != nil {
 		return fmt.Errorf("unit %q: %w", u.label(), err)
 	}
+	f.counts.AllGathers++
 	if u.reshard {
 		torch.FillStorage(u.full, outs)
 		u.gathered = true

@@ -69,6 +69,8 @@ type fsdpResult struct {
 	// LayerParams counts the decoder layers' trainable parameters, Freed those whose
 	// storage is freed between two steps.
 	LayerParams, Freed int
+	// Counts are the sharded run's collectives.
+	Counts trainer.FSDPCounts
 }
 
 func fsdpData() (*data.TensorDataset, error) {
@@ -174,6 +176,7 @@ func fsdpRun(pg *distributed.ProcessGroup, v fsdpVariant) (res fsdpResult, err e
 		return res, err
 	}
 	if fs != nil {
+		res.Counts = fs.Counts()
 		path := filepath.Join(os.Getenv("GOTRAIN_TEST_OUT"), fmt.Sprintf("%s-%d.pt", v.Name, pg.Rank()))
 		if err := tt.SaveCheckpoint(path); err != nil {
 			res.CheckpointErr = err.Error()
@@ -252,6 +255,15 @@ func TestFSDPEqualsSingleProcess(t *testing.T) {
 			} else {
 				assert.Zero(t, got.Freed)
 			}
+			// Every micro-batch's backward reduce-scatters layer 1 as soon as it is done
+			// (in layer 0's pre-backward), unless NoSync defers all to the window's end.
+			micro := int64(2 * fsdpSeqs / fsdpBatch)
+			if v.NoSync {
+				assert.Zero(t, got.Counts.InBackward)
+			} else {
+				assert.Equal(t, micro, got.Counts.InBackward)
+			}
+			assert.Positive(t, got.Counts.AllGathers)
 			// Each rank's optimizer holds about half of the trainable elements (the
 			// shards, padded to whole rows).
 			assert.Less(t, got.OptNumel, single.TrainNumel*6/10)
