@@ -35,7 +35,7 @@ import (
 //
 // What differs from FSDP2 (docs/distributed.md): ReshardAfterForward is off by default
 // (ZeRO-2's memory: gradients and optimizer state sharded, parameters whole), frozen
-// parameters (a LoRA base) are not sharded, and checkpoints (SaveCheckpoint,
+// parameters (a LoRA base) are sharded only in resharded units, and checkpoints (SaveCheckpoint,
 // LoadCheckpoint) are refused.
 //
 // The data, devices and ranks are set up as for DataParallel (its Configure, its
@@ -95,6 +95,7 @@ type fsdpUnit struct {
 	names  []string
 	full   []*torch.Tensor
 	shards []*torch.Tensor
+	frozen []bool // under ReshardAfterForward, the frozen parameters (a LoRA base) are sharded too
 	// For a unit the model runs hooks around: hooked is set, order is its place among
 	// the units (the forward's order), id its pre-backward registration, pending whether
 	// a forward with a backward ran since its gradients were last reduce-scattered;
@@ -176,10 +177,11 @@ func (f *FullyShardedDataParallel) Start(t *Trainer) (err error) {
 	w, r := int64(f.Group.WorldSize()), int64(f.Group.Rank())
 	for _, np := range nn.NamedParameters(t.Model) {
 		p := np.Tensor
-		if !p.RequiresGrad() {
-			continue
+		frozen := !p.RequiresGrad()
+		if frozen && !f.ReshardAfterForward {
+			continue // never changes: stays whole
 		}
-		if !inOpt[p] {
+		if !frozen && !inOpt[p] {
 			return fmt.Errorf("trainer: FullyShardedDataParallel: trainable parameter %s is not in the optimizer: build the optimizer over the trainable parameters", np.Name)
 		}
 		if p.Dim() == 0 {
@@ -195,11 +197,15 @@ func (f *FullyShardedDataParallel) Start(t *Trainer) (err error) {
 			n := min(s, rows-lo)
 			torch.NoGrad(func() { shard.Narrow(0, 0, n).CopyFrom(p.Detach().Narrow(0, lo, n), false) })
 		}
-		shard.SetRequiresGrad(true).Escape()
+		shard.Escape()
 		u.names = append(u.names, np.Name)
 		u.full = append(u.full, p)
 		u.shards = append(u.shards, shard)
-		shardOf[p] = shard
+		u.frozen = append(u.frozen, frozen)
+		if !frozen {
+			shard.SetRequiresGrad(true)
+			shardOf[p] = shard
+		}
 	}
 	for _, g := range t.Optimizer.ParamGroups() {
 		for i, p := range g.Params {
@@ -213,11 +219,45 @@ func (f *FullyShardedDataParallel) Start(t *Trainer) (err error) {
 	for _, u := range order {
 		if len(u.full) > 0 {
 			f.units = append(f.units, u)
-			shards = append(shards, u.shards...)
+			for i, s := range u.shards {
+				if !u.frozen[i] {
+					shards = append(shards, s)
+				}
+			}
 		}
 	}
 	t.params = shards
-	return f.installHooks(t)
+	if err := f.installHooks(t); err != nil {
+		return err
+	}
+	// Frozen parameters are sharded only where they are freed: a unit that is not
+	// resharded keeps them whole, as they never change.
+	kept := f.units[:0]
+	for _, u := range f.units {
+		if !u.reshard {
+			u.dropFrozen()
+		}
+		if len(u.full) > 0 {
+			u.order = len(kept)
+			kept = append(kept, u)
+		}
+	}
+	f.units = kept
+	return nil
+}
+
+// dropFrozen forgets u's frozen parameters' shards.
+func (u *fsdpUnit) dropFrozen() {
+	k := 0
+	for i := range u.full {
+		if u.frozen[i] {
+			u.shards[i].Free()
+			continue
+		}
+		u.names[k], u.full[k], u.shards[k], u.frozen[k] = u.names[i], u.full[i], u.shards[i], false
+		k++
+	}
+	u.names, u.full, u.shards, u.frozen = u.names[:k], u.full[:k], u.shards[:k], u.frozen[:k]
 }
 
 // installHooks runs hooks around the units the model offers to hook (nn.UnitHooker):

@@ -66,8 +66,8 @@ type fsdpResult struct {
 	Units                []string
 	// CheckpointErr is SaveCheckpoint's error after the run.
 	CheckpointErr string
-	// LayerParams counts the decoder layers' trainable parameters, Freed those whose
-	// storage is freed between two steps.
+	// LayerParams counts the decoder layers' parameters (a LoRA base's too), Freed those
+	// whose storage is freed between two steps.
 	LayerParams, Freed int
 	// Counts are the sharded run's collectives.
 	Counts trainer.FSDPCounts
@@ -145,7 +145,7 @@ func fsdpRun(pg *distributed.ProcessGroup, v fsdpVariant) (res fsdpResult, err e
 			return nil
 		}
 		for _, p := range nn.NamedParameters(m) {
-			if p.Tensor.RequiresGrad() && strings.Contains(p.Name, ".layers.") {
+			if strings.Contains(p.Name, ".layers.") {
 				res.LayerParams++
 				if torch.StorageBytes(p.Tensor) == 0 {
 					res.Freed++
@@ -247,8 +247,8 @@ func TestFSDPEqualsSingleProcess(t *testing.T) {
 			}
 			assert.Equal(t, units, got.Units)
 			assert.Contains(t, got.CheckpointErr, "not supported yet")
-			// Under ReshardAfterForward the layers' parameters are not allocated between
-			// steps; otherwise they are.
+			// Under ReshardAfterForward the layers' parameters, frozen ones included, are
+			// not allocated between steps; otherwise they are.
 			require.Positive(t, got.LayerParams)
 			if v.Reshard {
 				assert.Equal(t, got.LayerParams, got.Freed)
