@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gotrain/gotrain/amp"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/data"
 	"github.com/gotrain/gotrain/torch/distributed"
@@ -81,6 +82,15 @@ func fsdpData() (*data.TensorDataset, error) {
 	return data.NewTensorDataset(ids, []int64{fsdpLen}, nil, ids, []int64{fsdpLen})
 }
 
+// fsdpLlama is the tiny Llama of the sharded tests: 2 layers, a vocabulary of 97.
+func fsdpLlama() (*models.LlamaForCausalLM, error) {
+	c := models.DefaultLlamaConfig()
+	c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 97, 32, 48, 2
+	c.NumAttentionHeads, c.NumKeyValueHeads, c.MaxPositionEmbeddings = 4, 2, 64
+	c.InitializerRange = 0.1
+	return models.NewLlamaForCausalLM(c)
+}
+
 // fsdpRun trains the variant: one rank of pg's, or one process with the global batch
 // when pg is nil.
 func fsdpRun(pg *distributed.ProcessGroup, v fsdpVariant) (res fsdpResult, err error) {
@@ -104,11 +114,7 @@ func fsdpRun(pg *distributed.ProcessGroup, v fsdpVariant) (res fsdpResult, err e
 	if err != nil {
 		return res, err
 	}
-	c := models.DefaultLlamaConfig()
-	c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 97, 32, 48, 2
-	c.NumAttentionHeads, c.NumKeyValueHeads, c.MaxPositionEmbeddings = 4, 2, 64
-	c.InitializerRange = 0.1
-	m, err := models.NewLlamaForCausalLM(c)
+	m, err := fsdpLlama()
 	if err != nil {
 		return res, err
 	}
@@ -281,4 +287,57 @@ func TestFSDPEqualsSingleProcess(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFSDPRefusals: on one Gloo rank in this process, what sharded training cannot do is
+// refused by New with an error that names it, and Units overrides the model's units.
+func TestFSDPRefusals(t *testing.T) {
+	pg, err := distributed.Init(distributed.Options{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: disttest.FreePort(t),
+		Timeout: time.Minute, Backend: distributed.Gloo})
+	require.NoError(t, err)
+	defer pg.Close()
+	ds, err := fsdpData()
+	require.NoError(t, err)
+	tr, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: fsdpBatch})
+	require.NoError(t, err)
+	step := func(m *models.LlamaForCausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+		ids := b.Get(data.Input).ToDType(torch.Int64)
+		return models.CausalLMLoss(m.Forward(models.DecoderInput{InputIDs: ids}), ids), nil
+	}
+	build := func(strategy trainer.Option, params func(m nn.Module) []*torch.Tensor, more ...trainer.Option) (*trainer.Trainer, error) {
+		m, err := fsdpLlama()
+		require.NoError(t, err)
+		t.Cleanup(func() { nn.Free(m) })
+		opt, err := optim.NewSGD(params(m), optim.SGDOptions{LR: 0.1})
+		require.NoError(t, err)
+		opts := append([]trainer.Option{trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard), trainer.WithTrainStep(step),
+			trainer.WithMonitor("train_loss", trainer.Min), strategy}, more...)
+		return trainer.New(m, tr, nil, nil, opt, opts...)
+	}
+	all := nn.TrainableParameters
+
+	_, err = build(trainer.WithFSDP(nil), all)
+	require.ErrorContains(t, err, "nil process group")
+
+	_, err = build(trainer.WithFSDP(pg), all, trainer.WithSaveEvery(2))
+	require.ErrorContains(t, err, "save_every 2")
+	require.ErrorContains(t, err, "not supported yet")
+
+	_, err = build(trainer.WithFSDP(pg), all, trainer.WithAMP(amp.FP16))
+	require.ErrorContains(t, err, "needs a loss scaler, which sharded training does not support yet")
+
+	_, err = build(trainer.WithFSDP(pg), func(m nn.Module) []*torch.Tensor { return all(m)[1:] })
+	require.ErrorContains(t, err, "trainable parameter model.embed_tokens.weight is not in the optimizer")
+
+	fs := &trainer.FullyShardedDataParallel{Group: pg, Units: []string{"model.layers"}}
+	tt, err := build(trainer.WithStrategy(fs), all)
+	require.NoError(t, err)
+	units, params := fs.UnitNames()
+	assert.Equal(t, []string{"model.layers", ""}, units)
+	assert.Contains(t, params[0], "model.layers.1.mlp.down_proj.weight")
+	assert.Contains(t, params[1], "model.embed_tokens.weight")
+	assert.Contains(t, params[1], "lm_head.weight")
+	require.ErrorContains(t, tt.SaveCheckpoint(filepath.Join(t.TempDir(), "x.pt")), "not supported yet")
+	require.ErrorContains(t, tt.LoadCheckpoint(filepath.Join(t.TempDir(), "x.pt")), "not supported yet")
+	require.NoError(t, tt.Run(context.Background()))
 }
