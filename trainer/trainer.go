@@ -265,7 +265,8 @@ func (t *Trainer) seed() (err error) {
 // and every checkpoint record them). It is a copy: the settings are the options'.
 func (t *Trainer) Config() Config { return t.cfg }
 
-// Strategy returns how the trainer spreads over processes (SingleProcess, DataParallel).
+// Strategy returns how the trainer spreads over processes (SingleProcess, DataParallel,
+// FullyShardedDataParallel).
 func (t *Trainer) Strategy() Strategy { return t.strategy }
 
 // IsMain reports whether this trainer writes files and output: true for a single
