@@ -78,9 +78,9 @@ cg_results cg_fsdp_pre_backward(uintptr_t unit, cg_tensor *xs, int n) {
 cg_status cg_fsdp_own(cg_tensor *ts, int n) {
   CG_TRY for (int i = 0; i < n; i++) {
     at::Tensor &t = cg::T(ts[i]);
-    if (t.is_contiguous() && t.storage_offset() == 0 && t.storage().nbytes() == bytes_needed(t) &&
-        t.storage().use_count() == 1)
-      continue;
+    // Aliases of the whole tensor (detached handles) may share its storage: freeing it
+    // frees theirs, which is what they alias.
+    if (t.is_contiguous() && t.storage_offset() == 0 && t.storage().nbytes() == bytes_needed(t)) continue;
     at::Tensor c;
     {
       at::NoGradGuard g;
@@ -105,6 +105,27 @@ cg_status cg_fsdp_free(cg_tensor *ts, int n) {
   }
   return cg::ok();
   CG_CATCH_STATUS
+}
+
+cg_results cg_fsdp_alloc(cg_tensor *ts, int n) {
+  try {
+    std::vector<at::Tensor> out;
+    out.reserve(n);
+    for (int i = 0; i < n; i++) {
+      at::Tensor &d = cg::T(ts[i]);
+      c10::StorageImpl *st = d.storage().unsafeGetStorageImpl();
+      size_t need = bytes_needed(d);
+      if (st->nbytes() < need) {
+        TORCH_CHECK(st->allocator() != nullptr, "fsdp: the parameter's storage has no allocator to fill it again");
+        st->set_data_ptr_noswap(st->allocator()->allocate(need));
+        st->set_nbytes(need);
+      }
+      out.push_back(d.variable_data());
+    }
+    return cg::resn(out);
+  } catch (...) {
+    return cg::resn(cg::classify());
+  }
 }
 
 cg_status cg_fsdp_fill(cg_tensor *dst, cg_tensor *src, int n) {

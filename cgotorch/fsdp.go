@@ -46,6 +46,9 @@ func FSDPFree(ts []Tensor) error { return st(C.cg_fsdp_free(handles(ts), C.int(l
 // FSDPStorageBytes is cg_fsdp_storage_bytes.
 func FSDPStorageBytes(t Tensor) int64 { return int64(C.cg_fsdp_storage_bytes(C.cg_tensor(t))) }
 
+// FSDPAlloc is cg_fsdp_alloc.
+func FSDPAlloc(ts []Tensor) Results { return rtn(C.cg_fsdp_alloc(handles(ts), C.int(len(ts)))) }
+
 // FSDPFill is cg_fsdp_fill.
 func FSDPFill(dst, src []Tensor) error {
 	if len(dst) != len(src) {

@@ -26,6 +26,12 @@ cg_status cg_fsdp_own(cg_tensor *ts, int n);
 // keep their sizes, and autograd's saved references to them stay valid until filled.
 cg_status cg_fsdp_free(cg_tensor *ts, int n);
 
+// cg_fsdp_alloc allocates each tensor's storage again where it was freed (its values
+// undefined until written) and returns aliases of the tensors under version counters of
+// their own, to write the gathered values into without counting a change autograd would
+// refuse. The aliases are adopted by the calling thread's scope.
+cg_results cg_fsdp_alloc(cg_tensor *ts, int n);
+
 // cg_fsdp_fill allocates each dst's storage again where it was freed and copies the
 // first dst.size(0) rows of src (the gathered, padded parameter) into it, without
 // counting a change of dst's version (autograd saved dst, and the values are the ones

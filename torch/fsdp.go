@@ -54,6 +54,14 @@ func OwnStorage(ts []*Tensor) { check("own_storage", cgotorch.FSDPOwn(handles(ts
 // read again.
 func FreeStorage(ts []*Tensor) { check("free_storage", cgotorch.FSDPFree(handles(ts))) }
 
+// AllocStorage allocates each tensor's storage again where FreeStorage freed it (the
+// values are undefined until written) and returns aliases of the tensors whose writes
+// do not count as changes of the tensors' version: a gather writes the values autograd
+// saved back through them.
+func AllocStorage(ts []*Tensor) []*Tensor {
+	return adoptN("alloc_storage", cgotorch.FSDPAlloc(handles(ts)))
+}
+
 // FillStorage allocates each dst's storage again where it was freed and copies into it
 // the first dst.Size(0) rows of src, without counting a change of dst's version (the
 // values autograd saved come back).

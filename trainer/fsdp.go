@@ -556,15 +556,26 @@ func (f *FullyShardedDataParallel) gatherUnit(u *fsdpUnit) error {
 	w := int64(f.Group.WorldSize())
 	outs := make([]*torch.Tensor, len(u.full))
 	ins := make([]*torch.Tensor, len(u.full))
+	var direct []*torch.Tensor // where the gather can write straight into the parameter
+	if u.reshard {
+		direct = torch.AllocStorage(u.full)
+	} else {
+		direct = make([]*torch.Tensor, len(u.full))
+		for i, p := range u.full {
+			direct[i] = p.Detach()
+		}
+	}
+	var padded, gathered []*torch.Tensor // the padded ones: their parameters and gathers
 	for i, p := range u.full {
 		s := u.shards[i].Detach()
 		ins[i] = s
-		if !u.reshard && s.Size(0)*w == p.Size(0) {
-			outs[i] = p.Detach()
+		if s.Size(0)*w == p.Size(0) {
+			outs[i] = direct[i]
 		} else {
 			shape := s.Shape()
 			shape[0] *= w
 			outs[i] = torch.Empty(shape, s.DType(), s.Device())
+			padded, gathered = append(padded, p), append(gathered, outs[i])
 		}
 	}
 	if err := f.Group.AllGatherCoalesced(outs, ins); err != nil {
@@ -572,15 +583,13 @@ func (f *FullyShardedDataParallel) gatherUnit(u *fsdpUnit) error {
 	}
 	f.counts.AllGathers++
 	if u.reshard {
-		torch.FillStorage(u.full, outs)
 		u.gathered = true
+		torch.FillStorage(padded, gathered)
 		return nil
 	}
 	torch.NoGrad(func() {
-		for i, p := range u.full {
-			if rows := p.Size(0); outs[i].Size(0) != rows {
-				p.Detach().CopyFrom(outs[i].Narrow(0, 0, rows), false)
-			}
+		for i, p := range padded {
+			p.Detach().CopyFrom(gathered[i].Narrow(0, 0, p.Size(0)), false)
 		}
 	})
 	return nil
