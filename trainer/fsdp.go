@@ -57,10 +57,12 @@ type FullyShardedDataParallel struct {
 	// them again before its backward, as FSDP2's reshard_after_forward (ZeRO-3): at rest
 	// such a unit holds only its shards. A unit's backward then also reduce-scatters the
 	// gradients of the unit after it, which has finished its own, and frees its
-	// parameters. Between steps the parameters of those units are not allocated: a
-	// callback must not read them (the process would crash on the freed storage) before
-	// calling Unshard on every rank, and every forward of the model (a sample generated at
-	// an epoch's end) must run on every rank, since it gathers. Run leaves the model whole.
+	// parameters. Inside Run, between steps, the parameters of those units are not
+	// allocated: a callback must not read them (the process would crash on the freed
+	// storage) before calling Unshard on every rank, and every forward of the model (a
+	// sample generated at an epoch's end) must run on every rank, since it gathers. New
+	// leaves the model whole, and so does Run when it succeeds; outside Run the hooks do
+	// nothing (after a failed Run, call Unshard on every rank before using the model).
 	ReshardAfterForward bool
 
 	dp       DataParallel
@@ -68,6 +70,7 @@ type FullyShardedDataParallel struct {
 	hooked   []nn.UnitHooker
 	counts   FSDPCounts
 	backward bool // inside a pre-backward callback
+	running  bool // inside Run: the hooks act only then
 }
 
 // FSDPCounts counts a FullyShardedDataParallel's collectives on the parameters.
@@ -295,11 +298,13 @@ func (f *FullyShardedDataParallel) installHooks(t *Trainer) error {
 		}
 		f.hooked = append(f.hooked, m)
 	}
-	f.reshardAll()
+	// The parameters stay whole until the first forward of a run frees them.
 	return nil
 }
 
-// fsdpHooks are the hooks the model runs around its units.
+// fsdpHooks are the hooks the model runs around its units. They act only inside Run:
+// outside it the model is whole (New leaves it so, and Run ends with Unshard) and its
+// forwards and backwards are this process's alone, with no collective.
 type fsdpHooks struct {
 	f     *FullyShardedDataParallel
 	units []*fsdpUnit // by the model's unit index; nil: not a unit of ours
@@ -307,7 +312,7 @@ type fsdpHooks struct {
 
 // BeforeUnit gathers a resharded unit's parameters.
 func (h *fsdpHooks) BeforeUnit(i int) {
-	if i >= len(h.units) || h.units[i] == nil || !h.units[i].reshard || h.units[i].gathered {
+	if !h.f.running || i >= len(h.units) || h.units[i] == nil || !h.units[i].reshard || h.units[i].gathered {
 		return
 	}
 	if err := h.f.gatherUnit(h.units[i]); err != nil {
@@ -318,7 +323,7 @@ func (h *fsdpHooks) BeforeUnit(i int) {
 // AfterUnit frees a resharded unit's parameters and, when the output has a backward,
 // puts the unit's pre-backward node on it.
 func (h *fsdpHooks) AfterUnit(i int, out *torch.Tensor) *torch.Tensor {
-	if i >= len(h.units) || h.units[i] == nil {
+	if !h.f.running || i >= len(h.units) || h.units[i] == nil {
 		return out
 	}
 	u := h.units[i]

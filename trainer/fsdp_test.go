@@ -183,6 +183,20 @@ func fsdpRun(pg *distributed.ProcessGroup, v fsdpVariant) (res fsdpResult, err e
 	}
 	if fs != nil {
 		res.Counts = fs.Counts()
+	}
+	if fs != nil && pg.Rank() == 0 {
+		// Outside Run the model is an ordinary one: a forward and backward on this rank
+		// alone runs no collective (one would wait for rank 1 until the timeout).
+		torch.WithScope(func() {
+			ids := torch.FromSlice([]int64{1, 2, 3, 4}, 1, 4)
+			models.CausalLMLoss(m.Forward(models.DecoderInput{InputIDs: ids}), ids).Backward()
+		})
+		if fs.Counts() != res.Counts {
+			return res, fmt.Errorf("a forward and backward outside Run ran collectives: %+v, then %+v", res.Counts, fs.Counts())
+		}
+	}
+	if fs != nil {
+		res.Counts = fs.Counts()
 		path := filepath.Join(os.Getenv("GOTRAIN_TEST_OUT"), fmt.Sprintf("%s-%d.pt", v.Name, pg.Rank()))
 		if err := tt.SaveCheckpoint(path); err != nil {
 			res.CheckpointErr = err.Error()

@@ -319,6 +319,10 @@ func (t *Trainer) RunTo(ctx context.Context, target int) (err error) {
 			return err
 		}
 	}
+	if f, ok := t.strategy.(*FullyShardedDataParallel); ok {
+		f.running = true
+		defer func() { f.running = false }()
+	}
 	t.stopReason = ""
 	if target <= t.Epoch && t.BatchInEpoch == 0 {
 		t.printf("trainer: already at epoch %d of %d; nothing to train (use RunFor to train more)\n", t.Epoch, target)
