@@ -377,6 +377,20 @@ func (f *FullyShardedDataParallel) reshardAll() {
 	}
 }
 
+// Unsharded gathers the full parameters of every resharded unit (Unshard) and runs fn
+// with the unit hooks off, so that fn may read the model or run forwards on this rank
+// alone (a sample generated on rank 0). It is a collective: every rank must call it,
+// each with its own fn.
+func (f *FullyShardedDataParallel) Unsharded(fn func() error) error {
+	if err := f.Unshard(); err != nil {
+		return err
+	}
+	was := f.running
+	f.running = false
+	defer func() { f.running = was }()
+	return fn()
+}
+
 // Unshard gathers the full parameters of every unit that ReshardAfterForward freed, for
 // a caller that reads the model between steps (Run does it when it ends); the next
 // forward frees them again. It is a collective: every rank must call it.
