@@ -248,6 +248,9 @@ func (t *Trainer) forwardBackward(b data.Batch, k int, items **torch.Tensor) (er
 		loss = loss.DivScalar(float64(k))
 	}
 	t.Scaler.ScaleLoss(loss).Backward()
+	if f, ok := t.strategy.(*FullyShardedDataParallel); ok {
+		return f.afterBackward()
+	}
 	return nil
 }
 
@@ -337,7 +340,15 @@ func (t *Trainer) applyGradients(items *torch.Tensor) (bool, error) {
 	if t.cfg.GradClip > 0 {
 		// The norm stays on the device (no host read per step); non-finite norms are
 		// left out of the epoch's average.
-		norm := optim.ClipGradNormTensor(t.params, t.cfg.GradClip, 2)
+		var norm *torch.Tensor
+		if f, ok := t.strategy.(*FullyShardedDataParallel); ok {
+			var err error
+			if norm, err = f.clipGradNorm(t.params, t.cfg.GradClip, t.Device); err != nil {
+				return false, fmt.Errorf("epoch %d batch %d: %w", t.Epoch+1, t.BatchInEpoch, err)
+			}
+		} else {
+			norm = optim.ClipGradNormTensor(t.params, t.cfg.GradClip, 2)
+		}
 		t.normSums.addFinite(gradNormKey, norm)
 	}
 	if err := t.fire(BeforeOptimizerStep); err != nil {
@@ -346,6 +357,12 @@ func (t *Trainer) applyGradients(items *torch.Tensor) (bool, error) {
 	stepped, err := t.Scaler.Step(t.Optimizer)
 	if err != nil {
 		return false, err
+	}
+	if f, ok := t.strategy.(*FullyShardedDataParallel); ok && stepped {
+		// The model's full parameters take the updated shards.
+		if err := f.gather(); err != nil {
+			return false, fmt.Errorf("epoch %d batch %d: %w", t.Epoch+1, t.BatchInEpoch, err)
+		}
 	}
 	return stepped, t.Scaler.Update()
 }

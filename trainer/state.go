@@ -163,6 +163,9 @@ func (t *Trainer) saveCheckpointIn(dir, name string) error {
 // errors.
 func (t *Trainer) saveCheckpoint(path string, write func(any) error) (err error) {
 	defer torch.Recover(&err, "saving checkpoint "+path)
+	if _, ok := t.strategy.(*FullyShardedDataParallel); ok {
+		return fmt.Errorf("saving checkpoint %s: %w", path, errShardedCheckpoint)
+	}
 	scope := torch.NewScope()
 	defer scope.Close()
 	d := checkpoint.NewDict()
@@ -338,6 +341,9 @@ func jsonName(f reflect.StructField) (string, bool) {
 // is never silently dropped.
 func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	defer torch.Recover(&err, "loading checkpoint "+path)
+	if _, ok := t.strategy.(*FullyShardedDataParallel); ok {
+		return fmt.Errorf("loading checkpoint %s: %w", path, errShardedCheckpoint)
+	}
 	raw, err := checkpoint.Read(path)
 	if err != nil {
 		return err

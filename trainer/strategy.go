@@ -10,7 +10,7 @@ import (
 // Strategy is how training is spread over processes, Lightning Fabric's idea reduced to
 // what the loop needs: the loop calls it at fixed points and never asks which one it
 // has. SingleProcess is the default; DataParallel (WithDistributed) is PyTorch's
-// DistributedDataParallel.
+// DistributedDataParallel; FullyShardedDataParallel (WithFSDP) is its FSDP2.
 type Strategy interface {
 	// Configure runs in New before the device is resolved: it may choose the device
 	// (Config.Device) and silence a process that is not the main one.

@@ -265,7 +265,8 @@ func (t *Trainer) seed() (err error) {
 // and every checkpoint record them). It is a copy: the settings are the options'.
 func (t *Trainer) Config() Config { return t.cfg }
 
-// Strategy returns how the trainer spreads over processes (SingleProcess, DataParallel).
+// Strategy returns how the trainer spreads over processes (SingleProcess, DataParallel,
+// FullyShardedDataParallel).
 func (t *Trainer) Strategy() Strategy { return t.strategy }
 
 // IsMain reports whether this trainer writes files and output: true for a single
@@ -318,6 +319,10 @@ func (t *Trainer) RunTo(ctx context.Context, target int) (err error) {
 			return err
 		}
 	}
+	if f, ok := t.strategy.(*FullyShardedDataParallel); ok {
+		f.running = true
+		defer func() { f.running = false }()
+	}
 	t.stopReason = ""
 	if target <= t.Epoch && t.BatchInEpoch == 0 {
 		t.printf("trainer: already at epoch %d of %d; nothing to train (use RunFor to train more)\n", t.Epoch, target)
@@ -346,6 +351,12 @@ func (t *Trainer) RunTo(ctx context.Context, target int) (err error) {
 		}
 		if t.budgetSpent() {
 			break
+		}
+	}
+	if f, ok := t.strategy.(*FullyShardedDataParallel); ok {
+		// The caller (and TrainEnd) gets the whole model, resharded units included.
+		if err := f.Unshard(); err != nil {
+			return err
 		}
 	}
 	t.printf("===== training done: best %s %.4f =====\n", t.cfg.Monitor, t.BestMetric)

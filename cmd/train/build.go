@@ -248,7 +248,7 @@ func build(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trai
 	opts := append(trainerOptions(c.Config), trainer.WithScheduler(sched, c.SchedulerInterval), trainer.WithRunDir(runDir),
 		trainer.WithModelConfig(c.Model), trainer.WithRunConfig(c))
 	if pg != nil {
-		opts = append(opts, trainer.WithDistributed(pg))
+		opts = append(opts, parallelism(c, pg))
 	}
 	if _, ok := m.(*models.GPT2LMHeadModel); ok && c.Monitor == "val_acc" {
 		opts = append(opts, trainer.WithMonitor("val_loss", trainer.Min))
@@ -264,4 +264,22 @@ func build(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trai
 			trainer.WithCallbacks(&lmCallback{model: gpt, prompt: "\n", tokens: 64, out: out}))
 	}
 	return trainer.New(m, trainLoader, valLoader, loss, opt, opts...)
+}
+
+// parallelism is the trainer's strategy over pg: sharded (--fsdp, --fsdp-reshard) or
+// data-parallel.
+func parallelism(c Config, pg *distributed.ProcessGroup) trainer.Option {
+	if c.FSDP {
+		return trainer.WithStrategy(&trainer.FullyShardedDataParallel{Group: pg, ReshardAfterForward: c.FSDPReshard})
+	}
+	return trainer.WithDistributed(pg)
+}
+
+// unsharded runs fn with the whole model on this rank: under sharded training every
+// rank must call it (FullyShardedDataParallel.Unsharded gathers), each with its fn.
+func unsharded(t *trainer.Trainer, fn func() error) error {
+	if f, ok := t.Strategy().(*trainer.FullyShardedDataParallel); ok {
+		return f.Unsharded(fn)
+	}
+	return fn()
 }

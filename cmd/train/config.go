@@ -42,6 +42,12 @@ type Config struct {
 	// GradientCheckpointing recomputes each decoder layer's activations in the
 	// backward pass instead of keeping them.
 	GradientCheckpointing bool `json:"gradient_checkpointing,omitempty" yaml:"gradient_checkpointing"`
+	// FSDP shards the trainable parameters' gradients and optimizer state across the
+	// ranks (trainer.FullyShardedDataParallel) instead of data parallelism's replicas.
+	FSDP bool `json:"fsdp,omitempty" yaml:"fsdp"`
+	// FSDPReshard, with FSDP, also frees each decoder layer's parameters between its
+	// forward and its backward and between steps (ZeRO-3, FSDP2's reshard_after_forward).
+	FSDPReshard bool `json:"fsdp_reshard,omitempty" yaml:"fsdp_reshard"`
 	// DataDir is the training data: the Fashion-MNIST directory (the default), an
 	// ImageFolder tree, a CSV file, a text file or a token file.
 	DataDir string `json:"data_dir" yaml:"data_dir"`
@@ -162,6 +168,9 @@ func (c Config) validate() error {
 	if c.WarmupSteps > 0 && c.WarmupRatio > 0 {
 		return &trainer.FieldError{Field: "warmup_ratio", Msg: "and warmup_steps are two ways to say one thing: give one"}
 	}
+	if c.FSDPReshard && !c.FSDP {
+		return &trainer.FieldError{Field: "fsdp_reshard", Msg: "needs fsdp (--fsdp): it reshards sharded training"}
+	}
 	if c.AdamKernel != "fused" && c.AdamKernel != "foreach" {
 		return &trainer.FieldError{Field: "adam_kernel", Msg: fmt.Sprintf("must be fused or foreach, got %q", c.AdamKernel)}
 	}
@@ -194,6 +203,8 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.Float64Var(&c.LoraAlpha, "lora-alpha", c.LoraAlpha, "LoRA alpha (scaling alpha/r)")
 	fs.Float64Var(&c.LoraDropout, "lora-dropout", c.LoraDropout, "LoRA dropout")
 	fs.StringVar(&c.LoraTargets, "lora-targets", c.LoraTargets, "LoRA target modules: names (q_proj,v_proj; Phi-3's fused qkv_proj,gate_up_proj) or all-linear")
+	fs.BoolVar(&c.FSDP, "fsdp", c.FSDP, "with several ranks: shard gradients and optimizer state across them (FSDP, ZeRO-2 memory; no checkpoints yet) instead of data parallelism")
+	fs.BoolVar(&c.FSDPReshard, "fsdp-reshard", c.FSDPReshard, "with --fsdp: also free each decoder layer's parameters outside its forward and backward (ZeRO-3)")
 	fs.BoolVar(&c.GradientCheckpointing, "gradient-checkpointing", c.GradientCheckpointing, "recompute each decoder layer's activations in backward (less memory, more time)")
 	fs.StringVar(&c.DataDir, "data", c.DataDir, "training data: an ImageFolder tree (with train/ and val/, or --val-split), a CSV file (--label-column), a text file (--model gpt) or the Fashion-MNIST directory (default: Debian's)")
 	fs.IntVar(&c.ImageSize, "image-size", c.ImageSize, "resize ImageFolder images to N x N (0: the data's size)")

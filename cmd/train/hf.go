@@ -186,7 +186,7 @@ func buildHFOn(c Config, runDir string, pg *distributed.ProcessGroup, m models.C
 		trainer.WithModelConfig(modelType(c.Model)), trainer.WithRunConfig(c), trainer.WithTrainStep(maskedLMStep),
 		trainer.WithCallbacks(cb))
 	if pg != nil {
-		opts = append(opts, trainer.WithDistributed(pg))
+		opts = append(opts, parallelism(c, pg))
 	}
 	return trainer.New(m, trainLoader, valLoader, nil, opt, opts...)
 }
@@ -274,9 +274,21 @@ func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 		return nil
 	}
 	rec := perplexityRecord(e, t)
-	if rec == nil || !h.main {
+	if rec == nil {
 		return nil
 	}
+	// Rank 0 generates and saves alone: under sharded training every rank gathers the
+	// whole model first.
+	return unsharded(t, func() error {
+		if !h.main {
+			return nil
+		}
+		return h.evaluated(t, rec)
+	})
+}
+
+// evaluated prints the evaluation, generates the sample and saves hf/last (and hf/best).
+func (h *hfCallback) evaluated(t *trainer.Trainer, rec *trainer.Record) error {
 	training := h.run.model.ModuleBase().Training()
 	nn.SetTraining(h.run.model, false)
 	defer nn.SetTraining(h.run.model, training)

@@ -22,6 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
 )
 
 // Test hooks, read in every process of the test binary (the launcher and its ranks run
@@ -69,6 +71,48 @@ func TestLaunchTwoRanks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, strings.Count(string(hist), "\n"))
 	assert.Equal(t, 1, strings.Count(string(out), "Epoch 1 |"), "only rank 0 prints")
+}
+
+// TestLaunchFSDP: --fsdp with --nproc-per-node 2 trains sharded; rank 0 writes the run
+// directory without checkpoints, which sharded training does not write yet, and says so.
+// Without several ranks --fsdp is refused.
+func TestLaunchFSDP(t *testing.T) {
+	runs := t.TempDir()
+	out, err := child(append([]string{"--nproc-per-node", "2", "--fsdp", "--runs-dir", runs}, small...)...).CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "sharded training (FSDP): no checkpoints are written")
+	entries, err := os.ReadDir(runs)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	dir := filepath.Join(runs, entries[0].Name())
+	assert.NoFileExists(t, filepath.Join(dir, "checkpoints", "last.pt"))
+	hist, err := os.ReadFile(filepath.Join(dir, "history.jsonl"))
+	require.NoError(t, err)
+	assert.Equal(t, 1, strings.Count(string(hist), "\n"))
+
+	out, err = child(append([]string{"--fsdp", "--runs-dir", t.TempDir()}, small...)...).CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "--fsdp shards across ranks")
+}
+
+// TestLaunchFSDPReshard: --fsdp --fsdp-reshard fine-tunes a Hugging Face Llama on two
+// ranks with its layers resharded; rank 0's evaluation sample and hf/last, made on the
+// whole model that every rank gathered, come out, and the directory loads. Without
+// --fsdp, --fsdp-reshard is refused.
+func TestLaunchFSDPReshard(t *testing.T) {
+	model, pairs, runs := tinyLlamaDir(t), pairsFile(t), t.TempDir()
+	out, err := child("--nproc-per-node", "2", "--fsdp", "--fsdp-reshard", "--model", model, "--data", pairs, "--batch-size", "4",
+		"--optimizer", "adamw", "--lr", "1e-2", "--scheduler", "none", "--threads", "1", "--workers", "1", "--epochs", "1",
+		"--runs-dir", runs, "--experiment", "z3").CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "continuation: ")
+	m, err := models.LoadPretrained(filepath.Join(runs, "z3", "hf", "last"), models.LoadOptions{})
+	require.NoError(t, err, "hf/last loads")
+	nn.Free(m)
+
+	out, err = child("--fsdp-reshard", "--runs-dir", t.TempDir(), "--synthetic", "64").CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "--fsdp-reshard (fsdp_reshard in a config file) needs fsdp")
 }
 
 // TestBadLaunchEnvironment: a bad torchrun environment or a busy port fails before

@@ -134,6 +134,9 @@ func run(args []string) error {
 		return err
 	}
 	defer pg.Close()
+	if c.FSDP && pg == nil {
+		return errors.New("--fsdp shards across ranks: start several with --nproc-per-node N or torchrun")
+	}
 	t, err := build(c, runDir, pg)
 	if err != nil {
 		return err

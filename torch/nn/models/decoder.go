@@ -339,11 +339,43 @@ type DecoderModel[L decoderLayer] struct {
 	LocalRotaryEmb *RotaryEmbedding
 	// checkpointing recomputes each layer's activations in backward (GradientCheckpointer).
 	checkpointing bool
+	// unitHooks run around each layer (nn.UnitHooker).
+	unitHooks nn.UnitHooks
 }
 
 // SetGradientCheckpointing makes each layer recompute its activations in the backward
 // pass of training instead of keeping them (GradientCheckpointer).
 func (d *DecoderModel[L]) SetGradientCheckpointing(on bool) { d.checkpointing = on }
+
+// FSDPUnits names the units of sharded training (trainer.UnitChooser), as torchtune's
+// FSDP2 recipes wrap a decoder: the embeddings and each decoder layer; the final norm
+// (and a head outside the body) fall to the root unit.
+func (d *DecoderModel[L]) FSDPUnits() []string {
+	return append([]string{"embed_tokens"}, d.layerPaths()...)
+}
+
+func (d *DecoderModel[L]) layerPaths() []string {
+	out := make([]string, len(d.Layers))
+	for i := range d.Layers {
+		out[i] = fmt.Sprintf("layers.%d", i)
+	}
+	return out
+}
+
+// SetUnitHooks runs h around each decoder layer's forward (nn.UnitHooker); the units
+// are the layers. A mixture of experts installs none and returns no units: its router
+// logits leave a layer beside its output (moe.go), so the output alone does not mark
+// where the layer's backward starts.
+func (d *DecoderModel[L]) SetUnitHooks(h nn.UnitHooks) []string {
+	for _, l := range d.Layers {
+		if _, ok := any(l).(routedLayer); ok {
+			d.unitHooks = nil
+			return nil
+		}
+	}
+	d.unitHooks = h
+	return d.layerPaths()
+}
 
 // Forward returns the final hidden states [B, T, hidden] of in's tokens.
 func (d *DecoderModel[L]) Forward(in DecoderInput) *torch.Tensor {
@@ -363,7 +395,10 @@ func (d *DecoderModel[L]) ForwardEmbeddings(x *torch.Tensor, in DecoderInput) *t
 	full := attention{cache: in.Cache}
 	full.mask, full.causal = in.SDPAMask()
 	windowed := map[int64]attention{}
-	for _, l := range d.Layers {
+	for i, l := range d.Layers {
+		if d.unitHooks != nil {
+			d.unitHooks.BeforeUnit(i)
+		}
 		li := layerInput{cos: cos, sin: sin, attention: full}
 		if w := l.window(); w > 0 {
 			at, ok := windowed[w]
@@ -388,11 +423,14 @@ func (d *DecoderModel[L]) ForwardEmbeddings(x *torch.Tensor, in DecoderInput) *t
 				// The router logits a loss records leave the checkpoint as outputs, with
 				// their graph (moe.go).
 				x = checkpointRouted(l, r.routers(), f, x, li.cos, li.sin, li.mask)
-				continue
+			} else {
+				x = torch.Local(func() *torch.Tensor { return nn.Checkpoint(l, f, x, li.cos, li.sin, li.mask) })
 			}
-			x = torch.Local(func() *torch.Tensor { return nn.Checkpoint(l, f, x, li.cos, li.sin, li.mask) })
 		} else {
 			x = torch.Local(func() *torch.Tensor { return l.forward(x, li) })
+		}
+		if d.unitHooks != nil {
+			x = d.unitHooks.AfterUnit(i, x)
 		}
 	}
 	in.Cache.Advance(in.InputIDs.Size(1))

@@ -205,6 +205,17 @@ type GPT2Model struct {
 // pass of training instead of keeping them (GradientCheckpointer).
 func (g *GPT2Model) SetGradientCheckpointing(on bool) { g.checkpointing = on }
 
+// FSDPUnits names the units of sharded training (trainer.UnitChooser): the token
+// and the position embeddings (a unit each) and each block; the final norm falls to
+// the root unit.
+func (g *GPT2Model) FSDPUnits() []string {
+	out := []string{"wte", "wpe"}
+	for i := range g.H {
+		out = append(out, fmt.Sprintf("h.%d", i))
+	}
+	return out
+}
+
 // Forward returns the final hidden states [B, T, E] of in's tokens.
 func (g *GPT2Model) Forward(in DecoderInput) *torch.Tensor {
 	x := g.drop.Forward(g.Wte.Forward(in.InputIDs).Add(g.Wpe.Forward(in.Positions())))
