@@ -311,7 +311,7 @@ cg_status run_groups(Step step, int ngroups, const int64_t *group_sizes, const d
     }
     base += group_sizes[g];
     if (ps.empty()) continue;
-    if (static_cast<size_t>(g) < cg::capture_lrs.size()) cur_lr = cg::capture_lrs[g];
+    cur_lr = static_cast<size_t>(g) < cg::capture_lrs.size() ? cg::capture_lrs[g] : at::Tensor();
     if (uniform(ps)) {  // one bucket, the usual case: no index lists, no copies
       step(hyper + g * CG_OPT_NHYPER, ps, gs, pid, s);
       continue;

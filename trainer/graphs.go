@@ -120,9 +120,9 @@ func capturable(o optim.Optimizer) error {
 // graphSteps is the state of an epoch whose training steps run as CUDA graphs: the
 // learning rates on the device, and a graph per batch shape.
 type graphSteps struct {
-	lrs    []*torch.Tensor
-	shapes map[string]*shapeGraph
-	why    string // the recorder's finding on the epoch's first step
+	lrs     []*torch.Tensor
+	shapes  map[string]*shapeGraph
+	checked bool // the epoch's first step was recorded (torch.Record) for what a capture cannot hold
 }
 
 // shapeGraph is one batch shape's graph: its static inputs, the steps it has run
@@ -252,10 +252,11 @@ func (f *graphSteps) eager(t *Trainer, sg *shapeGraph, b data.Batch) (err error)
 		sg.warm++
 		var why string
 		if e := sg.g.Warmup(func() {
-			if f.why != "" || len(f.shapes) > 1 || sg.warm > 1 {
+			if f.checked {
 				run()
 				return
 			}
+			f.checked = true
 			// The epoch's first step is recorded, as a replayed step is, to find what
 			// a capture cannot hold before capturing.
 			_, tr, w := torch.Record(slices.Collect(maps.Values(sg.inputs.Fields)), t.GlobalStep+1, run)
@@ -269,16 +270,15 @@ func (f *graphSteps) eager(t *Trainer, sg *shapeGraph, b data.Batch) (err error)
 		if err == nil && uncapturable(why) {
 			return fmt.Errorf("trainer: WithCUDAGraphs: the training step cannot be captured as a CUDA graph: %s", why)
 		}
-		f.why = why + " "
 		return err
 	}
-	if e := sg.g.Capture(func() { run() }); e != nil && err == nil {
-		err = fmt.Errorf("trainer: WithCUDAGraphs: capturing the training step (a step that reads a value on the host cannot be captured): %w", e)
+	if e := sg.g.Capture(func() { run() }); err == nil {
+		err = e
 	}
 	if err != nil {
 		sg.g.Free()
 		sg.g = nil
-		return err
+		return fmt.Errorf("trainer: WithCUDAGraphs: capturing the training step (a step that reads a value on the host cannot be captured): %w", err)
 	}
 	sg.loss = t.StepLoss.Escape()
 	if err := sg.g.Replay(); err != nil {
