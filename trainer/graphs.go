@@ -19,10 +19,11 @@ import (
 // fields the Trainer copies into the graph's static input buffers. The optimizer runs in
 // its capturable form: its learning rate is a device tensor the Trainer sets before each
 // step, so a scheduler changes it without a new capture. A batch of other shapes (the
-// last, smaller one; padded language-model batches) gets a graph of its own once it has
-// been seen graphWarmup times in an epoch, and runs eagerly until then. Everything else —
-// GlobalStep, the scheduler, the events, logging points, checkpoints — runs in Go at
-// every step as in eager mode, and the events come in the same order.
+// last, smaller one; padded language-model batches) gets a graph of its own after
+// graphWarmup eager steps of that shape in an epoch, and runs eagerly until then; graphs
+// are captured afresh each epoch. Everything else — GlobalStep, the scheduler, the
+// events, logging points, checkpoints — runs in Go at every step as in eager mode, and
+// the events come in the same order.
 //
 // A graph replays fixed work, so New refuses, naming the reason, what cannot be
 // captured: a device that is not CUDA, several processes, an optimizer that is not
@@ -31,7 +32,8 @@ import (
 // skipped steps are decided on the host), gradient accumulation, and a callback acting
 // at BeforeBackward or BeforeOptimizerStep (inside the captured step). A step that reads
 // a value on the host (Tensor.Item) or uses activation checkpointing (its backward calls
-// Go) is an error at the first step of the run, before anything is captured.
+// Go) is an error at the first step of the epoch, which is recorded (torch.Record) to
+// find them before anything is captured.
 func WithCUDAGraphs(on bool) Option {
 	return func(t *Trainer) error { t.cfg.CUDAGraphs = on; return nil }
 }
