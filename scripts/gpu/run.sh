@@ -385,13 +385,13 @@ for v in ("eager", "graphs"):
 # The losses agree within float tolerance (the graphed optimizer runs its capturable
 # kernel); the times differ by design.
 def close(a, b):
-    return all(abs(a[i] - b[i]) <= 1e-4 * max(1.0, abs(a[i])) for i in range(len(a)))
+    return all(x == y or (x != x and y != y) or abs(x - y) <= 1e-4 * max(1.0, abs(x)) for x, y in zip(a, b))
 keys = ("train_loss", "val_loss", "val_acc")
 h = [out[v]["history"] for v in ("eager", "graphs")]
 for v in ("eager", "graphs"):
     out[v]["samples_per_sec"] = [r.get("samples_per_sec") for r in out[v]["history"] or []]
 out["same_history"] = bool(h[0]) and h[1] is not None and len(h[0]) == len(h[1]) and all(
-    close([float(a[k]) for k in keys], [float(b[k]) for k in keys]) for a, b in zip(h[0], h[1]))
+    close([float(a.get(k) or 0) for k in keys], [float(b.get(k) or 0) for k in keys]) for a, b in zip(h[0], h[1]))
 json.dump(out, open(os.path.join(stage, "graphs.json"), "w"), indent=2)
 print("graphs: wall %s s eager, %s s graphs; samples/s %s eager, %s graphs; same losses: %s" % (
     out["eager"]["wall_s"], out["graphs"]["wall_s"], out["eager"]["samples_per_sec"],
