@@ -327,6 +327,21 @@ cg_status cg_dist_reduce_scatter(cg_pg pg, cg_tensor *outs, cg_tensor *ins, int 
 #ifdef __cplusplus
 extern "C" {
 #endif
+// CUDA graphs (graph.cc): a graph of device device; cg_graph_begin moves the calling
+// thread to a side stream that waits for the current one, capturing when capture is set
+// (thread-local capture mode, the graph's private pool, autocast's weight cache off);
+// cg_graph_end ends the capture and makes the caller's stream wait for the side stream.
+typedef void *cg_graph;
+cg_status cg_graph_new(int device, cg_graph *out);
+cg_status cg_graph_begin(cg_graph g, int capture);
+cg_status cg_graph_end(cg_graph g);
+cg_status cg_graph_replay(cg_graph g);
+void cg_graph_free(cg_graph g);
+// cg_optim_capturable makes cg_optim_step's Adam(fused=True), AdamW(fused=True) and SGD
+// read group g's learning rate from lrs[g], a 0-dim float tensor on the parameters'
+// device, and keep their step counts there (n = 0 ends it).
+cg_status cg_optim_capturable(const cg_tensor *lrs, int n);
+
 typedef void *cg_trace;
 // cg_trace_begin starts recording the calling thread's calls, with inputs as the
 // trace's inputs; step is the step counter (cg_accumulate's step) of the recorded step.

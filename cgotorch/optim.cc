@@ -66,7 +66,13 @@ struct Slots {
     return h ? T(h) : at::Tensor();
   }
   void set(size_t p, int k, at::Tensor t) const { state[p * CG_OPT_NSTATE + k] = cg::owned(std::move(t)); }
+  // replace puts t in an existing slot's handle, which its Go tensor keeps.
+  void replace(size_t p, int k, at::Tensor t) const { T(state[p * CG_OPT_NSTATE + k]) = std::move(t); }
 };
+
+// cur_lr is the running group's learning rate as a device tensor in the capturable form
+// (cg_optim_capturable), undefined otherwise.
+at::Tensor cur_lr;
 
 std::vector<at::Scalar> scalars(const std::vector<double> &v) { return std::vector<at::Scalar>(v.begin(), v.end()); }
 
@@ -77,11 +83,26 @@ List grads_for(const List &params, List grads, bool maximize, double weight_deca
   return grads;
 }
 
+template <class F>
+List ensure(const List &params, const std::vector<size_t> &pid, const Slots &s, int k, F make);
+
 // Each step reads its group's hyperparameters h in torch.OptimizerKeys' order.
 
 void sgd(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
   double lr = h[0], momentum = h[1], dampening = h[2], wd = h[3];
   bool nesterov = h[4] != 0, maximize = h[5] != 0;
+  if (cur_lr.defined()) {
+    // Capturable: _fused_sgd_ reads the learning rate from the device; the buffers'
+    // first step (filled from the gradients) runs eagerly, before a capture.
+    List bufs;
+    bool first = false;
+    if (momentum != 0) {
+      for (size_t i = 0; i < params.size(); i++) first = first || !s.get(pid[i], 0).defined();
+      bufs = ensure(params, pid, s, 0, zeros_like);
+    }
+    at::_fused_sgd_(params, grads_in, bufs, wd, momentum, cur_lr, dampening, nesterov, maximize, first);
+    return;
+  }
   List grads = grads_for(params, grads_in, maximize, wd);
   if (momentum != 0) {
     List bufs;
@@ -148,6 +169,24 @@ void adam(const double *h, const List &params, const List &grads_in, const std::
     // torch.optim.Adam(fused=True): _fused_adam(w)_ updates each parameter and its state
     // in one pass (ATen's CPU and CUDA kernels). Steps stay 0-dim float32 CPU tensors, as
     // in the other path's state dict; the kernel reads them from the parameters' device.
+    if (cur_lr.defined()) {
+      // Capturable: the steps move to the parameters' devices for good (in their Go
+      // handles) and the learning rate is a device tensor, so that nothing is read or
+      // copied from the host.
+      for (size_t i = 0; i < steps.size(); i++)
+        if (steps[i].device() != params[i].device()) {
+          steps[i] = steps[i].to(params[i].device());
+          s.replace(pid[i], 0, steps[i]);
+        }
+      at::_foreach_add_(steps, 1);
+      if (decoupled)
+        at::_fused_adamw_(params, grads_in, exp_avgs, exp_avg_sqs, max_sqs, steps, cur_lr, beta1, beta2, wd, eps,
+                          amsgrad, maximize);
+      else
+        at::_fused_adam_(params, grads_in, exp_avgs, exp_avg_sqs, max_sqs, steps, cur_lr, beta1, beta2, wd, eps,
+                         amsgrad, maximize);
+      return;
+    }
     at::_foreach_add_(steps, 1);
     List moved;  // the steps on the parameters' devices, when some are elsewhere
     for (size_t i = 0; i < steps.size(); i++) {
@@ -251,6 +290,9 @@ using Step = void (*)(const double *, const List &, const List &, const std::vec
 // run_groups steps every group with step.
 cg_status run_groups(Step step, int ngroups, const int64_t *group_sizes, const double *hyper, cg_tensor *params,
                      const Slots &s) {
+  struct Clear {
+    ~Clear() { cur_lr = at::Tensor(); }
+  } clear;
   size_t base = 0;
   List ps, gs;
   std::vector<size_t> pid;
@@ -269,6 +311,7 @@ cg_status run_groups(Step step, int ngroups, const int64_t *group_sizes, const d
     }
     base += group_sizes[g];
     if (ps.empty()) continue;
+    cur_lr = static_cast<size_t>(g) < cg::capture_lrs.size() ? cg::capture_lrs[g] : at::Tensor();
     if (uniform(ps)) {  // one bucket, the usual case: no index lists, no copies
       step(hyper + g * CG_OPT_NHYPER, ps, gs, pid, s);
       continue;

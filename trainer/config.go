@@ -50,10 +50,12 @@ type Config struct {
 	// config.json and every checkpoint so that a service maps outputs back to names.
 	ClassNames []string `json:"class_names,omitempty" yaml:"class_names"`
 
-	Seed          int64  `json:"seed" yaml:"seed"`
-	Deterministic bool   `json:"deterministic" yaml:"deterministic"`
-	Device        string `json:"device" yaml:"device"`
-	Threads       int    `json:"threads" yaml:"threads"`
+	Seed          int64 `json:"seed" yaml:"seed"`
+	Deterministic bool  `json:"deterministic" yaml:"deterministic"`
+	// CUDAGraphs runs the training step as a CUDA graph (WithCUDAGraphs).
+	CUDAGraphs bool   `json:"cuda_graphs,omitempty" yaml:"cuda_graphs"`
+	Device     string `json:"device" yaml:"device"`
+	Threads    int    `json:"threads" yaml:"threads"`
 	// LogEvery is the number of batches between logging points: progress lines (when
 	// the output is not a terminal), the read of the training metrics and the NaN
 	// check (0: about ten an epoch).

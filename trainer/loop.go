@@ -45,6 +45,7 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 	began := time.Now()
 	nn.SetTraining(t.Model, true)
 	t.oneCall = t.planOneCall()
+	t.graphs = t.planGraphs()
 	// The iterator gets its own context: a cancel is seen between optimizer steps (below),
 	// so a step and its accumulation window always complete before the state is saved.
 	it := t.Train.Iter(context.Background(), epoch, start)
@@ -125,14 +126,20 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 //	the logging point, BatchEnd, Logged                          (endBatch)
 //
 // A one-call engine (WithOneCallStep) executes the first three lines in libtorch, one
-// call per step or per run of steps; its steps then take the last two lines here, one
-// step at a time, as eager steps do. Each micro-batch's BatchEnd fires once the next one
+// call per step or per run of steps, and a CUDA graph (WithCUDAGraphs) replays them;
+// their steps then take the last two lines here, one step at a time, as eager steps do. Each micro-batch's BatchEnd fires once the next one
 // has arrived, and the last one's after the optimizer step, so BatchEnd always follows
 // the optimizer step of the batch that completes a window (Lightning's
 // on_train_batch_end).
 func (t *Trainer) step(it *data.Iter, n, k int) (bool, error) {
-	if t.oneCall != nil {
-		done, err := t.oneCall.steps(t, it)
+	if t.oneCall != nil || t.graphs != nil {
+		var done int
+		var err error
+		if t.graphs != nil {
+			done, err = t.graphs.step(t, it)
+		} else {
+			done, err = t.oneCall.steps(t, it)
+		}
 		if err != nil || done == 0 {
 			return false, err
 		}

@@ -98,7 +98,7 @@ func (t *Trainer) planOneCall() *oneCallStep {
 	if t.oneCall != nil {
 		t.oneCall.rep.Free()
 	}
-	if !t.fuse || t.cfg.Accumulation > 1 || t.Scaler.Enabled() {
+	if !t.fuse || t.cfg.CUDAGraphs || t.cfg.Accumulation > 1 || t.Scaler.Enabled() {
 		return nil
 	}
 	if _, ok := t.cfg.AMP.DType(); ok {

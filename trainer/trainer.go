@@ -130,6 +130,7 @@ type Trainer struct {
 	fuse         bool         // WithOneCallStep
 	stepsPerCall int          // WithStepsPerCall
 	oneCall      *oneCallStep // the epoch's training steps run in one call each (nil: not)
+	graphs       *graphSteps  // the epoch's CUDA graphs (nil: none)
 }
 
 // New makes a trainer. The model is moved to the chosen device; build the optimizer
@@ -186,6 +187,9 @@ func New(model nn.Module, train, val *data.Loader, loss nn.Loss, opt optim.Optim
 		return nil, err
 	}
 	t.Device = dev
+	if err := t.checkGraphs(); err != nil {
+		return nil, err
+	}
 	if t.modelConfig == "" {
 		t.modelConfig = strings.TrimPrefix(fmt.Sprintf("%T", model), "*")
 	}

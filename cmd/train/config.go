@@ -185,7 +185,7 @@ func trainerOptions(c trainer.Config) []trainer.Option {
 		trainer.WithEpochs(c.Epochs), trainer.WithAMP(c.AMP), trainer.WithGradClip(c.GradClip),
 		trainer.WithAccumulation(c.Accumulation), trainer.WithEarlyStopping(c.Patience),
 		trainer.WithMonitor(c.Monitor, c.MonitorMode), trainer.WithTopK(c.TopK), trainer.WithClassNames(c.ClassNames),
-		trainer.WithSeed(c.Seed), trainer.WithDeterministic(c.Deterministic), trainer.WithDevice(c.Device),
+		trainer.WithSeed(c.Seed), trainer.WithDeterministic(c.Deterministic), trainer.WithDevice(c.Device), trainer.WithCUDAGraphs(c.CUDAGraphs),
 		trainer.WithThreads(c.Threads), trainer.WithLogEvery(c.LogEvery),
 		trainer.WithMaxSteps(c.MaxSteps), trainer.WithEvalEvery(c.EvalEvery), trainer.WithSaveEvery(c.SaveEvery),
 	}
@@ -237,6 +237,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.IntVar(&c.TopK, "top-k", c.TopK, "also keep the k best epochs' checkpoints")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "random seed")
 	fs.BoolVar(&c.Deterministic, "deterministic", c.Deterministic, "deterministic algorithms (bitwise-repeatable runs)")
+	fs.BoolVar(&c.CUDAGraphs, "cuda-graphs", c.CUDAGraphs, "run the training step as a CUDA graph (CUDA only; SGD or fused Adam/AdamW, one process, no fp16 or accumulation)")
 	fs.StringVar(&c.Device, "device", c.Device, "device: auto, cpu, cuda, cuda:N")
 	fs.IntVar(&c.Threads, "threads", c.Threads, "libtorch intra-op threads (0: libtorch's default)")
 	fs.StringVar(&c.Experiment, "experiment", c.Experiment, "experiment id (run directory name; default model-date-time)")

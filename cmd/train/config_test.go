@@ -76,3 +76,21 @@ func TestConfigIsFlat(t *testing.T) {
 		assert.Contains(t, m, k)
 	}
 }
+
+// TestCUDAGraphsFlag: --cuda-graphs on the CPU is refused with the Trainer's reason, and
+// with a non-capturable optimizer with that one.
+func TestCUDAGraphsFlag(t *testing.T) {
+	for _, c := range []struct {
+		extra []string
+		want  string
+	}{
+		{[]string{"--device", "cpu"}, "WithCUDAGraphs: CUDA graphs need a CUDA device, and the device is cpu"},
+		{[]string{"--optimizer", "rmsprop"}, "WithCUDAGraphs: optimizer RMSprop reads its step count on the host"},
+		{[]string{"--optimizer", "adamw", "--adam-kernel", "foreach"}, "AdamW without fused=True"},
+	} {
+		args := append([]string{"--synthetic", "64", "--epochs", "1", "--runs-dir", t.TempDir(), "--cuda-graphs"}, c.extra...)
+		err := run(args)
+		require.Error(t, err, "%v", c.extra)
+		assert.Contains(t, err.Error(), c.want)
+	}
+}

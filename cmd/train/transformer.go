@@ -128,6 +128,10 @@ type lmCallback struct {
 	out    io.Writer
 }
 
+// Events says that it acts only at evaluations (so a step may run in one call or as a
+// CUDA graph).
+func (c *lmCallback) Events() trainer.EventSet { return trainer.Events(trainer.Evaluated) }
+
 // OnEvent acts at each evaluation.
 func (c *lmCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 	rec := perplexityRecord(e, t)
