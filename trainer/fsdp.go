@@ -445,6 +445,20 @@ func (f *FullyShardedDataParallel) UnitNames() (units []string, params [][]strin
 	return units, params
 }
 
+// Shards returns this rank's shards of the sharded parameters by name: rows
+// [Rank·s, (Rank+1)·s) of each, s = ceil(rows/WorldSize), zero-padded past the last row.
+// They are the optimizer's own tensors (the trainable ones) or the frozen ones that
+// ReshardAfterForward shards; read them, do not keep them past the next step.
+func (f *FullyShardedDataParallel) Shards() map[string]*torch.Tensor {
+	out := map[string]*torch.Tensor{}
+	for _, u := range f.units {
+		for i, n := range u.names {
+			out[n] = u.shards[i]
+		}
+	}
+	return out
+}
+
 // afterBackward reduce-scatters the micro-batch's gradients that the backward pass has
 // not (those of the units without hooks, and of the first hooked one), unless NoSync
 // defers it to the window's end, and frees the resharded units' parameters.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -22,14 +23,22 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/testpy"
+	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 	"github.com/gotrain/gotrain/torch/nn/models"
+	"github.com/gotrain/gotrain/trainer"
 )
 
 // Test hooks, read in every process of the test binary (the launcher and its ranks run
 // it too): TRAIN_TEST_GPUS fakes the number of visible GPUs; TRAIN_TEST_LATE_RANK makes
-// that rank hang before the rendezvous, deaf to SIGTERM, as a stuck process is.
+// that rank hang before the rendezvous, deaf to SIGTERM, as a stuck process is;
+// TRAIN_TEST_SHARDS_DIR makes each rank of sharded training write its shards there
+// after Run (shards-RANK.json: each parameter's shape and values).
 func init() {
+	if dir := os.Getenv("TRAIN_TEST_SHARDS_DIR"); dir != "" {
+		afterRun = func(t *trainer.Trainer) error { return writeShards(t, dir) }
+	}
 	if s := os.Getenv("TRAIN_TEST_GPUS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -50,6 +59,55 @@ func init() {
 		}
 	}
 }
+
+// shardJSON is one shard as writeShards writes it.
+type shardJSON struct {
+	Shape []int64   `json:"shape"`
+	Data  []float32 `json:"data"`
+}
+
+// writeShards writes this rank's shards of a sharded run to dir/shards-RANK.json.
+func writeShards(t *trainer.Trainer, dir string) error {
+	f, ok := t.Strategy().(*trainer.FullyShardedDataParallel)
+	if !ok {
+		return errors.New("test: TRAIN_TEST_SHARDS_DIR without --fsdp")
+	}
+	out := map[string]shardJSON{}
+	torch.WithScope(func() {
+		for name, s := range f.Shards() {
+			out[name] = shardJSON{Shape: s.Shape(), Data: s.ToDType(torch.Float32).Float32s()}
+		}
+	})
+	b, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, fmt.Sprintf("shards-%d.json", f.Group.Rank())), b, 0o644)
+}
+
+// hfEqualsShardsPy loads hf/last (argv[1]) with transformers and checks that every
+// parameter is its shards (argv[3:], one JSON file a rank) put together along dim 0,
+// exactly, and that training moved them from the initial model (argv[2]).
+const hfEqualsShardsPy = `
+import json, math, sys, torch
+from transformers import LlamaForCausalLM
+got = LlamaForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float32)
+init = dict(LlamaForCausalLM.from_pretrained(sys.argv[2], torch_dtype=torch.float32).named_parameters())
+ranks = [json.load(open(p)) for p in sys.argv[3:]]
+params = dict(got.named_parameters())
+assert set(params) == set(ranks[0]), (sorted(set(params) ^ set(ranks[0])))
+moved = 0
+for name, p in params.items():
+    rows = p.shape[0]
+    parts = [torch.tensor(r[name]["data"], dtype=torch.float32).reshape(r[name]["shape"]) for r in ranks]
+    for part in parts:
+        assert part.shape[0] == math.ceil(rows / len(ranks)), (name, part.shape, p.shape)
+    whole = torch.cat(parts, 0)[:rows]
+    assert torch.equal(whole, p.detach()), (name, (whole - p.detach()).abs().max().item())
+    moved += not torch.equal(init[name], p.detach())
+assert moved == len(params), f"{moved} of {len(params)} parameters changed in training"
+print("ok", len(params))
+`
 
 var small = []string{"--synthetic", "512", "--epochs", "1", "--workers", "1", "--log-every", "100", "--threads", "1"}
 
@@ -97,18 +155,25 @@ func TestLaunchFSDP(t *testing.T) {
 
 // TestLaunchFSDPReshard: --fsdp --fsdp-reshard fine-tunes a Hugging Face Llama on two
 // ranks with its layers resharded; rank 0's evaluation sample and hf/last, made on the
-// whole model that every rank gathered, come out, and the directory loads. Without
-// --fsdp, --fsdp-reshard is refused.
+// whole model that every rank gathered, come out, and the directory loads, in gotrain
+// and in transformers, with every parameter equal to the ranks' final shards put
+// together. Without --fsdp, --fsdp-reshard is refused.
 func TestLaunchFSDPReshard(t *testing.T) {
-	model, pairs, runs := tinyLlamaDir(t), pairsFile(t), t.TempDir()
-	out, err := child("--nproc-per-node", "2", "--fsdp", "--fsdp-reshard", "--model", model, "--data", pairs, "--batch-size", "4",
+	model, pairs, runs, shards := tinyLlamaDir(t), pairsFile(t), t.TempDir(), t.TempDir()
+	cmd := child("--nproc-per-node", "2", "--fsdp", "--fsdp-reshard", "--model", model, "--data", pairs, "--batch-size", "4",
 		"--optimizer", "adamw", "--lr", "1e-2", "--scheduler", "none", "--threads", "1", "--workers", "1", "--epochs", "1",
-		"--runs-dir", runs, "--experiment", "z3").CombinedOutput()
+		"--runs-dir", runs, "--experiment", "z3")
+	cmd.Env = append(cmd.Env, "TRAIN_TEST_SHARDS_DIR="+shards)
+	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
 	assert.Contains(t, string(out), "continuation: ")
-	m, err := models.LoadPretrained(filepath.Join(runs, "z3", "hf", "last"), models.LoadOptions{})
+	last := filepath.Join(runs, "z3", "hf", "last")
+	m, err := models.LoadPretrained(last, models.LoadOptions{})
 	require.NoError(t, err, "hf/last loads")
 	nn.Free(m)
+	py := testpy.Run(t, hfEqualsShardsPy, []string{"torch", "transformers"}, last, model,
+		filepath.Join(shards, "shards-0.json"), filepath.Join(shards, "shards-1.json"))
+	assert.Regexp(t, `^ok \d+$`, strings.TrimSpace(string(py)))
 
 	out, err = child("--fsdp-reshard", "--runs-dir", t.TempDir(), "--synthetic", "64").CombinedOutput()
 	require.Error(t, err)

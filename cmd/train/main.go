@@ -146,8 +146,16 @@ func run(args []string) error {
 			return err
 		}
 	}
-	return t.Run(ctx)
+	err = t.Run(ctx)
+	if err == nil && afterRun != nil {
+		err = afterRun(t)
+	}
+	return err
 }
+
+// afterRun, when set, runs in every rank after a successful Run (a hook for tests: a
+// rank that writes its shards).
+var afterRun func(t *trainer.Trainer) error
 
 // flagError names the flag of an invalid config field too: "--batch-size (batch_size)
 // must be >= 1, got 0".
