@@ -513,6 +513,7 @@ func (e *Engine) admit() []*sequence {
 			break
 		}
 		s.blocks = bs
+		e.nRunning++ // recounted after the step; counted now for Stats
 		e.used = e.pool.used()
 		e.maxUsed = max(e.maxUsed, e.used)
 		budget -= len(s.req.Prompt)
@@ -772,19 +773,24 @@ func (e *Engine) finish(s *sequence, err error) {
 	e.end(s, Event{Err: err, Token: -1, Tokens: s.count, PromptTokens: len(s.req.Prompt)})
 }
 
-// end sends s's last event and gives its blocks back to the pool.
+// end gives s's blocks back to the pool and takes it out of the running count, and
+// then sends its last event, so that a client that has its whole answer finds the
+// engine's Stats and metrics without it.
 func (e *Engine) end(s *sequence, ev Event) {
 	if s.out.closed() {
 		return
 	}
-	s.out.put(ev)
-	s.out.close()
-	e.metrics.tokens(len(s.req.Prompt), s.count)
 	e.mu.Lock()
+	if s.blocks != nil { // admitted: counted in nRunning
+		e.nRunning--
+	}
 	e.pool.give(s.blocks)
 	e.used = e.pool.used()
 	e.mu.Unlock()
 	s.blocks = nil
+	e.metrics.tokens(len(s.req.Prompt), s.count)
+	s.out.put(ev)
+	s.out.close()
 }
 
 // outbox holds a sequence's events until its reader takes them, so that the engine
