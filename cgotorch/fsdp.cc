@@ -48,6 +48,19 @@ size_t bytes_needed(const at::Tensor &t) {
   return static_cast<size_t>(t.storage_offset() + t.numel()) * t.element_size();
 }
 
+// refill gives a parameter whose storage cg_fsdp_free emptied its bytes back, from the
+// storage's own allocator, and returns its data without autograd's version counter.
+at::Tensor refill(at::Tensor &t) {
+  c10::StorageImpl *st = t.storage().unsafeGetStorageImpl();
+  size_t need = bytes_needed(t);
+  if (st->nbytes() < need) {
+    TORCH_CHECK(st->allocator() != nullptr, "fsdp: the parameter's storage has no allocator to fill it again");
+    st->set_data_ptr_noswap(st->allocator()->allocate(need));
+    st->set_nbytes(need);
+  }
+  return t.variable_data();
+}
+
 }  // namespace
 
 extern "C" {
@@ -111,17 +124,7 @@ cg_results cg_fsdp_alloc(cg_tensor *ts, int n) {
   try {
     std::vector<at::Tensor> out;
     out.reserve(n);
-    for (int i = 0; i < n; i++) {
-      at::Tensor &d = cg::T(ts[i]);
-      c10::StorageImpl *st = d.storage().unsafeGetStorageImpl();
-      size_t need = bytes_needed(d);
-      if (st->nbytes() < need) {
-        TORCH_CHECK(st->allocator() != nullptr, "fsdp: the parameter's storage has no allocator to fill it again");
-        st->set_data_ptr_noswap(st->allocator()->allocate(need));
-        st->set_nbytes(need);
-      }
-      out.push_back(d.variable_data());
-    }
+    for (int i = 0; i < n; i++) out.push_back(refill(cg::T(ts[i])));
     return cg::resn(out);
   } catch (...) {
     return cg::resn(cg::classify());
@@ -130,20 +133,12 @@ cg_results cg_fsdp_alloc(cg_tensor *ts, int n) {
 
 cg_status cg_fsdp_fill(cg_tensor *dst, cg_tensor *src, int n) {
   CG_TRY for (int i = 0; i < n; i++) {
-    at::Tensor &d = cg::T(dst[i]);
-    const at::Tensor &s = cg::T(src[i]);
-    c10::StorageImpl *st = d.storage().unsafeGetStorageImpl();
-    size_t need = bytes_needed(d);
-    if (st->nbytes() < need) {
-      TORCH_CHECK(st->allocator() != nullptr, "fsdp: the parameter's storage has no allocator to fill it again");
-      st->set_data_ptr_noswap(st->allocator()->allocate(need));
-      st->set_nbytes(need);
-    }
     // variable_data shares the storage under a version counter of its own: the copy
     // does not count as a change autograd would refuse.
-    at::Tensor v = d.variable_data();
+    at::Tensor v = refill(cg::T(dst[i]));
+    const at::Tensor &s = cg::T(src[i]);
     at::NoGradGuard g;
-    v.copy_(s.narrow(0, 0, d.size(0)).view(d.sizes()));
+    v.copy_(s.narrow(0, 0, v.size(0)).view(v.sizes()));
   }
   return cg::ok();
   CG_CATCH_STATUS

@@ -138,7 +138,8 @@ type Engine struct {
 	wake    *sync.Cond
 	waiting []*sequence
 	// prefilling are admitted sequences whose prompts are not all cached yet, running
-	// those that decode; the loop's alone, their count mirrored in nRunning.
+	// those that decode; the loop's alone. nRunning counts both: admit adds a
+	// sequence, end takes it out.
 	prefilling, running []*sequence
 	nRunning            int
 	steps               int64
@@ -451,7 +452,6 @@ func (e *Engine) loop() {
 			e.prefilling, e.running = nil, nil
 		}
 		e.mu.Lock()
-		e.nRunning = len(e.prefilling) + len(e.running)
 		e.steps++
 		e.mu.Unlock()
 	}
@@ -513,7 +513,7 @@ func (e *Engine) admit() []*sequence {
 			break
 		}
 		s.blocks = bs
-		e.nRunning++ // recounted after the step; counted now for Stats
+		e.nRunning++ // until end
 		e.used = e.pool.used()
 		e.maxUsed = max(e.maxUsed, e.used)
 		budget -= len(s.req.Prompt)

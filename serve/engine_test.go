@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -221,6 +222,32 @@ func TestChunkedPrefill(t *testing.T) {
 		require.NoError(t, got[i].err)
 		assert.Equal(t, want.NewIDs, got[i].ids, "chat %d", i)
 	}
+}
+
+// TestCancelWhilePrefilling: a request cancelled while its prompt is still being
+// prefilled, chunk by chunk, ends with the cancel, and leaves neither the running
+// count nor the pool with it.
+func TestCancelWhilePrefilling(t *testing.T) {
+	e := newTestEngine(t, Config{PrefillTokens: 2})
+	var prompt []int64
+	for len(prompt) < 60 {
+		prompt = append(prompt, fixture.chats[0].PromptIDs...)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	events, err := e.Submit(ctx, Request{Prompt: prompt[:60], MaxTokens: 4})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.Stats().Running == 1 }, 5*time.Second, time.Millisecond)
+	// 30 steps of prefill: unless this goroutine sleeps through them, the sequence is
+	// still prefilling (either way it must end with the cancel and leave nothing held).
+	cancel()
+	var last Event
+	for ev := range events {
+		last = ev
+	}
+	assert.ErrorIs(t, last.Err, context.Canceled)
+	s := e.Stats()
+	assert.Zero(t, s.Running)
+	assert.Zero(t, s.KVBlocksUsed)
 }
 
 // TestSeededSampling: a seeded request draws the same tokens alone and beside others
