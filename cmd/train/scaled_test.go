@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/internal/testsupport"
 )
 
 // tokenizerVariant copies the model directory and changes its tokenizer.json: the same
@@ -27,10 +28,7 @@ func tokenizerVariant(t *testing.T, model string, edit func(m map[string]any)) s
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
 	require.NoError(t, err)
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(raw, &m))
-	edit(m)
-	raw, err = json.Marshal(m)
+	raw, err = testsupport.EditJSON(raw, edit)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), raw, 0o644))
 	return dir

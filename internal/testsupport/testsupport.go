@@ -1,8 +1,12 @@
 // Package testsupport holds helpers that the tests of several packages share: the Go
-// heap's allocations while a function runs, and special files (FIFOs) to give as input.
+// heap's allocations while a function runs, edited JSON files, and special files
+// (FIFOs) to give as input.
 package testsupport
 
-import "runtime"
+import (
+	"encoding/json"
+	"runtime"
+)
 
 // AllocatedBy runs f and returns the bytes the Go heap allocated while it ran
 // (runtime.MemStats.TotalAlloc: garbage included).
@@ -13,4 +17,15 @@ func AllocatedBy(f func()) uint64 {
 	f()
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
+}
+
+// EditJSON decodes raw (a JSON object, such as a tokenizer.json), lets edit change its
+// fields and returns it encoded again.
+func EditJSON(raw []byte, edit func(m map[string]any)) ([]byte, error) {
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	edit(m)
+	return json.Marshal(m)
 }

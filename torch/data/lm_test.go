@@ -2,10 +2,8 @@ package data_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -14,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gotrain/gotrain/internal/testsupport"
 	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/data"
@@ -199,24 +198,11 @@ func tinyTokenizerWith(t *testing.T, edit func(m map[string]any)) *tokenizer.Tok
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("testdata", "tiny-llama-tokenizer.json"))
 	require.NoError(t, err)
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(raw, &m))
-	edit(m)
-	raw, err = json.Marshal(m)
+	raw, err = testsupport.EditJSON(raw, edit)
 	require.NoError(t, err)
 	tok, err := tokenizer.Parse(raw)
 	require.NoError(t, err)
 	return tok
-}
-
-// allocated is the bytes of Go memory f allocates (runtime.MemStats.TotalAlloc).
-func allocated(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
 }
 
 // TestLMLongLine is issue 42's long line where the file is read, at a scale a test can
@@ -241,7 +227,7 @@ func TestLMLongLine(t *testing.T) {
 	for k, path := range []string{small, large} {
 		var ds *data.LMDataset
 		var err error
-		loaded[k] = allocated(func() {
+		loaded[k] = testsupport.AllocatedBy(func() {
 			ds, err = data.NewLMDataset(path, split, data.LMOptions{BlockSize: 64, EOS: 2, MaxLineBytes: 6 << 20})
 		})
 		require.NoError(t, err)
@@ -267,7 +253,7 @@ func TestLMLongLine(t *testing.T) {
 		{"a normalizer that grows the line", grow, 6 << 20, large + ":1: ", 40 * 4 << 20},
 	} {
 		var err error
-		got := allocated(func() {
+		got := testsupport.AllocatedBy(func() {
 			_, err = data.NewLMDataset(large, c.tok, data.LMOptions{BlockSize: 64, EOS: 2, MaxLineBytes: c.maxLine})
 		})
 		t.Logf("%s: %d bytes allocated", c.name, got)
