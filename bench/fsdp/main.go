@@ -36,6 +36,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gotrain/gotrain/bench/internal/lmbench"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/data"
 	"github.com/gotrain/gotrain/torch/distributed"
@@ -48,7 +49,8 @@ import (
 const childEnv = "GOTRAIN_BENCH_FSDP_CHILD"
 
 type options struct {
-	Layers, Hidden, Inter, Vocab, Seq, Batch, Steps int64
+	lmbench.Shape
+	Seq, Batch, Steps int64
 }
 
 // result is one rank's figures.
@@ -63,11 +65,8 @@ type result struct {
 var strategies = []string{"ddp", "fsdp", "fsdp-reshard"}
 
 func main() {
-	var o options
-	flag.Int64Var(&o.Layers, "layers", 6, "decoder layers")
-	flag.Int64Var(&o.Hidden, "hidden", 256, "hidden_size")
-	flag.Int64Var(&o.Inter, "intermediate", 704, "intermediate_size")
-	flag.Int64Var(&o.Vocab, "vocab", 1024, "vocab_size")
+	o := options{Shape: lmbench.Shape{Vocab: 1024, Hidden: 256, Intermediate: 704, Layers: 6, Heads: 8, KVHeads: 4}}
+	o.Shape.Flags(flag.CommandLine)
 	flag.Int64Var(&o.Seq, "seq", 32, "tokens per sequence")
 	flag.Int64Var(&o.Batch, "batch", 8, "global batch (sequences per step, split across the ranks)")
 	flag.Int64Var(&o.Steps, "steps", 6, "optimizer steps (the first two are not timed)")
@@ -93,7 +92,7 @@ func main() {
 		ns = append(ns, n)
 	}
 	fmt.Printf("Llama-shaped decoder: %d layers, hidden %d, intermediate %d, vocabulary %d; global batch %d × %d tokens; AdamW, float32; %d steps\n\n",
-		o.Layers, o.Hidden, o.Inter, o.Vocab, o.Batch, o.Seq, o.Steps)
+		o.Layers, o.Hidden, o.Intermediate, o.Vocab, o.Batch, o.Seq, o.Steps)
 	fmt.Println("| N | strategy | parameters, MiB | gradients, MiB | optimizer state, MiB | sum, MiB | sum × N / DDP's | held, MiB | peak of a step, MiB | step, ms | vs DDP |")
 	fmt.Println("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, n := range ns {
@@ -182,7 +181,7 @@ func rank(s string, o options) (res result, err error) {
 	n := o.Batch * o.Steps
 	ids := make([]float32, n*o.Seq)
 	for i := range ids {
-		ids[i] = float32((i*37 + i/int(o.Seq)*11) % int(o.Vocab))
+		ids[i] = float32((i*37 + i/int(o.Seq)*11) % o.Vocab)
 	}
 	ds, err := data.NewTensorDataset(ids, []int64{o.Seq}, nil, ids, []int64{o.Seq})
 	if err != nil {
@@ -192,9 +191,7 @@ func rank(s string, o options) (res result, err error) {
 	if err != nil {
 		return res, err
 	}
-	c := models.DefaultLlamaConfig()
-	c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = o.Vocab, o.Hidden, o.Inter, o.Layers
-	c.NumAttentionHeads, c.NumKeyValueHeads, c.MaxPositionEmbeddings = 8, 4, o.Seq
+	c := o.Llama(int(o.Seq))
 	torch.ManualSeed(1)
 	m, err := models.NewLlamaForCausalLM(c)
 	if err != nil {

@@ -41,12 +41,7 @@ import (
 // spec is the benchmark's configuration, written to DIR/spec.json for every process
 // (bench.py reads the same keys).
 type spec struct {
-	Vocab        int      `json:"vocab"`
-	Hidden       int      `json:"hidden"`
-	Intermediate int      `json:"intermediate"`
-	Layers       int      `json:"layers"`
-	Heads        int      `json:"heads"`
-	KVHeads      int      `json:"kv_heads"`
+	lmbench.Shape
 	MaxPositions int      `json:"max_positions"`
 	Batch        int      `json:"batch"`
 	Seq          int      `json:"seq"`
@@ -120,12 +115,9 @@ func main() {
 	work := flag.String("worker", "", "internal: run one workload (train, lora, lora-ckpt, gen, moe) on -dir and print its JSON")
 	dir := flag.String("dir", "", "internal: the directory bench.py setup wrote, for -worker")
 	s := spec{MaxPositions: 512, LR: 1e-3}
-	flag.IntVar(&s.Vocab, "vocab", 8000, "BPE vocabulary the tokenizer is trained to")
-	flag.IntVar(&s.Hidden, "hidden", 256, "hidden_size")
-	flag.IntVar(&s.Intermediate, "intermediate", 688, "intermediate_size")
-	flag.IntVar(&s.Layers, "layers", 4, "num_hidden_layers")
-	flag.IntVar(&s.Heads, "heads", 8, "num_attention_heads")
-	flag.IntVar(&s.KVHeads, "kv-heads", 4, "num_key_value_heads")
+	s.Shape = lmbench.Shape{Vocab: 8000, Hidden: 256, Intermediate: 688, Layers: 4, Heads: 8, KVHeads: 4}
+	s.Shape.Flags(flag.CommandLine)
+	flag.Lookup("vocab").Usage = "BPE vocabulary the tokenizer is trained to"
 	flag.IntVar(&s.LoraR, "lora-r", 8, "LoRA rank")
 	flag.Float64Var(&s.LoraAlpha, "lora-alpha", 16, "LoRA alpha")
 	targets := flag.String("lora-targets", "q_proj,v_proj", "LoRA target modules")
