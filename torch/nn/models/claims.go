@@ -13,23 +13,20 @@ import (
 )
 
 // checkClaims compares what config.json claims of the model's size with the tensors of
-// its checkpoint, read from the safetensors headers alone (shapes, no data), before the
-// model is built: the embedding's vocabulary and width, the number of layers, the MLP's
+// its checkpoint, weights (mapped, not read: only their shapes are looked at), before
+// the model is built: the embedding's vocabulary and width, the number of layers, the MLP's
 // intermediate size and the queries' heads. A config that claims more than its weights
 // hold (6e9 parameters beside a 135M checkpoint) is refused naming the field and the
 // tensor, rather than allocated and initialised first and compared after. Keys the
 // config does not have, and tensors the checkpoint does not have, are not compared (the
 // full comparison of every shape follows the build, in loadWeights; so do the errors
-// of weights that are missing or cannot be read).
-func checkClaims(dir string, raw []byte, rename func(string) string) error {
-	heads, _, err := checkpoint.ReadOptions{HeadersOnly: true}.ReadSafetensorsDir(dir, checkpoint.ModelWeights)
-	if err != nil {
-		// Missing or malformed weights are reported by the full read, after the config
-		// has been checked on its own.
+// of weights that are missing or cannot be read, for which weights is nil).
+func checkClaims(dir string, raw []byte, weights *checkpoint.Dict, rename func(string) string) error {
+	if weights == nil {
 		return nil
 	}
 	shapes := map[string][]int64{}
-	for k, v := range heads.All() {
+	for k, v := range weights.All() {
 		name, _ := k.(string)
 		if rename != nil {
 			if name = rename(name); name == "" {

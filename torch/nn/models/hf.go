@@ -149,9 +149,15 @@ func LoadPretrained(dir string, o LoadOptions) (CausalLM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("models: %s: %w", filepath.Join(dir, ConfigFile), err)
 	}
-	// What the config claims is compared with the checkpoint's headers before anything
-	// of that size is allocated.
-	if err := checkClaims(dir, raw, arch.Rename); err != nil {
+	// The files are mapped, not read: their bytes stay in the page cache, outside Go's
+	// heap, and each tensor is copied into its parameter (LoadStateDict frees the copy
+	// it makes as it goes), so the peak is the model plus its largest tensor. What the
+	// config claims is compared with the tensors' shapes before anything of that size is
+	// allocated; weights that cannot be read are reported after the config has been
+	// checked on its own.
+	weights, _, mapping, mapErr := checkpoint.ReadOptions{}.MapSafetensorsDir(dir, checkpoint.ModelWeights)
+	if err := checkClaims(dir, raw, weights, arch.Rename); err != nil {
+		mapping.Close()
 		return nil, fmt.Errorf("models: %w", err)
 	}
 	// The config is checked (and the model built) before the weights are read, so a
@@ -160,15 +166,12 @@ func LoadPretrained(dir string, o LoadOptions) (CausalLM, error) {
 	var built CausalLM
 	nn.SkipInit(func() { built, err = arch.New(raw) })
 	if err != nil {
+		mapping.Close()
 		return nil, fmt.Errorf("models: %s: %w", filepath.Join(dir, ConfigFile), err)
 	}
-	// The files are mapped, not read: their bytes stay in the page cache, outside Go's
-	// heap, and each tensor is copied into its parameter (LoadStateDict frees the copy
-	// it makes as it goes), so the peak is the model plus its largest tensor.
-	weights, _, mapping, err := checkpoint.ReadOptions{}.MapSafetensorsDir(dir, checkpoint.ModelWeights)
-	if err != nil {
+	if mapErr != nil {
 		nn.Free(built)
-		return nil, fmt.Errorf("models: %w", err)
+		return nil, fmt.Errorf("models: %w", mapErr)
 	}
 	err = loadWeights(built, weights, arch.Rename, weightsFile(dir))
 	mapping.Close()
