@@ -50,7 +50,7 @@ type hfRun struct {
 
 // buildHF builds the Trainer that fine-tunes the decoder in directory c.Model on the
 // text or JSONL file c.DataDir.
-func buildHF(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trainer, error) {
+func buildHF(c Config, runDir string, pg *distributed.ProcessGroup) (_ *trainer.Trainer, err error) {
 	if err := checkDataSizes(c); err != nil {
 		return nil, err
 	}
@@ -81,6 +81,11 @@ func buildHF(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Tr
 	if err != nil {
 		return nil, err
 	}
+	defer func() { // every later error, buildHFOn's too, frees the model
+		if err != nil {
+			nn.Free(m)
+		}
+	}()
 	cfg := m.DecoderConfig()
 	eos, ok := tok.EOS()
 	eosFrom := filepath.Join(c.Model, "tokenizer_config.json") + " eos_token"
@@ -91,7 +96,6 @@ func buildHF(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Tr
 		return nil, fmt.Errorf("--model %s: neither config.json nor the tokenizer names an end-of-sequence token", c.Model)
 	}
 	if eos < 0 || eos >= cfg.VocabSize {
-		nn.Free(m)
 		return nil, fmt.Errorf("%s is token %d, outside the model's vocabulary of %d (vocab_size)", eosFrom, eos, cfg.VocabSize)
 	}
 	block := c.BlockSize
@@ -116,7 +120,6 @@ func buildHF(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Tr
 		}
 		// c records the chat date chatDataset pins, for --resume.
 		if ds, err = chatDataset(&c, tok, block, out); err != nil {
-			nn.Free(m)
 			return nil, err
 		}
 	} else if ds, err = data.NewLMDataset(c.DataDir, tok, data.LMOptions{BlockSize: block, EOS: eos, SeparateDocuments: c.Packing, VocabSize: cfg.VocabSize,
