@@ -163,8 +163,8 @@ func (t *Trainer) saveCheckpointIn(dir, name string) error {
 // errors.
 func (t *Trainer) saveCheckpoint(path string, write func(any) error) (err error) {
 	defer torch.Recover(&err, "saving checkpoint "+path)
-	if _, ok := t.strategy.(*FullyShardedDataParallel); ok {
-		return fmt.Errorf("saving checkpoint %s: %w", path, errShardedCheckpoint)
+	if f, ok := t.strategy.(*FullyShardedDataParallel); ok {
+		return t.saveSharded(f, path)
 	}
 	scope := torch.NewScope()
 	defer scope.Close()
@@ -341,8 +341,13 @@ func jsonName(f reflect.StructField) (string, bool) {
 // is never silently dropped.
 func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	defer torch.Recover(&err, "loading checkpoint "+path)
+	if dir, ok, err := shardedDir(path); err != nil {
+		return err
+	} else if ok {
+		return t.loadSharded(path, dir)
+	}
 	if _, ok := t.strategy.(*FullyShardedDataParallel); ok {
-		return fmt.Errorf("loading checkpoint %s: %w", path, errShardedCheckpoint)
+		return fmt.Errorf("loading checkpoint %s: sharded training (FullyShardedDataParallel) resumes from a sharded checkpoint directory (with %s), not a single file: train it on one process or with DataParallel", path, shardedMetadata)
 	}
 	raw, err := checkpoint.Read(path)
 	if err != nil {
@@ -358,7 +363,19 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	if !ok {
 		return fmt.Errorf("%s: holds a %T, not a checkpoint dict", path, v)
 	}
+	return t.loadTop(path, top, raw, nil)
+}
+
+// loadTop restores the training state from a checkpoint's top dict (tensors on the
+// device; raw as read, for the raw parts). override replaces the load of the parts it
+// names (a sharded checkpoint's model under sharding).
+func (t *Trainer) loadTop(path string, top *checkpoint.Dict, raw any, override map[string]func(any) error) error {
 	parts := t.parts()
+	for i, p := range parts {
+		if o := override[p.key]; o != nil {
+			parts[i].load = o
+		}
+	}
 	claimed := map[string]bool{}
 	for _, p := range parts {
 		claimed[p.key] = true
@@ -383,7 +400,7 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	t.trainSums.free()
 	t.normSums.free()
 	for _, p := range parts {
-		src := v
+		var src any = top
 		if p.raw {
 			src = raw
 		}
@@ -406,7 +423,13 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 // Trainer built WithRunConfig records (cmd/train reads its flags back this way to
 // resume). It reports false, with no error, when the checkpoint records none.
 func ReadRunConfig(path string, v any) (bool, error) {
-	root, err := checkpoint.Read(path)
+	file := path
+	if dir, ok, err := shardedDir(path); err != nil {
+		return false, err
+	} else if ok {
+		file = filepath.Join(dir, shardedMetadata)
+	}
+	root, err := checkpoint.Read(file)
 	if err != nil {
 		return false, err
 	}
