@@ -660,4 +660,3 @@ func (f *FullyShardedDataParallel) IsMain() bool { return f.Group.IsMain() }
 
 // WorldSize is the number of ranks.
 func (f *FullyShardedDataParallel) WorldSize() int { return f.Group.WorldSize() }
-

@@ -140,6 +140,10 @@ func ignore(any) error { return nil }
 // GPUTrainer.load_checkpoint reads it, plus what an exact resume needs: scaler state, RNG
 // states, global step, position in the epoch and its running statistics, callback
 // states, the config (with the class names, also under class_names) and versions.
+//
+// Under FullyShardedDataParallel path is a directory of torch.save files, one per rank
+// with its shards and metadata.pt with the rest (fsdp_checkpoint.go), published whole:
+// a collective that every rank calls with the same path.
 func (t *Trainer) SaveCheckpoint(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
@@ -339,6 +343,11 @@ func jsonName(f reflect.StructField) (string, bool) {
 // the next epoch boundary with fresh RNG state). Tensors are mapped to the trainer's
 // device. A key that no part of the trainer claims is an error naming it, so that state
 // is never silently dropped.
+//
+// A sharded checkpoint (a directory SaveCheckpoint wrote under FullyShardedDataParallel)
+// loads on any number of sharded ranks, each reading the rows of its own shards (a
+// collective), and without sharding, put together whole; the position in the epoch is
+// carried over as a count of samples. Under sharding only a sharded checkpoint loads.
 func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	defer torch.Recover(&err, "loading checkpoint "+path)
 	if dir, ok, err := shardedDir(path); err != nil {

@@ -138,12 +138,13 @@ func TestLaunchFSDP(t *testing.T) {
 	runs := t.TempDir()
 	out, err := child(append([]string{"--nproc-per-node", "2", "--fsdp", "--runs-dir", runs}, small...)...).CombinedOutput()
 	require.NoError(t, err, string(out))
-	assert.Contains(t, string(out), "sharded training (FSDP): no checkpoints are written")
 	entries, err := os.ReadDir(runs)
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
 	dir := filepath.Join(runs, entries[0].Name())
-	assert.NoFileExists(t, filepath.Join(dir, "checkpoints", "last.pt"))
+	// The checkpoint is sharded: a directory of each rank's shards and the metadata.
+	assert.FileExists(t, filepath.Join(dir, "checkpoints", "last.pt", "rank-1-of-2.pt"))
+	assert.FileExists(t, filepath.Join(dir, "checkpoints", "last.pt", "metadata.pt"))
 	hist, err := os.ReadFile(filepath.Join(dir, "history.jsonl"))
 	require.NoError(t, err)
 	assert.Equal(t, 1, strings.Count(string(hist), "\n"))
@@ -657,4 +658,62 @@ func TestLaunchHungRankIsNamed(t *testing.T) {
 	assert.Contains(t, out, "failed on rank 0 of 2: lost rank 1")
 	assert.Contains(t, out, "rank 0 exited with status 1; the other ranks were stopped (rank(s) 1 killed)")
 	noTemporaryFiles(t, runs)
+}
+
+// TestLaunchFSDPSIGINTThenResumeIsExact: under --fsdp, a SIGINT to the launcher in the
+// middle of epoch 2 stops both ranks at the same step, each writes its shards of the
+// sharded checkpoints/last.pt (rank 0 the metadata too), and --resume with the same
+// world size ends with every rank's shards, their optimizer state and the progress
+// bitwise equal to an uninterrupted two-rank run's.
+func TestLaunchFSDPSIGINTThenResumeIsExact(t *testing.T) {
+	runs := t.TempDir()
+	args := []string{"--nproc-per-node", "2", "--fsdp", "--runs-dir", runs, "--synthetic", "1024", "--model", "mlp", "--epochs", "2",
+		"--batch-size", "16", "--workers", "1", "--deterministic", "--seed", "5", "--log-every", "1", "--threads", "1"}
+	out, err := child(append(args, "--experiment", "ref")...).CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	log := interruptAt(t, child(append(args, "--experiment", "cut")...), "epoch 2 batch 10/")
+	assert.Contains(t, log, "--resume")
+	assert.NotContains(t, log, "lost rank", "the ranks must stop together")
+	last := filepath.Join(runs, "cut", "checkpoints", "last.pt")
+	meta, err := checkpoint.Read(filepath.Join(last, "metadata.pt"))
+	require.NoError(t, err)
+	b, err := checkpoint.GetInt(meta, "batch_in_epoch")
+	require.NoError(t, err)
+	require.Positive(t, b, "stopped mid-epoch")
+	staged, err := filepath.Glob(filepath.Join(runs, "cut", "checkpoints", ".*"))
+	require.NoError(t, err)
+	assert.Empty(t, staged, "no staging directory is left")
+
+	out, err = child("--nproc-per-node", "2", "--resume", last).CombinedOutput()
+	require.NoError(t, err, string(out))
+	sameShardedState(t, filepath.Join(runs, "ref", "checkpoints", "last.pt"), last, 2)
+}
+
+// sameShardedState requires the sharded checkpoints a and b, of world ranks, to hold the
+// same training state: the metadata's progress and unsharded state, and every rank's
+// shards and their optimizer state, bitwise.
+func sameShardedState(t *testing.T, a, b string, world int) {
+	t.Helper()
+	files := []string{"metadata.pt"}
+	for r := range world {
+		files = append(files, fmt.Sprintf("rank-%d-of-%d.pt", r, world))
+	}
+	for _, f := range files {
+		va, err := checkpoint.Read(filepath.Join(a, f))
+		require.NoError(t, err)
+		vb, err := checkpoint.Read(filepath.Join(b, f))
+		require.NoError(t, err)
+		keys := []string{"model_state_dict", "optimizer_state_dict"}
+		if f == "metadata.pt" {
+			keys = append(keys, "scheduler_state_dict", "epoch", "global_step", "history", "sharded")
+		}
+		for _, key := range keys {
+			x, err := checkpoint.Get(va, key)
+			require.NoError(t, err, "%s: %s", f, key)
+			y, err := checkpoint.Get(vb, key)
+			require.NoError(t, err, "%s: %s", f, key)
+			requireSame(t, key, x, y)
+		}
+	}
 }
