@@ -125,12 +125,47 @@ func (t *Trainer) checkpointsDir() string {
 	return ""
 }
 
+// asideSharded moves a sharded checkpoint directory at path aside, to its previous
+// name, so that a single file can take its place (a sharded run resumed without
+// sharding, into the same run directory); done(true) removes it once the file is
+// written, done(false) puts it back. Until then a crash leaves the previous checkpoint,
+// which LoadCheckpoint(path) loads.
+func asideSharded(path string) (done func(ok bool), err error) {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.IsDir() {
+		return func(bool) {}, nil
+	}
+	if _, err := os.Stat(filepath.Join(path, shardedMetadata)); err != nil {
+		return nil, fmt.Errorf("%s is a directory, not a checkpoint: move it away", path)
+	}
+	_, prev := shardedSiblings(path)
+	if err := os.RemoveAll(prev); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(path, prev); err != nil {
+		return nil, err
+	}
+	return func(ok bool) {
+		if ok {
+			os.RemoveAll(prev)
+		} else if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+			os.Rename(prev, path)
+		}
+	}, nil
+}
+
 // linkCheckpoint makes dst hold the checkpoint src (best_model.pth beside last.pt): a
 // hard link for a file; for a sharded directory, a new directory of hard links to its
 // files, published as a save is (rank 0 only).
 func (t *Trainer) linkCheckpoint(src, dst string) error {
 	if _, ok := t.strategy.(*FullyShardedDataParallel); !ok {
-		return fsutil.LinkAtomic(src, dst)
+		done, err := asideSharded(dst)
+		if err != nil {
+			return err
+		}
+		err = fsutil.LinkAtomic(src, dst)
+		done(err == nil)
+		return err
 	}
 	if !t.IsMain() {
 		return nil

@@ -170,6 +170,11 @@ func (t *Trainer) saveCheckpoint(path string, write func(any) error) (err error)
 	if f, ok := t.strategy.(*FullyShardedDataParallel); ok {
 		return t.saveSharded(f, path)
 	}
+	done, err := asideSharded(path) // a sharded checkpoint there: a run resumed without sharding
+	if err != nil {
+		return err
+	}
+	defer func() { done(err == nil) }()
 	scope := torch.NewScope()
 	defer scope.Close()
 	d := checkpoint.NewDict()

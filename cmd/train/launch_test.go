@@ -684,10 +684,42 @@ func TestLaunchFSDPSIGINTThenResumeIsExact(t *testing.T) {
 	staged, err := filepath.Glob(filepath.Join(runs, "cut", "checkpoints", ".*"))
 	require.NoError(t, err)
 	assert.Empty(t, staged, "no staging directory is left")
+	one := filepath.Join(runs, "one")
+	require.NoError(t, os.CopyFS(one, os.DirFS(filepath.Join(runs, "cut"))))
 
 	out, err = child("--nproc-per-node", "2", "--resume", last).CombinedOutput()
 	require.NoError(t, err, string(out))
-	sameShardedState(t, filepath.Join(runs, "ref", "checkpoints", "last.pt"), last, 2)
+	refLast := filepath.Join(runs, "ref", "checkpoints", "last.pt")
+	sameShardedState(t, refLast, last, 2)
+
+	// The same checkpoint resumes in one process without sharding (the full tensors put
+	// together), in its run directory, whose sharded last.pt becomes a single file. The
+	// epoch goes on after the same count of samples (b batches of 16 on 2 ranks: 2b
+	// batches of 16 on one), and its first step's loss is at the loaded model's level,
+	// far below a fresh model's; epoch 1's record is the checkpoint's.
+	out, err = child("--resume", filepath.Join(one, "checkpoints", "last.pt"), "--fsdp=false").CombinedOutput()
+	require.NoError(t, err, string(out))
+	first := regexp.MustCompile(`epoch 2 batch (\d+)/64, loss: ([0-9.]+)`).FindStringSubmatch(string(out))
+	require.NotNil(t, first, string(out))
+	assert.Equal(t, strconv.FormatInt(2*b+1, 10), first[1], "the first batch after the resume")
+	loss, err := strconv.ParseFloat(first[2], 64)
+	require.NoError(t, err)
+	assert.Less(t, loss, 0.05, "the loss right after the resume is the loaded model's")
+	single, err := checkpoint.Read(filepath.Join(one, "checkpoints", "last.pt"))
+	require.NoError(t, err, "a single file now:\n%s", out)
+	refMeta, err := checkpoint.Read(filepath.Join(refLast, "metadata.pt"))
+	require.NoError(t, err)
+	got, err := checkpoint.GetList(single, "history")
+	require.NoError(t, err)
+	want, err := checkpoint.GetList(refMeta, "history")
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Len(t, want, 2)
+	for _, key := range []string{"train_loss", "val_loss"} {
+		g0, _ := checkpoint.GetFloat(got[0], key)
+		w0, _ := checkpoint.GetFloat(want[0], key)
+		assert.Equal(t, w0, g0, "epoch 1's %s is the checkpoint's", key)
+	}
 }
 
 // sameShardedState requires the sharded checkpoints a and b, of world ranks, to hold the
