@@ -55,10 +55,10 @@ def load_sharded(path):
     state = {}
     for idx, scalars in meta["optimizer_state_dict"]["state"].items():
         st = dict(scalars)
-        name = meta["optimizer_sharded"].get(idx)
-        if name is not None:
-            for key in ranks[0]["optimizer_state_dict"]["state"][idx]:
-                st[key] = full(name, [r["optimizer_state_dict"]["state"][idx][key] for r in ranks])
+        sharded = meta["optimizer_sharded"].get(idx)
+        if sharded is not None:
+            for key in sharded["keys"]:
+                st[key] = full(sharded["param"], [r["optimizer_state_dict"]["state"][idx][key] for r in ranks])
         state[idx] = st
     optim = {"state": state, "param_groups": meta["optimizer_state_dict"]["param_groups"]}
     return model, optim, meta

@@ -23,8 +23,10 @@ import (
 //     "optimizer_state_dict": {"state": {index: {key: shard}}}, "rank", "world_size"},
 //     the rank's shards of the sharded parameters and of their optimizer state (rows
 //     [R·s, (R+1)·s), s = rows_per_rank, zero-padded past the last row);
-//   - metadata.pt: the format, the world size, for every sharded tensor its full shape,
-//     dtype and rows per rank ("sharded", "optimizer_sharded"), the state that is not
+//   - metadata.pt: the format, the world size, for every sharded parameter its full
+//     shape, dtype and rows per rank ("sharded"), for every optimizer state index with
+//     sharded tensors the parameter they follow and their keys ("optimizer_sharded"),
+//     the position in the epoch as a count of samples, the state that is not
 //     sharded (the unsharded parameters and buffers under model_state_dict, the
 //     optimizer's param_groups and scalar state such as "step" under
 //     optimizer_state_dict), and every other key of a single-file checkpoint (progress,
@@ -261,9 +263,6 @@ func (f *FullyShardedDataParallel) shardInfos() []shardInfo {
 func (t *Trainer) saveSharded(f *FullyShardedDataParallel, path string) (err error) {
 	path = filepath.Clean(path)
 	what := "saving sharded checkpoint " + path
-	if err := f.Unshard(); err != nil { // a resharded unit's parameters are read below (tied ones)
-		return fmt.Errorf("%s: %w", what, err)
-	}
 	scope := torch.NewScope()
 	defer scope.Close()
 	staging, _ := shardedSiblings(path)
@@ -322,7 +321,10 @@ func (t *Trainer) saveSharded(f *FullyShardedDataParallel, path string) (err err
 				rankState.Set(idx, rs)
 				metaState.Set(idx, ms)
 				if len(keys) > 0 {
-					optSharded.Set(idx, infos[index[idx]].name)
+					e := checkpoint.NewDict()
+					e.Set("param", infos[index[idx]].name)
+					e.Set("keys", keys)
+					optSharded.Set(idx, e)
 				}
 			}
 		}
@@ -367,11 +369,18 @@ func (t *Trainer) saveSharded(f *FullyShardedDataParallel, path string) (err err
 		meta.Set("sharded", sharded)
 		meta.Set("optimizer_sharded", optSharded)
 		meta.Set("samples_in_epoch", int64(t.BatchInEpoch)*int64(t.Train.BatchSize())*int64(world))
+		// The rest of the model is whole on every rank; under ReshardAfterForward the
+		// resharded units' parameters are not allocated between steps, and are saved as
+		// their shards, so they are not read (nor gathered) here.
 		whole := checkpoint.NewDict()
 		for k, v := range nn.StateDict(t.Model).All() {
-			if _, ok := sharded.Get(k); !ok {
-				whole.Set(k, v)
+			if _, ok := sharded.Get(k); ok {
+				continue
 			}
+			if x, ok := v.(*torch.Tensor); ok && x.Numel() > 0 && torch.StorageBytes(x) == 0 {
+				return fmt.Errorf("model_state_dict: %v is resharded (not allocated) but not sharded under that name (a parameter tied to a resharded one?): train without ReshardAfterForward", k)
+			}
+			whole.Set(k, v)
 		}
 		mo := checkpoint.NewDict()
 		mo.Set("state", metaState)
@@ -456,6 +465,8 @@ func (t *Trainer) loadSharded(path, dir string) error {
 	if f != nil {
 		newW, newR = int64(f.Group.WorldSize()), int64(f.Group.Rank())
 	}
+	// The old ranks' files are read as this process needs them (only those that hold
+	// rows of its shards), and only the tensors it takes rows of are converted.
 	files := map[int64]*checkpoint.Dict{}
 	rankFile := func(k int64) (*checkpoint.Dict, error) {
 		if d := files[k]; d != nil {
@@ -466,29 +477,25 @@ func (t *Trainer) loadSharded(path, dir string) error {
 		if err != nil {
 			return nil, err
 		}
-		tv, err := torch.FromCheckpoint(r, t.Device)
-		if err != nil {
-			return nil, err
-		}
-		d, ok := tv.(*checkpoint.Dict)
+		d, ok := r.(*checkpoint.Dict)
 		if !ok {
-			return nil, fmt.Errorf("%s: holds a %T, not a dict", p, tv)
+			return nil, fmt.Errorf("%s: holds a %T, not a dict", p, r)
 		}
 		files[k] = d
 		return d, nil
 	}
 	// assemble returns this process's rows of the sharded tensor name (its shard, padded,
 	// under sharding; all of it otherwise), reading each old rank's piece with get.
-	assemble := func(name string, get func(d *checkpoint.Dict) (*torch.Tensor, error)) (*torch.Tensor, error) {
+	assemble := func(name string, get func(d *checkpoint.Dict) (*checkpoint.Tensor, error)) (*torch.Tensor, error) {
 		e, err := checkpoint.GetDict(sharded, name)
 		if err != nil {
 			return nil, fmt.Errorf("%s: sharded %s: %w", dir, name, err)
 		}
-		shape, err := checkpoint.GetList(e, "shape")
-		if err != nil || len(shape) == 0 {
+		shape0, err := checkpoint.GetList(e, "shape")
+		if err != nil || len(shape0) == 0 {
 			return nil, fmt.Errorf("%s: sharded %s: no shape", dir, name)
 		}
-		rows, _ := shape[0].(int64)
+		rows, _ := shape0[0].(int64)
 		s, _ := checkpoint.GetInt(e, "rows_per_rank")
 		if rows < 0 || s < 1 || s*oldW < rows {
 			return nil, fmt.Errorf("%s: sharded %s: %d rows per rank of %d ranks do not hold %d rows", dir, name, s, oldW, rows)
@@ -500,36 +507,42 @@ func (t *Trainer) loadSharded(path, dir string) error {
 			hi = min(lo+ns, rows)
 		}
 		var pieces []*torch.Tensor
-		var like *torch.Tensor
 		for k := lo / s; k < oldW && k*s < hi; k++ {
 			d, err := rankFile(k)
 			if err != nil {
 				return nil, err
 			}
-			x, err := get(d)
+			ct, err := get(d)
 			if err != nil {
 				return nil, fmt.Errorf("%s: rank %d: %s: %w", dir, k, name, err)
 			}
-			if x.Dim() == 0 || x.Size(0) != s {
-				return nil, fmt.Errorf("%s: rank %d: %s has shape %v, want %d rows", dir, k, name, x.Shape(), s)
+			if len(ct.Shape) == 0 || ct.Shape[0] != s {
+				return nil, fmt.Errorf("%s: rank %d: %s has shape %v, want %d rows", dir, k, name, ct.Shape, s)
 			}
-			like = x
+			x, err := torch.TensorFromCheckpoint(ct, t.Device)
+			if err != nil {
+				return nil, fmt.Errorf("%s: rank %d: %s: %w", dir, k, name, err)
+			}
 			a, b := max(lo, k*s), min(hi, (k+1)*s)
 			pieces = append(pieces, x.Narrow(0, a-k*s, b-a))
 		}
-		if like == nil { // this rank's shard is all padding: any rank gives the shape
-			d, err := rankFile(0)
-			if err != nil {
-				return nil, err
-			}
-			if like, err = get(d); err != nil {
-				return nil, fmt.Errorf("%s: rank 0: %s: %w", dir, name, err)
-			}
-		}
 		if n := pad - (hi - lo); n > 0 {
-			shape := like.Shape()
+			var shape []int64
+			dt := torch.Float32
+			if len(pieces) > 0 {
+				shape, dt = pieces[0].Shape(), pieces[0].DType()
+			} else { // this rank's shard is all padding: the metadata gives its shape
+				for _, x := range shape0 {
+					n, _ := x.(int64)
+					shape = append(shape, n)
+				}
+				ds, _ := checkpoint.GetString(e, "dtype")
+				if dt, err = torch.ParseDType(ds); err != nil {
+					return nil, fmt.Errorf("%s: sharded %s: %w", dir, name, err)
+				}
+			}
 			shape[0] = n
-			pieces = append(pieces, torch.Zeros(shape, like.DType(), like.Device()))
+			pieces = append(pieces, torch.Zeros(shape, dt, t.Device))
 		}
 		return torch.Cat(pieces, 0), nil
 	}
@@ -541,7 +554,7 @@ func (t *Trainer) loadSharded(path, dir string) error {
 	shardsOf := map[string]*torch.Tensor{}
 	for k := range sharded.All() {
 		name, _ := k.(string)
-		x, err := assemble(name, func(d *checkpoint.Dict) (*torch.Tensor, error) {
+		x, err := assemble(name, func(d *checkpoint.Dict) (*checkpoint.Tensor, error) {
 			m, err := checkpoint.GetDict(d, "model_state_dict")
 			if err != nil {
 				return nil, err
@@ -570,19 +583,17 @@ func (t *Trainer) loadSharded(path, dir string) error {
 				}
 			}
 			if optSharded != nil {
-				if pn, ok := optSharded.Get(k); ok {
-					name, _ := pn.(string)
-					// The sharded keys are those rank 0's file holds for this index.
-					d0, err := rankFile(0)
+				if pe, ok := optSharded.Get(k); ok {
+					name, err := checkpoint.GetString(pe, "param")
 					if err != nil {
-						return err
+						return fmt.Errorf("%s: optimizer_sharded %v: %w", dir, k, err)
 					}
-					keys, err := optStateKeys(d0, k)
+					keys, err := checkpoint.GetList(pe, "keys")
 					if err != nil {
-						return fmt.Errorf("%s: rank 0: optimizer state %v: %w", dir, k, err)
+						return fmt.Errorf("%s: optimizer_sharded %v: %w", dir, k, err)
 					}
 					for _, sk := range keys {
-						x, err := assemble(name, func(d *checkpoint.Dict) (*torch.Tensor, error) {
+						x, err := assemble(name, func(d *checkpoint.Dict) (*checkpoint.Tensor, error) {
 							st, err := optState(d, k)
 							if err != nil {
 								return nil, err
@@ -685,12 +696,12 @@ func (f *FullyShardedDataParallel) loadShards(t *Trainer, d *checkpoint.Dict, ro
 	return f.Unshard()
 }
 
-func getTensor(d *checkpoint.Dict, key any) (*torch.Tensor, error) {
+func getTensor(d *checkpoint.Dict, key any) (*checkpoint.Tensor, error) {
 	v, ok := d.Get(key)
 	if !ok {
 		return nil, fmt.Errorf("no %v", key)
 	}
-	x, ok := v.(*torch.Tensor)
+	x, ok := v.(*checkpoint.Tensor)
 	if !ok {
 		return nil, fmt.Errorf("%v is %T, not a tensor", key, v)
 	}
@@ -716,13 +727,4 @@ func optState(d *checkpoint.Dict, k any) (*checkpoint.Dict, error) {
 		return nil, fmt.Errorf("optimizer state %v is %T, not a dict", k, v)
 	}
 	return st, nil
-}
-
-// optStateKeys are the keys of a rank file's optimizer state of index k.
-func optStateKeys(d *checkpoint.Dict, k any) ([]any, error) {
-	st, err := optState(d, k)
-	if err != nil {
-		return nil, err
-	}
-	return st.Keys(), nil
 }

@@ -79,10 +79,12 @@ func fsdpCkptTrainer(pg *distributed.ProcessGroup, runDir string, stopAt int64, 
 		trainer.WithSeed(seed), trainer.WithAccumulation(2), trainer.WithGradClip(0.05), trainer.WithThreads(1),
 		trainer.WithTrainStep(step), trainer.WithMonitor("val_loss", trainer.Min), trainer.WithCallbacks(stop)}
 	if pg != nil {
-		opts = append(opts, trainer.WithFSDP(pg))
+		// ReshardAfterForward: the layers' parameters are freed between steps, when the
+		// checkpoints are written, and saved from their shards.
+		opts = append(opts, trainer.WithStrategy(&trainer.FullyShardedDataParallel{Group: pg, ReshardAfterForward: true}))
 	}
-	if runDir != "" {
-		opts = append(opts, trainer.WithRunDir(runDir))
+	if runDir != "" { // and save_every: every step's save is a collective too
+		opts = append(opts, trainer.WithRunDir(runDir), trainer.WithSaveEvery(1))
 	}
 	tt, err := trainer.New(m, tr, va, nil, opt, opts...)
 	if err != nil {
@@ -211,7 +213,8 @@ func sameCurve(t *testing.T, ref, got ckptResult, who string) {
 	}
 }
 
-// TestFSDPShardedCheckpointReshards: 4 Gloo ranks of sharded training, stopped in the
+// TestFSDPShardedCheckpointReshards: 4 Gloo ranks of sharded training (resharded after
+// forward), stopped in the
 // middle of epoch 2, write a sharded checkpoint (every rank its shards); it resumes on 2
 // ranks (each reading the rows of its new shards from the 4 files) and in one process
 // without sharding (full tensors put together), and both finish with the losses of both

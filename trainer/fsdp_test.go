@@ -309,7 +309,8 @@ func TestFSDPEqualsSingleProcess(t *testing.T) {
 }
 
 // TestFSDPRefusals: on one Gloo rank in this process, what sharded training cannot do is
-// refused by New with an error that names it, and Units overrides the model's units.
+// refused by New with an error that names it, and Units overrides the model's units;
+// then its sharded checkpoints survive crashes (shardedCheckpointCrashes).
 func TestFSDPRefusals(t *testing.T) {
 	pg, err := distributed.Init(distributed.Options{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: disttest.FreePort(t),
 		Timeout: time.Minute, Backend: distributed.Gloo})
