@@ -42,7 +42,8 @@ import (
 // rest, published whole by a rename. SaveCheckpoint and LoadCheckpoint are collectives
 // (every rank calls them with the same path); a checkpoint loads on another number of
 // ranks, each reading the rows of its new shards, and in a single process. Every rank
-// must be given rank 0's run directory (on a shared file system); top_k is refused.
+// writes its shards into rank 0's run directory, which must be on a file system they
+// all see; top_k is refused.
 //
 // The data, devices and ranks are set up as for DataParallel (its Configure, its
 // broadcast of rank 0's weights in Start). Build the optimizer over the model's
@@ -146,10 +147,7 @@ func (f *FullyShardedDataParallel) Configure(t *Trainer) error {
 	}
 	f.runDir = t.RunDir
 	f.dp = DataParallel{Group: f.Group}
-	if err := f.dp.Configure(t); err != nil {
-		return err
-	}
-	return f.addRankCheckpoints(t)
+	return f.dp.Configure(t)
 }
 
 // Start broadcasts rank 0's parameters and buffers, splits the trainable parameters
@@ -159,7 +157,7 @@ func (f *FullyShardedDataParallel) Start(t *Trainer) (err error) {
 	if err := f.dp.Start(t); err != nil {
 		return err
 	}
-	if err := f.checkRunDirs(); err != nil {
+	if err := f.shareRunDir(t); err != nil {
 		return err
 	}
 	defer torch.Recover(&err, "sharding the model")

@@ -3,7 +3,6 @@ package trainer
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -76,27 +75,39 @@ func shardedDir(path string) (string, bool, error) {
 	return "", false, nil
 }
 
-// checkRunDirs checks, at Start, that every rank was given the same run directory (rank
-// 0's, where every rank writes its shards): a rank without one would never join a save.
-func (f *FullyShardedDataParallel) checkRunDirs() error {
-	h := 0.0
-	if f.runDir != "" {
-		a := fnv.New32a()
-		a.Write([]byte(filepath.Clean(f.runDir)))
-		h = float64(a.Sum32()) + 1
+// shareRunDir gives every rank rank 0's run directory (an all-reduce of its bytes),
+// where every rank writes its shards of the run directory's checkpoints, and the
+// checkpoint manager that joins rank 0's saves (addRankCheckpoints). Ranks started
+// apart (torchrun) may have named their own run directories (a timestamp apart): rank
+// 0's wins, as it is the one that writes the run directory.
+func (f *FullyShardedDataParallel) shareRunDir(t *Trainer) error {
+	n := 0.0
+	if f.Group.IsMain() {
+		n = float64(len(f.runDir))
 	}
-	lo, err := f.Group.AllReduceFloat64s([]float64{h}, distributed.Min)
+	out, err := f.Group.AllReduceFloat64s([]float64{n}, distributed.Max)
 	if err != nil {
-		return err
+		return fmt.Errorf("sharing rank 0's run directory: %w", err)
 	}
-	hi, err := f.Group.AllReduceFloat64s([]float64{h}, distributed.Max)
-	if err != nil {
-		return err
+	b := make([]float64, int(out[0]))
+	if len(b) == 0 {
+		f.runDir = ""
+		return nil
 	}
-	if lo[0] != hi[0] {
-		return fmt.Errorf("trainer: rank %d: FullyShardedDataParallel: the ranks were given different run directories (this one %q): every rank writes its shards of a checkpoint into rank 0's, so give every rank the same run directory (on a file system they share), or none", f.Group.Rank(), f.runDir)
+	if f.Group.IsMain() {
+		for i, c := range []byte(f.runDir) {
+			b[i] = float64(c)
+		}
 	}
-	return nil
+	if b, err = f.Group.AllReduceFloat64s(b, distributed.Sum); err != nil {
+		return fmt.Errorf("sharing rank 0's run directory: %w", err)
+	}
+	dir := make([]byte, len(b))
+	for i, c := range b {
+		dir[i] = byte(c)
+	}
+	f.runDir = string(dir)
+	return f.addRankCheckpoints(t)
 }
 
 // addRankCheckpoints gives a rank other than 0 the run directory's checkpoint manager

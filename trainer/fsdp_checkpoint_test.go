@@ -83,8 +83,11 @@ func fsdpCkptTrainer(pg *distributed.ProcessGroup, runDir string, stopAt int64, 
 		// checkpoints are written, and saved from their shards.
 		opts = append(opts, trainer.WithStrategy(&trainer.FullyShardedDataParallel{Group: pg, ReshardAfterForward: true}))
 	}
-	if runDir != "" { // and save_every: every step's save is a collective too
-		opts = append(opts, trainer.WithRunDir(runDir), trainer.WithSaveEvery(1))
+	if stopAt > 0 { // save_every: every step's save is a collective too
+		opts = append(opts, trainer.WithSaveEvery(1))
+	}
+	if runDir != "" {
+		opts = append(opts, trainer.WithRunDir(runDir))
 	}
 	tt, err := trainer.New(m, tr, va, nil, opt, opts...)
 	if err != nil {
@@ -136,7 +139,12 @@ func fsdpCkptChild() error {
 		nn.Free(m)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		tt, m, err = fsdpCkptTrainer(pg, filepath.Join(out, "run"), 3, cancel, 0)
+		// Only rank 0 is given the run directory: every rank writes its shards there.
+		runDir := ""
+		if pg.Rank() == 0 {
+			runDir = filepath.Join(out, "run")
+		}
+		tt, m, err = fsdpCkptTrainer(pg, runDir, 3, cancel, 0)
 		if err != nil {
 			return err
 		}
