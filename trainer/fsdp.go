@@ -142,7 +142,7 @@ func (f *FullyShardedDataParallel) Configure(t *Trainer) error {
 	if t.cfg.AMP.NeedsScaler() {
 		return fmt.Errorf("trainer: rank %d: amp %s needs a loss scaler, which sharded training does not support yet: use bf16", f.Group.Rank(), t.cfg.AMP)
 	}
-	if t.cfg.TopK > 0 && t.RunDir != "" {
+	if t.cfg.TopK > 0 { // on every rank, run directory or not, so that all refuse
 		return fmt.Errorf("trainer: rank %d: top_k %d: sharded checkpoints (FullyShardedDataParallel) keep last.pt and best_model.pth only: set top_k 0", f.Group.Rank(), t.cfg.TopK)
 	}
 	f.runDir = t.RunDir

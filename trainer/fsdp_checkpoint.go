@@ -657,12 +657,12 @@ func (t *Trainer) loadSharded(path, dir string) error {
 			return f.loadShards(t, d, shardsOf)
 		}}
 	}
-	if err := t.loadTop(path, top, raw, override); err != nil {
-		return err
-	}
 	// The epoch goes on from the same count of samples, in the new world size's order,
 	// at an accumulation window's start.
-	if newW != oldW && t.BatchInEpoch > 0 {
+	position := func() {
+		if newW == oldW || t.BatchInEpoch == 0 {
+			return
+		}
 		samples, _ := checkpoint.GetInt(meta, "samples_in_epoch")
 		per := int64(t.Train.BatchSize()) * newW * int64(t.cfg.Accumulation)
 		b := int(samples/per) * t.cfg.Accumulation
@@ -671,7 +671,7 @@ func (t *Trainer) loadSharded(path, dir string) error {
 		}
 		t.BatchInEpoch = b
 	}
-	return nil
+	return t.loadTop(path, top, raw, override, position)
 }
 
 // loadShards loads a sharded checkpoint's model under sharding: the unsharded entries

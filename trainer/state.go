@@ -377,13 +377,15 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	if !ok {
 		return fmt.Errorf("%s: holds a %T, not a checkpoint dict", path, v)
 	}
-	return t.loadTop(path, top, raw, nil)
+	return t.loadTop(path, top, raw, nil, nil)
 }
 
 // loadTop restores the training state from a checkpoint's top dict (tensors on the
 // device; raw as read, for the raw parts). override replaces the load of the parts it
-// names (a sharded checkpoint's model under sharding).
-func (t *Trainer) loadTop(path string, top *checkpoint.Dict, raw any, override map[string]func(any) error) error {
+// names (a sharded checkpoint's model under sharding); adjust, when set, runs after the
+// parts are loaded and before Resumed fires (a sharded checkpoint's position in the
+// epoch on another world size).
+func (t *Trainer) loadTop(path string, top *checkpoint.Dict, raw any, override map[string]func(any) error, adjust func()) error {
 	parts := t.parts()
 	for i, p := range parts {
 		if o := override[p.key]; o != nil {
@@ -428,6 +430,9 @@ func (t *Trainer) loadTop(path string, top *checkpoint.Dict, raw any, override m
 	}
 	if t.GlobalStep < 0 {
 		t.GlobalStep = int64(t.Epoch * ((t.Train.Len() + t.cfg.Accumulation - 1) / t.cfg.Accumulation))
+	}
+	if adjust != nil {
+		adjust()
 	}
 	t.printf("resumed from %s: epoch %d, batch %d, global step %d, best %s %.4f\n", path, t.Epoch, t.BatchInEpoch, t.GlobalStep, t.cfg.Monitor, t.BestMetric)
 	return t.fire(Resumed)
