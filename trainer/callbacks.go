@@ -210,7 +210,7 @@ func (m *ModelCheckpoint) OnEvent(ev Event, t *Trainer) error {
 	// serializing the state again. last.pt is replaced by a rename, so a link keeps
 	// this epoch's version.
 	for _, p := range same {
-		if err := fsutil.LinkAtomic(last, p); err != nil {
+		if err := t.linkCheckpoint(last, p); err != nil {
 			return err
 		}
 	}

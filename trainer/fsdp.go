@@ -34,9 +34,16 @@ import (
 //     after each.
 //
 // What differs from FSDP2 (docs/distributed.md): ReshardAfterForward is off by default
-// (ZeRO-2's memory: gradients and optimizer state sharded, parameters whole), frozen
-// parameters (a LoRA base) are sharded only in resharded units, and checkpoints (SaveCheckpoint,
-// LoadCheckpoint) are refused.
+// (ZeRO-2's memory: gradients and optimizer state sharded, parameters whole), and frozen
+// parameters (a LoRA base) are sharded only in resharded units.
+//
+// Checkpoints are sharded (trainer/fsdp_checkpoint.go, docs/distributed.md): a directory
+// where every rank writes its shards and their optimizer state in parallel and rank 0 the
+// rest, published whole by a rename. SaveCheckpoint and LoadCheckpoint are collectives
+// (every rank calls them with the same path); a checkpoint loads on another number of
+// ranks, each reading the rows of its new shards, and in a single process. Every rank
+// writes its shards into rank 0's run directory, which must be on a file system they
+// all see; top_k is refused.
 //
 // The data, devices and ranks are set up as for DataParallel (its Configure, its
 // broadcast of rank 0's weights in Start). Build the optimizer over the model's
@@ -66,6 +73,7 @@ type FullyShardedDataParallel struct {
 	ReshardAfterForward bool
 
 	dp       DataParallel
+	runDir   string // rank 0's run directory, where every rank writes its shards
 	units    []*fsdpUnit
 	hooked   []nn.UnitHooker
 	counts   FSDPCounts
@@ -134,9 +142,10 @@ func (f *FullyShardedDataParallel) Configure(t *Trainer) error {
 	if t.cfg.AMP.NeedsScaler() {
 		return fmt.Errorf("trainer: rank %d: amp %s needs a loss scaler, which sharded training does not support yet: use bf16", f.Group.Rank(), t.cfg.AMP)
 	}
-	if t.cfg.SaveEvery > 0 {
-		return fmt.Errorf("trainer: rank %d: save_every %d: %v", f.Group.Rank(), t.cfg.SaveEvery, errShardedCheckpoint)
+	if t.cfg.TopK > 0 { // on every rank, run directory or not, so that all refuse
+		return fmt.Errorf("trainer: rank %d: top_k %d: sharded checkpoints (FullyShardedDataParallel) keep last.pt and best_model.pth only: set top_k 0", f.Group.Rank(), t.cfg.TopK)
 	}
+	f.runDir = t.RunDir
 	f.dp = DataParallel{Group: f.Group}
 	return f.dp.Configure(t)
 }
@@ -146,6 +155,9 @@ func (f *FullyShardedDataParallel) Configure(t *Trainer) error {
 // full parameters.
 func (f *FullyShardedDataParallel) Start(t *Trainer) (err error) {
 	if err := f.dp.Start(t); err != nil {
+		return err
+	}
+	if err := f.shareRunDir(t); err != nil {
 		return err
 	}
 	defer torch.Recover(&err, "sharding the model")
@@ -646,6 +658,3 @@ func (f *FullyShardedDataParallel) IsMain() bool { return f.Group.IsMain() }
 
 // WorldSize is the number of ranks.
 func (f *FullyShardedDataParallel) WorldSize() int { return f.Group.WorldSize() }
-
-// errShardedCheckpoint is the refusal of a checkpoint under FullyShardedDataParallel.
-var errShardedCheckpoint = errors.New("checkpoints of sharded training (FullyShardedDataParallel) are not supported yet: each rank holds only its shards of the optimizer state; train without checkpoints (no run directory, or cmd/train --no-checkpoint), or with DataParallel")

@@ -65,8 +65,10 @@ type fsdpResult struct {
 	// sharding), TrainNumel that of the model's trainable parameters.
 	OptNumel, TrainNumel int64
 	Units                []string
-	// CheckpointErr is SaveCheckpoint's error after the run.
-	CheckpointErr string
+	// CheckpointErr is SaveCheckpoint's error after the run, CheckpointFiles the files of
+	// the sharded checkpoint it wrote.
+	CheckpointErr   string
+	CheckpointFiles []string
 	// LayerParams counts the decoder layers' parameters (a LoRA base's too), Freed those
 	// whose storage is freed between two steps.
 	LayerParams, Freed int
@@ -197,12 +199,14 @@ func fsdpRun(pg *distributed.ProcessGroup, v fsdpVariant) (res fsdpResult, err e
 	}
 	if fs != nil {
 		res.Counts = fs.Counts()
-		path := filepath.Join(os.Getenv("GOTRAIN_TEST_OUT"), fmt.Sprintf("%s-%d.pt", v.Name, pg.Rank()))
+		// A collective: every rank writes its shards into the same directory.
+		path := filepath.Join(os.Getenv("GOTRAIN_TEST_OUT"), v.Name+".pt")
 		if err := tt.SaveCheckpoint(path); err != nil {
 			res.CheckpointErr = err.Error()
 		}
-		if _, err := os.Stat(path); err == nil {
-			return res, fmt.Errorf("SaveCheckpoint wrote %s", path)
+		entries, _ := os.ReadDir(path)
+		for _, e := range entries {
+			res.CheckpointFiles = append(res.CheckpointFiles, e.Name())
 		}
 	}
 	torch.WithScope(func() {
@@ -266,7 +270,8 @@ func TestFSDPEqualsSingleProcess(t *testing.T) {
 				units = []string{"model.layers.0", "model.layers.1"}
 			}
 			assert.Equal(t, units, got.Units)
-			assert.Contains(t, got.CheckpointErr, "not supported yet")
+			assert.Empty(t, got.CheckpointErr)
+			assert.ElementsMatch(t, []string{"metadata.pt", "rank-0-of-2.pt", "rank-1-of-2.pt"}, got.CheckpointFiles)
 			// Under ReshardAfterForward the layers' parameters, frozen ones included, are
 			// not allocated between steps; otherwise they are.
 			require.Positive(t, got.LayerParams)
@@ -304,7 +309,8 @@ func TestFSDPEqualsSingleProcess(t *testing.T) {
 }
 
 // TestFSDPRefusals: on one Gloo rank in this process, what sharded training cannot do is
-// refused by New with an error that names it, and Units overrides the model's units.
+// refused by New with an error that names it, and Units overrides the model's units;
+// then its sharded checkpoints survive crashes (shardedCheckpointCrashes).
 func TestFSDPRefusals(t *testing.T) {
 	pg, err := distributed.Init(distributed.Options{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: disttest.FreePort(t),
 		Timeout: time.Minute, Backend: distributed.Gloo})
@@ -333,9 +339,8 @@ func TestFSDPRefusals(t *testing.T) {
 	_, err = build(trainer.WithFSDP(nil), all)
 	require.ErrorContains(t, err, "nil process group")
 
-	_, err = build(trainer.WithFSDP(pg), all, trainer.WithSaveEvery(2))
-	require.ErrorContains(t, err, "save_every 2")
-	require.ErrorContains(t, err, "not supported yet")
+	_, err = build(trainer.WithFSDP(pg), all, trainer.WithRunDir(t.TempDir()), trainer.WithTopK(2))
+	require.ErrorContains(t, err, "top_k 2: sharded checkpoints (FullyShardedDataParallel) keep last.pt and best_model.pth only")
 
 	_, err = build(trainer.WithFSDP(pg), all, trainer.WithAMP(amp.FP16))
 	require.ErrorContains(t, err, "needs a loss scaler, which sharded training does not support yet")
@@ -351,7 +356,43 @@ func TestFSDPRefusals(t *testing.T) {
 	assert.Contains(t, params[0], "model.layers.1.mlp.down_proj.weight")
 	assert.Contains(t, params[1], "model.embed_tokens.weight")
 	assert.Contains(t, params[1], "lm_head.weight")
-	require.ErrorContains(t, tt.SaveCheckpoint(filepath.Join(t.TempDir(), "x.pt")), "not supported yet")
-	require.ErrorContains(t, tt.LoadCheckpoint(filepath.Join(t.TempDir(), "x.pt")), "not supported yet")
 	require.NoError(t, tt.Run(context.Background()))
+	shardedCheckpointCrashes(t, tt)
+}
+
+// shardedCheckpointCrashes: a sharded checkpoint (on tt's one rank) is published whole:
+// a staging directory a crash left is replaced, never loaded; when a crash between the
+// publication's two renames left only the previous checkpoint, it loads; a single-file
+// checkpoint is refused under sharding.
+func shardedCheckpointCrashes(t *testing.T, tt *trainer.Trainer) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.pt")
+	staging, previous := filepath.Join(dir, ".x.pt.sharded-staging"), filepath.Join(dir, ".x.pt.sharded-previous")
+	// A crashed save's partial staging directory does not load, and the next save
+	// replaces it.
+	require.NoError(t, os.MkdirAll(staging, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(staging, "rank-0-of-1.pt"), []byte("partial"), 0o644))
+	require.Error(t, tt.LoadCheckpoint(path))
+	require.NoError(t, tt.SaveCheckpoint(path))
+	assert.NoDirExists(t, staging)
+	assert.FileExists(t, filepath.Join(path, "metadata.pt"))
+	assert.FileExists(t, filepath.Join(path, "rank-0-of-1.pt"))
+	step := tt.GlobalStep
+	require.Positive(t, step)
+	// A crash after the previous checkpoint was moved aside: it loads.
+	require.NoError(t, os.Rename(path, previous))
+	tt.GlobalStep = 0
+	require.NoError(t, tt.LoadCheckpoint(path))
+	assert.Equal(t, step, tt.GlobalStep)
+	// The next save publishes, and the previous one goes.
+	require.NoError(t, tt.SaveCheckpoint(path))
+	assert.NoDirExists(t, previous)
+	require.NoError(t, tt.SaveCheckpoint(path)) // over a complete one
+	assert.NoDirExists(t, previous)
+	require.NoError(t, tt.LoadCheckpoint(path))
+	// A directory that is no checkpoint, and a single file, are refused.
+	require.ErrorContains(t, tt.LoadCheckpoint(dir), "without metadata.pt")
+	file := filepath.Join(dir, "single.pt")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o644))
+	require.ErrorContains(t, tt.LoadCheckpoint(file), "not a single file")
 }

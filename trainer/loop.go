@@ -426,13 +426,14 @@ func (t *Trainer) interrupted(cause error) error {
 		return fmt.Errorf("interrupted at %s: %w; %v", where, cause, err)
 	}
 	t.epochStats = st
-	if !t.IsMain() {
+	dir := t.checkpointsDir() // under sharding, every rank writes its shards
+	if !t.IsMain() && dir == "" {
 		return &InterruptedError{Cause: cause, Checkpoint: "rank 0's run directory", Where: where}
 	}
-	if t.RunDir == "" {
+	if dir == "" {
 		return fmt.Errorf("interrupted at %s: %w (no run directory, nothing saved)", where, cause)
 	}
-	path := filepath.Join(t.RunDir, "checkpoints", "last.pt")
+	path := filepath.Join(dir, "last.pt")
 	if err := t.saveCheckpointIn(filepath.Dir(path), "last.pt"); err != nil {
 		return fmt.Errorf("interrupted at %s: %w; saving %s failed: %v", where, cause, path, err)
 	}
@@ -457,8 +458,8 @@ func (t *Trainer) stepPoints(epochEnd bool, times func()) (end bool, err error) 
 		evaluated = true
 	}
 	// At an evaluation the run directory's ModelCheckpoint has written last.pt already.
-	if t.cfg.SaveEvery > 0 && s%int64(t.cfg.SaveEvery) == 0 && !evaluated && t.IsMain() && t.RunDir != "" {
-		if err := t.saveCheckpointIn(filepath.Join(t.RunDir, "checkpoints"), "last.pt"); err != nil {
+	if dir := t.checkpointsDir(); t.cfg.SaveEvery > 0 && s%int64(t.cfg.SaveEvery) == 0 && !evaluated && dir != "" {
+		if err := t.saveCheckpointIn(dir, "last.pt"); err != nil {
 			return false, fmt.Errorf("saving at step %d: %w", s, err)
 		}
 	}

@@ -29,12 +29,6 @@ func (t *Trainer) setupRunDir() error {
 		&TensorBoard{Dir: t.RunDir},
 		&Curves{Path: filepath.Join(t.RunDir, "curves.png"), inDir: true},
 	}
-	if _, ok := t.strategy.(*FullyShardedDataParallel); ok {
-		// Sharded training has no checkpoints yet (errShardedCheckpoint).
-		t.printf("sharded training (FSDP): no checkpoints are written (not supported yet)\n")
-		t.callbacks = append(writers, t.callbacks...)
-		return nil
-	}
 	// The checkpoint manager runs last, so last.pt holds every callback's updated state.
 	ckpt, err := NewModelCheckpoint(filepath.Join(t.RunDir, "checkpoints"), t.cfg.Monitor, t.cfg.MonitorMode, t.cfg.TopK)
 	if err != nil {

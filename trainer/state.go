@@ -140,6 +140,10 @@ func ignore(any) error { return nil }
 // GPUTrainer.load_checkpoint reads it, plus what an exact resume needs: scaler state, RNG
 // states, global step, position in the epoch and its running statistics, callback
 // states, the config (with the class names, also under class_names) and versions.
+//
+// Under FullyShardedDataParallel path is a directory of torch.save files, one per rank
+// with its shards and metadata.pt with the rest (fsdp_checkpoint.go), published whole:
+// a collective that every rank calls with the same path.
 func (t *Trainer) SaveCheckpoint(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
@@ -163,9 +167,14 @@ func (t *Trainer) saveCheckpointIn(dir, name string) error {
 // errors.
 func (t *Trainer) saveCheckpoint(path string, write func(any) error) (err error) {
 	defer torch.Recover(&err, "saving checkpoint "+path)
-	if _, ok := t.strategy.(*FullyShardedDataParallel); ok {
-		return fmt.Errorf("saving checkpoint %s: %w", path, errShardedCheckpoint)
+	if f, ok := t.strategy.(*FullyShardedDataParallel); ok {
+		return t.saveSharded(f, path)
 	}
+	done, err := asideSharded(path) // a sharded checkpoint there: a run resumed without sharding
+	if err != nil {
+		return err
+	}
+	defer func() { done(err == nil) }()
 	scope := torch.NewScope()
 	defer scope.Close()
 	d := checkpoint.NewDict()
@@ -339,10 +348,20 @@ func jsonName(f reflect.StructField) (string, bool) {
 // the next epoch boundary with fresh RNG state). Tensors are mapped to the trainer's
 // device. A key that no part of the trainer claims is an error naming it, so that state
 // is never silently dropped.
+//
+// A sharded checkpoint (a directory SaveCheckpoint wrote under FullyShardedDataParallel)
+// loads on any number of sharded ranks, each reading the rows of its own shards (a
+// collective), and without sharding, put together whole; the position in the epoch is
+// carried over as a count of samples. Under sharding only a sharded checkpoint loads.
 func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	defer torch.Recover(&err, "loading checkpoint "+path)
+	if dir, ok, err := shardedDir(path); err != nil {
+		return err
+	} else if ok {
+		return t.loadSharded(path, dir)
+	}
 	if _, ok := t.strategy.(*FullyShardedDataParallel); ok {
-		return fmt.Errorf("loading checkpoint %s: %w", path, errShardedCheckpoint)
+		return fmt.Errorf("loading checkpoint %s: sharded training (FullyShardedDataParallel) resumes from a sharded checkpoint directory (with %s), not a single file: train it on one process or with DataParallel", path, shardedMetadata)
 	}
 	raw, err := checkpoint.Read(path)
 	if err != nil {
@@ -358,7 +377,21 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	if !ok {
 		return fmt.Errorf("%s: holds a %T, not a checkpoint dict", path, v)
 	}
+	return t.loadTop(path, top, raw, nil, nil)
+}
+
+// loadTop restores the training state from a checkpoint's top dict (tensors on the
+// device; raw as read, for the raw parts). override replaces the load of the parts it
+// names (a sharded checkpoint's model under sharding); adjust, when set, runs after the
+// parts are loaded and before Resumed fires (a sharded checkpoint's position in the
+// epoch on another world size).
+func (t *Trainer) loadTop(path string, top *checkpoint.Dict, raw any, override map[string]func(any) error, adjust func()) error {
 	parts := t.parts()
+	for i, p := range parts {
+		if o := override[p.key]; o != nil {
+			parts[i].load = o
+		}
+	}
 	claimed := map[string]bool{}
 	for _, p := range parts {
 		claimed[p.key] = true
@@ -383,7 +416,7 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	t.trainSums.free()
 	t.normSums.free()
 	for _, p := range parts {
-		src := v
+		var src any = top
 		if p.raw {
 			src = raw
 		}
@@ -398,6 +431,9 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	if t.GlobalStep < 0 {
 		t.GlobalStep = int64(t.Epoch * ((t.Train.Len() + t.cfg.Accumulation - 1) / t.cfg.Accumulation))
 	}
+	if adjust != nil {
+		adjust()
+	}
 	t.printf("resumed from %s: epoch %d, batch %d, global step %d, best %s %.4f\n", path, t.Epoch, t.BatchInEpoch, t.GlobalStep, t.cfg.Monitor, t.BestMetric)
 	return t.fire(Resumed)
 }
@@ -406,7 +442,13 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 // Trainer built WithRunConfig records (cmd/train reads its flags back this way to
 // resume). It reports false, with no error, when the checkpoint records none.
 func ReadRunConfig(path string, v any) (bool, error) {
-	root, err := checkpoint.Read(path)
+	file := path
+	if dir, ok, err := shardedDir(path); err != nil {
+		return false, err
+	} else if ok {
+		file = filepath.Join(dir, shardedMetadata)
+	}
+	root, err := checkpoint.Read(file)
 	if err != nil {
 		return false, err
 	}

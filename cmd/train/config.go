@@ -203,7 +203,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.Float64Var(&c.LoraAlpha, "lora-alpha", c.LoraAlpha, "LoRA alpha (scaling alpha/r)")
 	fs.Float64Var(&c.LoraDropout, "lora-dropout", c.LoraDropout, "LoRA dropout")
 	fs.StringVar(&c.LoraTargets, "lora-targets", c.LoraTargets, "LoRA target modules: names (q_proj,v_proj; Phi-3's fused qkv_proj,gate_up_proj) or all-linear")
-	fs.BoolVar(&c.FSDP, "fsdp", c.FSDP, "with several ranks: shard gradients and optimizer state across them (FSDP, ZeRO-2 memory; no checkpoints yet) instead of data parallelism")
+	fs.BoolVar(&c.FSDP, "fsdp", c.FSDP, "with several ranks: shard gradients and optimizer state across them (FSDP, ZeRO-2 memory; sharded checkpoints) instead of data parallelism")
 	fs.BoolVar(&c.FSDPReshard, "fsdp-reshard", c.FSDPReshard, "with --fsdp: also free each decoder layer's parameters outside its forward and backward (ZeRO-3)")
 	fs.BoolVar(&c.GradientCheckpointing, "gradient-checkpointing", c.GradientCheckpointing, "recompute each decoder layer's activations in backward (less memory, more time)")
 	fs.StringVar(&c.DataDir, "data", c.DataDir, "training data: an ImageFolder tree (with train/ and val/, or --val-split), a CSV file (--label-column), a text file (--model gpt) or the Fashion-MNIST directory (default: Debian's)")

@@ -138,12 +138,13 @@ func TestLaunchFSDP(t *testing.T) {
 	runs := t.TempDir()
 	out, err := child(append([]string{"--nproc-per-node", "2", "--fsdp", "--runs-dir", runs}, small...)...).CombinedOutput()
 	require.NoError(t, err, string(out))
-	assert.Contains(t, string(out), "sharded training (FSDP): no checkpoints are written")
 	entries, err := os.ReadDir(runs)
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
 	dir := filepath.Join(runs, entries[0].Name())
-	assert.NoFileExists(t, filepath.Join(dir, "checkpoints", "last.pt"))
+	// The checkpoint is sharded: a directory of each rank's shards and the metadata.
+	assert.FileExists(t, filepath.Join(dir, "checkpoints", "last.pt", "rank-1-of-2.pt"))
+	assert.FileExists(t, filepath.Join(dir, "checkpoints", "last.pt", "metadata.pt"))
 	hist, err := os.ReadFile(filepath.Join(dir, "history.jsonl"))
 	require.NoError(t, err)
 	assert.Equal(t, 1, strings.Count(string(hist), "\n"))
@@ -657,4 +658,94 @@ func TestLaunchHungRankIsNamed(t *testing.T) {
 	assert.Contains(t, out, "failed on rank 0 of 2: lost rank 1")
 	assert.Contains(t, out, "rank 0 exited with status 1; the other ranks were stopped (rank(s) 1 killed)")
 	noTemporaryFiles(t, runs)
+}
+
+// TestLaunchFSDPSIGINTThenResumeIsExact: under --fsdp, a SIGINT to the launcher in the
+// middle of epoch 2 stops both ranks at the same step, each writes its shards of the
+// sharded checkpoints/last.pt (rank 0 the metadata too), and --resume with the same
+// world size ends with every rank's shards, their optimizer state and the progress
+// bitwise equal to an uninterrupted two-rank run's.
+func TestLaunchFSDPSIGINTThenResumeIsExact(t *testing.T) {
+	runs := t.TempDir()
+	args := []string{"--nproc-per-node", "2", "--fsdp", "--runs-dir", runs, "--synthetic", "1024", "--model", "mlp", "--epochs", "2",
+		"--batch-size", "16", "--workers", "1", "--deterministic", "--seed", "5", "--log-every", "1", "--threads", "1"}
+	out, err := child(append(args, "--experiment", "ref")...).CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	log := interruptAt(t, child(append(args, "--experiment", "cut")...), "epoch 2 batch 10/")
+	assert.Contains(t, log, "--resume")
+	assert.NotContains(t, log, "lost rank", "the ranks must stop together")
+	last := filepath.Join(runs, "cut", "checkpoints", "last.pt")
+	meta, err := checkpoint.Read(filepath.Join(last, "metadata.pt"))
+	require.NoError(t, err)
+	b, err := checkpoint.GetInt(meta, "batch_in_epoch")
+	require.NoError(t, err)
+	require.Positive(t, b, "stopped mid-epoch")
+	staged, err := filepath.Glob(filepath.Join(runs, "cut", "checkpoints", ".*"))
+	require.NoError(t, err)
+	assert.Empty(t, staged, "no staging directory is left")
+	one := filepath.Join(runs, "one")
+	require.NoError(t, os.CopyFS(one, os.DirFS(filepath.Join(runs, "cut"))))
+
+	out, err = child("--nproc-per-node", "2", "--resume", last).CombinedOutput()
+	require.NoError(t, err, string(out))
+	refLast := filepath.Join(runs, "ref", "checkpoints", "last.pt")
+	sameShardedState(t, refLast, last, 2)
+
+	// The same checkpoint resumes in one process without sharding (the full tensors put
+	// together), in its run directory, whose sharded last.pt becomes a single file. The
+	// epoch goes on after the same count of samples (b batches of 16 on 2 ranks: 2b
+	// batches of 16 on one), and its first step's loss is at the loaded model's level,
+	// far below a fresh model's; epoch 1's record is the checkpoint's.
+	out, err = child("--resume", filepath.Join(one, "checkpoints", "last.pt"), "--fsdp=false").CombinedOutput()
+	require.NoError(t, err, string(out))
+	first := regexp.MustCompile(`epoch 2 batch (\d+)/64, loss: ([0-9.]+)`).FindStringSubmatch(string(out))
+	require.NotNil(t, first, string(out))
+	assert.Equal(t, strconv.FormatInt(2*b+1, 10), first[1], "the first batch after the resume")
+	loss, err := strconv.ParseFloat(first[2], 64)
+	require.NoError(t, err)
+	assert.Less(t, loss, 0.05, "the loss right after the resume is the loaded model's")
+	single, err := checkpoint.Read(filepath.Join(one, "checkpoints", "last.pt"))
+	require.NoError(t, err, "a single file now:\n%s", out)
+	refMeta, err := checkpoint.Read(filepath.Join(refLast, "metadata.pt"))
+	require.NoError(t, err)
+	got, err := checkpoint.GetList(single, "history")
+	require.NoError(t, err)
+	want, err := checkpoint.GetList(refMeta, "history")
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Len(t, want, 2)
+	for _, key := range []string{"train_loss", "val_loss"} {
+		g0, _ := checkpoint.GetFloat(got[0], key)
+		w0, _ := checkpoint.GetFloat(want[0], key)
+		assert.Equal(t, w0, g0, "epoch 1's %s is the checkpoint's", key)
+	}
+}
+
+// sameShardedState requires the sharded checkpoints a and b, of world ranks, to hold the
+// same training state: the metadata's progress and unsharded state, and every rank's
+// shards and their optimizer state, bitwise.
+func sameShardedState(t *testing.T, a, b string, world int) {
+	t.Helper()
+	files := []string{"metadata.pt"}
+	for r := range world {
+		files = append(files, fmt.Sprintf("rank-%d-of-%d.pt", r, world))
+	}
+	for _, f := range files {
+		va, err := checkpoint.Read(filepath.Join(a, f))
+		require.NoError(t, err)
+		vb, err := checkpoint.Read(filepath.Join(b, f))
+		require.NoError(t, err)
+		keys := []string{"model_state_dict", "optimizer_state_dict"}
+		if f == "metadata.pt" {
+			keys = append(keys, "scheduler_state_dict", "epoch", "global_step", "history", "sharded")
+		}
+		for _, key := range keys {
+			x, err := checkpoint.Get(va, key)
+			require.NoError(t, err, "%s: %s", f, key)
+			y, err := checkpoint.Get(vb, key)
+			require.NoError(t, err, "%s: %s", f, key)
+			requireSame(t, key, x, y)
+		}
+	}
 }

@@ -108,6 +108,9 @@ func (l *Loader) Len() int {
 	return ceilDiv(n, l.opts.BatchSize)
 }
 
+// BatchSize is the number of samples of a full batch.
+func (l *Loader) BatchSize() int { return l.opts.BatchSize }
+
 // BatchDevice returns the device that every batch's tensors are on when Next returns
 // it (LoaderOptions.Device), and false when an OnDevice hook may have put them
 // elsewhere. The trainer uses it to skip asking each field for its device every batch.
