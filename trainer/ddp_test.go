@@ -27,7 +27,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	disttest.Main(m, map[string]func() error{"ddp": ddpChild, "items": itemsChild, "fsdp": fsdpChild})
+	disttest.Main(m, map[string]func() error{"ddp": ddpChild, "items": itemsChild, "fsdp": fsdpChild, "fsdp-export": fsdpExportChild})
 }
 
 // ddpResult is what a DDP child reports: its final weights, a checksum of the weights
