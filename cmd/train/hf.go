@@ -391,6 +391,9 @@ func (h *hfCallback) save(dir string, t *trainer.Trainer) error {
 // SavePretrained's, which the rest of the directory then joins on rank 0). Every rank
 // calls it.
 func (h *hfCallback) saveStreamed(dir string, t *trainer.Trainer, f *trainer.FullyShardedDataParallel) error {
+	if beforeStreamedExport != nil {
+		beforeStreamedExport(f.Group.Rank())
+	}
 	if err := f.WriteSafetensorsDir(dir, checkpoint.ModelWeights, h.run.model, map[string]string{"format": "pt"}, hfMaxShardSize); err != nil || !h.main {
 		return err
 	}
@@ -407,6 +410,11 @@ func (h *hfCallback) saveStreamed(dir string, t *trainer.Trainer, f *trainer.Ful
 	}
 	return h.saveRest(dir, t)
 }
+
+// beforeStreamedExport, set only by the tests (fsdp_kill_test.go), runs on every rank
+// before the gathers of saveStreamed: a test stops a rank there and kills it while the
+// others wait in the export's first all-gather.
+var beforeStreamedExport func(rank int)
 
 // hfMaxShardSize is the size of the weights files the saves split the model into.
 const hfMaxShardSize = 5 << 30
