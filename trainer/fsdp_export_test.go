@@ -27,7 +27,7 @@ import (
 
 // fsdpExportLayers is the depth of the export test's Llama: its layers, resharded, are
 // most of the model, so that holding one of them is far from holding all.
-const fsdpExportLayers = 12
+const fsdpExportLayers = 16
 
 // fsdpExportResult is what rank 0 of the export test reports.
 type fsdpExportResult struct {
@@ -169,9 +169,9 @@ func fsdpExportChild() error {
 // TestFSDPStreamedExport: on two Gloo ranks under ReshardAfterForward, inside Run with
 // the layers freed, WriteSafetensorsDir writes the same files, byte for byte, as
 // models.SavePretrained of the whole gathered model (several shard files and the index),
-// holding on rank 0 about one layer beyond what is allocated (at most two layers'
-// bytes, far below the whole model, which the gathered export holds), and leaves the
-// layers freed; GatherUnits gives every unit allocated.
+// holding on rank 0 one layer and its all-gather's buffers beyond what is allocated
+// (within 6 of the 16 layers' bytes, where the gathered export holds all 16), and leaves
+// the layers freed; GatherUnits gives every unit allocated.
 func TestFSDPStreamedExport(t *testing.T) {
 	out := t.TempDir()
 	res := disttest.Spawn(t, "fsdp-export", 2, []string{"GOTRAIN_TEST_OUT=" + out})
@@ -197,18 +197,19 @@ func TestFSDPStreamedExport(t *testing.T) {
 		require.Equal(t, b, stream[name], name)
 	}
 	require.Len(t, r0.Units, fsdpExportLayers+2) // the embeddings, the layers, the root
-	assert.Contains(t, r0.Units["model.layers.11"], "model.layers.11.mlp.down_proj.weight")
+	assert.Contains(t, r0.Units["model.layers.15"], "model.layers.15.mlp.down_proj.weight")
 	assert.True(t, r0.Gathered, "GatherUnits gave a unit whose parameters were not allocated")
 	require.Positive(t, r0.LayerParams)
 	assert.Equal(t, r0.LayerParams, r0.FreedBefore, "the layers were not freed before the export")
 	assert.Equal(t, r0.LayerParams, r0.FreedAfter, "the streamed export left layers allocated")
 	// Memory on rank 0: the gathered export holds every layer at once, the streamed one
 	// one layer at a time, plus the buffers of that layer's coalesced all-gather (its
-	// flat input and output, and Gloo's copy: 2.5 layers' bytes more on CPU).
+	// flat input and output, and Gloo's copies: 2.5 layers' bytes more on CPU with
+	// libtorch 2.14; bounded here at 6 layers in all, to leave other versions room).
 	require.Positive(t, r0.LargestUnit)
 	assert.GreaterOrEqual(t, r0.WholeExtra, r0.Resharded, "the whole export's peak misses the gathered layers: the measure is blind")
 	assert.GreaterOrEqual(t, r0.StreamExtra, r0.LargestUnit, "the streamed export's peak misses its gathered layer: the measure is blind")
-	assert.LessOrEqual(t, r0.StreamExtra, 4*r0.LargestUnit, "the streamed export held more than one layer and its gather")
+	assert.LessOrEqual(t, r0.StreamExtra, 6*r0.LargestUnit, "the streamed export held more than one layer and its gather")
 	assert.Less(t, r0.StreamExtra, r0.Resharded/2)
 	// Rank 1 took part in the same gathers, and wrote nothing.
 	assert.Equal(t, r0.Counts.AllGathers, got[1].Counts.AllGathers)
