@@ -46,6 +46,9 @@ type fsdpExportResult struct {
 	Units    map[string][]string
 	Gathered bool
 	Counts   trainer.FSDPCounts
+	// Errors are those of GatherState with an fn that fails on rank 0 and of
+	// WriteSafetensorsDir to a path that is a file.
+	Errors []string
 }
 
 // fsdpExportChild trains a tiny Llama on two ranks with ReshardAfterForward and, at the
@@ -136,6 +139,22 @@ func fsdpExportChild() error {
 			return err
 		}
 		res.FreedAfter = freed()
+		// Errors on rank 0 alone (its fn, its output directory) end its writes, not its
+		// gathers: both ranks finish the same collectives, and Run goes on.
+		stop := errors.New("stop")
+		err = fs.GatherState(m, func(string, *torch.Tensor) error {
+			if pg.IsMain() {
+				return stop
+			}
+			return nil
+		})
+		res.Errors = append(res.Errors, fmt.Sprint(err))
+		notDir := filepath.Join(out, fmt.Sprintf("file%d", pg.Rank()))
+		if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+			return err
+		}
+		err = fs.WriteSafetensorsDir(notDir, "", m, nil, maxShard)
+		res.Errors = append(res.Errors, fmt.Sprint(err))
 		res.WholeExtra, err = measure(func() error {
 			return fs.Unsharded(func() error {
 				if !pg.IsMain() {
@@ -211,6 +230,10 @@ func TestFSDPStreamedExport(t *testing.T) {
 	assert.GreaterOrEqual(t, r0.StreamExtra, r0.LargestUnit, "the streamed export's peak misses its gathered layer: the measure is blind")
 	assert.LessOrEqual(t, r0.StreamExtra, 6*r0.LargestUnit, "the streamed export held more than one layer and its gather")
 	assert.Less(t, r0.StreamExtra, r0.Resharded/2)
+	require.Len(t, r0.Errors, 2)
+	assert.Equal(t, "stop", r0.Errors[0])
+	assert.Contains(t, r0.Errors[1], "file0")
+	assert.Equal(t, []string{"<nil>", "<nil>"}, got[1].Errors, "rank 1 writes nothing")
 	// Rank 1 took part in the same gathers, and wrote nothing.
 	assert.Equal(t, r0.Counts.AllGathers, got[1].Counts.AllGathers)
 }
