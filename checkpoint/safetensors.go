@@ -433,6 +433,31 @@ func WriteSafetensors(path string, tensors *Dict, metadata map[string]string) er
 
 // WriteSafetensorsTo writes tensors and metadata to w in the safetensors format.
 func WriteSafetensorsTo(w io.Writer, tensors *Dict, metadata map[string]string) error {
+	var specs []TensorSpec
+	var list []*Tensor
+	for k, v := range tensors.All() {
+		name, tt, err := stTensorOf(k, v)
+		if err != nil {
+			return err
+		}
+		specs = append(specs, TensorSpec{Name: name, DType: tt.DType, Shape: tt.Shape})
+		list = append(list, tt)
+	}
+	if err := writeSafetensorsHeader(w, specs, metadata); err != nil {
+		return err
+	}
+	for _, t := range list {
+		if err := writeSafetensorsData(w, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeSafetensorsHeader writes the header of a safetensors file that holds tensors of
+// specs, in that order, and metadata: the data of each tensor is to follow, in the same
+// order (writeSafetensorsData).
+func writeSafetensorsHeader(w io.Writer, specs []TensorSpec, metadata map[string]string) error {
 	var hdr bytes.Buffer
 	hdr.WriteByte('{')
 	first := true
@@ -457,25 +482,19 @@ func WriteSafetensorsTo(w io.Writer, tensors *Dict, metadata map[string]string) 
 		hdr.WriteString(`"__metadata__":`)
 		hdr.Write(m)
 	}
-	var list []*Tensor
 	var off int64
-	for k, v := range tensors.All() {
-		name, tt, err := stTensorOf(k, v)
+	for _, sp := range specs {
+		n := sp.bytes()
+		e, err := json.Marshal(stEntry{DType: dtypes[sp.DType].st, Shape: nonNilShape(sp.Shape), DataOffsets: [2]int64{off, off + n}})
 		if err != nil {
 			return err
 		}
-		n := tt.Numel() * int64(tt.DType.ElemSize())
-		e, err := json.Marshal(stEntry{DType: dtypes[tt.DType].st, Shape: nonNilShape(tt.Shape), DataOffsets: [2]int64{off, off + n}})
-		if err != nil {
-			return err
-		}
-		nm, _ := json.Marshal(name)
+		nm, _ := json.Marshal(sp.Name)
 		sep()
 		hdr.Write(nm)
 		hdr.WriteByte(':')
 		hdr.Write(e)
 		off += n
-		list = append(list, tt)
 	}
 	hdr.WriteByte('}')
 	// Pad with spaces so that the data starts 8-byte aligned, as the reference writer does.
@@ -493,14 +512,17 @@ func WriteSafetensorsTo(w io.Writer, tensors *Dict, metadata map[string]string) 
 	if _, err := w.Write(hdr.Bytes()); err != nil {
 		return fmt.Errorf("checkpoint: safetensors: %w", err)
 	}
-	for _, t := range list {
-		b, err := t.ReadBytes()
-		if err != nil {
-			return fmt.Errorf("checkpoint: safetensors: %w", err)
-		}
-		if _, err := w.Write(b); err != nil {
-			return fmt.Errorf("checkpoint: safetensors: %w", err)
-		}
+	return nil
+}
+
+// writeSafetensorsData writes t's elements, row-major, as a safetensors file holds them.
+func writeSafetensorsData(w io.Writer, t *Tensor) error {
+	b, err := t.ReadBytes()
+	if err != nil {
+		return fmt.Errorf("checkpoint: safetensors: %w", err)
+	}
+	if _, err := w.Write(b); err != nil {
+		return fmt.Errorf("checkpoint: safetensors: %w", err)
 	}
 	return nil
 }
@@ -512,11 +534,8 @@ func stTensorOf(k, v any) (string, *Tensor, error) {
 	if !ok {
 		return "", nil, fmt.Errorf("checkpoint: safetensors: key %v is not a string", k)
 	}
-	if !utf8.ValidString(name) {
-		return "", nil, fmt.Errorf("checkpoint: safetensors: name %s is not valid UTF-8", cutName(name))
-	}
-	if name == "__metadata__" || len(name) > maxSafetensorsName {
-		return "", nil, fmt.Errorf("checkpoint: safetensors: a tensor cannot be named %s (readers refuse it)", cutName(name))
+	if err := stCheckName(name); err != nil {
+		return "", nil, err
 	}
 	t, ok := v.(*Tensor)
 	if !ok || t == nil {
@@ -536,6 +555,17 @@ func stTensorOf(k, v any) (string, *Tensor, error) {
 		return "", nil, fmt.Errorf("checkpoint: safetensors: %s: the format has no %v dtype", cutName(name), tt.DType)
 	}
 	return name, &tt, nil
+}
+
+// stCheckName refuses a tensor name that readers refuse.
+func stCheckName(name string) error {
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("checkpoint: safetensors: name %s is not valid UTF-8", cutName(name))
+	}
+	if name == "__metadata__" || len(name) > maxSafetensorsName {
+		return fmt.Errorf("checkpoint: safetensors: a tensor cannot be named %s (readers refuse it)", cutName(name))
+	}
+	return nil
 }
 
 func nonNilShape(s []int64) []int64 {

@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -295,25 +294,20 @@ func isShardFileName(file, name string) bool {
 	return ok && digits(k) && digits(n)
 }
 
-// planShards splits tensors into shards as transformers' save_pretrained does
-// (huggingface_hub's split_torch_state_dict_into_shards): in the dict's order, a shard
-// is closed when the next tensor would take it past maxShardSize bytes, and a tensor
+// planShards splits the tensors of specs into shards as transformers' save_pretrained
+// does (huggingface_hub's split_torch_state_dict_into_shards): in order, a shard is
+// closed when the next tensor would take it past maxShardSize bytes, and a tensor
 // larger than maxShardSize gets a shard of its own, placed before the shard being
-// filled. Sizes are the bytes written (a view counts its own elements). maxShardSize
-// 0 means one shard.
-func planShards(tensors *Dict, maxShardSize int64) ([][]int, int64, int64, error) {
+// filled. Sizes are the bytes written. maxShardSize 0 means one shard. It returns the
+// specs' indices shard by shard, the bytes and the elements of all tensors.
+func planShards(specs []TensorSpec, maxShardSize int64) ([][]int, int64, int64) {
 	var shards [][]int
 	var current []int
 	var currentSize, totalSize, totalParams int64
-	i := 0
-	for k, v := range tensors.All() {
-		_, t, err := stTensorOf(k, v)
-		if err != nil {
-			return nil, 0, 0, err
-		}
-		size := t.Numel() * int64(t.DType.ElemSize())
+	for i, sp := range specs {
+		size := sp.bytes()
 		totalSize += size
-		totalParams += t.Numel()
+		totalParams += (&Tensor{Shape: sp.Shape}).Numel()
 		switch {
 		case maxShardSize > 0 && size > maxShardSize:
 			shards = append(shards, []int{i})
@@ -325,12 +319,11 @@ func planShards(tensors *Dict, maxShardSize int64) ([][]int, int64, int64, error
 			current = append(current, i)
 			currentSize += size
 		}
-		i++
 	}
 	if len(current) > 0 || len(shards) == 0 {
 		shards = append(shards, current)
 	}
-	return shards, totalSize, totalParams, nil
+	return shards, totalSize, totalParams
 }
 
 // WriteSafetensorsDir saves tensors (a dict of names to *Tensor, as WriteSafetensors
@@ -342,6 +335,7 @@ func planShards(tensors *Dict, maxShardSize int64) ([][]int, int64, int64, error
 // tensors) and total_parameters (their elements) and whose weight_map names each
 // tensor's shard. Every file gets metadata, with "format": "pt" added when it has no
 // "format" (transformers' loader refuses a file whose metadata lacks it).
+// SafetensorsDirWriter writes the same files a tensor at a time.
 //
 // dir is created if needed. A file of dir that is a symlink is replaced by the new
 // file, never written through (fsutil.StageInDir). Every file is written to a synced
@@ -353,119 +347,26 @@ func planShards(tensors *Dict, maxShardSize int64) ([][]int, int64, int64, error
 // shards), and the index when it is not. A crash while the files are being renamed can
 // leave a mix of the two saves.
 func WriteSafetensorsDir(dir, name string, tensors *Dict, metadata map[string]string, maxShardSize int64) error {
-	if name == "" {
-		name = ModelWeights
-	}
-	if err := plainName(name); err != nil {
-		return fmt.Errorf("checkpoint: weights name: %w", err)
-	}
-	if maxShardSize < 0 {
-		return fmt.Errorf("checkpoint: maximum shard size %d is negative", maxShardSize)
-	}
-	plan, totalSize, totalParams, err := planShards(tensors, maxShardSize)
-	if err != nil {
-		return err
-	}
-	meta := map[string]string{"format": "pt"}
-	for k, v := range metadata {
-		meta[k] = v
-	}
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	keys, vals := tensors.Keys(), make([]any, 0, tensors.Len())
-	for _, v := range tensors.All() {
-		vals = append(vals, v)
-	}
-
-	var staged []*fsutil.Staged
-	defer func() {
-		for _, s := range staged {
-			if s != nil {
-				s.Abort()
-			}
-		}
-	}()
-	stage := func(file string, write func(io.Writer) error) error {
-		st, err := fsutil.StageInDir(dir, file, write)
+	specs := make([]TensorSpec, 0, tensors.Len())
+	list := make([]*Tensor, 0, tensors.Len())
+	for k, v := range tensors.All() {
+		name, t, err := stTensorOf(k, v)
 		if err != nil {
 			return err
 		}
-		staged = append(staged, st)
-		return nil
+		specs = append(specs, TensorSpec{Name: name, DType: t.DType, Shape: t.Shape})
+		list = append(list, t)
 	}
-	sharded := len(plan) > 1
-	keep := map[string]bool{}
-	weightMap := map[string]string{}
-	for k, idx := range plan {
-		file := name + ".safetensors"
-		if sharded {
-			file = shardFileName(name, k+1, len(plan))
-		}
-		keep[file] = true
-		shard := NewDict()
-		for _, i := range idx {
-			shard.Set(keys[i], vals[i])
-			weightMap[keys[i].(string)] = file
-		}
-		if err := stage(file, func(w io.Writer) error { return WriteSafetensorsTo(w, shard, meta) }); err != nil {
-			return fmt.Errorf("%w (writing %s)", err, filepath.Join(dir, file))
-		}
-	}
-	indexFile := name + ".safetensors.index.json"
-	if sharded {
-		index := struct {
-			Metadata  map[string]int64  `json:"metadata"`
-			WeightMap map[string]string `json:"weight_map"`
-		}{map[string]int64{"total_size": totalSize, "total_parameters": totalParams}, weightMap}
-		if err := stage(indexFile, func(w io.Writer) error {
-			enc := json.NewEncoder(w)
-			enc.SetEscapeHTML(false)
-			enc.SetIndent("", "  ")
-			return enc.Encode(index) // maps are written in sorted key order, as transformers does
-		}); err != nil {
-			return err
-		}
-	}
-
-	// Commit: the shards, then (a sharded save) the index last, once the single file
-	// that would shadow it is gone.
-	last := len(staged)
-	if sharded {
-		last--
-	}
-	for i := range staged[:last] {
-		st := staged[i]
-		staged[i] = nil
-		if err := st.Commit(); err != nil {
-			return err
-		}
-	}
-	if sharded {
-		if err := removeIfFile(filepath.Join(dir, name+".safetensors")); err != nil {
-			return err
-		}
-		st := staged[last]
-		staged[last] = nil
-		if err := st.Commit(); err != nil {
-			return err
-		}
-	} else if err := removeIfFile(filepath.Join(dir, indexFile)); err != nil {
+	w, err := NewSafetensorsDirWriter(dir, name, specs, metadata, maxShardSize)
+	if err != nil {
 		return err
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	for _, e := range entries {
-		if f := e.Name(); isShardFileName(f, name) && !keep[f] {
-			if err := removeIfFile(filepath.Join(dir, f)); err != nil {
-				return err
-			}
+	for i, t := range list {
+		if err := w.Write(specs[i].Name, t); err != nil {
+			return err
 		}
 	}
-	fsutil.SyncDir(dir)
-	return nil
+	return w.Close()
 }
 
 // removeIfFile removes path if it is a file or a symlink (never a directory); a

@@ -87,8 +87,7 @@ func TestShardPlan(t *testing.T) {
 		{[]int{40, 40}, 40, [][]int{{0}, {1}}},
 		{nil, 40, [][]int{nil}},
 	} {
-		plan, total, params, err := planShards(sizedTensors(tc.sizes...), tc.max)
-		require.NoError(t, err)
+		plan, total, params := planShards(specsOf(t, sizedTensors(tc.sizes...)), tc.max)
 		require.Equal(t, tc.want, plan, "%v / %d", tc.sizes, tc.max)
 		sum := 0
 		for _, s := range tc.sizes {

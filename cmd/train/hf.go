@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/internal/fsutil"
 	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/torch"
@@ -280,18 +281,59 @@ func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 	if rec == nil {
 		return nil
 	}
+	if f := streamedExport(t); f != nil && h.adapter == nil {
+		// Sharded training that freed the layers: every rank takes part in the export's
+		// gathers, a unit at a time, and rank 0 writes each unit and lets it go, so that
+		// the export never holds the whole model. The sample then gathers it all.
+		if err := h.saveEvaluated(t, func(dir string) error { return h.saveStreamed(dir, t, f) }); err != nil {
+			return err
+		}
+		return unsharded(t, func() error {
+			if !h.main {
+				return nil
+			}
+			return h.report(rec)
+		})
+	}
 	// Rank 0 generates and saves alone: under sharded training every rank gathers the
 	// whole model first.
 	return unsharded(t, func() error {
 		if !h.main {
 			return nil
 		}
-		return h.evaluated(t, rec)
+		if err := h.report(rec); err != nil {
+			return err
+		}
+		return h.saveEvaluated(t, func(dir string) error { return h.save(dir, t) })
 	})
 }
 
-// evaluated prints the evaluation, generates the sample and saves hf/last (and hf/best).
-func (h *hfCallback) evaluated(t *trainer.Trainer, rec *trainer.Record) error {
+// streamedExport returns the strategy of sharded training whose units
+// ReshardAfterForward frees between steps, nil under any other: then the whole model is
+// written a unit at a time (FullyShardedDataParallel.WriteSafetensorsDir). Only the
+// decoders whose state dict is their Hugging Face layout run the unit hooks that
+// reshard (a mixture of experts, whose experts the state dict holds fused, does not),
+// so the streamed files are SavePretrained's.
+func streamedExport(t *trainer.Trainer) *trainer.FullyShardedDataParallel {
+	if f, ok := t.Strategy().(*trainer.FullyShardedDataParallel); ok && f.Resharded() {
+		return f
+	}
+	return nil
+}
+
+// saveEvaluated saves hf/last and, when the evaluation is the best so far, hf/best.
+func (h *hfCallback) saveEvaluated(t *trainer.Trainer, save func(dir string) error) error {
+	if err := save(filepath.Join(h.dir, "last")); err != nil {
+		return err
+	}
+	if v, ok := t.Metrics[t.Config().Monitor]; ok && v == t.BestMetric {
+		return save(filepath.Join(h.dir, "best"))
+	}
+	return nil
+}
+
+// report prints the evaluation and generates the sample.
+func (h *hfCallback) report(rec *trainer.Record) error {
 	training := h.run.model.ModuleBase().Training()
 	nn.SetTraining(h.run.model, false)
 	defer nn.SetTraining(h.run.model, training)
@@ -305,12 +347,6 @@ func (h *hfCallback) evaluated(t *trainer.Trainer, rec *trainer.Record) error {
 		// turn starts); the continuation is the text a user would read.
 		fmt.Fprintf(h.out, "  sample prompt (held out): %q\n  continuation: %q\n",
 			h.run.tok.Decode(h.prompt, false), h.run.tok.Decode(gen[0], true))
-	}
-	if err := h.save(filepath.Join(h.dir, "last"), t); err != nil {
-		return err
-	}
-	if v, ok := t.Metrics[t.Config().Monitor]; ok && v == t.BestMetric {
-		return h.save(filepath.Join(h.dir, "best"), t)
 	}
 	return nil
 }
@@ -345,11 +381,50 @@ func (h *hfCallback) save(dir string, t *trainer.Trainer) error {
 	if h.adapter != nil {
 		err = h.adapter.Save(dir)
 	} else {
-		err = models.SavePretrained(dir, h.run.model, models.SaveOptions{MaxShardSize: 5 << 30})
+		err = models.SavePretrained(dir, h.run.model, models.SaveOptions{MaxShardSize: hfMaxShardSize})
 	}
 	if err != nil {
 		return err
 	}
+	return h.saveRest(dir, t)
+}
+
+// saveStreamed writes the whole model to dir as save does, gathering it a unit at a time
+// (FullyShardedDataParallel.WriteSafetensorsDir: the same weights files as
+// SavePretrained's, which the rest of the directory then joins on rank 0). Every rank
+// calls it.
+func (h *hfCallback) saveStreamed(dir string, t *trainer.Trainer, f *trainer.FullyShardedDataParallel) error {
+	if beforeStreamedExport != nil {
+		beforeStreamedExport(f.Group.Rank())
+	}
+	if err := f.WriteSafetensorsDir(dir, checkpoint.ModelWeights, h.run.model, map[string]string{"format": "pt"}, hfMaxShardSize); err != nil || !h.main {
+		return err
+	}
+	p, ok := h.run.model.(models.Pretrained)
+	if !ok {
+		return fmt.Errorf("%T has no PretrainedConfig to write %s", h.run.model, models.ConfigFile)
+	}
+	raw, err := json.MarshalIndent(p.PretrainedConfig(), "", "  ")
+	if err != nil {
+		return fmt.Errorf("%s: %w", models.ConfigFile, err)
+	}
+	if err := fsutil.WriteFileInDir(dir, models.ConfigFile, append(raw, '\n')); err != nil {
+		return err
+	}
+	return h.saveRest(dir, t)
+}
+
+// beforeStreamedExport, set only by the tests (fsdp_kill_test.go), runs on every rank
+// before the gathers of saveStreamed: a test stops a rank there and kills it while the
+// others wait in the export's first all-gather.
+var beforeStreamedExport func(rank int)
+
+// hfMaxShardSize is the size of the weights files the saves split the model into.
+const hfMaxShardSize = 5 << 30
+
+// saveRest writes, beside the weights, the tokenizer's files and, last, hfStateFile
+// naming t's step.
+func (h *hfCallback) saveRest(dir string, t *trainer.Trainer) error {
 	// As PEFT's and transformers' Trainer save the tokenizer beside the weights, so that
 	// the directory is enough for generate --chat and AutoTokenizer.
 	if err := copyTokenizerFiles(h.source, dir); err != nil {
