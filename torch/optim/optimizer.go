@@ -143,6 +143,9 @@ type kind struct {
 	// does not take from its groups (AdamW always decouples weight decay).
 	kernel torch.OptimizerKernel
 	fixed  map[string]float64
+	// fused is the fused form's update (fused.go), which runs when the groups have
+	// fused=True and in the capturable form; nil when the kind has none.
+	fused fusedUpdate
 	// check validates a group's options as PyTorch's constructor does.
 	check func(g *ParamGroup) error
 	// eager creates state before the first step (Adagrad), for params that have none.
@@ -162,6 +165,12 @@ type base struct {
 	sizes   []int64
 	hyper   []float64     // the groups' kernel hyperparameters (torch.OptimizerKeys)
 	from    []hyperSource // what each group's were read from
+	// The fused form's (fused.go): each group's learning rate, set before each step; the
+	// device learning rates of the capturable form (CaptureLR), nil outside it; and
+	// fusedStep as the func a torch.OptimizerArgs holds.
+	lrs     []*torch.HostScalar
+	capture []*torch.Tensor
+	stepFn  func() error
 }
 
 func newBase(k *kind, groups []Group, lr float64, defaults *checkpoint.Dict) (*base, error) {
@@ -207,6 +216,10 @@ func newBase(k *kind, groups []Group, lr float64, defaults *checkpoint.Dict) (*b
 		seen[p] = true
 	}
 	o.syncState()
+	if k.fused != nil {
+		o.stepFn = o.fusedStep
+		o.setLRs() // made here, not in a recorded step
+	}
 	return o, nil
 }
 
@@ -294,7 +307,7 @@ func (o *base) readHyper(g *ParamGroup, h []float64) {
 			h[i], h[i+1] = b[0], b[1]
 			i++
 		} else if _, ok := g.Options.Lookup(key); ok {
-			h[i] = g.Float(key, 0) // None (as "fused" may be) is 0
+			h[i] = g.Float(key, 0) // None is 0
 		} else {
 			h[i] = def.Float(key, 0)
 		}
@@ -322,6 +335,12 @@ func (o *base) Step() (err error) {
 // ops do.
 func (o *base) StepArgs() torch.OptimizerArgs {
 	o.syncState()
+	if fused, err := o.fused(); err != nil {
+		return torch.OptimizerFunc(func() error { return fmt.Errorf("%s: %w", o.stepCtx, err) })
+	} else if fused {
+		o.setLRs()
+		return torch.OptimizerFunc(o.stepFn)
+	}
 	ps := o.params()
 	o.sizes = o.sizes[:0]
 	for _, g := range o.groups {
