@@ -56,7 +56,7 @@ func TestFusedOptimizerInOneFile(t *testing.T) {
 // are freed, the state tensors are kept and not replaced).
 func TestFusedOptimizerKeepsItsState(t *testing.T) {
 	f := newFixture()
-	for _, make := range []func() (optim.Optimizer, error){
+	for _, mk := range []func() (optim.Optimizer, error){
 		func() (optim.Optimizer, error) {
 			return optim.NewAdamW(f.params(), optim.AdamOptions{LR: 0.01, AMSGrad: true, Fused: true})
 		},
@@ -64,7 +64,7 @@ func TestFusedOptimizerKeepsItsState(t *testing.T) {
 			return optim.NewSGD(f.params(), optim.SGDOptions{LR: 0.01, Momentum: 0.9, Fused: true})
 		},
 	} {
-		o, err := make()
+		o, err := mk()
 		require.NoError(t, err)
 		runGo(o, f, 0, 1)
 		before := torch.LiveTensors()
