@@ -315,8 +315,9 @@ func (o *base) readHyper(g *ParamGroup, h []float64) {
 	}
 }
 
-// Step updates every parameter that has a gradient, in one call into libtorch, with
-// the arithmetic of PyTorch's implementation.
+// Step updates every parameter that has a gradient, with the arithmetic of PyTorch's
+// implementation: in one call into libtorch, or with fused=True in a fused kernel call
+// per device and dtype of each group (fused.go).
 func (o *base) Step() (err error) {
 	defer torch.Recover(&err, o.stepCtx)
 	if len(o.params()) == 0 {
@@ -331,8 +332,10 @@ func (o *base) Step() (err error) {
 // a torch.TrainStep that runs the step inside its own call into libtorch; a.Step() is
 // Step. They hold the optimizer's own parameter list and state rows (the tensors a step
 // creates become the optimizer's) and are valid until the optimizer's groups or state
-// change: take them again for every step. It panics with a *torch.Error on misuse, as
-// ops do.
+// change: take them again for every step. With fused=True they are the fused step
+// (torch.OptimizerFunc), and taking them writes each group's LR into the learning-rate
+// tensor that step's kernels read, eagerly or replayed. It panics with a *torch.Error
+// on misuse, as ops do.
 func (o *base) StepArgs() torch.OptimizerArgs {
 	o.syncState()
 	if fused, err := o.fused(); err != nil {
