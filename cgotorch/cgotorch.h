@@ -198,12 +198,13 @@ void cg_named_tensors_free(cg_named_tensors *nt);
 extern "C" {
 #endif
 
-// Optimizer algorithms. A group's hyperparameters are CG_OPT_NHYPER doubles: the values
-// of its param-group keys (PyTorch's state_dict names) in the order torch.OptimizerKeys
-// lists for the kind (torch/kernels.go), bools as 0 or 1, "betas" as two values, the
-// rest zero.
+// Optimizer algorithms, in their default (foreach) form; the fused forms are Go over
+// ATen's _fused_* ops (torch/optim/fused.go). A group's hyperparameters are
+// CG_OPT_NHYPER doubles: the values of its param-group keys (PyTorch's state_dict names)
+// in the order torch.OptimizerKeys lists for the kind (torch/kernels.go), bools as 0 or
+// 1, "betas" as two values, the rest zero.
 enum cg_optimizer { CG_OPT_SGD = 0, CG_OPT_ADAM = 1, CG_OPT_RMSPROP = 2, CG_OPT_ADAGRAD = 3 };
-enum { CG_OPT_NHYPER = 9 };
+enum { CG_OPT_NHYPER = 8 };
 // CG_OPT_NSTATE state slots per parameter: SGD momentum_buffer; ADAM step, exp_avg,
 // exp_avg_sq, max_exp_avg_sq; RMSPROP step, square_avg, momentum_buffer, grad_avg; ADAGRAD
 // step, sum.
@@ -337,10 +338,6 @@ cg_status cg_graph_begin(cg_graph g, int capture);
 cg_status cg_graph_end(cg_graph g);
 cg_status cg_graph_replay(cg_graph g);
 void cg_graph_free(cg_graph g);
-// cg_optim_capturable makes cg_optim_step's Adam(fused=True), AdamW(fused=True) and SGD
-// read group g's learning rate from lrs[g], a 0-dim float tensor on the parameters'
-// device, and keep their step counts there (n = 0 ends it).
-cg_status cg_optim_capturable(const cg_tensor *lrs, int n);
 
 typedef void *cg_trace;
 // cg_trace_begin starts recording the calling thread's calls, with inputs as the

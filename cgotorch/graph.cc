@@ -1,24 +1,9 @@
-// graph.cc: CUDA graphs (at::cuda::CUDAGraph) for the Trainer's captured step, and the
-// optimizer's capturable form (learning rates in device tensors). The graph needs the
+// graph.cc: CUDA graphs (at::cuda::CUDAGraph) for the Trainer's captured step. The graph needs the
 // CUDA runtime's headers, which libtorch.mk finds for NCCL (GOTRAIN_NCCL), in a build
 // that links libtorch_cuda (GOTRAIN_CUDA_BUILD); elsewhere every call says what is
 // missing.
 #include <vector>
 #include "internal.h"
-
-namespace cg {
-// capture_lrs are the optimizer's learning rates in device tensors, one per parameter
-// group, while a captured step is in use (cg_optim_capturable): the built-in optimizers
-// then read them instead of their Go values, which a graph would bake in.
-std::vector<at::Tensor> capture_lrs;
-}  // namespace cg
-
-extern "C" cg_status cg_optim_capturable(const cg_tensor *lrs, int n) {
-  CG_TRY cg::capture_lrs.clear();
-  for (int i = 0; i < n; i++) cg::capture_lrs.push_back(cg::T(lrs[i]));
-  return cg::ok();
-  CG_CATCH_STATUS
-}
 
 #if defined(GOTRAIN_NCCL) && defined(GOTRAIN_CUDA_BUILD)
 #include <ATen/autocast_mode.h>

@@ -35,9 +35,3 @@ func GraphReplay(g Graph) error { return st(C.cg_graph_replay(C.cg_graph(g))) }
 
 // GraphFree frees g and its memory pool.
 func GraphFree(g Graph) { C.cg_graph_free(C.cg_graph(g)) }
-
-// OptimCapturable makes the built-in optimizers' step read each group's learning rate
-// from lrs (cg_optim_capturable); nil ends it.
-func OptimCapturable(lrs []Tensor) error {
-	return st(C.cg_optim_capturable(handles(lrs), C.int(len(lrs))))
-}

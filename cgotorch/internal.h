@@ -205,8 +205,6 @@ void accumulate(cg_tensor acc, cg_tensor *values, int n, double weight, int64_t 
 // arguments (tensors as slots) and its results' slots. An entry point that cannot be
 // replayed calls refuse instead, which makes the trace unusable.
 struct Trace;
-// capture_lrs: graph.cc's learning rates for the optimizer's capturable form.
-extern std::vector<at::Tensor> capture_lrs;
 extern constinit thread_local Trace *recording_;
 [[gnu::always_inline]] inline bool recording() { return C10_UNLIKELY(recording_ != nullptr); }
 // refuse marks the trace being recorded, if any, as not replayable, for reason why.

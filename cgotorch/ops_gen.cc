@@ -2151,6 +2151,109 @@ void cg_op_FusedSGD(const cg_tensor *params_, int params_n, const cg_tensor *gra
   CG_CATCH_INTO(status)
 }
 
+void cg_op_FusedAdamTensorLR(const cg_tensor *params_, int params_n, const cg_tensor *grads_, int grads_n, const cg_tensor *expAvgs_, int expAvgs_n, const cg_tensor *expAvgSqs_, int expAvgSqs_n, const cg_tensor *maxExpAvgSqs_, int maxExpAvgSqs_n, const cg_tensor *steps_, int steps_n, cg_tensor lr_, double beta1, double beta2, double weightDecay, double eps, int amsgrad_, int maximize_, cg_tensor gradScale_, cg_tensor foundInf_, cg_status *ret_) {
+  CG_TRY
+  std::vector<at::Tensor> params = cg::tensors(params_, params_n);
+  std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
+  std::vector<at::Tensor> expAvgs = cg::tensors(expAvgs_, expAvgs_n);
+  std::vector<at::Tensor> expAvgSqs = cg::tensors(expAvgSqs_, expAvgSqs_n);
+  std::vector<at::Tensor> maxExpAvgSqs = cg::tensors(maxExpAvgSqs_, maxExpAvgSqs_n);
+  std::vector<at::Tensor> steps = cg::tensors(steps_, steps_n);
+  at::Tensor &lr = cg::T(lr_);
+  bool amsgrad = amsgrad_ != 0;
+  bool maximize = maximize_ != 0;
+  std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
+  std::optional<at::Tensor> foundInf = cg::opt(foundInf_);
+  at::NoGradGuard g; at::_fused_adam_(params, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, lr, beta1, beta2, weightDecay, eps, amsgrad, maximize, gradScale, foundInf);
+  *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(148);
+    rec_.list(params_, params_n);
+    rec_.list(grads_, grads_n);
+    rec_.list(expAvgs_, expAvgs_n);
+    rec_.list(expAvgSqs_, expAvgSqs_n);
+    rec_.list(maxExpAvgSqs_, maxExpAvgSqs_n);
+    rec_.list(steps_, steps_n);
+    rec_.t(lr_);
+    rec_.v(beta1);
+    rec_.v(beta2);
+    rec_.v(weightDecay);
+    rec_.v(eps);
+    rec_.v(amsgrad_);
+    rec_.v(maximize_);
+    rec_.t(gradScale_);
+    rec_.t(foundInf_);
+  }
+  CG_CATCH_INTO(status)
+}
+
+void cg_op_FusedAdamWTensorLR(const cg_tensor *params_, int params_n, const cg_tensor *grads_, int grads_n, const cg_tensor *expAvgs_, int expAvgs_n, const cg_tensor *expAvgSqs_, int expAvgSqs_n, const cg_tensor *maxExpAvgSqs_, int maxExpAvgSqs_n, const cg_tensor *steps_, int steps_n, cg_tensor lr_, double beta1, double beta2, double weightDecay, double eps, int amsgrad_, int maximize_, cg_tensor gradScale_, cg_tensor foundInf_, cg_status *ret_) {
+  CG_TRY
+  std::vector<at::Tensor> params = cg::tensors(params_, params_n);
+  std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
+  std::vector<at::Tensor> expAvgs = cg::tensors(expAvgs_, expAvgs_n);
+  std::vector<at::Tensor> expAvgSqs = cg::tensors(expAvgSqs_, expAvgSqs_n);
+  std::vector<at::Tensor> maxExpAvgSqs = cg::tensors(maxExpAvgSqs_, maxExpAvgSqs_n);
+  std::vector<at::Tensor> steps = cg::tensors(steps_, steps_n);
+  at::Tensor &lr = cg::T(lr_);
+  bool amsgrad = amsgrad_ != 0;
+  bool maximize = maximize_ != 0;
+  std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
+  std::optional<at::Tensor> foundInf = cg::opt(foundInf_);
+  at::NoGradGuard g; at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, lr, beta1, beta2, weightDecay, eps, amsgrad, maximize, gradScale, foundInf);
+  *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(149);
+    rec_.list(params_, params_n);
+    rec_.list(grads_, grads_n);
+    rec_.list(expAvgs_, expAvgs_n);
+    rec_.list(expAvgSqs_, expAvgSqs_n);
+    rec_.list(maxExpAvgSqs_, maxExpAvgSqs_n);
+    rec_.list(steps_, steps_n);
+    rec_.t(lr_);
+    rec_.v(beta1);
+    rec_.v(beta2);
+    rec_.v(weightDecay);
+    rec_.v(eps);
+    rec_.v(amsgrad_);
+    rec_.v(maximize_);
+    rec_.t(gradScale_);
+    rec_.t(foundInf_);
+  }
+  CG_CATCH_INTO(status)
+}
+
+void cg_op_FusedSGDTensorLR(const cg_tensor *params_, int params_n, const cg_tensor *grads_, int grads_n, const cg_tensor *momentumBuffers_, int momentumBuffers_n, double weightDecay, double momentum, cg_tensor lr_, double dampening, int nesterov_, int maximize_, int isFirstStep_, cg_tensor gradScale_, cg_tensor foundInf_, cg_status *ret_) {
+  CG_TRY
+  std::vector<at::Tensor> params = cg::tensors(params_, params_n);
+  std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
+  std::vector<at::Tensor> momentumBuffers = cg::tensors(momentumBuffers_, momentumBuffers_n);
+  at::Tensor &lr = cg::T(lr_);
+  bool nesterov = nesterov_ != 0;
+  bool maximize = maximize_ != 0;
+  bool isFirstStep = isFirstStep_ != 0;
+  std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
+  std::optional<at::Tensor> foundInf = cg::opt(foundInf_);
+  at::NoGradGuard g; at::_fused_sgd_(params, grads, momentumBuffers, weightDecay, momentum, lr, dampening, nesterov, maximize, isFirstStep, gradScale, foundInf);
+  *ret_ = cg::ok();
+  if (cg::recording()) {
+    cg::Rec rec_(150);
+    rec_.list(params_, params_n);
+    rec_.list(grads_, grads_n);
+    rec_.list(momentumBuffers_, momentumBuffers_n);
+    rec_.v(weightDecay);
+    rec_.v(momentum);
+    rec_.t(lr_);
+    rec_.v(dampening);
+    rec_.v(nesterov_);
+    rec_.v(maximize_);
+    rec_.v(isFirstStep_);
+    rec_.t(gradScale_);
+    rec_.t(foundInf_);
+  }
+  CG_CATCH_INTO(status)
+}
+
 void cg_op_Linear(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_result *ret_) {
   CG_TRY
   at::Tensor &x = cg::T(x_);
@@ -2158,7 +2261,7 @@ void cg_op_Linear(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_result *ret_) {
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::linear(x, w, b));
   if (cg::recording()) {
-    cg::Rec rec_(148);
+    cg::Rec rec_(151);
     rec_.t(x_);
     rec_.t(w_);
     rec_.t(b_);
@@ -2177,7 +2280,7 @@ void cg_op_conv2d(cg_tensor x_, cg_tensor w_, cg_tensor b_, const int64_t *strid
   at::IntArrayRef dilation(dilation_, dilation_n);
   *ret_ = cg::res(at::conv2d(x, w, b, stride, padding, dilation, groups));
   if (cg::recording()) {
-    cg::Rec rec_(149);
+    cg::Rec rec_(152);
     rec_.t(x_);
     rec_.t(w_);
     rec_.t(b_);
@@ -2200,7 +2303,7 @@ void cg_op_maxPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const i
   bool ceil = ceil_ != 0;
   *ret_ = cg::res(at::max_pool2d(x, kernel, stride, padding, dilation, ceil));
   if (cg::recording()) {
-    cg::Rec rec_(150);
+    cg::Rec rec_(153);
     rec_.t(x_);
     rec_.list(kernel_, kernel_n);
     rec_.list(stride_, stride_n);
@@ -2222,7 +2325,7 @@ void cg_op_avgPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const i
   bool countIncludePad = countIncludePad_ != 0;
   *ret_ = cg::res(at::avg_pool2d(x, kernel, stride, padding, ceil, countIncludePad));
   if (cg::recording()) {
-    cg::Rec rec_(151);
+    cg::Rec rec_(154);
     rec_.t(x_);
     rec_.list(kernel_, kernel_n);
     rec_.list(stride_, stride_n);
@@ -2240,7 +2343,7 @@ void cg_op_adaptiveAvgPool2d(cg_tensor x_, const int64_t *out_, int out_n, cg_re
   at::IntArrayRef out(out_, out_n);
   *ret_ = cg::res(at::adaptive_avg_pool2d(x, out));
   if (cg::recording()) {
-    cg::Rec rec_(152);
+    cg::Rec rec_(155);
     rec_.t(x_);
     rec_.list(out_, out_n);
     rec_.out(ret_->t);
@@ -2258,7 +2361,7 @@ void cg_op_batchNorm(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor running
   bool training = training_ != 0;
   *ret_ = cg::res(at::batch_norm(x, w, b, runningMean, runningVar, training, momentum, eps, true));
   if (cg::recording()) {
-    cg::Rec rec_(153);
+    cg::Rec rec_(156);
     rec_.t(x_);
     rec_.t(w_);
     rec_.t(b_);
@@ -2283,7 +2386,7 @@ void cg_op_batchNormCounted(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor 
   bool training = training_ != 0;
   *ret_ = cg::res(cg::batch_norm_counted(x, w, b, runningMean, runningVar, count, ranks, training, momentum, eps));
   if (cg::recording()) {
-    cg::Rec rec_(154);
+    cg::Rec rec_(157);
     rec_.t(x_);
     rec_.t(w_);
     rec_.t(b_);
@@ -2307,7 +2410,7 @@ void cg_op_LayerNorm(cg_tensor x_, const int64_t *normalizedShape_, int normaliz
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::layer_norm(x, normalizedShape, w, b, eps));
   if (cg::recording()) {
-    cg::Rec rec_(155);
+    cg::Rec rec_(158);
     rec_.t(x_);
     rec_.list(normalizedShape_, normalizedShape_n);
     rec_.t(w_);
@@ -2325,7 +2428,7 @@ void cg_op_GroupNorm(cg_tensor x_, int64_t groups, cg_tensor w_, cg_tensor b_, d
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::group_norm(x, groups, w, b, eps));
   if (cg::recording()) {
-    cg::Rec rec_(156);
+    cg::Rec rec_(159);
     rec_.t(x_);
     rec_.v(groups);
     rec_.t(w_);
@@ -2342,7 +2445,7 @@ void cg_op_Dropout(cg_tensor x_, double p, int training_, cg_result *ret_) {
   bool training = training_ != 0;
   *ret_ = cg::res(at::dropout(x, p, training));
   if (cg::recording()) {
-    cg::Rec rec_(157);
+    cg::Rec rec_(160);
     rec_.t(x_);
     rec_.v(p);
     rec_.v(training_);
@@ -2357,7 +2460,7 @@ void cg_op_Embedding(cg_tensor weight_, cg_tensor indices_, int64_t paddingIdx, 
   at::Tensor &indices = cg::T(indices_);
   *ret_ = cg::res(at::embedding(weight, indices, paddingIdx));
   if (cg::recording()) {
-    cg::Rec rec_(158);
+    cg::Rec rec_(161);
     rec_.t(weight_);
     rec_.t(indices_);
     rec_.v(paddingIdx);
@@ -2376,7 +2479,7 @@ void cg_op_scaledDotProductAttention(cg_tensor q_, cg_tensor k_, cg_tensor v_, c
   bool hasScale = hasScale_ != 0;
   *ret_ = cg::res(at::scaled_dot_product_attention(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt));
   if (cg::recording()) {
-    cg::Rec rec_(159);
+    cg::Rec rec_(162);
     rec_.t(q_);
     rec_.t(k_);
     rec_.t(v_);
@@ -2411,7 +2514,7 @@ void cg_op_crossEntropy(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t r
   std::optional<at::Tensor> weight = cg::opt(weight_);
   *ret_ = cg::res(at::cross_entropy_loss(x, y, weight, reduction, ignoreIndex, labelSmoothing));
   if (cg::recording()) {
-    cg::Rec rec_(161);
+    cg::Rec rec_(164);
     rec_.t(x_);
     rec_.t(y_);
     rec_.t(weight_);
@@ -2430,7 +2533,7 @@ void cg_op_nllLoss(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduct
   std::optional<at::Tensor> weight = cg::opt(weight_);
   *ret_ = cg::res(at::nll_loss_nd(x, y, weight, reduction, ignoreIndex));
   if (cg::recording()) {
-    cg::Rec rec_(162);
+    cg::Rec rec_(165);
     rec_.t(x_);
     rec_.t(y_);
     rec_.t(weight_);
@@ -2447,7 +2550,7 @@ void cg_op_mseLoss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret
   at::Tensor &y = cg::T(y_);
   *ret_ = cg::res(at::mse_loss(x, y, reduction));
   if (cg::recording()) {
-    cg::Rec rec_(163);
+    cg::Rec rec_(166);
     rec_.t(x_);
     rec_.t(y_);
     rec_.v(reduction);
@@ -2462,7 +2565,7 @@ void cg_op_l1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret_
   at::Tensor &y = cg::T(y_);
   *ret_ = cg::res(at::l1_loss(x, y, reduction));
   if (cg::recording()) {
-    cg::Rec rec_(164);
+    cg::Rec rec_(167);
     rec_.t(x_);
     rec_.t(y_);
     rec_.v(reduction);
@@ -2477,7 +2580,7 @@ void cg_op_smoothL1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, double be
   at::Tensor &y = cg::T(y_);
   *ret_ = cg::res(at::smooth_l1_loss(x, y, reduction, beta));
   if (cg::recording()) {
-    cg::Rec rec_(165);
+    cg::Rec rec_(168);
     rec_.t(x_);
     rec_.t(y_);
     rec_.v(reduction);
@@ -2495,7 +2598,7 @@ void cg_op_bceWithLogits(cg_tensor x_, cg_tensor y_, cg_tensor weight_, cg_tenso
   std::optional<at::Tensor> posWeight = cg::opt(posWeight_);
   *ret_ = cg::res(at::binary_cross_entropy_with_logits(x, y, weight, posWeight, reduction));
   if (cg::recording()) {
-    cg::Rec rec_(166);
+    cg::Rec rec_(169);
     rec_.t(x_);
     rec_.t(y_);
     rec_.t(weight_);
@@ -2655,6 +2758,9 @@ const char *cg::op_name(int op) {
       "cat",
       "stack",
       "_foreach_add_",
+      "_fused_adam_",
+      "_fused_adamw_",
+      "_fused_sgd_",
       "_fused_adam_",
       "_fused_adamw_",
       "_fused_sgd_",
@@ -3977,7 +4083,107 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       at::NoGradGuard g; at::_fused_sgd_(params, grads, momentumBuffers, weightDecay, momentum, lr, dampening, nesterov, maximize, isFirstStep, gradScale, foundInf);
       return;
     }
-    case 148: {  // Linear
+    case 148: {  // FusedAdamTensorLR
+      int params_n;
+      const cg_tensor *params_ = rd_.tensors(&params_n);
+      int grads_n;
+      const cg_tensor *grads_ = rd_.tensors(&grads_n);
+      int expAvgs_n;
+      const cg_tensor *expAvgs_ = rd_.tensors(&expAvgs_n);
+      int expAvgSqs_n;
+      const cg_tensor *expAvgSqs_ = rd_.tensors(&expAvgSqs_n);
+      int maxExpAvgSqs_n;
+      const cg_tensor *maxExpAvgSqs_ = rd_.tensors(&maxExpAvgSqs_n);
+      int steps_n;
+      const cg_tensor *steps_ = rd_.tensors(&steps_n);
+      cg_tensor lr_ = rd_.t();
+      double beta1 = rd_.d();
+      double beta2 = rd_.d();
+      double weightDecay = rd_.d();
+      double eps = rd_.d();
+      int amsgrad_ = static_cast<int>(rd_.i());
+      int maximize_ = static_cast<int>(rd_.i());
+      cg_tensor gradScale_ = rd_.t();
+      cg_tensor foundInf_ = rd_.t();
+      std::vector<at::Tensor> params = cg::tensors(params_, params_n);
+      std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
+      std::vector<at::Tensor> expAvgs = cg::tensors(expAvgs_, expAvgs_n);
+      std::vector<at::Tensor> expAvgSqs = cg::tensors(expAvgSqs_, expAvgSqs_n);
+      std::vector<at::Tensor> maxExpAvgSqs = cg::tensors(maxExpAvgSqs_, maxExpAvgSqs_n);
+      std::vector<at::Tensor> steps = cg::tensors(steps_, steps_n);
+      at::Tensor &lr = cg::T(lr_);
+      bool amsgrad = amsgrad_ != 0;
+      bool maximize = maximize_ != 0;
+      std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
+      std::optional<at::Tensor> foundInf = cg::opt(foundInf_);
+      at::NoGradGuard g; at::_fused_adam_(params, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, lr, beta1, beta2, weightDecay, eps, amsgrad, maximize, gradScale, foundInf);
+      return;
+    }
+    case 149: {  // FusedAdamWTensorLR
+      int params_n;
+      const cg_tensor *params_ = rd_.tensors(&params_n);
+      int grads_n;
+      const cg_tensor *grads_ = rd_.tensors(&grads_n);
+      int expAvgs_n;
+      const cg_tensor *expAvgs_ = rd_.tensors(&expAvgs_n);
+      int expAvgSqs_n;
+      const cg_tensor *expAvgSqs_ = rd_.tensors(&expAvgSqs_n);
+      int maxExpAvgSqs_n;
+      const cg_tensor *maxExpAvgSqs_ = rd_.tensors(&maxExpAvgSqs_n);
+      int steps_n;
+      const cg_tensor *steps_ = rd_.tensors(&steps_n);
+      cg_tensor lr_ = rd_.t();
+      double beta1 = rd_.d();
+      double beta2 = rd_.d();
+      double weightDecay = rd_.d();
+      double eps = rd_.d();
+      int amsgrad_ = static_cast<int>(rd_.i());
+      int maximize_ = static_cast<int>(rd_.i());
+      cg_tensor gradScale_ = rd_.t();
+      cg_tensor foundInf_ = rd_.t();
+      std::vector<at::Tensor> params = cg::tensors(params_, params_n);
+      std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
+      std::vector<at::Tensor> expAvgs = cg::tensors(expAvgs_, expAvgs_n);
+      std::vector<at::Tensor> expAvgSqs = cg::tensors(expAvgSqs_, expAvgSqs_n);
+      std::vector<at::Tensor> maxExpAvgSqs = cg::tensors(maxExpAvgSqs_, maxExpAvgSqs_n);
+      std::vector<at::Tensor> steps = cg::tensors(steps_, steps_n);
+      at::Tensor &lr = cg::T(lr_);
+      bool amsgrad = amsgrad_ != 0;
+      bool maximize = maximize_ != 0;
+      std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
+      std::optional<at::Tensor> foundInf = cg::opt(foundInf_);
+      at::NoGradGuard g; at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, lr, beta1, beta2, weightDecay, eps, amsgrad, maximize, gradScale, foundInf);
+      return;
+    }
+    case 150: {  // FusedSGDTensorLR
+      int params_n;
+      const cg_tensor *params_ = rd_.tensors(&params_n);
+      int grads_n;
+      const cg_tensor *grads_ = rd_.tensors(&grads_n);
+      int momentumBuffers_n;
+      const cg_tensor *momentumBuffers_ = rd_.tensors(&momentumBuffers_n);
+      double weightDecay = rd_.d();
+      double momentum = rd_.d();
+      cg_tensor lr_ = rd_.t();
+      double dampening = rd_.d();
+      int nesterov_ = static_cast<int>(rd_.i());
+      int maximize_ = static_cast<int>(rd_.i());
+      int isFirstStep_ = static_cast<int>(rd_.i());
+      cg_tensor gradScale_ = rd_.t();
+      cg_tensor foundInf_ = rd_.t();
+      std::vector<at::Tensor> params = cg::tensors(params_, params_n);
+      std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
+      std::vector<at::Tensor> momentumBuffers = cg::tensors(momentumBuffers_, momentumBuffers_n);
+      at::Tensor &lr = cg::T(lr_);
+      bool nesterov = nesterov_ != 0;
+      bool maximize = maximize_ != 0;
+      bool isFirstStep = isFirstStep_ != 0;
+      std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
+      std::optional<at::Tensor> foundInf = cg::opt(foundInf_);
+      at::NoGradGuard g; at::_fused_sgd_(params, grads, momentumBuffers, weightDecay, momentum, lr, dampening, nesterov, maximize, isFirstStep, gradScale, foundInf);
+      return;
+    }
+    case 151: {  // Linear
       cg_tensor x_ = rd_.t();
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
@@ -3987,7 +4193,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::linear(x, w, b));
       return;
     }
-    case 149: {  // conv2d
+    case 152: {  // conv2d
       cg_tensor x_ = rd_.t();
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
@@ -4007,7 +4213,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::conv2d(x, w, b, stride, padding, dilation, groups));
       return;
     }
-    case 150: {  // maxPool2d
+    case 153: {  // maxPool2d
       cg_tensor x_ = rd_.t();
       int kernel_n;
       const int64_t *kernel_ = rd_.ints(&kernel_n);
@@ -4027,7 +4233,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::max_pool2d(x, kernel, stride, padding, dilation, ceil));
       return;
     }
-    case 151: {  // avgPool2d
+    case 154: {  // avgPool2d
       cg_tensor x_ = rd_.t();
       int kernel_n;
       const int64_t *kernel_ = rd_.ints(&kernel_n);
@@ -4046,7 +4252,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::avg_pool2d(x, kernel, stride, padding, ceil, countIncludePad));
       return;
     }
-    case 152: {  // adaptiveAvgPool2d
+    case 155: {  // adaptiveAvgPool2d
       cg_tensor x_ = rd_.t();
       int out_n;
       const int64_t *out_ = rd_.ints(&out_n);
@@ -4055,7 +4261,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::adaptive_avg_pool2d(x, out));
       return;
     }
-    case 153: {  // batchNorm
+    case 156: {  // batchNorm
       cg_tensor x_ = rd_.t();
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
@@ -4073,7 +4279,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::batch_norm(x, w, b, runningMean, runningVar, training, momentum, eps, true));
       return;
     }
-    case 154: {  // batchNormCounted
+    case 157: {  // batchNormCounted
       cg_tensor x_ = rd_.t();
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
@@ -4094,7 +4300,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(cg::batch_norm_counted(x, w, b, runningMean, runningVar, count, ranks, training, momentum, eps));
       return;
     }
-    case 155: {  // LayerNorm
+    case 158: {  // LayerNorm
       cg_tensor x_ = rd_.t();
       int normalizedShape_n;
       const int64_t *normalizedShape_ = rd_.ints(&normalizedShape_n);
@@ -4108,7 +4314,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::layer_norm(x, normalizedShape, w, b, eps));
       return;
     }
-    case 156: {  // GroupNorm
+    case 159: {  // GroupNorm
       cg_tensor x_ = rd_.t();
       int64_t groups = rd_.i();
       cg_tensor w_ = rd_.t();
@@ -4120,7 +4326,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::group_norm(x, groups, w, b, eps));
       return;
     }
-    case 157: {  // Dropout
+    case 160: {  // Dropout
       cg_tensor x_ = rd_.t();
       double p = rd_.d();
       int training_ = static_cast<int>(rd_.i());
@@ -4129,7 +4335,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::dropout(x, p, training));
       return;
     }
-    case 158: {  // Embedding
+    case 161: {  // Embedding
       cg_tensor weight_ = rd_.t();
       cg_tensor indices_ = rd_.t();
       int64_t paddingIdx = rd_.i();
@@ -4138,7 +4344,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::embedding(weight, indices, paddingIdx));
       return;
     }
-    case 159: {  // scaledDotProductAttention
+    case 162: {  // scaledDotProductAttention
       cg_tensor q_ = rd_.t();
       cg_tensor k_ = rd_.t();
       cg_tensor v_ = rd_.t();
@@ -4156,7 +4362,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::scaled_dot_product_attention(q, k, v, mask, dropout, causal, hasScale ? std::optional<double>(scale) : std::nullopt));
       return;
     }
-    case 161: {  // crossEntropy
+    case 164: {  // crossEntropy
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       cg_tensor weight_ = rd_.t();
@@ -4169,7 +4375,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::cross_entropy_loss(x, y, weight, reduction, ignoreIndex, labelSmoothing));
       return;
     }
-    case 162: {  // nllLoss
+    case 165: {  // nllLoss
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       cg_tensor weight_ = rd_.t();
@@ -4181,7 +4387,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::nll_loss_nd(x, y, weight, reduction, ignoreIndex));
       return;
     }
-    case 163: {  // mseLoss
+    case 166: {  // mseLoss
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       int64_t reduction = rd_.i();
@@ -4190,7 +4396,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::mse_loss(x, y, reduction));
       return;
     }
-    case 164: {  // l1Loss
+    case 167: {  // l1Loss
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       int64_t reduction = rd_.i();
@@ -4199,7 +4405,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::l1_loss(x, y, reduction));
       return;
     }
-    case 165: {  // smoothL1Loss
+    case 168: {  // smoothL1Loss
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       int64_t reduction = rd_.i();
@@ -4209,7 +4415,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       rd_.out(at::smooth_l1_loss(x, y, reduction, beta));
       return;
     }
-    case 166: {  // bceWithLogits
+    case 169: {  // bceWithLogits
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       cg_tensor weight_ = rd_.t();

@@ -299,6 +299,12 @@ package cgotorch
 #cgo nocallback cg_op_FusedAdamW
 #cgo noescape cg_op_FusedSGD
 #cgo nocallback cg_op_FusedSGD
+#cgo noescape cg_op_FusedAdamTensorLR
+#cgo nocallback cg_op_FusedAdamTensorLR
+#cgo noescape cg_op_FusedAdamWTensorLR
+#cgo nocallback cg_op_FusedAdamWTensorLR
+#cgo noescape cg_op_FusedSGDTensorLR
+#cgo nocallback cg_op_FusedSGDTensorLR
 #cgo noescape cg_op_Linear
 #cgo nocallback cg_op_Linear
 #cgo noescape cg_op_conv2d
@@ -1377,91 +1383,112 @@ func OpFusedSGD(params []Tensor, grads []Tensor, momentumBuffers []Tensor, weigh
 	return st(r)
 }
 
-// OpLinear is linear (ops.tab line 193).
+// OpFusedAdamTensorLR is _fused_adam_ (ops.tab line 191).
+func OpFusedAdamTensorLR(params []Tensor, grads []Tensor, expAvgs []Tensor, expAvgSqs []Tensor, maxExpAvgSqs []Tensor, steps []Tensor, lr Tensor, beta1 float64, beta2 float64, weightDecay float64, eps float64, amsgrad bool, maximize bool, gradScale Tensor, foundInf Tensor) error {
+	var r C.cg_status
+	C.cg_op_FusedAdamTensorLR(handles(params), C.int(len(params)), handles(grads), C.int(len(grads)), handles(expAvgs), C.int(len(expAvgs)), handles(expAvgSqs), C.int(len(expAvgSqs)), handles(maxExpAvgSqs), C.int(len(maxExpAvgSqs)), handles(steps), C.int(len(steps)), C.cg_tensor(lr), C.double(beta1), C.double(beta2), C.double(weightDecay), C.double(eps), cbool(amsgrad), cbool(maximize), C.cg_tensor(gradScale), C.cg_tensor(foundInf), &r)
+	return st(r)
+}
+
+// OpFusedAdamWTensorLR is _fused_adamw_ (ops.tab line 192).
+func OpFusedAdamWTensorLR(params []Tensor, grads []Tensor, expAvgs []Tensor, expAvgSqs []Tensor, maxExpAvgSqs []Tensor, steps []Tensor, lr Tensor, beta1 float64, beta2 float64, weightDecay float64, eps float64, amsgrad bool, maximize bool, gradScale Tensor, foundInf Tensor) error {
+	var r C.cg_status
+	C.cg_op_FusedAdamWTensorLR(handles(params), C.int(len(params)), handles(grads), C.int(len(grads)), handles(expAvgs), C.int(len(expAvgs)), handles(expAvgSqs), C.int(len(expAvgSqs)), handles(maxExpAvgSqs), C.int(len(maxExpAvgSqs)), handles(steps), C.int(len(steps)), C.cg_tensor(lr), C.double(beta1), C.double(beta2), C.double(weightDecay), C.double(eps), cbool(amsgrad), cbool(maximize), C.cg_tensor(gradScale), C.cg_tensor(foundInf), &r)
+	return st(r)
+}
+
+// OpFusedSGDTensorLR is _fused_sgd_ (ops.tab line 193).
+func OpFusedSGDTensorLR(params []Tensor, grads []Tensor, momentumBuffers []Tensor, weightDecay float64, momentum float64, lr Tensor, dampening float64, nesterov bool, maximize bool, isFirstStep bool, gradScale Tensor, foundInf Tensor) error {
+	var r C.cg_status
+	C.cg_op_FusedSGDTensorLR(handles(params), C.int(len(params)), handles(grads), C.int(len(grads)), handles(momentumBuffers), C.int(len(momentumBuffers)), C.double(weightDecay), C.double(momentum), C.cg_tensor(lr), C.double(dampening), cbool(nesterov), cbool(maximize), cbool(isFirstStep), C.cg_tensor(gradScale), C.cg_tensor(foundInf), &r)
+	return st(r)
+}
+
+// OpLinear is linear (ops.tab line 196).
 func OpLinear(x Tensor, w Tensor, b Tensor) Result {
 	var r C.cg_result
 	C.cg_op_Linear(C.cg_tensor(x), C.cg_tensor(w), C.cg_tensor(b), &r)
 	return rt(r)
 }
 
-// Opconv2d is conv2d (ops.tab line 194).
+// Opconv2d is conv2d (ops.tab line 197).
 func Opconv2d(x Tensor, w Tensor, b Tensor, stride []int64, padding []int64, dilation []int64, groups int64) Result {
 	var r C.cg_result
 	C.cg_op_conv2d(C.cg_tensor(x), C.cg_tensor(w), C.cg_tensor(b), i64p(stride), C.int(len(stride)), i64p(padding), C.int(len(padding)), i64p(dilation), C.int(len(dilation)), C.int64_t(groups), &r)
 	return rt(r)
 }
 
-// OpmaxPool2d is max_pool2d (ops.tab line 195).
+// OpmaxPool2d is max_pool2d (ops.tab line 198).
 func OpmaxPool2d(x Tensor, kernel []int64, stride []int64, padding []int64, dilation []int64, ceil bool) Result {
 	var r C.cg_result
 	C.cg_op_maxPool2d(C.cg_tensor(x), i64p(kernel), C.int(len(kernel)), i64p(stride), C.int(len(stride)), i64p(padding), C.int(len(padding)), i64p(dilation), C.int(len(dilation)), cbool(ceil), &r)
 	return rt(r)
 }
 
-// OpavgPool2d is avg_pool2d (ops.tab line 196).
+// OpavgPool2d is avg_pool2d (ops.tab line 199).
 func OpavgPool2d(x Tensor, kernel []int64, stride []int64, padding []int64, ceil bool, countIncludePad bool) Result {
 	var r C.cg_result
 	C.cg_op_avgPool2d(C.cg_tensor(x), i64p(kernel), C.int(len(kernel)), i64p(stride), C.int(len(stride)), i64p(padding), C.int(len(padding)), cbool(ceil), cbool(countIncludePad), &r)
 	return rt(r)
 }
 
-// OpadaptiveAvgPool2d is adaptive_avg_pool2d (ops.tab line 197).
+// OpadaptiveAvgPool2d is adaptive_avg_pool2d (ops.tab line 200).
 func OpadaptiveAvgPool2d(x Tensor, out []int64) Result {
 	var r C.cg_result
 	C.cg_op_adaptiveAvgPool2d(C.cg_tensor(x), i64p(out), C.int(len(out)), &r)
 	return rt(r)
 }
 
-// OpbatchNorm is batch_norm (ops.tab line 198).
+// OpbatchNorm is batch_norm (ops.tab line 201).
 func OpbatchNorm(x Tensor, w Tensor, b Tensor, runningMean Tensor, runningVar Tensor, training bool, momentum float64, eps float64) Result {
 	var r C.cg_result
 	C.cg_op_batchNorm(C.cg_tensor(x), C.cg_tensor(w), C.cg_tensor(b), C.cg_tensor(runningMean), C.cg_tensor(runningVar), cbool(training), C.double(momentum), C.double(eps), &r)
 	return rt(r)
 }
 
-// OpbatchNormCounted is batch_norm (ops.tab line 199).
+// OpbatchNormCounted is batch_norm (ops.tab line 202).
 func OpbatchNormCounted(x Tensor, w Tensor, b Tensor, runningMean Tensor, runningVar Tensor, count Tensor, ranks int64, training bool, momentum float64, eps float64) Result {
 	var r C.cg_result
 	C.cg_op_batchNormCounted(C.cg_tensor(x), C.cg_tensor(w), C.cg_tensor(b), C.cg_tensor(runningMean), C.cg_tensor(runningVar), C.cg_tensor(count), C.int64_t(ranks), cbool(training), C.double(momentum), C.double(eps), &r)
 	return rt(r)
 }
 
-// OpLayerNorm is layer_norm (ops.tab line 200).
+// OpLayerNorm is layer_norm (ops.tab line 203).
 func OpLayerNorm(x Tensor, normalizedShape []int64, w Tensor, b Tensor, eps float64) Result {
 	var r C.cg_result
 	C.cg_op_LayerNorm(C.cg_tensor(x), i64p(normalizedShape), C.int(len(normalizedShape)), C.cg_tensor(w), C.cg_tensor(b), C.double(eps), &r)
 	return rt(r)
 }
 
-// OpGroupNorm is group_norm (ops.tab line 201).
+// OpGroupNorm is group_norm (ops.tab line 204).
 func OpGroupNorm(x Tensor, groups int64, w Tensor, b Tensor, eps float64) Result {
 	var r C.cg_result
 	C.cg_op_GroupNorm(C.cg_tensor(x), C.int64_t(groups), C.cg_tensor(w), C.cg_tensor(b), C.double(eps), &r)
 	return rt(r)
 }
 
-// OpDropout is dropout (ops.tab line 202).
+// OpDropout is dropout (ops.tab line 205).
 func OpDropout(x Tensor, p float64, training bool) Result {
 	var r C.cg_result
 	C.cg_op_Dropout(C.cg_tensor(x), C.double(p), cbool(training), &r)
 	return rt(r)
 }
 
-// OpEmbedding is embedding (ops.tab line 203).
+// OpEmbedding is embedding (ops.tab line 206).
 func OpEmbedding(weight Tensor, indices Tensor, paddingIdx int64) Result {
 	var r C.cg_result
 	C.cg_op_Embedding(C.cg_tensor(weight), C.cg_tensor(indices), C.int64_t(paddingIdx), &r)
 	return rt(r)
 }
 
-// OpscaledDotProductAttention is scaled_dot_product_attention (ops.tab line 204).
+// OpscaledDotProductAttention is scaled_dot_product_attention (ops.tab line 207).
 func OpscaledDotProductAttention(q Tensor, k Tensor, v Tensor, mask Tensor, dropout float64, causal bool, scale float64, hasScale bool) Result {
 	var r C.cg_result
 	C.cg_op_scaledDotProductAttention(C.cg_tensor(q), C.cg_tensor(k), C.cg_tensor(v), C.cg_tensor(mask), C.double(dropout), cbool(causal), C.double(scale), cbool(hasScale), &r)
 	return rt(r)
 }
 
-// OpsdpBackend is _fused_sdp_choice (ops.tab line 205).
+// OpsdpBackend is _fused_sdp_choice (ops.tab line 208).
 func OpsdpBackend(q Tensor, k Tensor, v Tensor, mask Tensor, dropout float64, causal bool, scale float64, hasScale bool) (int64, error) {
 	var out C.int64_t
 	var r C.cg_status
@@ -1469,42 +1496,42 @@ func OpsdpBackend(q Tensor, k Tensor, v Tensor, mask Tensor, dropout float64, ca
 	return int64(out), st(r)
 }
 
-// OpcrossEntropy is cross_entropy (ops.tab line 206).
+// OpcrossEntropy is cross_entropy (ops.tab line 209).
 func OpcrossEntropy(x Tensor, y Tensor, weight Tensor, reduction int64, ignoreIndex int64, labelSmoothing float64) Result {
 	var r C.cg_result
 	C.cg_op_crossEntropy(C.cg_tensor(x), C.cg_tensor(y), C.cg_tensor(weight), C.int64_t(reduction), C.int64_t(ignoreIndex), C.double(labelSmoothing), &r)
 	return rt(r)
 }
 
-// OpnllLoss is nll_loss (ops.tab line 207).
+// OpnllLoss is nll_loss (ops.tab line 210).
 func OpnllLoss(x Tensor, y Tensor, weight Tensor, reduction int64, ignoreIndex int64) Result {
 	var r C.cg_result
 	C.cg_op_nllLoss(C.cg_tensor(x), C.cg_tensor(y), C.cg_tensor(weight), C.int64_t(reduction), C.int64_t(ignoreIndex), &r)
 	return rt(r)
 }
 
-// OpmseLoss is mse_loss (ops.tab line 208).
+// OpmseLoss is mse_loss (ops.tab line 211).
 func OpmseLoss(x Tensor, y Tensor, reduction int64) Result {
 	var r C.cg_result
 	C.cg_op_mseLoss(C.cg_tensor(x), C.cg_tensor(y), C.int64_t(reduction), &r)
 	return rt(r)
 }
 
-// Opl1Loss is l1_loss (ops.tab line 209).
+// Opl1Loss is l1_loss (ops.tab line 212).
 func Opl1Loss(x Tensor, y Tensor, reduction int64) Result {
 	var r C.cg_result
 	C.cg_op_l1Loss(C.cg_tensor(x), C.cg_tensor(y), C.int64_t(reduction), &r)
 	return rt(r)
 }
 
-// OpsmoothL1Loss is smooth_l1_loss (ops.tab line 210).
+// OpsmoothL1Loss is smooth_l1_loss (ops.tab line 213).
 func OpsmoothL1Loss(x Tensor, y Tensor, reduction int64, beta float64) Result {
 	var r C.cg_result
 	C.cg_op_smoothL1Loss(C.cg_tensor(x), C.cg_tensor(y), C.int64_t(reduction), C.double(beta), &r)
 	return rt(r)
 }
 
-// OpbceWithLogits is binary_cross_entropy_with_logits (ops.tab line 211).
+// OpbceWithLogits is binary_cross_entropy_with_logits (ops.tab line 214).
 func OpbceWithLogits(x Tensor, y Tensor, weight Tensor, posWeight Tensor, reduction int64) Result {
 	var r C.cg_result
 	C.cg_op_bceWithLogits(C.cg_tensor(x), C.cg_tensor(y), C.cg_tensor(weight), C.cg_tensor(posWeight), C.int64_t(reduction), &r)

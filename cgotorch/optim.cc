@@ -1,6 +1,13 @@
 // optim.cc: optimizer steps, zero_grad and gradient clipping, each one call over all
 // parameters, written with ATen's multi-tensor (_foreach_*) kernels the way
 // torch/optim/*.py's _multi_tensor_* functions are, so the arithmetic is PyTorch's.
+//
+// Only the default (foreach) forms of SGD, Adam, RMSprop and Adagrad are here: each step
+// computes host values from the step count in float64 (Adam's bias corrections, Adagrad's
+// decayed rate) that must equal PyTorch's to the bit, and a replayed step (replay.cc) has
+// no Go between steps to compute them, so the step reads its counts here. The fused
+// forms (ATen's _fused_adam(w)_ and _fused_sgd_, which read the counts and the learning
+// rate from tensors) are Go over ops: torch/optim/fused.go.
 #include <ATen/core/grad_mode.h>
 #include <cmath>
 #include <map>
@@ -70,10 +77,6 @@ struct Slots {
   void replace(size_t p, int k, at::Tensor t) const { T(state[p * CG_OPT_NSTATE + k]) = std::move(t); }
 };
 
-// cur_lr is the running group's learning rate as a device tensor in the capturable form
-// (cg_optim_capturable), undefined otherwise.
-at::Tensor cur_lr;
-
 std::vector<at::Scalar> scalars(const std::vector<double> &v) { return std::vector<at::Scalar>(v.begin(), v.end()); }
 
 // grads_for applies maximize and (coupled) weight decay without touching p.grad.
@@ -91,18 +94,6 @@ List ensure(const List &params, const std::vector<size_t> &pid, const Slots &s, 
 void sgd(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
   double lr = h[0], momentum = h[1], dampening = h[2], wd = h[3];
   bool nesterov = h[4] != 0, maximize = h[5] != 0;
-  if (cur_lr.defined()) {
-    // Capturable: _fused_sgd_ reads the learning rate from the device; the buffers'
-    // first step (filled from the gradients) runs eagerly, before a capture.
-    List bufs;
-    bool first = false;
-    if (momentum != 0) {
-      for (size_t i = 0; i < params.size(); i++) first = first || !s.get(pid[i], 0).defined();
-      bufs = ensure(params, pid, s, 0, zeros_like);
-    }
-    at::_fused_sgd_(params, grads_in, bufs, wd, momentum, cur_lr, dampening, nesterov, maximize, first);
-    return;
-  }
   List grads = grads_for(params, grads_in, maximize, wd);
   if (momentum != 0) {
     List bufs;
@@ -158,51 +149,12 @@ std::vector<double> step_values(const List &steps) {
 
 void adam(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
   double lr = h[0], beta1 = h[1], beta2 = h[2], eps = h[3], wd = h[4];
-  bool amsgrad = h[5] != 0, maximize = h[6] != 0, decoupled = h[7] != 0, fused = h[8] != 0;
+  bool amsgrad = h[5] != 0, maximize = h[6] != 0, decoupled = h[7] != 0;
   List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
   List exp_avgs = ensure(params, pid, s, 1, zeros_like);
   List exp_avg_sqs = ensure(params, pid, s, 2, zeros_like);
   List max_sqs;
   if (amsgrad) max_sqs = ensure(params, pid, s, 3, zeros_like);
-
-  if (fused) {
-    // torch.optim.Adam(fused=True): _fused_adam(w)_ updates each parameter and its state
-    // in one pass (ATen's CPU and CUDA kernels). Steps stay 0-dim float32 CPU tensors, as
-    // in the other path's state dict; the kernel reads them from the parameters' device.
-    if (cur_lr.defined()) {
-      // Capturable: the steps move to the parameters' devices for good (in their Go
-      // handles) and the learning rate is a device tensor, so that nothing is read or
-      // copied from the host.
-      for (size_t i = 0; i < steps.size(); i++)
-        if (steps[i].device() != params[i].device()) {
-          steps[i] = steps[i].to(params[i].device());
-          s.replace(pid[i], 0, steps[i]);
-        }
-      at::_foreach_add_(steps, 1);
-      if (decoupled)
-        at::_fused_adamw_(params, grads_in, exp_avgs, exp_avg_sqs, max_sqs, steps, cur_lr, beta1, beta2, wd, eps,
-                          amsgrad, maximize);
-      else
-        at::_fused_adam_(params, grads_in, exp_avgs, exp_avg_sqs, max_sqs, steps, cur_lr, beta1, beta2, wd, eps,
-                         amsgrad, maximize);
-      return;
-    }
-    at::_foreach_add_(steps, 1);
-    List moved;  // the steps on the parameters' devices, when some are elsewhere
-    for (size_t i = 0; i < steps.size(); i++) {
-      if (steps[i].device() == params[i].device()) continue;
-      if (moved.empty()) moved = steps;
-      moved[i] = steps[i].to(params[i].device(), /*non_blocking=*/true);
-    }
-    const List &dsteps = moved.empty() ? steps : moved;
-    if (decoupled)
-      at::_fused_adamw_(params, grads_in, exp_avgs, exp_avg_sqs, max_sqs, dsteps, lr, beta1, beta2, wd, eps, amsgrad,
-                        maximize);
-    else
-      at::_fused_adam_(params, grads_in, exp_avgs, exp_avg_sqs, max_sqs, dsteps, lr, beta1, beta2, wd, eps, amsgrad,
-                       maximize);
-    return;
-  }
 
   List grads = maximize ? at::_foreach_neg(grads_in) : grads_in;
   std::vector<double> stepv = step_values(steps);
@@ -290,9 +242,6 @@ using Step = void (*)(const double *, const List &, const List &, const std::vec
 // run_groups steps every group with step.
 cg_status run_groups(Step step, int ngroups, const int64_t *group_sizes, const double *hyper, cg_tensor *params,
                      const Slots &s) {
-  struct Clear {
-    ~Clear() { cur_lr = at::Tensor(); }
-  } clear;
   size_t base = 0;
   List ps, gs;
   std::vector<size_t> pid;
@@ -311,7 +260,6 @@ cg_status run_groups(Step step, int ngroups, const int64_t *group_sizes, const d
     }
     base += group_sizes[g];
     if (ps.empty()) continue;
-    cur_lr = static_cast<size_t>(g) < cg::capture_lrs.size() ? cg::capture_lrs[g] : at::Tensor();
     if (uniform(ps)) {  // one bucket, the usual case: no index lists, no copies
       step(hyper + g * CG_OPT_NHYPER, ps, gs, pid, s);
       continue;

@@ -73,12 +73,3 @@ func (g *CUDAGraph) Free() {
 	cgotorch.GraphFree(g.h)
 	g.h = nil
 }
-
-// CapturableOptimizer makes the built-in optimizers' steps (OptimizerStep) capturable:
-// Adam and AdamW with fused set read group g's learning rate from lrs[g], a 0-dim float32
-// tensor on the parameters' device that the caller fills before each step, and keep
-// their step counts on that device; SGD runs ATen's _fused_sgd_ with lrs[g]. The other
-// kernels and Adam without fused read the host and cannot be captured. nil ends it.
-func CapturableOptimizer(lrs []*Tensor) error {
-	return wrapErr("capturable optimizer", cgotorch.OptimCapturable(handles(lrs)))
-}

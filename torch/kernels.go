@@ -12,7 +12,12 @@ import (
 // once per tensor.
 
 // OptimizerKernel is an optimizer algorithm OptimizerStep runs: torch.optim's SGD, Adam
-// (and AdamW), RMSprop and Adagrad.
+// (and AdamW), RMSprop and Adagrad in their default (foreach) form. They are C++ rather
+// than Go over ops because each step computes host values from the step count in
+// float64 (Adam's bias corrections, Adagrad's decayed rate) that must equal PyTorch's to
+// the bit, and a replayed step (Trace) has no Go between steps to compute them. The
+// fused forms (ATen's _fused_* kernels, which read the step count on the device) are Go
+// over ops (package optim's fused.go).
 type OptimizerKernel int
 
 // The kernels of OptimizerStep.
@@ -30,7 +35,7 @@ const (
 // besides the param-group dict itself.
 var OptimizerKeys = map[OptimizerKernel][]string{
 	SGDKernel:     {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"},
-	AdamKernel:    {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "decoupled_weight_decay", "fused"},
+	AdamKernel:    {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "decoupled_weight_decay"},
 	RMSpropKernel: {"lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize"},
 	AdagradKernel: {"lr", "lr_decay", "eps", "weight_decay", "initial_accumulator_value", "maximize"},
 }
@@ -56,8 +61,11 @@ func OptimizerStep(k OptimizerKernel, hyper []float64, groupSizes []int64, param
 
 // OptimizerArgs are the arguments of one OptimizerStep, held for later: Step runs them,
 // and a replayed step (Trace.Run) takes its hyperparameters from them. The slices are
-// the caller's (an optimizer's own state rows), not copies.
+// the caller's (an optimizer's own state rows), not copies. Made by OptimizerFunc
+// instead, they are an optimizer step written in Go over ops, which a trace records as
+// it records any op.
 type OptimizerArgs struct {
+	fn         func() error
 	kernel     OptimizerKernel
 	hyper      []float64
 	groupSizes []int64
@@ -77,8 +85,17 @@ func NewOptimizerArgs(k OptimizerKernel, hyper []float64, groupSizes []int64, pa
 	return OptimizerArgs{kernel: k, hyper: hyper, groupSizes: groupSizes, params: params, state: state}
 }
 
+// OptimizerFunc returns the arguments of an optimizer step written in Go over ops (a
+// fused optimizer): Step calls step, and a replayed step replays the ops it recorded,
+// with no hyperparameters to pass (those that change between steps, such as the learning
+// rate, are tensors the ops read: see HostScalar).
+func OptimizerFunc(step func() error) OptimizerArgs { return OptimizerArgs{fn: step} }
+
 // Step runs the optimizer step (OptimizerStep).
 func (a *OptimizerArgs) Step() error {
+	if a.fn != nil {
+		return a.fn()
+	}
 	st, ps := a.borrow()
 	err := cgotorch.OptimStep(int(a.kernel), a.hyper, a.groupSizes, *ps, *st)
 	a.adopt(st, ps)
@@ -88,7 +105,7 @@ func (a *OptimizerArgs) Step() error {
 // setHyper puts the step's hyperparameters in h, for a replayed step (Trace.Run); a nil
 // a has none.
 func (a *OptimizerArgs) setHyper(h *cgotorch.Hyper) {
-	if a == nil {
+	if a == nil || a.fn != nil {
 		h.SetNone()
 		return
 	}
@@ -120,6 +137,42 @@ func (a *OptimizerArgs) adopt(st, ps *[]cgotorch.Tensor) {
 	}
 	returnHandles(st)
 	returnHandles(ps)
+}
+
+// HostScalar is a 0-dim float64 CPU tensor whose value Go sets directly in its memory,
+// with no call into libtorch, so that setting it is never recorded: an op given its
+// Tensor reads the value it has when the op runs, also in a replayed step (Trace), which
+// holds the tensor by identity. A fused optimizer passes its learning rate this way, so
+// that a scheduler's rate reaches a replayed step without a new recording.
+type HostScalar struct {
+	t *Tensor
+	p *float64
+}
+
+// NewHostScalar returns a HostScalar holding v, owned by the caller (no scope). It
+// panics with a *Error while a step is recorded (its memory is read on the host).
+func NewHostScalar(v float64) *HostScalar {
+	var h HostScalar
+	WithScope(func() { h.t = Full(nil, v, Float64, CPU).Escape() })
+	h.p = (*float64)(h.t.dataPtr())
+	return &h
+}
+
+// Set makes v the value the next op reading the tensor sees.
+func (h *HostScalar) Set(v float64) { *h.p = v }
+
+// Value returns the value.
+func (h *HostScalar) Value() float64 { return *h.p }
+
+// Tensor returns the tensor, owned by h.
+func (h *HostScalar) Tensor() *Tensor { return h.t }
+
+// Free releases the tensor now; h must not be used afterwards.
+func (h *HostScalar) Free() {
+	if h != nil {
+		h.t.Free()
+		h.t, h.p = nil, nil
+	}
 }
 
 // ZeroGrads zeroes the params' gradients in one call, or drops them when setToNone is true

@@ -762,6 +762,26 @@ func FusedSGD(params []*Tensor, grads []*Tensor, momentumBuffers []*Tensor, weig
 	check("_fused_sgd_", cgotorch.OpFusedSGD(handles(params), handles(grads), handles(momentumBuffers), weightDecay, momentum, lr, dampening, nesterov, maximize, isFirstStep, opt(gradScale), opt(foundInf)))
 }
 
+// FusedAdamTensorLR is FusedAdam reading the learning rate from lr, a 0-dim tensor
+// (_fused_adam_.tensor_lr): a CPU one is read when the kernel runs (a replayed step reads
+// its current value), one on the parameters' device without the host (a CUDA graph can
+// capture it).
+func FusedAdamTensorLR(params []*Tensor, grads []*Tensor, expAvgs []*Tensor, expAvgSqs []*Tensor, maxExpAvgSqs []*Tensor, steps []*Tensor, lr *Tensor, beta1 float64, beta2 float64, weightDecay float64, eps float64, amsgrad bool, maximize bool, gradScale *Tensor, foundInf *Tensor) {
+	check("_fused_adam_", cgotorch.OpFusedAdamTensorLR(handles(params), handles(grads), handles(expAvgs), handles(expAvgSqs), handles(maxExpAvgSqs), handles(steps), lr.handle(), beta1, beta2, weightDecay, eps, amsgrad, maximize, opt(gradScale), opt(foundInf)))
+}
+
+// FusedAdamWTensorLR is FusedAdamW reading the learning rate from lr, a 0-dim tensor
+// (_fused_adamw_.tensor_lr), as FusedAdamTensorLR does.
+func FusedAdamWTensorLR(params []*Tensor, grads []*Tensor, expAvgs []*Tensor, expAvgSqs []*Tensor, maxExpAvgSqs []*Tensor, steps []*Tensor, lr *Tensor, beta1 float64, beta2 float64, weightDecay float64, eps float64, amsgrad bool, maximize bool, gradScale *Tensor, foundInf *Tensor) {
+	check("_fused_adamw_", cgotorch.OpFusedAdamWTensorLR(handles(params), handles(grads), handles(expAvgs), handles(expAvgSqs), handles(maxExpAvgSqs), handles(steps), lr.handle(), beta1, beta2, weightDecay, eps, amsgrad, maximize, opt(gradScale), opt(foundInf)))
+}
+
+// FusedSGDTensorLR is FusedSGD reading the learning rate from lr, a 0-dim tensor
+// (_fused_sgd_.tensor_lr), as FusedAdamTensorLR does.
+func FusedSGDTensorLR(params []*Tensor, grads []*Tensor, momentumBuffers []*Tensor, weightDecay float64, momentum float64, lr *Tensor, dampening float64, nesterov bool, maximize bool, isFirstStep bool, gradScale *Tensor, foundInf *Tensor) {
+	check("_fused_sgd_", cgotorch.OpFusedSGDTensorLR(handles(params), handles(grads), handles(momentumBuffers), weightDecay, momentum, lr.handle(), dampening, nesterov, maximize, isFirstStep, opt(gradScale), opt(foundInf)))
+}
+
 // Linear is F.linear: x @ w.T + b (b may be nil).
 func Linear(x *Tensor, w *Tensor, b *Tensor) *Tensor {
 	return adopt("linear", cgotorch.OpLinear(x.handle(), w.handle(), opt(b)))

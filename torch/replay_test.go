@@ -83,8 +83,8 @@ var replayOptimizers = map[string]func(n *replayNet) torch.OptimizerArgs{
 	"sgd": func(n *replayNet) torch.OptimizerArgs {
 		return torch.NewOptimizerArgs(torch.SGDKernel, hyperGroups([]float64{0.05, 0.9, 0, 1e-3}), []int64{5}, n.params(), n.state)
 	},
-	"adam-fused": func(n *replayNet) torch.OptimizerArgs {
-		return torch.NewOptimizerArgs(torch.AdamKernel, hyperGroups([]float64{1e-2, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 1}), []int64{5}, n.params(), n.state)
+	"adam-amsgrad": func(n *replayNet) torch.OptimizerArgs {
+		return torch.NewOptimizerArgs(torch.AdamKernel, hyperGroups([]float64{1e-2, 0.9, 0.999, 1e-8, 0, 1, 0, 0}), []int64{5}, n.params(), n.state)
 	},
 	"adamw-foreach": func(n *replayNet) torch.OptimizerArgs {
 		return torch.NewOptimizerArgs(torch.AdamKernel, hyperGroups([]float64{1e-2, 0.9, 0.999, 1e-8, 0.01, 0, 0, 1}), []int64{5}, n.params(), n.state)
@@ -407,13 +407,38 @@ var fusedSteps = map[string]func(n *replayNet, grads []*torch.Tensor){
 		bufs := n.slot(0, (*torch.Tensor).ZerosLike)
 		torch.FusedSGD(n.params(), grads, bufs, 1e-3, 0.9, 0.05, 0.1, false, false, first, nil, nil)
 	},
+	// The tensor-lr rows read rowLR, which the test changes before every step: a replay
+	// reads its current value.
+	"adam-tensor-lr": func(n *replayNet, grads []*torch.Tensor) {
+		steps := n.slot(0, func(*torch.Tensor) *torch.Tensor { return torch.Zeros(nil, torch.Float32, torch.CPU) })
+		avgs, sqs := n.slot(1, (*torch.Tensor).ZerosLike), n.slot(2, (*torch.Tensor).ZerosLike)
+		torch.ForeachAddScalarInPlace(steps, 1)
+		torch.FusedAdamTensorLR(n.params(), grads, avgs, sqs, nil, steps, rowLR.Tensor(), 0.9, 0.999, 0.01, 1e-8, false, false, nil, nil)
+	},
+	"adamw-tensor-lr": func(n *replayNet, grads []*torch.Tensor) {
+		steps := n.slot(0, func(*torch.Tensor) *torch.Tensor { return torch.Zeros(nil, torch.Float32, torch.CPU) })
+		avgs, sqs, maxs := n.slot(1, (*torch.Tensor).ZerosLike), n.slot(2, (*torch.Tensor).ZerosLike), n.slot(3, (*torch.Tensor).ZerosLike)
+		torch.ForeachAddScalarInPlace(steps, 1)
+		torch.FusedAdamWTensorLR(n.params(), grads, avgs, sqs, maxs, steps, rowLR.Tensor(), 0.9, 0.999, 0.01, 1e-8, true, true, nil, nil)
+	},
+	"sgd-tensor-lr": func(n *replayNet, grads []*torch.Tensor) {
+		first := n.state[0][0] == nil
+		bufs := n.slot(0, (*torch.Tensor).ZerosLike)
+		torch.FusedSGDTensorLR(n.params(), grads, bufs, 1e-3, 0.9, rowLR.Tensor(), 0.1, false, false, first, nil, nil)
+	},
 }
 
+// rowLR is the learning rate of fusedSteps' tensor-lr rows.
+var rowLR *torch.HostScalar
+
 // TestReplayFusedOptimizerRows: the fused optimizer kernels' rows (_foreach_add_,
-// _fused_adam_, _fused_adamw_, _fused_sgd_) are recorded and replayed as every op is: a
-// step ending in them, over state the first step makes, is replayed from its fourth
-// step on and gives the eager step's losses, parameters and state to the bit.
+// _fused_adam_, _fused_adamw_, _fused_sgd_, with a Go learning rate or a tensor one) are
+// recorded and replayed as every op is: a step ending in them, over state the first step
+// makes, is replayed from its fourth step on and gives the eager step's losses,
+// parameters and state to the bit, a tensor learning rate read at each replay.
 func TestReplayFusedOptimizerRows(t *testing.T) {
+	rowLR = torch.NewHostScalar(0)
+	defer rowLR.Free()
 	for name, opt := range fusedSteps {
 		t.Run(name, func(t *testing.T) {
 			rep, eager := newReplayNet(3, 4), newReplayNet(3, 4)
@@ -438,6 +463,7 @@ func TestReplayFusedOptimizerRows(t *testing.T) {
 					x := torch.Randn([]int64{6, 8}, torch.Float32, torch.CPU)
 					y := torch.Randint(0, 4, []int64{6}, torch.Int64, torch.CPU)
 					torch.ManualSeed(int64(20 + i))
+					rowLR.Set(0.05 / float64(i+1))
 					outs, replayed := r.Step([]*torch.Tensor{x, y}, nil, int64(i+1), func() []*torch.Tensor {
 						return []*torch.Tensor{step(rep, x, y)}
 					})

@@ -97,26 +97,11 @@ func (t *Trainer) CapturedGraphs() int {
 
 // capturable returns why o's step cannot be captured, or nil.
 func capturable(o optim.Optimizer) error {
-	if _, ok := o.(optim.Stepper); !ok {
+	c, ok := o.(optim.Capturable)
+	if !ok {
 		return fmt.Errorf("optimizer %T is not one of torch/optim's built-in ones, whose learning rate a graph can read from the device", o)
 	}
-	named, ok := o.(interface{ Name() string })
-	if !ok {
-		return fmt.Errorf("optimizer %T has no capturable form", o)
-	}
-	switch name := named.Name(); name {
-	case "SGD":
-		return nil
-	case "Adam", "AdamW":
-		for _, g := range o.ParamGroups() {
-			if !g.Bool("fused") {
-				return fmt.Errorf("optimizer %s without fused=True reads its step count on the host; use %s(fused=True) (cmd/train: --adam-kernel fused), whose capturable form keeps it on the device", name, name)
-			}
-		}
-		return nil
-	default:
-		return fmt.Errorf("optimizer %s reads its step count on the host and has no capturable form; use SGD, Adam or AdamW (fused)", name)
-	}
+	return c.Capturable()
 }
 
 // graphSteps is the state of an epoch whose training steps run as CUDA graphs: the
@@ -233,11 +218,12 @@ func (f *graphSteps) eager(t *Trainer, sg *shapeGraph, b data.Batch) (err error)
 			return err
 		}
 	}
-	if err := torch.CapturableOptimizer(f.lrs); err != nil {
+	opt := t.Optimizer.(optim.Capturable) // checkGraphs made sure
+	if err := opt.CaptureLR(f.lrs); err != nil {
 		return err
 	}
 	defer func() {
-		if e := torch.CapturableOptimizer(nil); err == nil {
+		if e := opt.CaptureLR(nil); err == nil {
 			err = e
 		}
 	}()

@@ -21,11 +21,13 @@ import (
 //
 // Update is called per parameter; UpdateGroup instead gets a group's parameters
 // together, for ATen's multi-tensor and fused kernels (torch.FusedAdamW, torch.FusedSGD,
-// torch.ForeachAddScalarInPlace): a fused optimizer is one Go file too
-// (docs/extending.md). The package's own optimizers are kernels in libtorch
-// (torch.OptimizerStep) whose hyperparameters a replayed training step reads at every
-// step; an Algorithm's hyperparameters are Go values its ops receive, so the Trainer's
-// one-call (replayed) step declines it rather than bake a scheduler's learning rate in.
+// torch.ForeachAddScalarInPlace): a fused optimizer is one Go file too, as the package's
+// own are (fused.go, docs/extending.md). The package's own optimizers are
+// optim.Steppers, whose hyperparameters a replayed training step reads at every step
+// (the default forms are kernels in libtorch, torch.OptimizerStep; the fused forms read
+// the learning rate from a tensor); an Algorithm's hyperparameters are Go values its ops
+// receive, so the Trainer's one-call (replayed) step declines it rather than bake a
+// scheduler's learning rate in.
 type Algorithm struct {
 	// Name is the optimizer's class name, recorded in the run's config ("Lion").
 	Name string

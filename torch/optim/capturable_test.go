@@ -12,7 +12,7 @@ import (
 )
 
 // TestCapturableOptimizer: the built-in optimizers' capturable form (what a CUDA graph
-// captures, torch.CapturableOptimizer) reads the learning rate from a device tensor: its
+// captures, optim.Capturable's CaptureLR) reads the learning rate from a device tensor: its
 // steps at a rate that changes every step match the ordinary steps at the same rates,
 // within float32 tolerance for the rate's rounding; setting the tensor, not the group,
 // is what moves them; and after it ends the optimizer reads its group again. On the CPU
@@ -66,9 +66,10 @@ func TestCapturableOptimizer(t *testing.T) {
 					require.NoError(t, a.Step())
 					b.ParamGroups()[0].LR = 123 // not read: the tensor is
 					lr.Fill(rate)
-					require.NoError(t, torch.CapturableOptimizer([]*torch.Tensor{lr}))
+					c := b.(optim.Capturable)
+					require.NoError(t, c.CaptureLR([]*torch.Tensor{lr}))
 					err := b.Step()
-					require.NoError(t, torch.CapturableOptimizer(nil))
+					require.NoError(t, c.CaptureLR(nil))
 					require.NoError(t, err)
 				}
 				for i := range init {

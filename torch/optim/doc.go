@@ -2,8 +2,9 @@
 // gradient clipping and learning-rate schedulers.
 //
 // An optimizer step over all parameters is one call into libtorch, written with ATen's
-// multi-tensor (_foreach_*) kernels and PyTorch's arithmetic, so parameters and state
-// follow Python's torch.optim step for step. State dicts use PyTorch's layout
+// multi-tensor (_foreach_*) kernels and PyTorch's arithmetic, or with fused=True (Adam,
+// AdamW, SGD) Go over ATen's fused kernels (fused.go), so parameters and state follow
+// Python's torch.optim step for step. State dicts use PyTorch's layout
 // ("state" keyed by parameter index, "param_groups" with every key PyTorch has), so
 //
 //	checkpoint.Write(path, torch.ToCheckpoint(opt.StateDict()))

@@ -329,7 +329,8 @@ func requireParity(t *testing.T, cases []optCase) {
 
 // TestStepsDoNotLeakHandles checks that steps keep the live handle count, and that
 // zero_grad and a step make no Go allocation of their own beyond the C hyperparameter
-// structs' one: the options are read by name without boxing, the handle lists pooled.
+// structs' one: the options are read by name without boxing, the handle lists pooled
+// (the fused form's, Go over ops, a bounded few).
 func TestStepsDoNotLeakHandles(t *testing.T) {
 	f := newFixture()
 	for _, c := range optCases {
@@ -355,7 +356,13 @@ func TestStepsDoNotLeakHandles(t *testing.T) {
 			stepErr = o.Step()
 		})
 		require.NoError(t, stepErr, c.Name)
-		require.Zero(t, allocs, c.Name)
+		if c.Kwargs["fused"] == true {
+			// The fused form is Go over generated ops (fused.go), whose handle lists
+			// and gradient tensors are a few small allocations a parameter set.
+			require.Less(t, allocs, 16.0*float64(len(ps)), c.Name)
+		} else {
+			require.Zero(t, allocs, c.Name)
+		}
 		for _, g := range grads {
 			g.Free()
 		}

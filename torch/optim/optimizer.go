@@ -143,6 +143,9 @@ type kind struct {
 	// does not take from its groups (AdamW always decouples weight decay).
 	kernel torch.OptimizerKernel
 	fixed  map[string]float64
+	// fused is the fused form's update (fused.go), which runs when the groups have
+	// fused=True and in the capturable form; nil when the kind has none.
+	fused fusedUpdate
 	// check validates a group's options as PyTorch's constructor does.
 	check func(g *ParamGroup) error
 	// eager creates state before the first step (Adagrad), for params that have none.
@@ -162,6 +165,12 @@ type base struct {
 	sizes   []int64
 	hyper   []float64     // the groups' kernel hyperparameters (torch.OptimizerKeys)
 	from    []hyperSource // what each group's were read from
+	// The fused form's (fused.go): each group's learning rate, set before each step; the
+	// device learning rates of the capturable form (CaptureLR), nil outside it; and
+	// fusedStep as the func a torch.OptimizerArgs holds.
+	lrs     []*torch.HostScalar
+	capture []*torch.Tensor
+	stepFn  func() error
 }
 
 func newBase(k *kind, groups []Group, lr float64, defaults *checkpoint.Dict) (*base, error) {
@@ -207,6 +216,10 @@ func newBase(k *kind, groups []Group, lr float64, defaults *checkpoint.Dict) (*b
 		seen[p] = true
 	}
 	o.syncState()
+	if k.fused != nil {
+		o.stepFn = o.fusedStep
+		o.setLRs() // made here, not in a recorded step
+	}
 	return o, nil
 }
 
@@ -294,7 +307,7 @@ func (o *base) readHyper(g *ParamGroup, h []float64) {
 			h[i], h[i+1] = b[0], b[1]
 			i++
 		} else if _, ok := g.Options.Lookup(key); ok {
-			h[i] = g.Float(key, 0) // None (as "fused" may be) is 0
+			h[i] = g.Float(key, 0) // None is 0
 		} else {
 			h[i] = def.Float(key, 0)
 		}
@@ -302,8 +315,9 @@ func (o *base) readHyper(g *ParamGroup, h []float64) {
 	}
 }
 
-// Step updates every parameter that has a gradient, in one call into libtorch, with
-// the arithmetic of PyTorch's implementation.
+// Step updates every parameter that has a gradient, with the arithmetic of PyTorch's
+// implementation: in one call into libtorch, or with fused=True in a fused kernel call
+// per device and dtype of each group (fused.go).
 func (o *base) Step() (err error) {
 	defer torch.Recover(&err, o.stepCtx)
 	if len(o.params()) == 0 {
@@ -318,10 +332,18 @@ func (o *base) Step() (err error) {
 // a torch.TrainStep that runs the step inside its own call into libtorch; a.Step() is
 // Step. They hold the optimizer's own parameter list and state rows (the tensors a step
 // creates become the optimizer's) and are valid until the optimizer's groups or state
-// change: take them again for every step. It panics with a *torch.Error on misuse, as
-// ops do.
+// change: take them again for every step. With fused=True they are the fused step
+// (torch.OptimizerFunc), and taking them writes each group's LR into the learning-rate
+// tensor that step's kernels read, eagerly or replayed. It panics with a *torch.Error
+// on misuse, as ops do.
 func (o *base) StepArgs() torch.OptimizerArgs {
 	o.syncState()
+	if fused, err := o.fused(); err != nil {
+		return torch.OptimizerFunc(func() error { return fmt.Errorf("%s: %w", o.stepCtx, err) })
+	} else if fused {
+		o.setLRs()
+		return torch.OptimizerFunc(o.stepFn)
+	}
 	ps := o.params()
 	o.sizes = o.sizes[:0]
 	for _, g := range o.groups {

@@ -41,6 +41,9 @@ func nonNegative(g *ParamGroup, keys ...string) error {
 type SGDOptions struct {
 	LR, Momentum, Dampening, WeightDecay float64
 	Nesterov, Maximize                   bool
+	// Fused is torch.optim.SGD's fused=True: ATen's _fused_sgd_ updates each parameter
+	// (and its momentum buffer) in one pass (fused.go).
+	Fused bool
 }
 
 // SGD is torch.optim.SGD: stochastic gradient descent with optional momentum, dampening,
@@ -52,6 +55,7 @@ var sgdKind = &kind{
 	name:   "SGD",
 	slots:  []string{"momentum_buffer"},
 	kernel: torch.SGDKernel,
+	fused:  fusedSGD,
 	check: func(g *ParamGroup) error {
 		if err := nonNegative(g, "momentum", "weight_decay"); err != nil {
 			return err
@@ -73,7 +77,11 @@ func sgdDefaults(o SGDOptions) *checkpoint.Dict {
 	d.Set("maximize", o.Maximize)
 	d.Set("foreach", nil)
 	d.Set("differentiable", false)
-	d.Set("fused", nil)
+	if o.Fused {
+		d.Set("fused", true)
+	} else {
+		d.Set("fused", nil)
+	}
 	return d
 }
 
@@ -106,8 +114,10 @@ type AdamOptions struct {
 	Maximize    bool
 	// Fused is torch.optim.Adam's fused=True: each parameter and its state are updated
 	// in one pass of ATen's fused kernel (CPU and CUDA) instead of seven multi-tensor
-	// operations. Several times faster for small parameters (see docs/performance.md); its arithmetic matches the fused kernel in PyTorch, and differs from the
-	// default implementation in the last bit.
+	// operations (fused.go). Several times faster for small parameters (see
+	// docs/performance.md); its arithmetic matches the fused kernel in PyTorch, and
+	// differs from the default implementation in the last bit. Its "step" state is on the
+	// parameter's device, as PyTorch's fused=True keeps it.
 	Fused bool
 }
 
@@ -118,7 +128,8 @@ var DefaultAdam = AdamOptions{LR: 1e-3, Betas: [2]float64{0.9, 0.999}, Eps: 1e-8
 var DefaultAdamW = AdamOptions{LR: 1e-3, Betas: [2]float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 1e-2}
 
 // Adam is torch.optim.Adam, or AdamW (decoupled weight decay) when made by NewAdamW.
-// Its state per parameter is "step" (a 0-dim float32 CPU tensor), "exp_avg",
+// Its state per parameter is "step" (a 0-dim float32 tensor, on the CPU, or on the
+// parameter's device with Fused), "exp_avg",
 // "exp_avg_sq" and, with AMSGrad, "max_exp_avg_sq".
 type Adam struct{ *base }
 
@@ -127,6 +138,7 @@ func adamKind(name string, fixed map[string]float64) *kind {
 		name:   name,
 		slots:  []string{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
 		kernel: torch.AdamKernel,
+		fused:  fusedAdam,
 		fixed:  fixed,
 		check: func(g *ParamGroup) error {
 			if err := nonNegative(g, "eps", "weight_decay"); err != nil {
