@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/internal/fsutil"
@@ -57,6 +58,12 @@ func shardedSiblings(path string) (staging, previous string) {
 // that holds it: path itself when it is a directory, or its previous version when a
 // crash between the two renames of a publication left only that.
 func shardedDir(path string) (string, bool, error) {
+	if base := filepath.Base(filepath.Clean(path)); len(base) > 1 && base[0] == '.' && strings.HasSuffix(base, stagingSuffix) {
+		// Whole or not, it was never published: a rank stopped (or was killed) before
+		// every rank had written its file.
+		name := strings.TrimSuffix(base[1:], stagingSuffix)
+		return "", false, fmt.Errorf("%s is the staging directory of an unfinished sharded save, which is never loaded: load %s, the last complete checkpoint, instead", path, filepath.Join(filepath.Dir(path), name))
+	}
 	fi, err := os.Stat(path)
 	switch {
 	case err == nil && fi.IsDir():
