@@ -17,7 +17,8 @@ package main
 //     last.pt, and they exit. A rank still running stopGrace later (stuck in a
 //     rendezvous, a collective or a long write) is killed, and the temporary files of
 //     a killed writer are removed, so no half-written checkpoint is left: checkpoints
-//     are written to a temporary name and renamed into place. A second signal kills
+//     are written to a temporary name and renamed into place (a sharded one, every
+//     rank's files, to a staging directory, removed when a rank was killed). A second signal kills
 //     at once. The launcher then exits with status 130 — for SIGTERM too, the status
 //     of an interrupted run, as cmd/train's own — and prints the command that resumes
 //     when last.pt was written;
