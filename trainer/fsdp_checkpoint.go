@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/internal/fsutil"
@@ -55,8 +56,15 @@ func shardedSiblings(path string) (staging, previous string) {
 
 // shardedDir reports whether path names a sharded checkpoint and returns the directory
 // that holds it: path itself when it is a directory, or its previous version when a
-// crash between the two renames of a publication left only that.
+// crash between the two renames of a publication left only that. A staging directory
+// (.NAME.sharded-staging) is refused, even a complete one: it was never published.
 func shardedDir(path string) (string, bool, error) {
+	if base := filepath.Base(filepath.Clean(path)); len(base) > 1 && base[0] == '.' && strings.HasSuffix(base, stagingSuffix) {
+		// A rank stopped (or was killed) before every rank had written its file, or
+		// before rank 0 published it.
+		name := strings.TrimSuffix(base[1:], stagingSuffix)
+		return "", false, fmt.Errorf("%s is the staging directory of an unfinished sharded save, which is never loaded: load %s, the last complete checkpoint, instead", path, filepath.Join(filepath.Dir(path), name))
+	}
 	fi, err := os.Stat(path)
 	switch {
 	case err == nil && fi.IsDir():

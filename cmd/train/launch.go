@@ -17,7 +17,8 @@ package main
 //     last.pt, and they exit. A rank still running stopGrace later (stuck in a
 //     rendezvous, a collective or a long write) is killed, and the temporary files of
 //     a killed writer are removed, so no half-written checkpoint is left: checkpoints
-//     are written to a temporary name and renamed into place. A second signal kills
+//     are written to a temporary name and renamed into place (a sharded one, every
+//     rank's files, to a staging directory, removed when a rank was killed). A second signal kills
 //     at once. The launcher then exits with status 130 — for SIGTERM too, the status
 //     of an interrupted run, as cmd/train's own — and prints the command that resumes
 //     when last.pt was written;
@@ -317,18 +318,22 @@ func (j *job) wait(sigs <-chan os.Signal) {
 	j.removeKilledTemps()
 }
 
-// removeKilledTemps deletes the temporary files that killed ranks were writing in the
-// run directory (checkpoint.Write names them .NAME.tmp-PID-*): the checkpoint they were
-// replacing is still whole, and nothing else refers to them.
+// removeKilledTemps deletes the temporary files that killed ranks (by the launcher or
+// by a signal from elsewhere) were writing in the run directory (checkpoint.Write names
+// them .NAME.tmp-PID-*): the checkpoint they were replacing is still whole, and nothing
+// else refers to them. A sharded save's staging directory (checkpoints/.NAME.sharded-
+// staging, which every rank writes into) is removed too when a rank was killed: with
+// every rank gone that save can never be published, and a staging directory never loads.
 func (j *job) removeKilledTemps() {
 	if j.runDir == "" {
 		return
 	}
+	ckpts := filepath.Join(j.runDir, "checkpoints")
 	for _, r := range j.ranks {
-		if !r.killed {
+		if !r.killed && !diedOfSignal(r.err) {
 			continue
 		}
-		for _, dir := range []string{j.runDir, filepath.Join(j.runDir, "checkpoints")} {
+		for _, dir := range []string{j.runDir, ckpts} {
 			matches, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-"+strconv.Itoa(r.cmd.Process.Pid)+"-*"))
 			for _, m := range matches {
 				if err := os.Remove(m); err == nil {
@@ -336,7 +341,23 @@ func (j *job) removeKilledTemps() {
 				}
 			}
 		}
+		staging, _ := filepath.Glob(filepath.Join(ckpts, ".*.sharded-staging"))
+		for _, m := range staging {
+			if err := os.RemoveAll(m); err == nil {
+				fmt.Fprintf(os.Stderr, "train: removed %s, the unfinished sharded checkpoint that killed rank %d was writing with the others\n", m, r.id)
+			}
+		}
 	}
+}
+
+// diedOfSignal reports whether a rank's Wait error is its death by a signal.
+func diedOfSignal(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
 }
 
 // result is the launcher's outcome once every rank has exited.

@@ -457,12 +457,14 @@ func processLive(pid int) bool {
 }
 
 // noTemporaryFiles requires that no checkpoint is half-written under dir: no temporary
-// file of checkpoint.Write, and every .pt file reads back whole.
+// file of checkpoint.Write, no staging directory of a sharded save, and every .pt file
+// reads back whole.
 func noTemporaryFiles(t *testing.T, dir string) {
 	t.Helper()
 	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 		require.NoError(t, err)
 		assert.NotContains(t, d.Name(), ".tmp", "left behind: %s", path)
+		assert.False(t, strings.HasSuffix(d.Name(), ".sharded-staging"), "left behind: %s", path)
 		if !d.IsDir() && strings.HasSuffix(path, ".pt") {
 			_, err := checkpoint.Read(path)
 			assert.NoError(t, err, "%s must be whole", path)
