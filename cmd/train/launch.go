@@ -350,15 +350,38 @@ func (j *job) removeKilledTemps() {
 	}
 }
 
-// diedOfSignal reports whether a rank's Wait error is its death by a signal.
-func diedOfSignal(err error) bool {
+// cause is the rank whose failure ended the job: the first to fail, unless that one
+// exited with an error and another died of a signal the launcher did not send (SIGKILL
+// from elsewhere, a crash). A rank that dies mid-collective makes its peers fail with
+// "lost rank N" at once, and their exit can reach the launcher first.
+func (j *job) cause() *rank {
+	if j.failed == nil || diedOfSignal(j.failed.err) {
+		return j.failed
+	}
+	for _, r := range j.ranks {
+		if !r.killed && diedOfSignal(r.err) {
+			if s := exitSignal(r.err); s != syscall.SIGTERM && s != syscall.SIGINT {
+				return r
+			}
+		}
+	}
+	return j.failed
+}
+
+// exitSignal is the signal a rank died of (diedOfSignal), or 0.
+func exitSignal(err error) syscall.Signal {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
-		return false
+		return 0
 	}
-	ws, ok := ee.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled()
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ws.Signal()
+	}
+	return 0
 }
+
+// diedOfSignal reports whether a rank's Wait error is its death by a signal.
+func diedOfSignal(err error) bool { return exitSignal(err) != 0 }
 
 // result is the launcher's outcome once every rank has exited.
 func (j *job) result(n int, began time.Time) error {
@@ -380,13 +403,13 @@ func (j *job) result(n int, began time.Time) error {
 			resume = "(last.pt is from before this run) " + resume
 		}
 	}
-	switch {
-	case j.failed != nil:
-		msg := fmt.Sprintf("rank %d %s; the other ranks were stopped%s", j.failed.id, describeExit(j.failed.err), note)
+	switch failed := j.cause(); {
+	case failed != nil:
+		msg := fmt.Sprintf("rank %d %s; the other ranks were stopped%s", failed.id, describeExit(failed.err), note)
 		if resume != "" {
 			msg += "; the last checkpoint resumes with: " + resume
 		}
-		return &launchError{err: errors.New(msg), code: max(exitStatus(j.failed.err), 1)}
+		return &launchError{err: errors.New(msg), code: max(exitStatus(failed.err), 1)}
 	case j.signal != nil || j.stopped:
 		cause := "a rank was interrupted"
 		if j.signal != nil {
