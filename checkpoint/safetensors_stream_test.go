@@ -2,12 +2,12 @@ package checkpoint
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gotrain/gotrain/internal/testsupport"
 )
 
 // specsOf is the specs of a dict's tensors, in its order.
@@ -20,20 +20,6 @@ func specsOf(t *testing.T, d *Dict) []TensorSpec {
 		specs = append(specs, TensorSpec{Name: name, DType: tt.DType, Shape: tt.Shape})
 	}
 	return specs
-}
-
-// dirFiles reads every file of dir by name.
-func dirFiles(t *testing.T, dir string) map[string][]byte {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	out := map[string][]byte{}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		require.NoError(t, err)
-		out[e.Name()] = b
-	}
-	return out
 }
 
 // TestSafetensorsDirWriterEqualsWriteSafetensorsDir: written a tensor at a time, the
@@ -69,7 +55,7 @@ func TestSafetensorsDirWriterEqualsWriteSafetensorsDir(t *testing.T) {
 			}
 		}
 		require.NoError(t, w.Close())
-		require.Equal(t, dirFiles(t, want), dirFiles(t, got), "%v / %d", tc.sizes, tc.max)
+		require.Equal(t, testsupport.DirFiles(t, want), testsupport.DirFiles(t, got), "%v / %d", tc.sizes, tc.max)
 	}
 }
 
@@ -80,7 +66,7 @@ func TestSafetensorsDirWriterRefusals(t *testing.T) {
 	dir := t.TempDir()
 	d := sizedTensors(24, 24, 8)
 	require.NoError(t, WriteSafetensorsDir(dir, "", sizedTensors(4), nil, 0))
-	before := dirFiles(t, dir)
+	before := testsupport.DirFiles(t, dir)
 	specs := specsOf(t, d)
 	tensor := func(k string) *Tensor { v, _ := d.Get(k); return v.(*Tensor) }
 	for _, tc := range []struct {
@@ -115,7 +101,7 @@ func TestSafetensorsDirWriterRefusals(t *testing.T) {
 			require.NoError(t, err)
 			err = tc.run(w)
 			require.ErrorContains(t, err, tc.want)
-			require.Equal(t, before, dirFiles(t, dir))
+			require.Equal(t, before, testsupport.DirFiles(t, dir))
 			require.ErrorContains(t, w.Close(), tc.want, "the error sticks")
 		})
 	}
@@ -123,7 +109,7 @@ func TestSafetensorsDirWriterRefusals(t *testing.T) {
 	require.ErrorContains(t, err, `tensor "a" is named twice`)
 	_, err = NewSafetensorsDirWriter(dir, "", []TensorSpec{{Name: "__metadata__", DType: Float32}}, nil, 0)
 	require.ErrorContains(t, err, "cannot be named")
-	for name := range dirFiles(t, dir) {
+	for name := range testsupport.DirFiles(t, dir) {
 		require.False(t, strings.Contains(name, ".tmp"), name)
 	}
 }

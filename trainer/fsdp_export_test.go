@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gotrain/gotrain/internal/testsupport"
+
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/data"
 	"github.com/gotrain/gotrain/torch/distributed/disttest"
@@ -207,7 +209,7 @@ func TestFSDPStreamedExport(t *testing.T) {
 	t.Logf("rank 0 extra CPU bytes: streamed export %d, whole export %d; model %d, largest layer %d, all layers %d", r0.StreamExtra, r0.WholeExtra, r0.ModelBytes, r0.LargestUnit, r0.Resharded)
 	// Every file of the gathered export but config.json (which the Trainer's callers
 	// write beside the weights) is the streamed export's.
-	whole, stream := dirFiles(t, filepath.Join(out, "whole")), dirFiles(t, filepath.Join(out, "stream"))
+	whole, stream := testsupport.DirFiles(t, filepath.Join(out, "whole")), testsupport.DirFiles(t, filepath.Join(out, "stream"))
 	delete(whole, models.ConfigFile)
 	require.Contains(t, whole, "model.safetensors.index.json")
 	require.Greater(t, len(whole), 3, "several shard files")
@@ -236,20 +238,6 @@ func TestFSDPStreamedExport(t *testing.T) {
 	assert.Equal(t, []string{"<nil>", "<nil>"}, got[1].Errors, "rank 1 writes nothing")
 	// Rank 1 took part in the same gathers, and wrote nothing.
 	assert.Equal(t, r0.Counts.AllGathers, got[1].Counts.AllGathers)
-}
-
-// dirFiles reads every file of dir by name.
-func dirFiles(t *testing.T, dir string) map[string][]byte {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	out := map[string][]byte{}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		require.NoError(t, err)
-		out[e.Name()] = b
-	}
-	return out
 }
 
 func mapKeys[V any](m map[string]V) func(func(string) bool) {

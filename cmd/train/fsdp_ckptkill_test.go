@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/testsupport"
 	"github.com/gotrain/gotrain/trainer"
 )
 
@@ -139,17 +140,10 @@ func ckptKill(t *testing.T, victim int) {
 	assert.Equal(t, step+1, after, "the resumed run trained one step and saved")
 }
 
-// readDirFiles returns the contents of the files in dir by name.
+// readDirFiles returns the contents of the files in dir by name; dir holds some.
 func readDirFiles(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	out := map[string][]byte{}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		require.NoError(t, err)
-		out[e.Name()] = b
-	}
+	out := testsupport.DirFiles(t, dir)
 	require.NotEmpty(t, out)
 	return out
 }

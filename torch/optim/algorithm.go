@@ -117,24 +117,7 @@ func (o *algorithmOptimizer) Step() (err error) {
 // stepGroup calls UpdateGroup for each device and dtype of g's parameters that have a
 // gradient; rows are their state rows.
 func (o *algorithmOptimizer) stepGroup(g *ParamGroup, rows [][torch.OptimizerStateSlots]*torch.Tensor) {
-	type key struct {
-		dev torch.Device
-		dt  torch.DType
-	}
-	var keys []key
-	sets := map[key][]int{}
-	for j, p := range g.Params {
-		if p.Grad() == nil {
-			continue
-		}
-		k := key{p.Device(), p.DType()}
-		if _, ok := sets[k]; !ok {
-			keys = append(keys, k)
-		}
-		sets[k] = append(sets[k], j)
-	}
-	for _, k := range keys {
-		idx := sets[k]
+	for _, idx := range deviceSets(g.Params) {
 		ps, grads := make([]*torch.Tensor, len(idx)), make([]*torch.Tensor, len(idx))
 		state := make([][]*torch.Tensor, len(o.a.Slots))
 		for s := range state {
