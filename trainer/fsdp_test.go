@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotrain/gotrain/amp"
+	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/data"
 	"github.com/gotrain/gotrain/torch/distributed"
@@ -239,10 +240,10 @@ func fsdpRun(pg *distributed.ProcessGroup, v fsdpVariant) (res fsdpResult, err e
 			params[p.Name] = p.Tensor
 		}
 		res.MasterDTypes = map[string]bool{}
-		if err := fs.GatherState(m, func(name string, x *torch.Tensor) error {
+		master := func(from, name string, x *torch.Tensor) {
 			p, ok := params[name]
 			if !ok {
-				return nil
+				return
 			}
 			res.MasterDTypes[x.DType().String()] = true
 			torch.WithScope(func() {
@@ -250,12 +251,47 @@ func fsdpRun(pg *distributed.ProcessGroup, v fsdpVariant) (res fsdpResult, err e
 				d := x.ToDType(torch.Float32).Sub(p.ToDType(torch.Float32)).Abs()
 				bound := x.ToDType(torch.Float32).Abs().MulScalar(1.0 / 256).AddScalar(1e-30)
 				if n := d.Sub(bound).Max().Float32s()[0]; n > 0 && res.MasterErr == "" {
-					res.MasterErr = fmt.Sprintf("%s: the model's %s parameter differs from the exported master weight beyond rounding", name, p.DType())
+					res.MasterErr = fmt.Sprintf("%s: %s: the model's %s parameter differs from the exported master weight beyond rounding", from, name, p.DType())
 				}
 			})
+		}
+		if err := fs.GatherState(m, func(name string, x *torch.Tensor) error {
+			master("GatherState", name, x)
 			return nil
 		}); err != nil {
 			return res, err
+		}
+		if v.MP { // and the files of the streamed export
+			dir := filepath.Join(os.Getenv("GOTRAIN_TEST_OUT"), v.Name+"-hf")
+			if err := fs.WriteSafetensorsDir(dir, "", m, nil, 0); err != nil {
+				return res, err
+			}
+			if pg.Rank() == 0 {
+				d, _, err := checkpoint.ReadSafetensorsDir(dir, "")
+				if err != nil {
+					return res, err
+				}
+				n := 0
+				for k, x := range d.All() {
+					ct, ok := x.(*checkpoint.Tensor)
+					if !ok {
+						continue
+					}
+					if _, ok := params[k.(string)]; ok {
+						n++
+					}
+					xt, err := torch.TensorFromCheckpoint(ct, torch.CPU)
+					if err != nil {
+						return res, err
+					}
+					name, _ := k.(string)
+					master("WriteSafetensorsDir", name, xt)
+					xt.Free()
+				}
+				if n != len(params) && res.MasterErr == "" {
+					res.MasterErr = fmt.Sprintf("WriteSafetensorsDir wrote %d of the %d parameters", n, len(params))
+				}
+			}
 		}
 	}
 	if fs != nil {
