@@ -238,6 +238,9 @@ func build(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trai
 	if err != nil {
 		return nil, err
 	}
+	if _, lm := m.(*models.GPT2LMHeadModel); c.FSDPMixedPrecision != "" && !lm {
+		return nil, fmt.Errorf("--fsdp-mixed-precision takes a language model (--model gpt, or a Hugging Face directory): --model %s reads fp32 inputs, which bf16 parameters do not take", c.Model)
+	}
 	nn.ToDevice(m, dev)
 	opt, sched, err := optimization(&c, nn.Parameters(m), trainLoader.Len())
 	if err != nil {

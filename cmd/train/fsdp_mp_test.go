@@ -3,12 +3,16 @@ package main
 import (
 	"flag"
 	"io"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
+	"github.com/gotrain/gotrain/torch/nn"
+	"github.com/gotrain/gotrain/torch/nn/models"
 	"github.com/gotrain/gotrain/trainer"
 )
 
@@ -35,4 +39,33 @@ func TestFSDPMixedPrecisionFlag(t *testing.T) {
 		require.ErrorAs(t, c.validate(), &fe)
 		assert.Equal(t, "fsdp_mixed_precision", fe.Field)
 	}
+}
+
+// TestLaunchFSDPMixedPrecision: --fsdp --fsdp-reshard --fsdp-mixed-precision bf16
+// fine-tunes a Hugging Face Llama on two ranks, and the hf/last it exports (streamed from
+// the shards) holds the fp32 master weights and loads; an image model is refused.
+func TestLaunchFSDPMixedPrecision(t *testing.T) {
+	model, pairs, runs := tinyLlamaDir(t), pairsFile(t), t.TempDir()
+	out, err := child("--nproc-per-node", "2", "--fsdp", "--fsdp-reshard", "--fsdp-mixed-precision", "bf16", "--model", model,
+		"--data", pairs, "--batch-size", "4", "--optimizer", "adamw", "--lr", "1e-2", "--scheduler", "none", "--threads", "1",
+		"--workers", "1", "--epochs", "1", "--runs-dir", runs, "--experiment", "mp").CombinedOutput()
+	require.NoError(t, err, string(out))
+	last := filepath.Join(runs, "mp", "hf", "last")
+	d, _, err := checkpoint.ReadSafetensorsDir(last, "")
+	require.NoError(t, err)
+	n := 0
+	for k, v := range d.All() {
+		ct, ok := v.(*checkpoint.Tensor)
+		require.True(t, ok, "%v", k)
+		assert.Equal(t, "float32", ct.DType.String(), "%v", k)
+		n++
+	}
+	assert.Positive(t, n)
+	m, err := models.LoadPretrained(last, models.LoadOptions{})
+	require.NoError(t, err, "hf/last loads")
+	nn.Free(m)
+
+	out, err = child(append([]string{"--nproc-per-node", "2", "--fsdp", "--fsdp-mixed-precision", "bf16", "--runs-dir", t.TempDir()}, small...)...).CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "--fsdp-mixed-precision takes a language model")
 }
