@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -300,6 +301,10 @@ func fsdpRun(pg *distributed.ProcessGroup, v fsdpVariant) (res fsdpResult, err e
 		path := filepath.Join(os.Getenv("GOTRAIN_TEST_OUT"), v.Name+".pt")
 		if err := tt.SaveCheckpoint(path); err != nil {
 			res.CheckpointErr = err.Error()
+		} else if v.MP {
+			if err := fsdpReload(tt, fs, m, path); err != nil {
+				res.CheckpointErr = "under the mixed-precision policy: " + err.Error()
+			}
 		}
 		entries, _ := os.ReadDir(path)
 		for _, e := range entries {
@@ -316,6 +321,46 @@ func fsdpRun(pg *distributed.ProcessGroup, v fsdpVariant) (res fsdpResult, err e
 		res.ValLoss = append(res.ValLoss, r.ValLoss)
 	}
 	return res, nil
+}
+
+// fsdpReload zeroes the shards (the fp32 master weights) after tt saved the sharded
+// checkpoint path, loads it back (a collective) and checks that the shards and the
+// model's parameters come back bitwise: the checkpoint holds the fp32 shards, not the
+// bf16 parameters, and the load gathers them into the parameters.
+func fsdpReload(tt *trainer.Trainer, fs *trainer.FullyShardedDataParallel, m nn.Module, path string) (err error) {
+	defer torch.Recover(&err, "reloading")
+	shards, before := map[string][]float32{}, map[string][]float32{}
+	torch.WithScope(func() {
+		for n, s := range fs.Shards() {
+			if s.DType() != torch.Float32 {
+				err = fmt.Errorf("shard %s is %s", n, s.DType())
+			}
+			shards[n] = s.Float32s()
+			torch.NoGrad(func() { s.Detach().CopyFrom(torch.Zeros(s.Shape(), s.DType(), s.Device()), false) })
+		}
+		for _, p := range nn.NamedParameters(m) {
+			before[p.Name] = p.Tensor.Float32s()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if err := tt.LoadCheckpoint(path); err != nil {
+		return err
+	}
+	torch.WithScope(func() {
+		for n, s := range fs.Shards() {
+			if !slices.Equal(shards[n], s.Float32s()) && err == nil {
+				err = fmt.Errorf("shard %s differs after the reload", n)
+			}
+		}
+		for _, p := range nn.NamedParameters(m) {
+			if !slices.Equal(before[p.Name], p.Tensor.Float32s()) && err == nil {
+				err = fmt.Errorf("parameter %s differs after the reload", p.Name)
+			}
+		}
+	})
+	return err
 }
 
 // fsdpChild runs every variant as one rank and writes the results.
