@@ -27,6 +27,18 @@ func (f *FullyShardedDataParallel) Resharded() bool {
 	return false
 }
 
+// Hooked reports whether the model runs hooks around some units (nn.UnitHooker: the
+// Llama-family decoders, whose state dict is their Hugging Face layout), as
+// ReshardAfterForward needs.
+func (f *FullyShardedDataParallel) Hooked() bool {
+	for _, u := range f.units {
+		if u.hooked {
+			return true
+		}
+	}
+	return false
+}
+
 // GatherUnits calls fn with each unit's name ("" for the root unit), its parameters'
 // names and their full tensors, in the units' order. A unit that ReshardAfterForward
 // freed is all-gathered just before fn and freed again after it, so that at most one

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"path/filepath"
 	"testing"
@@ -41,31 +42,39 @@ func TestFSDPMixedPrecisionFlag(t *testing.T) {
 	}
 }
 
-// TestLaunchFSDPMixedPrecision: --fsdp --fsdp-reshard --fsdp-mixed-precision bf16
-// fine-tunes a Hugging Face Llama on two ranks, and the hf/last it exports (streamed from
-// the shards) holds the fp32 master weights and loads; an image model is refused.
+// TestLaunchFSDPMixedPrecision: --fsdp --fsdp-mixed-precision bf16, with and without
+// --fsdp-reshard, fine-tunes a Hugging Face Llama on two ranks, and the hf/last it
+// exports (streamed from the shards) holds the fp32 master weights and loads; an image
+// model is refused.
 func TestLaunchFSDPMixedPrecision(t *testing.T) {
 	model, pairs, runs := tinyLlamaDir(t), pairsFile(t), t.TempDir()
-	out, err := child("--nproc-per-node", "2", "--fsdp", "--fsdp-reshard", "--fsdp-mixed-precision", "bf16", "--model", model,
-		"--data", pairs, "--batch-size", "4", "--optimizer", "adamw", "--lr", "1e-2", "--scheduler", "none", "--threads", "1",
-		"--workers", "1", "--epochs", "1", "--runs-dir", runs, "--experiment", "mp").CombinedOutput()
-	require.NoError(t, err, string(out))
-	last := filepath.Join(runs, "mp", "hf", "last")
-	d, _, err := checkpoint.ReadSafetensorsDir(last, "")
-	require.NoError(t, err)
-	n := 0
-	for k, v := range d.All() {
-		ct, ok := v.(*checkpoint.Tensor)
-		require.True(t, ok, "%v", k)
-		assert.Equal(t, "float32", ct.DType.String(), "%v", k)
-		n++
+	for _, reshard := range []bool{false, true} {
+		args := []string{"--nproc-per-node", "2", "--fsdp", "--fsdp-mixed-precision", "bf16", "--model", model,
+			"--data", pairs, "--batch-size", "4", "--optimizer", "adamw", "--lr", "1e-2", "--scheduler", "none", "--threads", "1",
+			"--workers", "1", "--epochs", "1", "--runs-dir", runs, "--experiment", fmt.Sprint("mp-", reshard)}
+		if reshard {
+			args = append(args, "--fsdp-reshard")
+		}
+		out, err := child(args...).CombinedOutput()
+		require.NoError(t, err, string(out))
+		assert.Contains(t, string(out), "continuation: ", "the sample on the bf16 model")
+		last := filepath.Join(runs, fmt.Sprint("mp-", reshard), "hf", "last")
+		d, _, err := checkpoint.ReadSafetensorsDir(last, "")
+		require.NoError(t, err)
+		n := 0
+		for k, v := range d.All() {
+			ct, ok := v.(*checkpoint.Tensor)
+			require.True(t, ok, "%v", k)
+			assert.Equal(t, "float32", ct.DType.String(), "%v (reshard %v)", k, reshard)
+			n++
+		}
+		assert.Positive(t, n)
+		m, err := models.LoadPretrained(last, models.LoadOptions{})
+		require.NoError(t, err, "hf/last loads")
+		nn.Free(m)
 	}
-	assert.Positive(t, n)
-	m, err := models.LoadPretrained(last, models.LoadOptions{})
-	require.NoError(t, err, "hf/last loads")
-	nn.Free(m)
 
-	out, err = child(append([]string{"--nproc-per-node", "2", "--fsdp", "--fsdp-mixed-precision", "bf16", "--runs-dir", t.TempDir()}, small...)...).CombinedOutput()
+	out, err := child(append([]string{"--nproc-per-node", "2", "--fsdp", "--fsdp-mixed-precision", "bf16", "--runs-dir", t.TempDir()}, small...)...).CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "--fsdp-mixed-precision takes a language model")
 }
