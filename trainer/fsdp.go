@@ -99,7 +99,8 @@ type FullyShardedDataParallel struct {
 // FSDP2 reduces in param_dtype by default) and adds the result, cast to the shards'
 // dtype, to the shards' gradients. The shards, their gradients, the optimizer's state,
 // the sharded checkpoints and the export (GatherState, GatherUnits gather the fp32
-// shards) keep the shards' dtype. Frozen parameters (a LoRA base) are refused with it.
+// shards) keep the shards' dtype. Frozen parameters (a LoRA base), and float16 (its
+// gradients would need a loss scaler), are refused.
 type FSDPMixedPrecision struct {
 	// ParamDType is the dtype of the model's full parameters; zero (torch.Uint8) is off.
 	ParamDType torch.DType
@@ -118,7 +119,7 @@ func (m FSDPMixedPrecision) reduce() torch.DType {
 	return m.ReduceDType
 }
 
-// check refuses a policy that is not floating point.
+// check refuses a policy that is not floating point, and float16 parameters.
 func (m FSDPMixedPrecision) check() error {
 	if !m.on() {
 		if m.ReduceDType != 0 {
@@ -128,6 +129,9 @@ func (m FSDPMixedPrecision) check() error {
 	}
 	if !m.ParamDType.IsFloatingPoint() {
 		return fmt.Errorf("trainer: FullyShardedDataParallel: MixedPrecision.ParamDType %s is not a floating-point dtype: use bfloat16", m.ParamDType)
+	}
+	if m.ParamDType == torch.Float16 {
+		return errors.New("trainer: FullyShardedDataParallel: MixedPrecision.ParamDType float16 makes float16 gradients, which need a loss scaler that sharded training does not support yet: use bfloat16")
 	}
 	if !m.reduce().IsFloatingPoint() {
 		return fmt.Errorf("trainer: FullyShardedDataParallel: MixedPrecision.ReduceDType %s is not a floating-point dtype: use float32", m.reduce())

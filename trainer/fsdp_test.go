@@ -526,6 +526,16 @@ func TestFSDPRefusals(t *testing.T) {
 	_, err = build(trainer.WithStrategy(&trainer.FullyShardedDataParallel{Group: pg,
 		MixedPrecision: trainer.FSDPMixedPrecision{ParamDType: torch.Int64}}), all)
 	require.ErrorContains(t, err, "MixedPrecision.ParamDType int64 is not a floating-point dtype")
+	_, err = build(trainer.WithStrategy(&trainer.FullyShardedDataParallel{Group: pg,
+		MixedPrecision: trainer.FSDPMixedPrecision{ParamDType: torch.Float16}}), all)
+	require.ErrorContains(t, err, "float16 gradients, which need a loss scaler")
+	_, err = build(trainer.WithStrategy(&trainer.FullyShardedDataParallel{Group: pg,
+		MixedPrecision: trainer.FSDPMixedPrecision{ParamDType: torch.BFloat16}}), func(m nn.Module) []*torch.Tensor {
+		ps := all(m)
+		ps[0].SetRequiresGrad(false) // as a LoRA base
+		return ps[1:]
+	})
+	require.ErrorContains(t, err, "MixedPrecision with frozen parameter model.embed_tokens.weight (a LoRA base) is not supported")
 
 	_, err = build(trainer.WithFSDP(pg), func(m nn.Module) []*torch.Tensor { return all(m)[1:] })
 	require.ErrorContains(t, err, "trainable parameter model.embed_tokens.weight is not in the optimizer")
