@@ -31,7 +31,10 @@ import (
 //     coalesced all-gather per unit, into the model's full parameters;
 //   - with ReshardAfterForward (ZeRO-3), the units the model hooks (its layers) are
 //     instead gathered before each forward and again before each backward, and freed
-//     after each.
+//     after each;
+//   - with MixedPrecision (FSDP2's MixedPrecisionPolicy), the model's full parameters
+//     are bf16, gathered from the shards cast to bf16, and the gradients are cast to
+//     fp32 for the reduce-scatter; the shards and the optimizer's state stay fp32.
 //
 // What differs from FSDP2 (docs/distributed.md): ReshardAfterForward is off by default
 // (ZeRO-2's memory: gradients and optimizer state sharded, parameters whole), and frozen
@@ -71,6 +74,10 @@ type FullyShardedDataParallel struct {
 	// leaves the model whole, and so does Run when it succeeds; outside Run the hooks do
 	// nothing (after a failed Run, call Unshard on every rank before using the model).
 	ReshardAfterForward bool
+	// MixedPrecision, when its ParamDType is set, is FSDP2's MixedPrecisionPolicy: the
+	// model's full parameters are ParamDType, the shards (the master weights the
+	// optimizer steps and the checkpoints save) stay as they are (fp32).
+	MixedPrecision FSDPMixedPrecision
 
 	dp       DataParallel
 	runDir   string // rank 0's run directory, where every rank writes its shards
@@ -81,6 +88,57 @@ type FullyShardedDataParallel struct {
 	running  bool // inside Run: the hooks act only then
 }
 
+// FSDPMixedPrecision is sharded training's mixed-precision policy, as FSDP2's
+// MixedPrecisionPolicy(param_dtype, reduce_dtype). The zero value is off.
+//
+// With ParamDType set (torch.BFloat16), Start casts the model's sharded parameters to
+// it, and they stay so (after Run too): the forward and backward run on ParamDType
+// weights and produce ParamDType gradients. Each all-gather sends the fp32 shards cast
+// to ParamDType (half the traffic of fp32 for bf16) into the full parameters; each
+// reduce-scatter sends the full gradients cast to ReduceDType (torch.Float32 when zero;
+// FSDP2 reduces in param_dtype by default) and adds the result, cast to the shards'
+// dtype, to the shards' gradients. The shards, their gradients, the optimizer's state,
+// the sharded checkpoints and the export (GatherState, GatherUnits gather the fp32
+// shards) keep the shards' dtype. Frozen parameters (a LoRA base), and float16 (its
+// gradients would need a loss scaler), are refused.
+type FSDPMixedPrecision struct {
+	// ParamDType is the dtype of the model's full parameters; zero (torch.Uint8) is off.
+	ParamDType torch.DType
+	// ReduceDType is the dtype the gradients are reduce-scattered in; zero is Float32.
+	ReduceDType torch.DType
+}
+
+// on reports whether the policy is set.
+func (m FSDPMixedPrecision) on() bool { return m.ParamDType != 0 }
+
+// reduce returns the dtype gradients are reduce-scattered in when the policy is on.
+func (m FSDPMixedPrecision) reduce() torch.DType {
+	if m.ReduceDType == 0 {
+		return torch.Float32
+	}
+	return m.ReduceDType
+}
+
+// check refuses a policy that is not floating point, and float16 parameters.
+func (m FSDPMixedPrecision) check() error {
+	if !m.on() {
+		if m.ReduceDType != 0 {
+			return fmt.Errorf("trainer: FullyShardedDataParallel: MixedPrecision.ReduceDType %s without a ParamDType: set ParamDType (bfloat16)", m.ReduceDType)
+		}
+		return nil
+	}
+	if !m.ParamDType.IsFloatingPoint() {
+		return fmt.Errorf("trainer: FullyShardedDataParallel: MixedPrecision.ParamDType %s is not a floating-point dtype: use bfloat16", m.ParamDType)
+	}
+	if m.ParamDType == torch.Float16 {
+		return errors.New("trainer: FullyShardedDataParallel: MixedPrecision.ParamDType float16 makes float16 gradients, which need a loss scaler that sharded training does not support yet: use bfloat16")
+	}
+	if !m.reduce().IsFloatingPoint() {
+		return fmt.Errorf("trainer: FullyShardedDataParallel: MixedPrecision.ReduceDType %s is not a floating-point dtype: use float32", m.reduce())
+	}
+	return nil
+}
+
 // FSDPCounts counts a FullyShardedDataParallel's collectives on the parameters.
 type FSDPCounts struct {
 	// AllGathers and ReduceScatters count the coalesced collectives, one per unit.
@@ -88,6 +146,9 @@ type FSDPCounts struct {
 	// InBackward counts the reduce-scatters that ran inside the backward pass, as soon as
 	// a hooked unit's backward was done.
 	InBackward int64
+	// AllGatherBytes counts the bytes this rank sent to the parameters' all-gathers (its
+	// shards, in the dtype gathered).
+	AllGatherBytes int64
 }
 
 // Counts returns the collectives run so far.
@@ -142,6 +203,9 @@ func (f *FullyShardedDataParallel) Configure(t *Trainer) error {
 	if t.cfg.AMP.NeedsScaler() {
 		return fmt.Errorf("trainer: rank %d: amp %s needs a loss scaler, which sharded training does not support yet: use bf16", f.Group.Rank(), t.cfg.AMP)
 	}
+	if err := f.MixedPrecision.check(); err != nil {
+		return err
+	}
 	if t.cfg.TopK > 0 { // on every rank, run directory or not, so that all refuse
 		return fmt.Errorf("trainer: rank %d: top_k %d: sharded checkpoints (FullyShardedDataParallel) keep last.pt and best_model.pth only: set top_k 0", f.Group.Rank(), t.cfg.TopK)
 	}
@@ -193,6 +257,9 @@ func (f *FullyShardedDataParallel) Start(t *Trainer) (err error) {
 	for _, np := range nn.NamedParameters(t.Model) {
 		p := np.Tensor
 		frozen := !p.RequiresGrad()
+		if frozen && f.MixedPrecision.on() {
+			return fmt.Errorf("trainer: FullyShardedDataParallel: MixedPrecision with frozen parameter %s (a LoRA base) is not supported: train without the mixed-precision policy (bf16 autocast works)", np.Name)
+		}
 		if frozen && !f.ReshardAfterForward {
 			continue // never changes: stays whole
 		}
@@ -242,6 +309,21 @@ func (f *FullyShardedDataParallel) Start(t *Trainer) (err error) {
 		}
 	}
 	t.params = shards
+	if f.MixedPrecision.on() {
+		// The model's full parameters take ParamDType; the shards, cut above, keep the
+		// master weights' dtype.
+		torch.WithScope(func() {
+			torch.NoGrad(func() {
+				for _, u := range f.units {
+					for _, p := range u.full {
+						if p.DType() != f.MixedPrecision.ParamDType {
+							p.SetData(p.ToDType(f.MixedPrecision.ParamDType))
+						}
+					}
+				}
+			})
+		})
+	}
 	if err := f.installHooks(t); err != nil {
 		return err
 	}
@@ -511,13 +593,16 @@ func (f *FullyShardedDataParallel) reduceScatterUnit(u *fsdpUnit) error {
 		}
 		s := u.shards[i]
 		in := g
+		if f.MixedPrecision.on() && g.DType() != f.MixedPrecision.reduce() {
+			in = g.ToDType(f.MixedPrecision.reduce())
+		}
 		if pad := s.Size(0)*w - g.Size(0); pad > 0 {
 			shape := g.Shape()
 			shape[0] = pad
-			in = torch.Cat([]*torch.Tensor{g, torch.Zeros(shape, g.DType(), g.Device())}, 0)
+			in = torch.Cat([]*torch.Tensor{in, torch.Zeros(shape, in.DType(), in.Device())}, 0)
 		}
 		ins = append(ins, in)
-		outs = append(outs, torch.Empty(s.Shape(), g.DType(), g.Device()))
+		outs = append(outs, torch.Empty(s.Shape(), in.DType(), in.Device()))
 		grads = append(grads, p)
 		shards = append(shards, s)
 	}
@@ -532,6 +617,9 @@ func (f *FullyShardedDataParallel) reduceScatterUnit(u *fsdpUnit) error {
 		f.counts.InBackward++
 	}
 	for i, s := range shards {
+		if outs[i].DType() != s.DType() {
+			outs[i] = outs[i].ToDType(s.DType())
+		}
 		if sg := s.Grad(); sg != nil {
 			sg.AddInPlace(outs[i], 1)
 		} else {
@@ -613,7 +701,11 @@ func (f *FullyShardedDataParallel) gatherUnit(u *fsdpUnit) error {
 	var padded, gathered []*torch.Tensor // the padded ones: their parameters and gathers
 	for i, p := range u.full {
 		s := u.shards[i].Detach()
+		if s.DType() != p.DType() { // the mixed-precision policy: gathered in ParamDType
+			s = s.ToDType(p.DType())
+		}
 		ins[i] = s
+		f.counts.AllGatherBytes += s.Numel() * int64(s.DType().Size())
 		if s.Size(0)*w == p.Size(0) {
 			outs[i] = direct[i]
 		} else {
@@ -638,6 +730,27 @@ func (f *FullyShardedDataParallel) gatherUnit(u *fsdpUnit) error {
 		}
 	})
 	return nil
+}
+
+// gatherMaster all-gathers u's shards in their own dtype (the fp32 master weights under
+// the mixed-precision policy) into new full tensors, in one coalesced collective.
+func (f *FullyShardedDataParallel) gatherMaster(u *fsdpUnit) ([]*torch.Tensor, error) {
+	w := int64(f.Group.WorldSize())
+	outs := make([]*torch.Tensor, len(u.full))
+	ins := make([]*torch.Tensor, len(u.full))
+	for i, sh := range u.shards {
+		s := sh.Detach()
+		shape := s.Shape()
+		shape[0] *= w
+		ins[i], outs[i] = s, torch.Empty(shape, s.DType(), s.Device())
+	}
+	if err := f.Group.AllGatherCoalesced(outs, ins); err != nil {
+		return nil, fmt.Errorf("unit %q: %w", u.label(), err)
+	}
+	for i, p := range u.full {
+		outs[i] = outs[i].Narrow(0, 0, p.Size(0))
+	}
+	return outs, nil
 }
 
 // SumTensors sums ts over the ranks in place.

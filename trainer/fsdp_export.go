@@ -27,6 +27,18 @@ func (f *FullyShardedDataParallel) Resharded() bool {
 	return false
 }
 
+// Hooked reports whether the model runs hooks around some units (nn.UnitHooker: the
+// Llama-family decoders, whose state dict is their Hugging Face layout), as
+// ReshardAfterForward needs.
+func (f *FullyShardedDataParallel) Hooked() bool {
+	for _, u := range f.units {
+		if u.hooked {
+			return true
+		}
+	}
+	return false
+}
+
 // GatherUnits calls fn with each unit's name ("" for the root unit), its parameters'
 // names and their full tensors, in the units' order. A unit that ReshardAfterForward
 // freed is all-gathered just before fn and freed again after it, so that at most one
@@ -40,9 +52,9 @@ func (f *FullyShardedDataParallel) GatherUnits(fn func(unit string, names []stri
 	defer torch.Recover(&err, "all-gathering the parameters unit by unit")
 	var fnErr error
 	for _, u := range f.units {
-		if err := f.withUnit(u, func() {
+		if err := f.withUnit(u, func(full []*torch.Tensor) {
 			if fnErr == nil {
-				fnErr = fn(u.name, u.names, u.full)
+				fnErr = fn(u.name, u.names, full)
 			}
 		}); err != nil {
 			return err
@@ -53,7 +65,18 @@ func (f *FullyShardedDataParallel) GatherUnits(fn func(unit string, names []stri
 
 // withUnit runs fn with u's full parameters allocated: gathered first, and freed after,
 // when ReshardAfterForward freed them; the gather's temporaries are freed when fn ends.
-func (f *FullyShardedDataParallel) withUnit(u *fsdpUnit, fn func()) (err error) {
+// Under the mixed-precision policy fn gets instead the full master weights, all-gathered
+// from the shards in their own dtype (fp32) into temporaries, and u is left as it is.
+func (f *FullyShardedDataParallel) withUnit(u *fsdpUnit, fn func(full []*torch.Tensor)) (err error) {
+	if f.MixedPrecision.on() {
+		torch.WithScope(func() {
+			var full []*torch.Tensor
+			if full, err = f.gatherMaster(u); err == nil {
+				fn(full)
+			}
+		})
+		return err
+	}
 	ours := u.reshard && !u.gathered
 	torch.WithScope(func() {
 		if ours {
@@ -61,7 +84,7 @@ func (f *FullyShardedDataParallel) withUnit(u *fsdpUnit, fn func()) (err error) 
 				return
 			}
 		}
-		fn()
+		fn(u.full)
 	})
 	if ours && u.gathered {
 		torch.FreeStorage(u.full)
@@ -84,10 +107,11 @@ func (f *FullyShardedDataParallel) withUnit(u *fsdpUnit, fn func()) (err error) 
 func (f *FullyShardedDataParallel) GatherState(m nn.Module, fn func(name string, t *torch.Tensor) error) (err error) {
 	defer torch.Recover(&err, "all-gathering the parameters unit by unit")
 	unitOf := map[*torch.Tensor]*fsdpUnit{}
+	index := map[*torch.Tensor]int{}
 	for _, u := range f.units {
-		if u.reshard {
-			for _, p := range u.full {
-				unitOf[p] = u
+		if u.reshard || f.MixedPrecision.on() {
+			for i, p := range u.full {
+				unitOf[p], index[p] = u, i
 			}
 		}
 	}
@@ -114,15 +138,19 @@ func (f *FullyShardedDataParallel) GatherState(m nn.Module, fn func(name string,
 			j++
 		}
 		run := entries[i:j]
-		write := func() {
+		write := func(full []*torch.Tensor) {
 			for _, e := range run {
+				t := e.Tensor
+				if unitOf[t] == u && full != nil {
+					t = full[index[t]] // the gathered master weights under the policy
+				}
 				if fnErr == nil {
-					fnErr = fn(e.Name, e.Tensor)
+					fnErr = fn(e.Name, t)
 				}
 			}
 		}
 		if u == nil {
-			write()
+			write(nil)
 		} else if err := f.withUnit(u, write); err != nil {
 			return err
 		}
@@ -145,7 +173,7 @@ func (f *FullyShardedDataParallel) WriteSafetensorsDir(dir, name string, m nn.Mo
 	var w *checkpoint.SafetensorsDirWriter
 	var werr error // rank 0's error before the gathers: returned after them, to keep the ranks in step
 	if f.Group.IsMain() {
-		w, werr = newStateWriter(dir, name, m, metadata, maxShardSize)
+		w, werr = newStateWriter(dir, name, m, f.masterDTypes(), metadata, maxShardSize)
 	}
 	err = f.GatherState(m, func(name string, t *torch.Tensor) (err error) {
 		if w == nil {
@@ -174,9 +202,24 @@ func (f *FullyShardedDataParallel) WriteSafetensorsDir(dir, name string, m nn.Mo
 	return w.Close()
 }
 
+// masterDTypes maps the model's full parameters to their shards' dtype where they differ
+// (under the mixed-precision policy): GatherState gives those in the shards' dtype.
+func (f *FullyShardedDataParallel) masterDTypes() map[*torch.Tensor]torch.DType {
+	out := map[*torch.Tensor]torch.DType{}
+	if !f.MixedPrecision.on() {
+		return out
+	}
+	for _, u := range f.units {
+		for i, p := range u.full {
+			out[p] = u.shards[i].DType()
+		}
+	}
+	return out
+}
+
 // newStateWriter starts the streamed write of m's state (each tensor once, as
-// GatherState gives them).
-func newStateWriter(dir, name string, m nn.Module, metadata map[string]string, maxShardSize int64) (*checkpoint.SafetensorsDirWriter, error) {
+// GatherState gives them: in master's dtype where master names one).
+func newStateWriter(dir, name string, m nn.Module, master map[*torch.Tensor]torch.DType, metadata map[string]string, maxShardSize int64) (*checkpoint.SafetensorsDirWriter, error) {
 	var specs []checkpoint.TensorSpec
 	seen := map[*torch.Tensor]bool{}
 	for _, e := range nn.StateTensors(m) {
@@ -184,7 +227,11 @@ func newStateWriter(dir, name string, m nn.Module, metadata map[string]string, m
 			continue
 		}
 		seen[e.Tensor] = true
-		dt, err := checkpoint.ParseDType(e.Tensor.DType().String())
+		tdt := e.Tensor.DType()
+		if d, ok := master[e.Tensor]; ok {
+			tdt = d
+		}
+		dt, err := checkpoint.ParseDType(tdt.String())
 		if err != nil {
 			return nil, fmt.Errorf("trainer: %s: %w", e.Name, err)
 		}

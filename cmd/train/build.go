@@ -238,6 +238,9 @@ func build(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trai
 	if err != nil {
 		return nil, err
 	}
+	if _, lm := m.(*models.GPT2LMHeadModel); c.FSDPMixedPrecision != "" && !lm {
+		return nil, fmt.Errorf("--fsdp-mixed-precision takes a language model (--model gpt, or a Hugging Face directory): --model %s reads fp32 inputs, which bf16 parameters do not take", c.Model)
+	}
 	nn.ToDevice(m, dev)
 	opt, sched, err := optimization(&c, nn.Parameters(m), trainLoader.Len())
 	if err != nil {
@@ -266,13 +269,23 @@ func build(c Config, runDir string, pg *distributed.ProcessGroup) (*trainer.Trai
 	return trainer.New(m, trainLoader, valLoader, loss, opt, opts...)
 }
 
-// parallelism is the trainer's strategy over pg: sharded (--fsdp, --fsdp-reshard) or
-// data-parallel.
+// parallelism is the trainer's strategy over pg: sharded (--fsdp, --fsdp-reshard,
+// --fsdp-mixed-precision) or data-parallel.
 func parallelism(c Config, pg *distributed.ProcessGroup) trainer.Option {
 	if c.FSDP {
-		return trainer.WithStrategy(&trainer.FullyShardedDataParallel{Group: pg, ReshardAfterForward: c.FSDPReshard})
+		return trainer.WithStrategy(&trainer.FullyShardedDataParallel{Group: pg, ReshardAfterForward: c.FSDPReshard,
+			MixedPrecision: c.fsdpMixedPrecision()})
 	}
 	return trainer.WithDistributed(pg)
+}
+
+// fsdpMixedPrecision is the sharded strategy's mixed-precision policy
+// (--fsdp-mixed-precision): bf16 parameters, reduced in fp32.
+func (c Config) fsdpMixedPrecision() trainer.FSDPMixedPrecision {
+	if c.FSDPMixedPrecision == "bf16" {
+		return trainer.FSDPMixedPrecision{ParamDType: torch.BFloat16, ReduceDType: torch.Float32}
+	}
+	return trainer.FSDPMixedPrecision{}
 }
 
 // unsharded runs fn with the whole model on this rank: under sharded training every

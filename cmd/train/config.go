@@ -48,6 +48,10 @@ type Config struct {
 	// FSDPReshard, with FSDP, also frees each decoder layer's parameters between its
 	// forward and its backward and between steps (ZeRO-3, FSDP2's reshard_after_forward).
 	FSDPReshard bool `json:"fsdp_reshard,omitempty" yaml:"fsdp_reshard"`
+	// FSDPMixedPrecision, with FSDP, is the mixed-precision policy: "bf16" keeps the
+	// model's parameters in bf16 (gathered in bf16, gradients reduce-scattered in fp32)
+	// over fp32 shards and optimizer state (trainer.FSDPMixedPrecision); "" is off.
+	FSDPMixedPrecision string `json:"fsdp_mixed_precision,omitempty" yaml:"fsdp_mixed_precision"`
 	// DataDir is the training data: the Fashion-MNIST directory (the default), an
 	// ImageFolder tree, a CSV file, a text file or a token file.
 	DataDir string `json:"data_dir" yaml:"data_dir"`
@@ -171,6 +175,12 @@ func (c Config) validate() error {
 	if c.FSDPReshard && !c.FSDP {
 		return &trainer.FieldError{Field: "fsdp_reshard", Msg: "needs fsdp (--fsdp): it reshards sharded training"}
 	}
+	if c.FSDPMixedPrecision != "" && c.FSDPMixedPrecision != "bf16" {
+		return &trainer.FieldError{Field: "fsdp_mixed_precision", Msg: fmt.Sprintf("must be bf16 (or empty: off), got %q", c.FSDPMixedPrecision)}
+	}
+	if c.FSDPMixedPrecision != "" && !c.FSDP {
+		return &trainer.FieldError{Field: "fsdp_mixed_precision", Msg: "needs fsdp (--fsdp): it is sharded training's policy"}
+	}
 	if c.AdamKernel != "fused" && c.AdamKernel != "foreach" {
 		return &trainer.FieldError{Field: "adam_kernel", Msg: fmt.Sprintf("must be fused or foreach, got %q", c.AdamKernel)}
 	}
@@ -205,6 +215,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.LoraTargets, "lora-targets", c.LoraTargets, "LoRA target modules: names (q_proj,v_proj; Phi-3's fused qkv_proj,gate_up_proj) or all-linear")
 	fs.BoolVar(&c.FSDP, "fsdp", c.FSDP, "with several ranks: shard gradients and optimizer state across them (FSDP, ZeRO-2 memory; sharded checkpoints) instead of data parallelism")
 	fs.BoolVar(&c.FSDPReshard, "fsdp-reshard", c.FSDPReshard, "with --fsdp: also free each decoder layer's parameters outside its forward and backward (ZeRO-3)")
+	fs.StringVar(&c.FSDPMixedPrecision, "fsdp-mixed-precision", c.FSDPMixedPrecision, "with --fsdp: bf16 keeps the model's parameters in bf16 (gathered in bf16, reduced in fp32) over fp32 shards and optimizer state")
 	fs.BoolVar(&c.GradientCheckpointing, "gradient-checkpointing", c.GradientCheckpointing, "recompute each decoder layer's activations in backward (less memory, more time)")
 	fs.StringVar(&c.DataDir, "data", c.DataDir, "training data: an ImageFolder tree (with train/ and val/, or --val-split), a CSV file (--label-column), a text file (--model gpt) or the Fashion-MNIST directory (default: Debian's)")
 	fs.IntVar(&c.ImageSize, "image-size", c.ImageSize, "resize ImageFolder images to N x N (0: the data's size)")

@@ -309,13 +309,14 @@ func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 }
 
 // streamedExport returns the strategy of sharded training whose units
-// ReshardAfterForward frees between steps, nil under any other: then the whole model is
-// written a unit at a time (FullyShardedDataParallel.WriteSafetensorsDir). Only the
-// decoders whose state dict is their Hugging Face layout run the unit hooks that
-// reshard (a mixture of experts, whose experts the state dict holds fused, does not),
-// so the streamed files are SavePretrained's.
+// ReshardAfterForward frees between steps, or whose mixed-precision policy keeps the
+// fp32 master weights in the shards only, nil under any other: then the whole model is
+// written a unit at a time (FullyShardedDataParallel.WriteSafetensorsDir, from the fp32
+// shards under the policy). Only the decoders whose state dict is their Hugging Face
+// layout run the unit hooks that reshard (a mixture of experts, whose experts the state
+// dict holds fused, does not), so the streamed files are SavePretrained's.
 func streamedExport(t *trainer.Trainer) *trainer.FullyShardedDataParallel {
-	if f, ok := t.Strategy().(*trainer.FullyShardedDataParallel); ok && f.Resharded() {
+	if f, ok := t.Strategy().(*trainer.FullyShardedDataParallel); ok && f.Hooked() && (f.Resharded() || f.MixedPrecision.ParamDType != 0) {
 		return f
 	}
 	return nil
