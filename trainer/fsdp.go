@@ -209,6 +209,11 @@ func (f *FullyShardedDataParallel) Configure(t *Trainer) error {
 	if t.cfg.TopK > 0 { // on every rank, run directory or not, so that all refuse
 		return fmt.Errorf("trainer: rank %d: top_k %d: sharded checkpoints (FullyShardedDataParallel) keep last.pt and best_model.pth only: set top_k 0", f.Group.Rank(), t.cfg.TopK)
 	}
+	for _, cb := range t.callbacks { // a user's own would fail only at its first replacement
+		if mc, ok := cb.(*ModelCheckpoint); ok && mc.TopK > 0 {
+			return fmt.Errorf("trainer: rank %d: ModelCheckpoint with TopK %d: sharded checkpoints (FullyShardedDataParallel) keep last.pt and best_model.pth only: set TopK 0", f.Group.Rank(), mc.TopK)
+		}
+	}
 	f.runDir = t.RunDir
 	f.dp = DataParallel{Group: f.Group}
 	return f.dp.Configure(t)

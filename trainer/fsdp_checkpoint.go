@@ -453,19 +453,11 @@ func (t *Trainer) loadSharded(path, dir string) error {
 	if dir != path {
 		t.printf("%s is missing: a save was interrupted while publishing it; loading the previous checkpoint %s\n", path, dir)
 	}
-	raw, err := checkpoint.Read(filepath.Join(dir, shardedMetadata))
-	if err != nil {
-		return err
-	}
 	scope := torch.NewScope()
 	defer scope.Close()
-	v, err := torch.FromCheckpoint(raw, t.Device)
+	raw, meta, err := t.readDict(filepath.Join(dir, shardedMetadata))
 	if err != nil {
 		return err
-	}
-	meta, ok := v.(*checkpoint.Dict)
-	if !ok {
-		return fmt.Errorf("%s: holds a %T, not a dict", dir, v)
 	}
 	if format, _ := checkpoint.GetString(meta, "format"); format != shardedFormat {
 		return fmt.Errorf("%s: format %q, want %q (written by another gotrain?)", dir, format, shardedFormat)

@@ -520,6 +520,11 @@ func TestFSDPRefusals(t *testing.T) {
 	_, err = build(trainer.WithFSDP(pg), all, trainer.WithRunDir(t.TempDir()), trainer.WithTopK(2))
 	require.ErrorContains(t, err, "top_k 2: sharded checkpoints (FullyShardedDataParallel) keep last.pt and best_model.pth only")
 
+	mc, err := trainer.NewModelCheckpoint(t.TempDir(), "train_loss", trainer.Min, 3)
+	require.NoError(t, err)
+	_, err = build(trainer.WithFSDP(pg), all, trainer.WithCallbacks(mc))
+	require.ErrorContains(t, err, "ModelCheckpoint with TopK 3: sharded checkpoints (FullyShardedDataParallel) keep last.pt and best_model.pth only")
+
 	_, err = build(trainer.WithFSDP(pg), all, trainer.WithAMP(amp.FP16))
 	require.ErrorContains(t, err, "needs a loss scaler, which sharded training does not support yet")
 

@@ -363,21 +363,30 @@ func (t *Trainer) LoadCheckpoint(path string) (err error) {
 	if _, ok := t.strategy.(*FullyShardedDataParallel); ok {
 		return fmt.Errorf("loading checkpoint %s: sharded training (FullyShardedDataParallel) resumes from a sharded checkpoint directory (with %s), not a single file: train it on one process or with DataParallel", path, shardedMetadata)
 	}
-	raw, err := checkpoint.Read(path)
-	if err != nil {
-		return err
-	}
 	scope := torch.NewScope()
 	defer scope.Close()
-	v, err := torch.FromCheckpoint(raw, t.Device)
+	raw, top, err := t.readDict(path)
 	if err != nil {
 		return err
 	}
-	top, ok := v.(*checkpoint.Dict)
-	if !ok {
-		return fmt.Errorf("%s: holds a %T, not a checkpoint dict", path, v)
-	}
 	return t.loadTop(path, top, raw, nil, nil)
+}
+
+// readDict reads the torch.save file at path, which must hold a dict, with its tensors
+// on the Trainer's device (in the caller's scope); raw is the file's value as read.
+func (t *Trainer) readDict(path string) (raw any, d *checkpoint.Dict, err error) {
+	if raw, err = checkpoint.Read(path); err != nil {
+		return nil, nil, err
+	}
+	v, err := torch.FromCheckpoint(raw, t.Device)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, ok := v.(*checkpoint.Dict)
+	if !ok {
+		return nil, nil, fmt.Errorf("%s: holds a %T, not a dict", path, v)
+	}
+	return raw, d, nil
 }
 
 // loadTop restores the training state from a checkpoint's top dict (tensors on the

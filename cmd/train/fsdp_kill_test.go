@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -111,57 +109,6 @@ func TestFSDPKillRankInAllGather(t *testing.T) {
 	noTemporaryFiles(t, runs)
 }
 
-// rankProc is one rank started alone, as torchrun starts it, its output read line by line.
-type rankProc struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	log  strings.Builder
-	line chan string
-	done chan error
-}
-
-func startRank(t *testing.T, env []string, args ...string) *rankProc {
-	t.Helper()
-	p := &rankProc{cmd: child(args...), line: make(chan string, 1024), done: make(chan error, 1)}
-	withEnv(p.cmd, env)
-	out, err := p.cmd.StdoutPipe()
-	require.NoError(t, err)
-	p.cmd.Stderr = p.cmd.Stdout
-	require.NoError(t, p.cmd.Start())
-	t.Cleanup(func() { p.cmd.Process.Kill() })
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-			select {
-			case p.line <- sc.Text():
-			default:
-			}
-		}
-		close(p.line)
-		p.done <- p.cmd.Wait()
-	}()
-	return p
-}
-
-func (p *rankProc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
-
-func (p *rankProc) waitFor(t *testing.T, marker string) {
-	t.Helper()
-	for line := range p.line {
-		if strings.Contains(line, marker) {
-			return
-		}
-	}
-	t.Fatalf("the rank ended without printing %q:\n%s", marker, p.output())
-}
-
 // TestFSDPKillRankInAllGatherTorchrun: the same with each rank started alone, as
 // torchrun starts them (no launcher to stop the survivor): rank 0, in the first layer's
 // all-gather when rank 1 is killed, fails within the collective timeout with an error
@@ -172,14 +119,14 @@ func TestFSDPKillRankInAllGatherTorchrun(t *testing.T) {
 	runs := t.TempDir()
 	args := fsdpKillArgs(t, runs, timeout)
 	port := strconv.Itoa(freeTestPort(t))
-	var ranks [2]*rankProc
+	var ranks [2]*proc // each rank started alone, as torchrun starts it
 	for r := range ranks {
 		env := []string{"RANK=" + strconv.Itoa(r), "LOCAL_RANK=" + strconv.Itoa(r), "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2",
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, stopBeforeExportEnv + "=1"}
-		ranks[r] = startRank(t, env, args...)
+		ranks[r] = startProc(t, env, args...)
 	}
-	ranks[0].waitFor(t, "rank 0 enters the export's all-gather")
-	ranks[1].waitFor(t, "rank 1 stops before the export's all-gather")
+	ranks[0].waitFor("rank 0 enters the export's all-gather")
+	ranks[1].waitFor("rank 1 stops before the export's all-gather")
 	waitStopped(t, ranks[1].cmd.Process.Pid)
 	require.NoError(t, ranks[1].cmd.Process.Kill())
 	killed := time.Now()

@@ -313,53 +313,81 @@ func freeTestPort(t *testing.T) int {
 }
 
 // launched is a launcher started by a test, with its output read line by line.
-type launched struct {
+// proc is a child run of the train binary (child) whose combined output is read line by
+// line as it comes: kept whole for output, and handed to whoever waits on line.
+type proc struct {
 	t    *testing.T
 	cmd  *exec.Cmd
 	mu   sync.Mutex
 	log  strings.Builder
 	line chan string
-	done chan error
+	done chan error // the child's Wait, once its output has ended
+}
+
+// startProc starts the train binary with args and env set; the child is killed when the
+// test ends.
+func startProc(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, cmd: child(args...), line: make(chan string, 1024), done: make(chan error, 1)}
+	withEnv(p.cmd, env)
+	out, err := p.cmd.StdoutPipe()
+	require.NoError(t, err)
+	p.cmd.Stderr = p.cmd.Stdout
+	require.NoError(t, p.cmd.Start())
+	t.Cleanup(func() { p.cmd.Process.Kill() })
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			select {
+			case p.line <- sc.Text():
+			default:
+			}
+		}
+		close(p.line)
+		p.done <- p.cmd.Wait()
+	}()
+	return p
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// waitFor returns the first line containing marker, failing the test if the output ends
+// first.
+func (p *proc) waitFor(marker string) string {
+	p.t.Helper()
+	for line := range p.line {
+		if strings.Contains(line, marker) {
+			return line
+		}
+	}
+	p.t.Fatalf("the child ended without printing %q:\n%s", marker, p.output())
+	return ""
+}
+
+// launched is a run of the launcher and the pids of the ranks it started.
+type launched struct {
+	*proc
 	pids []int
 }
 
 func startLaunch(t *testing.T, env []string, args ...string) *launched {
 	t.Helper()
-	l := &launched{t: t, cmd: child(args...), line: make(chan string, 1024), done: make(chan error, 1)}
-	withEnv(l.cmd, env)
-	out, err := l.cmd.StdoutPipe()
-	require.NoError(t, err)
-	l.cmd.Stderr = l.cmd.Stdout
-	require.NoError(t, l.cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			l.mu.Lock()
-			l.log.WriteString(sc.Text() + "\n")
-			l.mu.Unlock()
-			select {
-			case l.line <- sc.Text():
-			default:
-			}
-		}
-		close(l.line)
-		l.done <- l.cmd.Wait()
-	}()
+	l := &launched{proc: startProc(t, env, args...)}
 	t.Cleanup(func() {
 		// Whatever the test's outcome, nothing it started outlives it.
-		l.cmd.Process.Kill()
 		for _, p := range l.pids {
 			syscall.Kill(p, syscall.SIGKILL)
 		}
 	})
 	l.waitFor("train: launched ")
 	return l
-}
-
-func (l *launched) output() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.log.String()
 }
 
 var pidsRE = regexp.MustCompile(`pids ([0-9 ]+)\)`)
