@@ -203,15 +203,8 @@ func (t *Trainer) linkCheckpoint(src, dst string) error {
 		return err
 	}
 	for _, e := range entries {
-		from, to := filepath.Join(src, e.Name()), filepath.Join(staging, e.Name())
-		if err := os.Link(from, to); err != nil {
-			b, rerr := os.ReadFile(from)
-			if rerr != nil {
-				return err
-			}
-			if err := fsutil.WriteFileAtomic(to, b); err != nil {
-				return err
-			}
+		if err := fsutil.LinkAtomic(filepath.Join(src, e.Name()), filepath.Join(staging, e.Name())); err != nil {
+			return err
 		}
 	}
 	return publishSharded(staging, dst)

@@ -115,14 +115,7 @@ func (f *FullyShardedDataParallel) GatherState(m nn.Module, fn func(name string,
 			}
 		}
 	}
-	var entries []nn.NamedTensor
-	seen := map[*torch.Tensor]bool{}
-	for _, e := range nn.StateTensors(m) {
-		if !seen[e.Tensor] {
-			seen[e.Tensor] = true
-			entries = append(entries, e)
-		}
-	}
+	entries := stateOnce(m)
 	var fnErr error
 	for i := 0; i < len(entries); {
 		u := unitOf[entries[i].Tensor]
@@ -221,12 +214,7 @@ func (f *FullyShardedDataParallel) masterDTypes() map[*torch.Tensor]torch.DType 
 // GatherState gives them: in master's dtype where master names one).
 func newStateWriter(dir, name string, m nn.Module, master map[*torch.Tensor]torch.DType, metadata map[string]string, maxShardSize int64) (*checkpoint.SafetensorsDirWriter, error) {
 	var specs []checkpoint.TensorSpec
-	seen := map[*torch.Tensor]bool{}
-	for _, e := range nn.StateTensors(m) {
-		if seen[e.Tensor] {
-			continue
-		}
-		seen[e.Tensor] = true
+	for _, e := range stateOnce(m) {
 		tdt := e.Tensor.DType()
 		if d, ok := master[e.Tensor]; ok {
 			tdt = d
@@ -238,4 +226,18 @@ func newStateWriter(dir, name string, m nn.Module, master map[*torch.Tensor]torc
 		specs = append(specs, checkpoint.TensorSpec{Name: e.Name, DType: dt, Shape: e.Tensor.Shape()})
 	}
 	return checkpoint.NewSafetensorsDirWriter(dir, name, specs, metadata, maxShardSize)
+}
+
+// stateOnce is m's state tensors (nn.StateTensors) with each tensor once, under its
+// first name: the tensors a weights file holds, in its order.
+func stateOnce(m nn.Module) []nn.NamedTensor {
+	var out []nn.NamedTensor
+	seen := map[*torch.Tensor]bool{}
+	for _, e := range nn.StateTensors(m) {
+		if !seen[e.Tensor] {
+			seen[e.Tensor] = true
+			out = append(out, e)
+		}
+	}
+	return out
 }

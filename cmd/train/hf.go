@@ -401,15 +401,11 @@ func (h *hfCallback) saveStreamed(dir string, t *trainer.Trainer, f *trainer.Ful
 	if err := f.WriteSafetensorsDir(dir, checkpoint.ModelWeights, h.run.model, map[string]string{"format": "pt"}, hfMaxShardSize); err != nil || !h.main {
 		return err
 	}
-	p, ok := h.run.model.(models.Pretrained)
-	if !ok {
-		return fmt.Errorf("%T has no PretrainedConfig to write %s", h.run.model, models.ConfigFile)
-	}
-	raw, err := json.MarshalIndent(p.PretrainedConfig(), "", "  ")
+	raw, err := models.ConfigJSON(h.run.model)
 	if err != nil {
 		return fmt.Errorf("%s: %w", models.ConfigFile, err)
 	}
-	if err := fsutil.WriteFileInDir(dir, models.ConfigFile, append(raw, '\n')); err != nil {
+	if err := fsutil.WriteFileInDir(dir, models.ConfigFile, raw); err != nil {
 		return err
 	}
 	return h.saveRest(dir, t)

@@ -310,16 +310,12 @@ type SaveOptions struct {
 // file of dir that is a symlink is replaced by the new file, never written through
 // (fsutil.WriteAtomicInDir).
 func SavePretrained(dir string, m CausalLM, o SaveOptions) (err error) {
-	p, ok := m.(Pretrained)
-	if !ok {
-		return fmt.Errorf("models: SavePretrained: %T has no PretrainedConfig", m)
+	raw, err := ConfigJSON(m)
+	if err != nil {
+		return fmt.Errorf("models: SavePretrained: %w", err)
 	}
 	if o.MaxShardSize < 0 {
 		return fmt.Errorf("models: SavePretrained: MaxShardSize %d is negative", o.MaxShardSize)
-	}
-	raw, err := json.MarshalIndent(p.PretrainedConfig(), "", "  ")
-	if err != nil {
-		return fmt.Errorf("models: SavePretrained: config: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return fmt.Errorf("models: %w", err)
@@ -336,7 +332,21 @@ func SavePretrained(dir string, m CausalLM, o SaveOptions) (err error) {
 	if err := checkpoint.WriteSafetensorsDir(dir, checkpoint.ModelWeights, tensors, map[string]string{"format": "pt"}, o.MaxShardSize); err != nil {
 		return fmt.Errorf("models: %w", err)
 	}
-	return fsutil.WriteFileInDir(dir, ConfigFile, append(raw, '\n'))
+	return fsutil.WriteFileInDir(dir, ConfigFile, raw)
+}
+
+// ConfigJSON is the config.json SavePretrained writes for m: its PretrainedConfig,
+// indented, with a final newline.
+func ConfigJSON(m CausalLM) ([]byte, error) {
+	p, ok := m.(Pretrained)
+	if !ok {
+		return nil, fmt.Errorf("%T has no PretrainedConfig", m)
+	}
+	raw, err := json.MarshalIndent(p.PretrainedConfig(), "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return append(raw, '\n'), nil
 }
 
 // pretrainedTensors copies m's state dict to the CPU as checkpoint tensors, each tied
