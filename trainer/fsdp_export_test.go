@@ -51,11 +51,17 @@ type fsdpExportResult struct {
 	// Errors are those of GatherState with an fn that fails on rank 0 and of
 	// WriteSafetensorsDir to a path that is a file.
 	Errors []string
+	// SampleExtra is the peak above what was allocated while every rank generated with
+	// the unit hooks on, Sample its tokens and FreedAfterSample the layers' parameters
+	// freed after it; WholeSample is rank 0's tokens from the whole gathered model.
+	SampleExtra         int64
+	Sample, WholeSample []int64
+	FreedAfterSample    int
 }
 
 // fsdpExportChild trains a tiny Llama on two ranks with ReshardAfterForward and, at the
-// end of the epoch (inside Run, the layers freed), exports it streamed to stream/ and
-// whole to whole/, measuring rank 0's CPU tensor memory.
+// end of the epoch (inside Run, the layers freed), generates on every rank, exports it
+// streamed to stream/ and whole to whole/, measuring rank 0's CPU tensor memory.
 func fsdpExportChild() error {
 	torch.CountCPUMemory()
 	pg, err := disttest.Join(20 * time.Second)
@@ -134,7 +140,23 @@ func fsdpExportChild() error {
 			err := fn()
 			return torch.CPUMemoryStats().PeakAllocated - base, err
 		}
+		// Every rank generates with the unit hooks on, each forward gathering a layer at
+		// a time; IgnoreEOS keeps the ranks' forwards in step whatever the tokens.
+		prompt := [][]int64{{1, 5, 9, 13, 2, 7}}
+		gen := models.GenerateOptions{MaxNewTokens: 8, IgnoreEOS: true}
+		nn.SetTraining(m, false)
+		defer nn.SetTraining(m, true)
 		var err error
+		if res.SampleExtra, err = measure(func() error {
+			g, err := models.Generate(m, prompt, gen)
+			if err == nil {
+				res.Sample = g[0]
+			}
+			return err
+		}); err != nil {
+			return err
+		}
+		res.FreedAfterSample = freed()
 		if res.StreamExtra, err = measure(func() error {
 			return fs.WriteSafetensorsDir(filepath.Join(out, "stream"), "", m, nil, maxShard)
 		}); err != nil {
@@ -162,7 +184,14 @@ func fsdpExportChild() error {
 				if !pg.IsMain() {
 					return nil
 				}
-				return models.SavePretrained(filepath.Join(out, "whole"), m, models.SaveOptions{MaxShardSize: maxShard})
+				if err := models.SavePretrained(filepath.Join(out, "whole"), m, models.SaveOptions{MaxShardSize: maxShard}); err != nil {
+					return err
+				}
+				g, err := models.Generate(m, prompt, gen)
+				if err == nil {
+					res.WholeSample = g[0]
+				}
+				return err
 			})
 		})
 		return err
@@ -192,7 +221,9 @@ func fsdpExportChild() error {
 // models.SavePretrained of the whole gathered model (several shard files and the index),
 // holding on rank 0 one layer and its all-gather's buffers beyond what is allocated
 // (within 6 of the 16 layers' bytes, where the gathered export holds all 16), and leaves
-// the layers freed; GatherUnits gives every unit allocated.
+// the layers freed; GatherUnits gives every unit allocated. A generation on every rank
+// with the unit hooks on (cmd/train's sample) gives the whole model's greedy tokens while
+// holding under half the layers, and leaves them freed.
 func TestFSDPStreamedExport(t *testing.T) {
 	out := t.TempDir()
 	res := disttest.Spawn(t, "fsdp-export", 2, []string{"GOTRAIN_TEST_OUT=" + out})
@@ -238,6 +269,15 @@ func TestFSDPStreamedExport(t *testing.T) {
 	assert.Equal(t, []string{"<nil>", "<nil>"}, got[1].Errors, "rank 1 writes nothing")
 	// Rank 1 took part in the same gathers, and wrote nothing.
 	assert.Equal(t, r0.Counts.AllGathers, got[1].Counts.AllGathers)
+	// A generation inside Run on every rank, the unit hooks on, gives the whole model's
+	// tokens holding a layer at a time, and leaves the layers freed.
+	t.Logf("rank 0 extra CPU bytes of a sharded generation: %d", r0.SampleExtra)
+	require.Len(t, r0.Sample, 8)
+	assert.Equal(t, r0.WholeSample, r0.Sample)
+	assert.Equal(t, r0.Sample, got[1].Sample)
+	assert.GreaterOrEqual(t, r0.SampleExtra, r0.LargestUnit, "the generation's peak misses its gathered layer: the measure is blind")
+	assert.Less(t, r0.SampleExtra, r0.Resharded/2, "the sharded generation held half the layers")
+	assert.Equal(t, r0.LayerParams, r0.FreedAfterSample, "the sharded generation left layers allocated")
 }
 
 func mapKeys[V any](m map[string]V) func(func(string) bool) {

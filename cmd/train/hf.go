@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gotrain/gotrain/checkpoint"
@@ -281,18 +282,23 @@ func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 	if rec == nil {
 		return nil
 	}
-	if f := streamedExport(t); f != nil && h.adapter == nil {
-		// Sharded training that freed the layers: every rank takes part in the export's
-		// gathers, a unit at a time, and rank 0 writes each unit and lets it go, so that
-		// the export never holds the whole model. The sample then gathers it all.
-		if err := h.saveEvaluated(t, func(dir string) error { return h.saveStreamed(dir, t, f) }); err != nil {
+	if f := streamedExport(t); f != nil {
+		// Sharded training that freed the layers (or keeps fp32 weights in the shards
+		// only): every rank runs the sample's forwards with the unit hooks on, each
+		// gathering one unit at a time, and takes part in the export's gathers, where
+		// rank 0 writes each unit and lets it go, so that neither holds the whole model.
+		// A LoRA adapter is saved from the gathered model.
+		if err := h.report(rec, true); err != nil {
 			return err
+		}
+		if h.adapter == nil {
+			return h.saveEvaluated(t, func(dir string) error { return h.saveStreamed(dir, t, f) })
 		}
 		return unsharded(t, func() error {
 			if !h.main {
 				return nil
 			}
-			return h.report(rec)
+			return h.saveEvaluated(t, func(dir string) error { return h.save(dir, t) })
 		})
 	}
 	// Rank 0 generates and saves alone: under sharded training every rank gathers the
@@ -301,7 +307,7 @@ func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 		if !h.main {
 			return nil
 		}
-		if err := h.report(rec); err != nil {
+		if err := h.report(rec, false); err != nil {
 			return err
 		}
 		return h.saveEvaluated(t, func(dir string) error { return h.save(dir, t) })
@@ -334,21 +340,34 @@ func (h *hfCallback) saveEvaluated(t *trainer.Trainer, save func(dir string) err
 }
 
 // report prints the evaluation and generates the sample.
-func (h *hfCallback) report(rec *trainer.Record) error {
+func (h *hfCallback) report(rec *trainer.Record, everyRank bool) error {
 	training := h.run.model.ModuleBase().Training()
 	nn.SetTraining(h.run.model, false)
 	defer nn.SetTraining(h.run.model, training)
-	fmt.Fprintf(h.out, "epoch %d, step %d: val loss %.4f, perplexity %.2f\n", rec.Epoch, rec.Step, rec.ValLoss, rec.Metrics["val_perplexity"])
-	if len(h.prompt) > 0 {
-		gen, err := models.Generate(h.run.model, [][]int64{h.prompt}, models.GenerateOptions{MaxNewTokens: h.tokens, StopTokens: h.stops})
-		if err != nil {
-			return err
-		}
-		// The prompt keeps its special tokens (a chat template's markup shows where the
-		// turn starts); the continuation is the text a user would read.
-		fmt.Fprintf(h.out, "  sample prompt (held out): %q\n  continuation: %q\n",
-			h.run.tok.Decode(h.prompt, false), h.run.tok.Decode(gen[0], true))
+	if h.main {
+		fmt.Fprintf(h.out, "epoch %d, step %d: val loss %.4f, perplexity %.2f\n", rec.Epoch, rec.Step, rec.ValLoss, rec.Metrics["val_perplexity"])
 	}
+	if len(h.prompt) == 0 {
+		return nil
+	}
+	o := models.GenerateOptions{MaxNewTokens: h.tokens, StopTokens: h.stops}
+	if everyRank {
+		// The ranks' forwards are collectives: each makes all h.tokens of them, and
+		// rank 0 cuts its greedy tokens at the first stop, which gives the same tokens.
+		o.StopTokens, o.IgnoreEOS = nil, true
+	}
+	gen, err := models.Generate(h.run.model, [][]int64{h.prompt}, o)
+	if err != nil || !h.main {
+		return err
+	}
+	toks := gen[0]
+	if i := slices.IndexFunc(toks, func(id int64) bool { return slices.Contains(h.stops, id) }); i >= 0 {
+		toks = toks[:i+1]
+	}
+	// The prompt keeps its special tokens (a chat template's markup shows where the
+	// turn starts); the continuation is the text a user would read.
+	fmt.Fprintf(h.out, "  sample prompt (held out): %q\n  continuation: %q\n",
+		h.run.tok.Decode(h.prompt, false), h.run.tok.Decode(toks, true))
 	return nil
 }
 

@@ -155,10 +155,11 @@ func TestLaunchFSDP(t *testing.T) {
 }
 
 // TestLaunchFSDPReshard: --fsdp --fsdp-reshard fine-tunes a Hugging Face Llama on two
-// ranks with its layers resharded; rank 0's evaluation sample and hf/last, made on the
-// whole model that every rank gathered, come out, and the directory loads, in gotrain
-// and in transformers, with every parameter equal to the ranks' final shards put
-// together. Without --fsdp, --fsdp-reshard is refused.
+// ranks with its layers resharded; the evaluation sample, generated on both ranks a
+// layer at a time, is the sample of the same run with whole layers, and hf/last,
+// written a layer at a time, loads in gotrain and in transformers with every parameter
+// equal to the ranks' final shards put together. Without --fsdp, --fsdp-reshard is
+// refused.
 func TestLaunchFSDPReshard(t *testing.T) {
 	model, pairs, runs, shards := tinyLlamaDir(t), pairsFile(t), t.TempDir(), t.TempDir()
 	cmd := child("--nproc-per-node", "2", "--fsdp", "--fsdp-reshard", "--model", model, "--data", pairs, "--batch-size", "4",
@@ -167,7 +168,22 @@ func TestLaunchFSDPReshard(t *testing.T) {
 	cmd.Env = append(cmd.Env, "TRAIN_TEST_SHARDS_DIR="+shards)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
-	assert.Contains(t, string(out), "continuation: ")
+	// The sample, generated on both ranks a layer at a time, is the one rank 0 generates
+	// alone when the layers stay whole (the same training to the bit).
+	whole, err := child("--nproc-per-node", "2", "--fsdp", "--model", model, "--data", pairs, "--batch-size", "4",
+		"--optimizer", "adamw", "--lr", "1e-2", "--scheduler", "none", "--threads", "1", "--workers", "1", "--epochs", "1",
+		"--runs-dir", runs, "--experiment", "whole").CombinedOutput()
+	require.NoError(t, err, string(whole))
+	samples := func(out []byte) (lines []string) {
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "continuation: ") {
+				lines = append(lines, strings.TrimSpace(l))
+			}
+		}
+		return lines
+	}
+	require.NotEmpty(t, samples(whole))
+	assert.Equal(t, samples(whole), samples(out))
 	last := filepath.Join(runs, "z3", "hf", "last")
 	m, err := models.LoadPretrained(last, models.LoadOptions{})
 	require.NoError(t, err, "hf/last loads")
