@@ -28,7 +28,7 @@ import (
 
 func TestMain(m *testing.M) {
 	disttest.Main(m, map[string]func() error{"ddp": ddpChild, "items": itemsChild, "fsdp": fsdpChild, "fsdp-ckpt": fsdpCkptChild,
-		"fsdp-export": fsdpExportChild})
+		"fsdp-export": fsdpExportChild, "fsdp-families": fsdpFamiliesChild})
 }
 
 // ddpResult is what a DDP child reports: its final weights, a checksum of the weights

@@ -154,19 +154,17 @@ func (f *FullyShardedDataParallel) GatherState(m nn.Module, fn func(name string,
 
 // WriteSafetensorsDir writes m's state (GatherState) on rank 0 to dir as
 // checkpoint.WriteSafetensorsDir writes it (the weights named name, ModelWeights when
-// empty, sharded at maxShardSize bytes, with metadata): the same files as writing the
-// whole model's state dict, but a unit and a tensor at a time, each tensor copied to
-// host memory (when on a GPU) only while it is written. It is a collective: every rank
-// calls it, and only rank 0 writes (and returns the write's errors).
-//
-// A model whose Hugging Face layout differs from its state dict (a mixture of experts,
-// whose experts the state dict holds fused) must be written by models.SavePretrained:
-// its units are never resharded, so its state is whole already.
-func (f *FullyShardedDataParallel) WriteSafetensorsDir(dir, name string, m nn.Module, metadata map[string]string, maxShardSize int64) (err error) {
+// empty, sharded at maxShardSize bytes, with metadata), each state tensor as layout
+// lays it out (nil: as it is; models.HubLayout(m) gives models.SavePretrained's files,
+// a mixture of experts' fused experts one expert at a time): the same files as writing
+// the whole model's state dict, but a unit and a tensor at a time, each tensor copied
+// to host memory (when on a GPU) only while it is written. It is a collective: every
+// rank calls it, and only rank 0 writes (and returns the write's errors).
+func (f *FullyShardedDataParallel) WriteSafetensorsDir(dir, name string, m nn.Module, layout checkpoint.Layout, metadata map[string]string, maxShardSize int64) (err error) {
 	var w *checkpoint.SafetensorsDirWriter
 	var werr error // rank 0's error before the gathers: returned after them, to keep the ranks in step
 	if f.Group.IsMain() {
-		w, werr = newStateWriter(dir, name, m, f.masterDTypes(), metadata, maxShardSize)
+		w, werr = newStateWriter(dir, name, m, layout, f.masterDTypes(), metadata, maxShardSize)
 	}
 	err = f.GatherState(m, func(name string, t *torch.Tensor) (err error) {
 		if w == nil {
@@ -178,7 +176,7 @@ func (f *FullyShardedDataParallel) WriteSafetensorsDir(dir, name string, m nn.Mo
 			if ct, err = torch.TensorToCheckpoint(t.Detach().Contiguous().To(torch.CPU, false)); err != nil {
 				return
 			}
-			err = w.Write(name, ct)
+			err = layout.Split(name, ct, w.Write)
 		})
 		return err
 	})
@@ -211,8 +209,8 @@ func (f *FullyShardedDataParallel) masterDTypes() map[*torch.Tensor]torch.DType 
 }
 
 // newStateWriter starts the streamed write of m's state (each tensor once, as
-// GatherState gives them: in master's dtype where master names one).
-func newStateWriter(dir, name string, m nn.Module, master map[*torch.Tensor]torch.DType, metadata map[string]string, maxShardSize int64) (*checkpoint.SafetensorsDirWriter, error) {
+// GatherState gives them: in master's dtype where master names one), laid out by layout.
+func newStateWriter(dir, name string, m nn.Module, layout checkpoint.Layout, master map[*torch.Tensor]torch.DType, metadata map[string]string, maxShardSize int64) (*checkpoint.SafetensorsDirWriter, error) {
 	var specs []checkpoint.TensorSpec
 	for _, e := range stateOnce(m) {
 		tdt := e.Tensor.DType()
@@ -225,7 +223,7 @@ func newStateWriter(dir, name string, m nn.Module, master map[*torch.Tensor]torc
 		}
 		specs = append(specs, checkpoint.TensorSpec{Name: e.Name, DType: dt, Shape: e.Tensor.Shape()})
 	}
-	return checkpoint.NewSafetensorsDirWriter(dir, name, specs, metadata, maxShardSize)
+	return checkpoint.NewSafetensorsDirWriter(dir, name, layout.Specs(specs), metadata, maxShardSize)
 }
 
 // stateOnce is m's state tensors (nn.StateTensors) with each tensor once, under its

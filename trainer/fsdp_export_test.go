@@ -158,7 +158,7 @@ func fsdpExportChild() error {
 		}
 		res.FreedAfterSample = freed()
 		if res.StreamExtra, err = measure(func() error {
-			return fs.WriteSafetensorsDir(filepath.Join(out, "stream"), "", m, nil, maxShard)
+			return fs.WriteSafetensorsDir(filepath.Join(out, "stream"), "", m, nil, nil, maxShard)
 		}); err != nil {
 			return err
 		}
@@ -177,7 +177,7 @@ func fsdpExportChild() error {
 		if err := os.WriteFile(notDir, nil, 0o644); err != nil {
 			return err
 		}
-		err = fs.WriteSafetensorsDir(notDir, "", m, nil, maxShard)
+		err = fs.WriteSafetensorsDir(notDir, "", m, nil, nil, maxShard)
 		res.Errors = append(res.Errors, fmt.Sprint(err))
 		res.WholeExtra, err = measure(func() error {
 			return fs.Unsharded(func() error {

@@ -264,7 +264,7 @@ func fsdpRun(pg *distributed.ProcessGroup, v fsdpVariant) (res fsdpResult, err e
 		}
 		if v.MP { // and the files of the streamed export
 			dir := filepath.Join(os.Getenv("GOTRAIN_TEST_OUT"), v.Name+"-hf")
-			if err := fs.WriteSafetensorsDir(dir, "", m, nil, 0); err != nil {
+			if err := fs.WriteSafetensorsDir(dir, "", m, nil, nil, 0); err != nil {
 				return res, err
 			}
 			if pg.Rank() == 0 {

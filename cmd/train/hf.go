@@ -318,9 +318,9 @@ func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 // ReshardAfterForward frees between steps, or whose mixed-precision policy keeps the
 // fp32 master weights in the shards only, nil under any other: then the whole model is
 // written a unit at a time (FullyShardedDataParallel.WriteSafetensorsDir, from the fp32
-// shards under the policy). Only the decoders whose state dict is their Hugging Face
-// layout run the unit hooks that reshard (a mixture of experts, whose experts the state
-// dict holds fused, does not), so the streamed files are SavePretrained's.
+// shards under the policy), in SavePretrained's layout (models.HubLayout: a mixture of
+// experts' fused experts one expert at a time), so the streamed files are
+// SavePretrained's.
 func streamedExport(t *trainer.Trainer) *trainer.FullyShardedDataParallel {
 	if f, ok := t.Strategy().(*trainer.FullyShardedDataParallel); ok && f.Hooked() && (f.Resharded() || f.MixedPrecision.ParamDType != 0) {
 		return f
@@ -417,7 +417,7 @@ func (h *hfCallback) saveStreamed(dir string, t *trainer.Trainer, f *trainer.Ful
 	if beforeStreamedExport != nil {
 		beforeStreamedExport(f.Group.Rank())
 	}
-	if err := f.WriteSafetensorsDir(dir, checkpoint.ModelWeights, h.run.model, map[string]string{"format": "pt"}, hfMaxShardSize); err != nil || !h.main {
+	if err := f.WriteSafetensorsDir(dir, checkpoint.ModelWeights, h.run.model, models.HubLayout(h.run.model), map[string]string{"format": "pt"}, hfMaxShardSize); err != nil || !h.main {
 		return err
 	}
 	raw, err := models.ConfigJSON(h.run.model)

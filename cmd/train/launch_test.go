@@ -24,6 +24,7 @@ import (
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/internal/testpy"
+	"github.com/gotrain/gotrain/internal/testsupport"
 	"github.com/gotrain/gotrain/torch"
 	"github.com/gotrain/gotrain/torch/nn"
 	"github.com/gotrain/gotrain/torch/nn/models"
@@ -794,4 +795,59 @@ func sameShardedState(t *testing.T, a, b string, world int) {
 			requireSame(t, key, x, y)
 		}
 	}
+}
+
+// hfLoadsPy loads the directory argv[1] with transformers, requiring every weight of the
+// model to come from the files and every tensor of the files to be used.
+const hfLoadsPy = `
+import sys
+from transformers import AutoModelForCausalLM
+m, info = AutoModelForCausalLM.from_pretrained(sys.argv[1], output_loading_info=True)
+bad = {k: v for k, v in info.items() if v}
+assert not bad, bad
+print("ok", sum(p.numel() for p in m.parameters()))
+`
+
+// TestLaunchFSDPReshardMoE: --fsdp --fsdp-reshard fine-tunes a Mixtral (with its
+// load-balancing loss) on two ranks with its layers resharded; the sample and the
+// hf/last weights files, streamed a layer at a time with the experts cut one by one,
+// are byte for byte those of the same run with whole layers (which saves with
+// SavePretrained), and transformers loads them with no weight missing or left over.
+func TestLaunchFSDPReshardMoE(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "tiny-mixtral")
+	out := testpy.Run(t, tinyMixtralPy, []string{"torch", "transformers"}, model)
+	require.Equal(t, "ok", strings.TrimSpace(string(out)))
+	addTinyTokenizer(t, model)
+	pairs, runs := pairsFile(t), t.TempDir()
+	run := func(name string, more ...string) (string, map[string][]byte) {
+		args := append([]string{"--nproc-per-node", "2", "--fsdp", "--model", model, "--data", pairs, "--batch-size", "4",
+			"--optimizer", "adamw", "--lr", "1e-2", "--scheduler", "none", "--threads", "1", "--workers", "1", "--epochs", "1",
+			"--runs-dir", runs, "--experiment", name}, more...)
+		out, err := child(args...).CombinedOutput()
+		require.NoError(t, err, string(out))
+		var sample []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "continuation: ") {
+				sample = append(sample, strings.TrimSpace(l))
+			}
+		}
+		require.NotEmpty(t, sample, string(out))
+		files := map[string][]byte{}
+		for name, b := range testsupport.DirFiles(t, filepath.Join(runs, name, "hf", "last")) {
+			if strings.HasPrefix(name, "model.safetensors") {
+				files[name] = b
+			}
+		}
+		require.NotEmpty(t, files)
+		return strings.Join(sample, "\n"), files
+	}
+	wholeSample, whole := run("whole")
+	sample, streamed := run("resharded", "--fsdp-reshard")
+	assert.Equal(t, wholeSample, sample)
+	require.Equal(t, len(whole), len(streamed))
+	for name, b := range whole {
+		require.Equal(t, b, streamed[name], name)
+	}
+	py := testpy.Run(t, hfLoadsPy, []string{"torch", "transformers"}, filepath.Join(runs, "resharded", "hf", "last"))
+	assert.Regexp(t, `^ok \d+$`, strings.TrimSpace(string(py)))
 }

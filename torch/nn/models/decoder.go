@@ -363,16 +363,12 @@ func (d *DecoderModel[L]) layerPaths() []string {
 }
 
 // SetUnitHooks runs h around each decoder layer's forward (nn.UnitHooker); the units
-// are the layers. A mixture of experts installs none and returns no units: its router
-// logits leave a layer beside its output (moe.go), so the output alone does not mark
-// where the layer's backward starts.
+// are the layers. A mixture of experts' router logits, when its loss records them,
+// leave a layer beside its output (moe.go), but the backward of the router that made
+// them still starts after the layer's output's: the logits also weight the layer's
+// experts (TopKRouter), so the router's backward waits for the experts' gradients,
+// which come through the output.
 func (d *DecoderModel[L]) SetUnitHooks(h nn.UnitHooks) []string {
-	for _, l := range d.Layers {
-		if _, ok := any(l).(routedLayer); ok {
-			d.unitHooks = nil
-			return nil
-		}
-	}
 	d.unitHooks = h
 	return d.layerPaths()
 }

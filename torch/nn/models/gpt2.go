@@ -199,6 +199,8 @@ type GPT2Model struct {
 	drop     *nn.Dropout
 	// checkpointing recomputes each block's activations in backward (GradientCheckpointer).
 	checkpointing bool
+	// unitHooks run around each block (nn.UnitHooker).
+	unitHooks nn.UnitHooks
 }
 
 // SetGradientCheckpointing makes each block recompute its activations in the backward
@@ -216,12 +218,22 @@ func (g *GPT2Model) FSDPUnits() []string {
 	return out
 }
 
+// SetUnitHooks runs h around each block's forward (nn.UnitHooker); the units are the
+// blocks.
+func (g *GPT2Model) SetUnitHooks(h nn.UnitHooks) []string {
+	g.unitHooks = h
+	return g.FSDPUnits()[2:]
+}
+
 // Forward returns the final hidden states [B, T, E] of in's tokens.
 func (g *GPT2Model) Forward(in DecoderInput) *torch.Tensor {
 	x := g.drop.Forward(g.Wte.Forward(in.InputIDs).Add(g.Wpe.Forward(in.Positions())))
 	at := attention{cache: in.Cache}
 	at.mask, at.causal = in.SDPAMask()
-	for _, b := range g.H {
+	for i, b := range g.H {
+		if g.unitHooks != nil {
+			g.unitHooks.BeforeUnit(i)
+		}
 		// A block's temporaries autograd did not save (the projections' outputs before
 		// the residual adds) are freed when it returns, as in PyTorch. The cache's
 		// buffers are its own (escaped), so they stay.
@@ -233,6 +245,9 @@ func (g *GPT2Model) Forward(in DecoderInput) *torch.Tensor {
 			})
 		} else {
 			x = torch.Local(func() *torch.Tensor { return b.forward(x, at) })
+		}
+		if g.unitHooks != nil {
+			x = g.unitHooks.AfterUnit(i, x)
 		}
 	}
 	in.Cache.Advance(in.InputIDs.Size(1))

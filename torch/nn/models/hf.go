@@ -212,9 +212,19 @@ type checkpointLayout interface {
 	// Rename) into the state dict's layout; fileOf names the file of a tensor, for
 	// errors.
 	fromCheckpoint(sd *checkpoint.Dict, fileOf func(string) string) error
-	// toCheckpoint returns the state dict's tensors sd in the layout transformers'
-	// save_pretrained writes.
-	toCheckpoint(sd *checkpoint.Dict) (*checkpoint.Dict, error)
+	// hubLayout is the layout transformers' save_pretrained writes the state dict in.
+	hubLayout() checkpoint.Layout
+}
+
+// HubLayout is how SavePretrained's weights files lay out m's state tensors (nil: as
+// they are), for a streamed export of the state (trainer.FullyShardedDataParallel's
+// WriteSafetensorsDir) to write the files SavePretrained writes: a mixture of experts'
+// fused experts become one tensor per expert and projection.
+func HubLayout(m nn.Module) checkpoint.Layout {
+	if c, ok := m.(checkpointLayout); ok {
+		return c.hubLayout()
+	}
+	return nil
 }
 
 // weightsFile returns, for errors about a tensor of the weights in dir, the file that
@@ -324,9 +334,9 @@ func SavePretrained(dir string, m CausalLM, o SaveOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	if c, ok := m.(checkpointLayout); ok {
-		if tensors, err = c.toCheckpoint(tensors); err != nil {
-			return err
+	if l := HubLayout(m); l != nil {
+		if tensors, err = l.Apply(tensors); err != nil {
+			return fmt.Errorf("models: SavePretrained: %w", err)
 		}
 	}
 	if err := checkpoint.WriteSafetensorsDir(dir, checkpoint.ModelWeights, tensors, map[string]string{"format": "pt"}, o.MaxShardSize); err != nil {

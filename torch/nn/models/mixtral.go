@@ -195,9 +195,7 @@ func (m *MixtralForCausalLM) fromCheckpoint(sd *checkpoint.Dict, fileOf func(str
 	return fuseExperts(m, sd, mixtralExperts, fileOf)
 }
 
-func (m *MixtralForCausalLM) toCheckpoint(sd *checkpoint.Dict) (*checkpoint.Dict, error) {
-	return splitExperts(m, sd, mixtralExperts)
-}
+func (m *MixtralForCausalLM) hubLayout() checkpoint.Layout { return expertLayout(m, mixtralExperts) }
 
 // DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
 // (CausalLM).

@@ -468,50 +468,42 @@ func fuseExperts(m nn.Module, sd *checkpoint.Dict, n expertNames, fileOf func(st
 	return nil
 }
 
-// splitExperts is fuseExperts reversed, for SavePretrained: the checkpoint tensors
-// out (m's state dict) with each sparse block under n.block and its fused experts as
-// one tensor per expert and projection, as transformers' save_pretrained writes them
+// expertLayout is fuseExperts reversed, for SavePretrained and a streamed export
+// (HubLayout): each sparse block of m under n.block, and its fused experts as one
+// tensor per expert and projection, as transformers' save_pretrained writes them
 // (save_original_format), in the order of the state dict.
-func splitExperts(m nn.Module, out *checkpoint.Dict, n expertNames) (*checkpoint.Dict, error) {
+func expertLayout(m nn.Module, n expertNames) checkpoint.Layout {
 	blocks := map[string]bool{}
 	for _, nm := range moeBlocks(m) {
 		blocks[nm.Name] = true
 	}
-	res := checkpoint.NewDict()
-	for k, v := range out.All() {
-		name, _ := k.(string)
-		i := strings.LastIndex(name, ".mlp.")
-		if i < 0 || !blocks[name[:i+4]] {
-			res.Set(k, v)
-			continue
+	return func(s checkpoint.TensorSpec) []checkpoint.Part {
+		i := strings.LastIndex(s.Name, ".mlp.")
+		if i < 0 || !blocks[s.Name[:i+4]] {
+			return nil
 		}
-		prefix, rest := name[:i+4], name[i+5:]
-		ct := v.(*checkpoint.Tensor)
+		prefix, rest := s.Name[:i+4], s.Name[i+5:]
 		var parts []string
 		switch rest {
 		case "experts.gate_up_proj":
 			parts = []string{n.gate, n.up}
 		case "experts.down_proj":
 			parts = []string{n.down}
-		default:
-			res.Set(n.fileName(prefix, rest), v)
-			continue
+		default: // the router: renamed
+			return []checkpoint.Part{{TensorSpec: checkpoint.TensorSpec{Name: n.fileName(prefix, rest), DType: s.DType, Shape: s.Shape}}}
 		}
-		raw, err := ct.ReadBytes()
-		if err != nil {
-			return nil, fmt.Errorf("models: %s: %w", name, err)
-		}
-		experts, rows, cols := ct.Shape[0], ct.Shape[1]/int64(len(parts)), ct.Shape[2]
-		size := rows * cols * int64(ct.DType.ElemSize())
+		experts, rows, cols := s.Shape[0], s.Shape[1]/int64(len(parts)), s.Shape[2]
+		size := rows * cols * int64(s.DType.ElemSize())
+		var out []checkpoint.Part
 		for e := range experts {
 			for j, part := range parts {
-				off := (e*int64(len(parts)) + int64(j)) * size
-				t := checkpoint.NewTensor(ct.DType, []int64{rows, cols}, raw[off:off+size])
-				res.Set(n.fileName(prefix, fmt.Sprintf("experts.%d.%s.weight", e, part)), t)
+				out = append(out, checkpoint.Part{
+					TensorSpec: checkpoint.TensorSpec{Name: n.fileName(prefix, fmt.Sprintf("experts.%d.%s.weight", e, part)), DType: s.DType, Shape: []int64{rows, cols}},
+					Offset:     (e*int64(len(parts)) + int64(j)) * size})
 			}
 		}
+		return out
 	}
-	return res, nil
 }
 
 // PEFTTargetMapping returns the v4 module names of Mixtral's router and experts with

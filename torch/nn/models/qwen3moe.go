@@ -200,9 +200,7 @@ func (m *Qwen3MoeForCausalLM) fromCheckpoint(sd *checkpoint.Dict, fileOf func(st
 	return fuseExperts(m, sd, qwen3MoeExperts, fileOf)
 }
 
-func (m *Qwen3MoeForCausalLM) toCheckpoint(sd *checkpoint.Dict) (*checkpoint.Dict, error) {
-	return splitExperts(m, sd, qwen3MoeExperts)
-}
+func (m *Qwen3MoeForCausalLM) hubLayout() checkpoint.Layout { return expertLayout(m, qwen3MoeExperts) }
 
 // DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
 // (CausalLM).
