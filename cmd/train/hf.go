@@ -246,9 +246,12 @@ type hfCallback struct {
 	saveEvery int
 }
 
-// adapterSaver writes a model's LoRA adapter as PEFT's files.
+// adapterSaver writes a model's LoRA adapter as PEFT's files, from its parameters or
+// from their values gathered elsewhere (sharded training).
 type adapterSaver interface {
 	Save(dir string) error
+	SaveValues(dir string, values map[*torch.Tensor]*checkpoint.Tensor) error
+	Parameters() []*torch.Tensor
 }
 
 // Events says which events hfCallback acts at.
@@ -286,20 +289,12 @@ func (h *hfCallback) OnEvent(e trainer.Event, t *trainer.Trainer) error {
 		// Sharded training that freed the layers (or keeps fp32 weights in the shards
 		// only): every rank runs the sample's forwards with the unit hooks on, each
 		// gathering one unit at a time, and takes part in the export's gathers, where
-		// rank 0 writes each unit and lets it go, so that neither holds the whole model.
-		// A LoRA adapter is saved from the gathered model.
+		// rank 0 writes each unit and lets it go (a LoRA adapter's tensors only), so that
+		// neither holds the whole model.
 		if err := h.report(rec, true); err != nil {
 			return err
 		}
-		if h.adapter == nil {
-			return h.saveEvaluated(t, func(dir string) error { return h.saveStreamed(dir, t, f) })
-		}
-		return unsharded(t, func() error {
-			if !h.main {
-				return nil
-			}
-			return h.saveEvaluated(t, func(dir string) error { return h.save(dir, t) })
-		})
+		return h.saveEvaluated(t, func(dir string) error { return h.saveStreamed(dir, t, f) })
 	}
 	// Rank 0 generates and saves alone: under sharded training every rank gathers the
 	// whole model first.
@@ -417,6 +412,9 @@ func (h *hfCallback) saveStreamed(dir string, t *trainer.Trainer, f *trainer.Ful
 	if beforeStreamedExport != nil {
 		beforeStreamedExport(f.Group.Rank())
 	}
+	if h.adapter != nil {
+		return h.saveAdapterStreamed(dir, t, f)
+	}
 	if err := f.WriteSafetensorsDir(dir, checkpoint.ModelWeights, h.run.model, models.HubLayout(h.run.model), map[string]string{"format": "pt"}, hfMaxShardSize); err != nil || !h.main {
 		return err
 	}
@@ -425,6 +423,43 @@ func (h *hfCallback) saveStreamed(dir string, t *trainer.Trainer, f *trainer.Ful
 		return fmt.Errorf("%s: %w", models.ConfigFile, err)
 	}
 	if err := fsutil.WriteFileInDir(dir, models.ConfigFile, raw); err != nil {
+		return err
+	}
+	return h.saveRest(dir, t)
+}
+
+// saveAdapterStreamed writes the LoRA adapter to dir as save does, its tensors copied to
+// host memory on rank 0 as the model is gathered a unit at a time
+// (FullyShardedDataParallel.GatherState). Every rank calls it.
+func (h *hfCallback) saveAdapterStreamed(dir string, t *trainer.Trainer, f *trainer.FullyShardedDataParallel) error {
+	mine := map[*torch.Tensor]bool{}
+	for _, p := range h.adapter.Parameters() {
+		mine[p] = true
+	}
+	values := map[*torch.Tensor]*checkpoint.Tensor{}
+	err := f.GatherState(h.run.model, func(name string, x *torch.Tensor) (err error) {
+		if !h.main || !mine[x] {
+			return nil
+		}
+		torch.WithScope(func() {
+			defer torch.Recover(&err, "copying "+name+" to host memory")
+			// A copy: on the CPU the checkpoint tensor would share the storage that the
+			// unit's reshard frees.
+			var ct *checkpoint.Tensor
+			if ct, err = torch.TensorToCheckpoint(x.Detach().Contiguous().To(torch.CPU, false)); err != nil {
+				return
+			}
+			var raw []byte
+			if raw, err = ct.ReadBytes(); err == nil {
+				values[x] = checkpoint.NewTensor(ct.DType, ct.Shape, slices.Clone(raw))
+			}
+		})
+		return err
+	})
+	if err != nil || !h.main {
+		return err
+	}
+	if err := h.adapter.SaveValues(dir, values); err != nil {
 		return err
 	}
 	return h.saveRest(dir, t)

@@ -808,46 +808,61 @@ assert not bad, bad
 print("ok", sum(p.numel() for p in m.parameters()))
 `
 
-// TestLaunchFSDPReshardMoE: --fsdp --fsdp-reshard fine-tunes a Mixtral (with its
-// load-balancing loss) on two ranks with its layers resharded; the sample and the
-// hf/last weights files, streamed a layer at a time with the experts cut one by one,
-// are byte for byte those of the same run with whole layers (which saves with
-// SavePretrained), and transformers loads them with no weight missing or left over.
-func TestLaunchFSDPReshardMoE(t *testing.T) {
-	model := filepath.Join(t.TempDir(), "tiny-mixtral")
-	out := testpy.Run(t, tinyMixtralPy, []string{"torch", "transformers"}, model)
+// TestLaunchFSDPReshardStreamed: --fsdp --fsdp-reshard fine-tunes, on two ranks with
+// the layers resharded, a Mixtral (with its load-balancing loss) and a LoRA adapter on a
+// Llama; the sample, and hf/last's weights files (the Mixtral's streamed a layer at a
+// time with the experts cut one by one, the adapter's tensors copied as each layer is
+// gathered), are byte for byte those of the same run with whole layers (which saves
+// with SavePretrained or the adapter's Save), and transformers loads the Mixtral with no
+// weight missing or left over.
+func TestLaunchFSDPReshardStreamed(t *testing.T) {
+	mixtral := filepath.Join(t.TempDir(), "tiny-mixtral")
+	out := testpy.Run(t, tinyMixtralPy, []string{"torch", "transformers"}, mixtral)
 	require.Equal(t, "ok", strings.TrimSpace(string(out)))
-	addTinyTokenizer(t, model)
-	pairs, runs := pairsFile(t), t.TempDir()
-	run := func(name string, more ...string) (string, map[string][]byte) {
-		args := append([]string{"--nproc-per-node", "2", "--fsdp", "--model", model, "--data", pairs, "--batch-size", "4",
-			"--optimizer", "adamw", "--lr", "1e-2", "--scheduler", "none", "--threads", "1", "--workers", "1", "--epochs", "1",
-			"--runs-dir", runs, "--experiment", name}, more...)
-		out, err := child(args...).CombinedOutput()
-		require.NoError(t, err, string(out))
-		var sample []string
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, "continuation: ") {
-				sample = append(sample, strings.TrimSpace(l))
+	addTinyTokenizer(t, mixtral)
+	pairs := pairsFile(t)
+	for _, c := range []struct {
+		name, model, files string
+		args               []string
+	}{
+		{"moe", mixtral, "model.safetensors", nil},
+		{"lora", tinyLlamaDir(t), "adapter_", []string{"--lora-r", "4", "--lora-alpha", "8", "--lora-targets", "all-linear"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			runs := t.TempDir()
+			run := func(name string, more ...string) (string, map[string][]byte) {
+				args := append([]string{"--nproc-per-node", "2", "--fsdp", "--model", c.model, "--data", pairs, "--batch-size", "4",
+					"--optimizer", "adamw", "--lr", "1e-2", "--scheduler", "none", "--threads", "1", "--workers", "1", "--epochs", "1",
+					"--runs-dir", runs, "--experiment", name}, append(c.args, more...)...)
+				out, err := child(args...).CombinedOutput()
+				require.NoError(t, err, string(out))
+				var sample []string
+				for _, l := range strings.Split(string(out), "\n") {
+					if strings.Contains(l, "continuation: ") {
+						sample = append(sample, strings.TrimSpace(l))
+					}
+				}
+				require.NotEmpty(t, sample, string(out))
+				files := map[string][]byte{}
+				for f, b := range testsupport.DirFiles(t, filepath.Join(runs, name, "hf", "last")) {
+					if strings.HasPrefix(f, c.files) {
+						files[f] = b
+					}
+				}
+				require.NotEmpty(t, files)
+				return strings.Join(sample, "\n"), files
 			}
-		}
-		require.NotEmpty(t, sample, string(out))
-		files := map[string][]byte{}
-		for name, b := range testsupport.DirFiles(t, filepath.Join(runs, name, "hf", "last")) {
-			if strings.HasPrefix(name, "model.safetensors") {
-				files[name] = b
+			wholeSample, whole := run("whole")
+			sample, streamed := run("resharded", "--fsdp-reshard")
+			assert.Equal(t, wholeSample, sample)
+			require.Equal(t, len(whole), len(streamed))
+			for name, b := range whole {
+				require.Equal(t, b, streamed[name], name)
 			}
-		}
-		require.NotEmpty(t, files)
-		return strings.Join(sample, "\n"), files
+			if c.name == "moe" {
+				py := testpy.Run(t, hfLoadsPy, []string{"torch", "transformers"}, filepath.Join(runs, "resharded", "hf", "last"))
+				assert.Regexp(t, `^ok \d+$`, strings.TrimSpace(string(py)))
+			}
+		})
 	}
-	wholeSample, whole := run("whole")
-	sample, streamed := run("resharded", "--fsdp-reshard")
-	assert.Equal(t, wholeSample, sample)
-	require.Equal(t, len(whole), len(streamed))
-	for name, b := range whole {
-		require.Equal(t, b, streamed[name], name)
-	}
-	py := testpy.Run(t, hfLoadsPy, []string{"torch", "transformers"}, filepath.Join(runs, "resharded", "hf", "last"))
-	assert.Regexp(t, `^ok \d+$`, strings.TrimSpace(string(py)))
 }

@@ -28,7 +28,11 @@ func fileKey(path, ab string) string { return filePrefix + path + ".lora_" + ab 
 // (PEFT's get_peft_model_state_dict): "base_model.model.<path>.lora_A.weight" and
 // "...lora_B.weight" for each layer, in module order, as CPU copies in
 // *checkpoint.Tensor form.
-func (a *Adapter) StateDict() (sd *checkpoint.Dict, err error) {
+func (a *Adapter) StateDict() (sd *checkpoint.Dict, err error) { return a.stateDict(nil) }
+
+// stateDict is StateDict with the parameters' values taken from values where it is not
+// nil (SaveValues).
+func (a *Adapter) stateDict(values map[*torch.Tensor]*checkpoint.Tensor) (sd *checkpoint.Dict, err error) {
 	if a.empty() {
 		return nil, errEmpty
 	}
@@ -40,11 +44,17 @@ func (a *Adapter) StateDict() (sd *checkpoint.Dict, err error) {
 				ab string
 				t  *torch.Tensor
 			}{{"A", l.a}, {"B", l.b}} {
-				var ct *checkpoint.Tensor
-				if ct, err = torch.TensorToCheckpoint(w.t.Detach().Contiguous().To(torch.CPU, false)); err != nil {
+				ct, given := values[w.t]
+				switch {
+				case values == nil:
+					if ct, err = torch.TensorToCheckpoint(w.t.Detach().Contiguous().To(torch.CPU, false)); err != nil {
+						return
+					}
+					ct.RequiresGrad = false
+				case !given || !slices.Equal(ct.Shape, w.t.Shape()):
+					err = fmt.Errorf("lora: the value of %s is missing or not of shape %v", fileKey(l.path, w.ab), w.t.Shape())
 					return
 				}
-				ct.RequiresGrad = false
 				sd.Set(fileKey(l.path, w.ab), ct)
 			}
 		}
@@ -135,7 +145,20 @@ func (a *Adapter) LoadStateDict(sd *checkpoint.Dict) (err error) {
 // the weights replace the previous ones and then the config does, so a failed save
 // leaves the previous adapter (or none) and no temporary file. A file of dir that is a
 // symlink is replaced by the new file, never written through (fsutil.StageInDir).
-func (a *Adapter) Save(dir string) error {
+func (a *Adapter) Save(dir string) error { return a.save(dir, nil) }
+
+// SaveValues is Save with the values of the adapter's parameters (Parameters) given, as
+// CPU copies, by values instead of read from them: sharded training gathers them a unit
+// at a time (trainer.FullyShardedDataParallel.GatherState) where the parameters
+// themselves are not all allocated at once.
+func (a *Adapter) SaveValues(dir string, values map[*torch.Tensor]*checkpoint.Tensor) error {
+	if values == nil {
+		values = map[*torch.Tensor]*checkpoint.Tensor{}
+	}
+	return a.save(dir, values)
+}
+
+func (a *Adapter) save(dir string, values map[*torch.Tensor]*checkpoint.Tensor) error {
 	if a.empty() {
 		return errEmpty
 	}
@@ -151,7 +174,7 @@ func (a *Adapter) Save(dir string) error {
 	if err != nil {
 		return fmt.Errorf("lora: %s: %w", ConfigFile, err)
 	}
-	sd, err := a.StateDict()
+	sd, err := a.stateDict(values)
 	if err != nil {
 		return err
 	}

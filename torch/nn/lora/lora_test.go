@@ -536,6 +536,48 @@ func TestSaveReplacesLinks(t *testing.T) {
 	require.NoError(t, b.Unload())
 }
 
+// TestSaveValues: SaveValues with the parameters' values given writes Save's files
+// byte for byte; a value missing or of another shape is an error naming the tensor, and
+// writes nothing.
+func TestSaveValues(t *testing.T) {
+	defer threadScope()()
+	m := tinyLlama(t)
+	a, err := lora.Inject(m, lora.Config{R: 2, Alpha: 4, TargetModules: lora.Modules("q_proj", "v_proj")})
+	require.NoError(t, err)
+	ref, dir := t.TempDir(), t.TempDir()
+	require.NoError(t, a.Save(ref))
+	sd, err := a.StateDict()
+	require.NoError(t, err)
+	values := map[*torch.Tensor]*checkpoint.Tensor{}
+	params := a.Parameters()
+	i := 0
+	for _, v := range sd.All() { // Parameters' order is the state dict's: A, then B, per layer
+		values[params[i]] = v.(*checkpoint.Tensor)
+		i++
+	}
+	require.Len(t, values, len(params))
+	require.NoError(t, a.SaveValues(dir, values))
+	for _, name := range []string{lora.ConfigFile, "adapter_model.safetensors"} {
+		want, err := os.ReadFile(filepath.Join(ref, name))
+		require.NoError(t, err)
+		have, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		assert.Equal(t, want, have, name)
+	}
+	empty := t.TempDir()
+	delete(values, params[1])
+	err = a.SaveValues(empty, values)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "lora_B.weight is missing")
+	values[params[1]] = values[params[0]] // A's shape for B
+	err = a.SaveValues(empty, values)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not of shape")
+	entries, err := os.ReadDir(empty)
+	require.NoError(t, err)
+	assert.Empty(t, entries)
+}
+
 // Activation checkpointing lowers the peak memory of a LoRA training step on a
 // Llama-shaped model (the gradients are the same: TestPEFTAdapters/checkpointed).
 func TestCheckpointingLowersPeakMemory(t *testing.T) {
