@@ -2,6 +2,7 @@ package torch
 
 import (
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/gotrain/gotrain/checkpoint"
@@ -52,6 +53,22 @@ func mapLeaves(v any, f func(any) (any, error)) (any, error) {
 		return checkpoint.Tuple(l.([]any)), nil
 	}
 	return f(v)
+}
+
+// TensorCopyToCheckpoint is TensorToCheckpoint with the data always copied to Go
+// memory, so that the result outlives the tensor and does not see its later changes.
+func TensorCopyToCheckpoint(t *Tensor) (*checkpoint.Tensor, error) {
+	ct, err := TensorToCheckpoint(t)
+	if err != nil || t.Device() != CPU || !t.IsContiguous() {
+		return ct, err // copied already
+	}
+	raw, err := ct.ReadBytes()
+	if err != nil {
+		return nil, err
+	}
+	out := checkpoint.NewTensor(ct.DType, ct.Shape, slices.Clone(raw))
+	out.RequiresGrad = ct.RequiresGrad
+	return out, nil
 }
 
 // TensorToCheckpoint converts one tensor (see ToCheckpoint for when it is copied).

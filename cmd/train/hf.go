@@ -443,15 +443,12 @@ func (h *hfCallback) saveAdapterStreamed(dir string, t *trainer.Trainer, f *trai
 		}
 		torch.WithScope(func() {
 			defer torch.Recover(&err, "copying "+name+" to host memory")
-			// A copy: on the CPU the checkpoint tensor would share the storage that the
+			// A copy: on the CPU a checkpoint tensor would share the storage that the
 			// unit's reshard frees.
 			var ct *checkpoint.Tensor
-			if ct, err = torch.TensorToCheckpoint(x.Detach().Contiguous().To(torch.CPU, false)); err != nil {
-				return
-			}
-			var raw []byte
-			if raw, err = ct.ReadBytes(); err == nil {
-				values[x] = checkpoint.NewTensor(ct.DType, ct.Shape, slices.Clone(raw))
+			if ct, err = torch.TensorCopyToCheckpoint(x.Detach().Contiguous()); err == nil {
+				ct.RequiresGrad = false
+				values[x] = ct
 			}
 		})
 		return err

@@ -47,7 +47,7 @@ func (a *Adapter) stateDict(values map[*torch.Tensor]*checkpoint.Tensor) (sd *ch
 				ct, given := values[w.t]
 				switch {
 				case values == nil:
-					if ct, err = torch.TensorToCheckpoint(w.t.Detach().Contiguous().To(torch.CPU, false)); err != nil {
+					if ct, err = torch.TensorCopyToCheckpoint(w.t.Detach().Contiguous()); err != nil {
 						return
 					}
 					ct.RequiresGrad = false
