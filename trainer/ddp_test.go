@@ -136,21 +136,36 @@ func ddpChild() error {
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(res)
+	return writeRankResult(pg, "rank", res)
+}
+
+// writeRankResult writes v, a child's result, as JSON for spawnRanks: <name><rank>.json
+// in GOTRAIN_TEST_OUT.
+func writeRankResult(pg *distributed.ProcessGroup, name string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(os.Getenv("GOTRAIN_TEST_OUT"), fmt.Sprintf("rank%d.json", pg.Rank())), b, 0o644)
+	return os.WriteFile(filepath.Join(os.Getenv("GOTRAIN_TEST_OUT"), fmt.Sprintf("%s%d.json", name, pg.Rank())), b, 0o644)
 }
 
-func readResults(t *testing.T, dir string, world int) []ddpResult {
-	out := make([]ddpResult, world)
-	for r := range out {
-		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank%d.json", r)))
-		require.NoError(t, err)
-		require.NoError(t, json.Unmarshal(b, &out[r]))
+// spawnRanks runs child on world ranks (disttest.Spawn) with GOTRAIN_TEST_OUT a new
+// directory and env, requires every rank to succeed, and returns the directory and the
+// ranks' results (writeRankResult's, under name).
+func spawnRanks[T any](t *testing.T, child, name string, world int, env ...string) (string, []T) {
+	t.Helper()
+	out := t.TempDir()
+	res := disttest.Spawn(t, child, world, append([]string{"GOTRAIN_TEST_OUT=" + out}, env...))
+	for r, c := range res {
+		require.NoErrorf(t, c.Err, "rank %d:\n%s", r, c.Output)
 	}
-	return out
+	ranks := make([]T, world)
+	for r := range ranks {
+		b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("%s%d.json", name, r)))
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(b, &ranks[r]))
+	}
+	return out, ranks
 }
 
 // TestDDPEqualsLargerBatch: two ranks with batch B end with the weights of one process
@@ -161,12 +176,7 @@ func TestDDPEqualsLargerBatch(t *testing.T) {
 	_, single, err := ddpRun(nil, "", "")
 	require.NoError(t, err)
 
-	out := t.TempDir()
-	res := disttest.Spawn(t, "ddp", 2, []string{"GOTRAIN_TEST_OUT=" + out})
-	for r, c := range res {
-		require.NoErrorf(t, c.Err, "rank %d:\n%s", r, c.Output)
-	}
-	ranks := readResults(t, out, 2)
+	_, ranks := spawnRanks[ddpResult](t, "ddp", "rank", 2)
 	require.Equal(t, ranks[0].Checksums, ranks[1].Checksums, "the ranks' weights differ at some step")
 	require.Len(t, ranks[0].Checksums, 3*256/(2*ddpBatch))
 	require.Len(t, ranks[0].Weights, len(single.Weights))
@@ -197,11 +207,7 @@ func TestDDPLostRank(t *testing.T) {
 	t.Log(res[0].Output)
 
 	last := filepath.Join(runDir, "checkpoints", "last.pt")
-	res = disttest.Spawn(t, "ddp", 2, []string{"GOTRAIN_TEST_OUT=" + out, "GOTRAIN_TEST_RESUME=" + last})
-	for r, c := range res {
-		require.NoErrorf(t, c.Err, "rank %d:\n%s", r, c.Output)
-	}
-	ranks := readResults(t, out, 2)
+	_, ranks := spawnRanks[ddpResult](t, "ddp", "rank", 2, "GOTRAIN_TEST_RESUME="+last)
 	assert.Equal(t, ranks[0].Weights, ranks[1].Weights)
 	require.Len(t, ranks[0].TrainLoss, 3)
 	assert.False(t, math.IsNaN(ranks[0].TrainLoss[2]))

@@ -2,7 +2,6 @@ package trainer_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -209,11 +208,7 @@ func fsdpExportChild() error {
 		return errors.New("the export callback did not run")
 	}
 	res.Counts = fs.Counts()
-	b, err := json.Marshal(res)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(out, fmt.Sprintf("export%d.json", pg.Rank())), b, 0o644)
+	return writeRankResult(pg, "export", res)
 }
 
 // TestFSDPStreamedExport: on two Gloo ranks under ReshardAfterForward, inside Run with
@@ -225,17 +220,7 @@ func fsdpExportChild() error {
 // with the unit hooks on (cmd/train's sample) gives the whole model's greedy tokens while
 // holding under half the layers, and leaves them freed.
 func TestFSDPStreamedExport(t *testing.T) {
-	out := t.TempDir()
-	res := disttest.Spawn(t, "fsdp-export", 2, []string{"GOTRAIN_TEST_OUT=" + out})
-	for r, c := range res {
-		require.NoErrorf(t, c.Err, "rank %d:\n%s", r, c.Output)
-	}
-	var got [2]fsdpExportResult
-	for r := range got {
-		b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("export%d.json", r)))
-		require.NoError(t, err)
-		require.NoError(t, json.Unmarshal(b, &got[r]))
-	}
+	out, got := spawnRanks[fsdpExportResult](t, "fsdp-export", "export", 2)
 	r0 := got[0]
 	t.Logf("rank 0 extra CPU bytes: streamed export %d, whole export %d; model %d, largest layer %d, all layers %d", r0.StreamExtra, r0.WholeExtra, r0.ModelBytes, r0.LargestUnit, r0.Resharded)
 	// Every file of the gathered export but config.json (which the Trainer's callers

@@ -2,7 +2,6 @@ package trainer_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -183,11 +182,7 @@ func fsdpFamiliesChild() error {
 			out[fmt.Sprintf("%s/%v", f.Name, sharded)] = r
 		}
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(os.Getenv("GOTRAIN_TEST_OUT"), fmt.Sprintf("families%d.json", pg.Rank())), b, 0o644)
+	return writeRankResult(pg, "families", out)
 }
 
 // TestFSDPReshardFamilies: a mixture of experts (Mixtral, its loss adding the routers'
@@ -198,17 +193,7 @@ func fsdpFamiliesChild() error {
 // streamed export (models.HubLayout: Mixtral's experts one expert at a time) writes the
 // files of models.SavePretrained, byte for byte.
 func TestFSDPReshardFamilies(t *testing.T) {
-	out := t.TempDir()
-	res := disttest.Spawn(t, "fsdp-families", 2, []string{"GOTRAIN_TEST_OUT=" + out})
-	for r, c := range res {
-		require.NoErrorf(t, c.Err, "rank %d:\n%s", r, c.Output)
-	}
-	var ranks [2]map[string]fsdpFamilyResult
-	for r := range ranks {
-		b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("families%d.json", r)))
-		require.NoError(t, err)
-		require.NoError(t, json.Unmarshal(b, &ranks[r]))
-	}
+	out, ranks := spawnRanks[map[string]fsdpFamilyResult](t, "fsdp-families", "families", 2)
 	for _, f := range fsdpFamilies {
 		t.Run(f.Name, func(t *testing.T) {
 			ddp, got := ranks[0][f.Name+"/false"], ranks[0][f.Name+"/true"]

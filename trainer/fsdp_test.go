@@ -2,7 +2,6 @@ package trainer_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -378,11 +377,7 @@ func fsdpChild() error {
 		}
 		out[v.Name] = r
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(os.Getenv("GOTRAIN_TEST_OUT"), fmt.Sprintf("rank%d.json", pg.Rank())), b, 0o644)
+	return writeRankResult(pg, "rank", out)
 }
 
 // TestFSDPEqualsSingleProcess: two Gloo ranks of sharded training (one launch, every
@@ -391,17 +386,7 @@ func fsdpChild() error {
 // NoSync), clipping by the global norm, the token-weighted loss and LoRA; the ranks
 // agree, and each rank's optimizer holds only its shards.
 func TestFSDPEqualsSingleProcess(t *testing.T) {
-	out := t.TempDir()
-	res := disttest.Spawn(t, "fsdp", 2, []string{"GOTRAIN_TEST_OUT=" + out})
-	for r, c := range res {
-		require.NoErrorf(t, c.Err, "rank %d:\n%s", r, c.Output)
-	}
-	ranks := make([]map[string]fsdpResult, 2)
-	for r := range ranks {
-		b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("rank%d.json", r)))
-		require.NoError(t, err)
-		require.NoError(t, json.Unmarshal(b, &ranks[r]))
-	}
+	_, ranks := spawnRanks[map[string]fsdpResult](t, "fsdp", "rank", 2)
 	for _, v := range fsdpVariants {
 		t.Run(v.Name, func(t *testing.T) {
 			sv := v

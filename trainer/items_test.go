@@ -2,12 +2,8 @@ package trainer_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -177,17 +173,7 @@ func TestTokenWeightedAccumulation(t *testing.T) {
 // TestTokenWeightedAccumulationOnTwoRanks: two Gloo ranks, each with k micro-batches,
 // give every step the gradient of one batch of all the tokens of both ranks' windows.
 func TestTokenWeightedAccumulationOnTwoRanks(t *testing.T) {
-	out := t.TempDir()
-	res := disttest.Spawn(t, "items", 2, []string{"GOTRAIN_TEST_OUT=" + out})
-	for r, c := range res {
-		require.NoErrorf(t, c.Err, "rank %d:\n%s", r, c.Output)
-	}
-	var ranks [2][]itemStep
-	for r := range ranks {
-		b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("items%d.json", r)))
-		require.NoError(t, err)
-		require.NoError(t, json.Unmarshal(b, &ranks[r]))
-	}
+	_, ranks := spawnRanks[[]itemStep](t, "items", "items", 2)
 	// The ranks' windows together are sequences [0, 12): rank r reads r, r+2, ...
 	require.Len(t, ranks[0], 1)
 	want := oneBatchGrads(t, ranks[0][0].Weights, 0, itemSeqs)
@@ -208,9 +194,5 @@ func itemsChild() error {
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(grads)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(os.Getenv("GOTRAIN_TEST_OUT"), fmt.Sprintf("items%d.json", pg.Rank())), b, 0o644)
+	return writeRankResult(pg, "items", grads)
 }
