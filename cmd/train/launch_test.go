@@ -866,3 +866,26 @@ func TestLaunchFSDPReshardStreamed(t *testing.T) {
 		})
 	}
 }
+
+// TestLaunchFSDPReshardGPT: --model gpt (GPT-2 blocks, now resharded) under --fsdp
+// --fsdp-reshard on two ranks, every rank generating the epoch's sample with the blocks
+// gathered one at a time, prints the samples of the same run with whole blocks.
+func TestLaunchFSDPReshardGPT(t *testing.T) {
+	corpus, runs := smallCorpus(t, 20_000), t.TempDir()
+	samples := func(name string, more ...string) []string {
+		args := append([]string{"--nproc-per-node", "2", "--fsdp", "--model", "gpt", "--data", corpus, "--block-size", "32",
+			"--batch-size", "16", "--epochs", "2", "--threads", "1", "--workers", "1", "--seed", "3", "--runs-dir", runs,
+			"--experiment", name}, more...)
+		out, err := child(args...).CombinedOutput()
+		require.NoError(t, err, string(out))
+		var lines []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "sample: ") {
+				lines = append(lines, strings.TrimSpace(l))
+			}
+		}
+		require.Len(t, lines, 2, string(out))
+		return lines
+	}
+	assert.Equal(t, samples("whole"), samples("resharded", "--fsdp-reshard"))
+}
