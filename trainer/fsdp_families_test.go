@@ -25,10 +25,10 @@ import (
 	"github.com/gotrain/gotrain/trainer"
 )
 
-// lossModel is a decoder that computes its own training loss (a mixture of experts adds
-// the routers' load-balancing loss to it).
+// lossModel is a model that computes its own training loss from token ids (a mixture of
+// experts adds the routers' load-balancing loss to it).
 type lossModel interface {
-	models.CausalLM
+	nn.Module
 	Loss(ids *torch.Tensor) *torch.Tensor
 }
 
@@ -48,6 +48,69 @@ var fsdpFamilies = []fsdpFamily{
 		c.ResidPdrop, c.EmbdPdrop, c.AttnPdrop, c.InitializerRange = 0, 0, 0, 0.1
 		return models.NewGPT2LMHeadModel(c)
 	}},
+	{Name: "own", build: func() (lossModel, error) { return newBlockNet(97, 32, 2), nil }},
+}
+
+// blockNet is a model of one's own that sharded training reshards: residual MLP blocks
+// over token embeddings, each block a unit that FSDPUnits names and Loss runs the hooks
+// around.
+type blockNet struct {
+	nn.Base
+	Embed  *nn.Embedding
+	Blocks []*block
+	Head   *nn.Linear
+	hooks  nn.UnitHooks
+}
+
+type block struct {
+	nn.Base
+	Up, Down *nn.Linear
+}
+
+func newBlockNet(vocab, width int64, blocks int) *blockNet {
+	m := &blockNet{}
+	m.Embed = nn.Register(&m.Base, "embed", nn.NewEmbedding(vocab, width))
+	list := nn.Register(&m.Base, "blocks", nn.NewModuleList())
+	for range blocks {
+		b := &block{}
+		b.Up = nn.Register(&b.Base, "up", nn.NewLinear(width, 2*width))
+		b.Down = nn.Register(&b.Base, "down", nn.NewLinear(2*width, width))
+		list.Append(b)
+		m.Blocks = append(m.Blocks, b)
+	}
+	m.Head = nn.Register(&m.Base, "head", nn.NewLinear(width, vocab))
+	return m
+}
+
+// FSDPUnits names the units of sharded training (trainer.UnitChooser): each block.
+func (m *blockNet) FSDPUnits() []string {
+	var out []string
+	for i := range m.Blocks {
+		out = append(out, fmt.Sprintf("blocks.%d", i))
+	}
+	return out
+}
+
+// SetUnitHooks keeps the hooks that Loss runs around each block (nn.UnitHooker) and
+// returns the blocks' paths, unit i's at i.
+func (m *blockNet) SetUnitHooks(h nn.UnitHooks) []string {
+	m.hooks = h
+	return m.FSDPUnits()
+}
+
+// Loss is the next-token cross-entropy of ids.
+func (m *blockNet) Loss(ids *torch.Tensor) *torch.Tensor {
+	x := m.Embed.Forward(ids)
+	for i, b := range m.Blocks {
+		if m.hooks != nil {
+			m.hooks.BeforeUnit(i) // gathers the block's parameters
+		}
+		x = x.Add(b.Down.Forward(b.Up.Forward(x).ReLU()))
+		if m.hooks != nil {
+			x = m.hooks.AfterUnit(i, x) // frees them, and gathers them again in backward
+		}
+	}
+	return models.CausalLMLoss(m.Head.Forward(x), ids)
 }
 
 // fsdpMixtral is a tiny Mixtral whose loss adds the load-balancing loss of its router
@@ -93,7 +156,7 @@ func fsdpFamilyRun(pg *distributed.ProcessGroup, f fsdpFamily, sharded bool) (re
 	}
 	defer nn.Free(m)
 	if f.Recompute {
-		if err := models.SetGradientCheckpointing(m, true); err != nil {
+		if err := models.SetGradientCheckpointing(m.(models.CausalLM), true); err != nil {
 			return res, err
 		}
 	}
@@ -109,7 +172,7 @@ func fsdpFamilyRun(pg *distributed.ProcessGroup, f fsdpFamily, sharded bool) (re
 			return nil
 		}
 		for _, p := range nn.NamedParameters(m) {
-			if strings.Contains(p.Name, ".layers.") || strings.Contains(p.Name, ".h.") {
+			if strings.Contains(p.Name, ".layers.") || strings.Contains(p.Name, ".h.") || strings.HasPrefix(p.Name, "blocks.") {
 				res.LayerParams++
 				if torch.StorageBytes(p.Tensor) == 0 {
 					res.Freed++
@@ -127,18 +190,21 @@ func fsdpFamilyRun(pg *distributed.ProcessGroup, f fsdpFamily, sharded bool) (re
 		// At each epoch's end, the layers freed: the Hugging Face files written a unit at
 		// a time in SavePretrained's layout, and by SavePretrained from the whole model.
 		dir := filepath.Join(os.Getenv("GOTRAIN_TEST_OUT"), f.Name)
-		export := trainer.On(func(trainer.Event, *trainer.Trainer) error {
-			if err := fs.WriteSafetensorsDir(filepath.Join(dir, "stream"), "", m, models.HubLayout(m), nil, 16<<10); err != nil {
-				return err
-			}
-			return fs.Unsharded(func() error {
-				if !pg.IsMain() {
-					return nil
+		opts = append(opts, trainer.WithStrategy(fs))
+		if lm, ok := m.(models.CausalLM); ok {
+			export := trainer.On(func(trainer.Event, *trainer.Trainer) error {
+				if err := fs.WriteSafetensorsDir(filepath.Join(dir, "stream"), "", m, models.HubLayout(m), nil, 16<<10); err != nil {
+					return err
 				}
-				return models.SavePretrained(filepath.Join(dir, "whole"), m, models.SaveOptions{MaxShardSize: 16 << 10})
-			})
-		}, trainer.EpochEnd)
-		opts = append(opts, trainer.WithStrategy(fs), trainer.WithCallbacks(export))
+				return fs.Unsharded(func() error {
+					if !pg.IsMain() {
+						return nil
+					}
+					return models.SavePretrained(filepath.Join(dir, "whole"), lm, models.SaveOptions{MaxShardSize: 16 << 10})
+				})
+			}, trainer.EpochEnd)
+			opts = append(opts, trainer.WithCallbacks(export))
+		}
 	} else {
 		opts = append(opts, trainer.WithDistributed(pg))
 	}
@@ -187,7 +253,7 @@ func fsdpFamiliesChild() error {
 
 // TestFSDPReshardFamilies: a mixture of experts (Mixtral, its loss adding the routers'
 // load-balancing loss, whose logits leave each layer beside its output; with and without
-// gradient checkpointing) and GPT-2 train on two Gloo ranks with their layers freed
+// gradient checkpointing), GPT-2 and a model of one's own (blockNet) train on two Gloo ranks with their layers freed
 // between steps (ReshardAfterForward) to the losses and weights of the same ranks under
 // DDP; each layer's gradients are reduce-scattered inside the backward pass, and the
 // streamed export (models.HubLayout: Mixtral's experts one expert at a time) writes the
@@ -208,6 +274,9 @@ func TestFSDPReshardFamilies(t *testing.T) {
 				require.InDelta(t, ddp.Weights[i], got.Weights[i], 1e-5, "weight %d", i)
 			}
 			assert.Equal(t, got.Weights, ranks[1][f.Name+"/true"].Weights, "the ranks' weights differ")
+			if f.Name == "own" {
+				return // no Hugging Face files
+			}
 			// The streamed export writes SavePretrained's files, byte for byte.
 			whole, stream := testsupport.DirFiles(t, filepath.Join(out, f.Name, "whole")), testsupport.DirFiles(t, filepath.Join(out, f.Name, "stream"))
 			delete(whole, models.ConfigFile)
