@@ -113,16 +113,22 @@ func ddpRun(pg *distributed.ProcessGroup, runDir, resume string) (*trainer.Train
 	if err := tt.Run(context.Background()); err != nil {
 		return tt, res, err
 	}
+	res.Weights, res.TrainLoss, res.ValLoss = outcome(m, tt)
+	return tt, res, nil
+}
+
+// outcome is what a test run compares: m's weights, flattened in parameter order, and
+// tt's losses by epoch.
+func outcome(m nn.Module, tt *trainer.Trainer) (weights []float32, train, val []float64) {
 	torch.WithScope(func() {
 		for _, p := range nn.Parameters(m) {
-			res.Weights = append(res.Weights, p.Float32s()...)
+			weights = append(weights, p.Float32s()...)
 		}
 	})
 	for _, r := range tt.History {
-		res.TrainLoss = append(res.TrainLoss, r.TrainLoss)
-		res.ValLoss = append(res.ValLoss, r.ValLoss)
+		train, val = append(train, r.TrainLoss), append(val, r.ValLoss)
 	}
-	return tt, res, nil
+	return weights, train, val
 }
 
 func ddpChild() error {

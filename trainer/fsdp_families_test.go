@@ -218,15 +218,7 @@ func fsdpFamilyRun(pg *distributed.ProcessGroup, f fsdpFamily, sharded bool) (re
 	if fs != nil {
 		res.Counts, res.HookedUnits = fs.Counts(), fs.Hooked()
 	}
-	torch.WithScope(func() {
-		for _, p := range nn.Parameters(m) {
-			res.Weights = append(res.Weights, p.Float32s()...)
-		}
-	})
-	for _, r := range tt.History {
-		res.TrainLoss = append(res.TrainLoss, r.TrainLoss)
-		res.ValLoss = append(res.ValLoss, r.ValLoss)
-	}
+	res.Weights, res.TrainLoss, res.ValLoss = outcome(m, tt)
 	return res, nil
 }
 

@@ -310,15 +310,7 @@ func fsdpRun(pg *distributed.ProcessGroup, v fsdpVariant) (res fsdpResult, err e
 			res.CheckpointFiles = append(res.CheckpointFiles, e.Name())
 		}
 	}
-	torch.WithScope(func() {
-		for _, p := range nn.Parameters(m) {
-			res.Weights = append(res.Weights, p.Float32s()...)
-		}
-	})
-	for _, r := range tt.History {
-		res.TrainLoss = append(res.TrainLoss, r.TrainLoss)
-		res.ValLoss = append(res.ValLoss, r.ValLoss)
-	}
+	res.Weights, res.TrainLoss, res.ValLoss = outcome(m, tt)
 	return res, nil
 }
 

@@ -175,16 +175,8 @@ func TestLaunchFSDPReshard(t *testing.T) {
 		"--optimizer", "adamw", "--lr", "1e-2", "--scheduler", "none", "--threads", "1", "--workers", "1", "--epochs", "1",
 		"--runs-dir", runs, "--experiment", "whole").CombinedOutput()
 	require.NoError(t, err, string(whole))
-	samples := func(out []byte) (lines []string) {
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, "continuation: ") {
-				lines = append(lines, strings.TrimSpace(l))
-			}
-		}
-		return lines
-	}
-	require.NotEmpty(t, samples(whole))
-	assert.Equal(t, samples(whole), samples(out))
+	require.NotEmpty(t, linesWith(whole, "continuation: "))
+	assert.Equal(t, linesWith(whole, "continuation: "), linesWith(out, "continuation: "))
 	last := filepath.Join(runs, "z3", "hf", "last")
 	m, err := models.LoadPretrained(last, models.LoadOptions{})
 	require.NoError(t, err, "hf/last loads")
@@ -836,12 +828,7 @@ func TestLaunchFSDPReshardStreamed(t *testing.T) {
 					"--runs-dir", runs, "--experiment", name}, append(c.args, more...)...)
 				out, err := child(args...).CombinedOutput()
 				require.NoError(t, err, string(out))
-				var sample []string
-				for _, l := range strings.Split(string(out), "\n") {
-					if strings.Contains(l, "continuation: ") {
-						sample = append(sample, strings.TrimSpace(l))
-					}
-				}
+				sample := linesWith(out, "continuation: ")
 				require.NotEmpty(t, sample, string(out))
 				files := map[string][]byte{}
 				for f, b := range testsupport.DirFiles(t, filepath.Join(runs, name, "hf", "last")) {
@@ -878,14 +865,19 @@ func TestLaunchFSDPReshardGPT(t *testing.T) {
 			"--experiment", name}, more...)
 		out, err := child(args...).CombinedOutput()
 		require.NoError(t, err, string(out))
-		var lines []string
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, "sample: ") {
-				lines = append(lines, strings.TrimSpace(l))
-			}
-		}
+		lines := linesWith(out, "sample: ")
 		require.Len(t, lines, 2, string(out))
 		return lines
 	}
 	assert.Equal(t, samples("whole"), samples("resharded", "--fsdp-reshard"))
+}
+
+// linesWith returns the lines of out that contain marker, trimmed.
+func linesWith(out []byte, marker string) (lines []string) {
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, marker) {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	return lines
 }
