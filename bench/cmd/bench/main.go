@@ -55,6 +55,7 @@ type impl struct {
 var impls = []impl{
 	{"go", "gotrain", "fused", true},
 	{"go-raw", "gotrain (raw loop)", "fused", false},
+	{"go-own", "gotrain (own layers)", "fused", false},
 	{"python-fused", "Python (fused)", "fused", true},
 	{"cpp-fused", "C++ (fused)", "fused", true},
 	{"go-unfused", "gotrain (unfused)", "foreach", true},
@@ -337,7 +338,7 @@ func main() {
 }
 
 // pairedRuns are the like-for-like pairs also measured in turns: {C++ twin, gotrain loop}.
-var pairedRuns = [][2]string{{"cpp-fused", "go"}, {"cpp-fused", "go-raw"}, {"cpp-foreach", "go-unfused"}}
+var pairedRuns = [][2]string{{"cpp-fused", "go"}, {"cpp-fused", "go-raw"}, {"cpp-fused", "go-own"}, {"cpp-foreach", "go-unfused"}}
 
 func runCase(cfg config, w loopio.Workload, dir string, threads int) (*Case, error) {
 	c := &Case{Workload: w.Name, Desc: w.Desc, Threads: threads, BF16: w.BF16, Impl: map[string]*Measurement{},
@@ -476,6 +477,8 @@ func implArgs(cfg config, impl string, common []string) []string {
 		args = []string{goloop}
 	case "go-raw":
 		args = []string{goloop, "-raw"}
+	case "go-own":
+		args = []string{goloop, "-own-layers"}
 	case "go-unfused":
 		args = []string{goloop, "-fused=false"}
 	case "python":
@@ -514,7 +517,7 @@ func loopResult(out, impl string, w loopio.Workload, threads int) (*loopio.Resul
 	}
 	// The Trainer columns measure its default step as a user gets it: in one call into
 	// libtorch per step (trainer.WithOneCallStep).
-	if (impl == "go" || impl == "go-unfused") && !w.BF16 && !res.FusedStep {
+	if (impl == "go" || impl == "go-own" || impl == "go-unfused") && !w.BF16 && !res.FusedStep {
 		return nil, fmt.Errorf("%s %s: the Trainer did not run its fused step", impl, w.Name)
 	}
 	return &res, nil

@@ -18,7 +18,7 @@ func markdown(r *Results) string {
 	p("The fastest run is scored because this machine's interference only adds time, and a process keeps its speed for its life (up to 30%% slower than the next), so the fastest run is the closest to the code's own cost; every implementation gets the same runs. ")
 	p("Columns are grouped by the Adam kernel they run, each group with a C++ twin that calls the same ATen functions: **fused** = `_fused_adam_` (PyTorch's `fused=True`, gotrain's default); ")
 	p("**foreach** = the multi-tensor `_foreach_*` ops (PyTorch's `foreach=True`, gotrain's `Fused: false`); **single** = per-tensor ops, `_single_tensor_adam`, PyTorch's default on the CPU (multi-tensor is its default on CUDA only), which the seed's loop runs. ")
-	p("gotrain = the Trainer over a Loader; raw loop = the same steps against package torch, each narrowing its batch out of the in-memory tensors (a view) as the Loader does for resident data; Python = the seed's loop over a DataLoader; Python (batches) = over pre-sliced batches; C++ = libtorch's C++ API narrowing its batches as the raw loop does. ")
+	p("gotrain = the Trainer over a Loader; raw loop = the same steps against package torch, each narrowing its batch out of the in-memory tensors (a view) as the Loader does for resident data; own layers = the Trainer with the model's Linear, ReLU and Flatten stages written as a user's own layers (`goloop -own-layers`), whose step the Trainer records and replays as it does the built-ins'; Python = the seed's loop over a DataLoader; Python (batches) = over pre-sliced batches; C++ = libtorch's C++ API narrowing its batches as the raw loop does. ")
 	p("Load = the highest 1-minute load average around the runs (%d cores; above that, timings are inflated by other jobs).\n\n", r.Cores)
 	p("| workload | threads |")
 	for _, im := range impls {
@@ -39,12 +39,12 @@ func markdown(r *Results) string {
 	p("Loader alone = one epoch of gotrain's Loader with nothing else, per step. The last column is the comparison a user of the seed makes (its default single-tensor Adam against gotrain's fused default): different kernels, so it is not scored.\n\n")
 	fp := firstPaired(r)
 	p("In turns: the same C++ twin and gotrain loop run as two live processes that take one epoch each in turn (pair.go), %d pairs of epochs from %s; the cell is the median over the pairs of the C++ epoch's time over its gotrain neighbour's, with the middle half of the pairs in brackets. Two epochs side by side see the same machine, so this ratio is free of the drift between minutes that the separate runs are exposed to, and pooling several pairs of processes evens out the speed each process keeps for its life; it is the scored figure where it exists.\n\n", fp.pairs(), fp.procsText())
-	p("| workload | threads | gotrain vs C++ (fused), in turns | raw loop vs C++ (fused), in turns | unfused vs C++ (foreach), in turns | gotrain vs C++ (fused) | gotrain vs Python (fused) | unfused vs C++ (foreach) | unfused vs Python (foreach) | gotrain − C++ (fused) | raw loop − C++ (fused) | unfused − C++ (foreach) | loader alone | gotrain samples/s | losses: same kernel | losses: across kernels | gotrain vs the seed's Python (unscored) |\n")
-	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|:-:|--:|\n")
+	p("| workload | threads | gotrain vs C++ (fused), in turns | raw loop vs C++ (fused), in turns | own layers vs C++ (fused), in turns | unfused vs C++ (foreach), in turns | gotrain vs C++ (fused) | gotrain vs Python (fused) | unfused vs C++ (foreach) | unfused vs Python (foreach) | gotrain − C++ (fused) | raw loop − C++ (fused) | own layers − C++ (fused) | unfused − C++ (foreach) | loader alone | gotrain samples/s | losses: same kernel | losses: across kernels | gotrain vs the seed's Python (unscored) |\n")
+	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|:-:|--:|\n")
 	for _, c := range r.Cases {
-		p("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f µs | %.0f | %s | %s | %s |\n", c.Desc, c.Threads,
-			pairedCell(c, "go"), pairedCell(c, "go-raw"), pairedCell(c, "go-unfused"), ratio(c, "cpp-fused", "go"), ratio(c, "python-fused", "go"), ratio(c, "cpp-foreach", "go-unfused"), ratio(c, "python-foreach", "go-unfused"),
-			overCell(c, "go"), overCell(c, "go-raw"), overCell(c, "go-unfused"), c.GoLoaderUS, get(c, "go").SamplesPerS,
+		p("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f µs | %.0f | %s | %s | %s |\n", c.Desc, c.Threads,
+			pairedCell(c, "go"), pairedCell(c, "go-raw"), pairedCell(c, "go-own"), pairedCell(c, "go-unfused"), ratio(c, "cpp-fused", "go"), ratio(c, "python-fused", "go"), ratio(c, "cpp-foreach", "go-unfused"), ratio(c, "python-foreach", "go-unfused"),
+			overCell(c, "go"), overCell(c, "go-raw"), overCell(c, "go-own"), overCell(c, "go-unfused"), c.GoLoaderUS, get(c, "go").SamplesPerS,
 			lossCell(c.SameKernelDiff, sameKernelTol), lossCell(c.CrossKernelDiff, c.CrossKernelTol),
 			ratio(c, "python", "go"))
 	}
@@ -214,9 +214,9 @@ func maxLoad(c *Case) float64 {
 	return l
 }
 
-// targets scores issue 7's and issue 12's targets, each on a pair of implementations
-// that run the same Adam kernel: the fused pair (gotrain's default) and the foreach pair
-// (gotrain's Fused: false).
+// targets scores issue 7's, 12's and 39's targets, each on a pair of implementations
+// that run the same Adam kernel: the fused pairs (gotrain's default, and the same model
+// built from a user's own layers) and the foreach pair (gotrain's Fused: false).
 func targets(r *Results) []string {
 	var out []string
 	check := func(v float64, ok bool, format string, args ...any) {
@@ -229,7 +229,7 @@ func targets(r *Results) []string {
 		}
 		out = append(out, mark+": "+fmt.Sprintf(format, args...))
 	}
-	pairs := []struct{ impl, kernel string }{{"go", "fused"}, {"go-unfused", "foreach"}}
+	pairs := []struct{ impl, kernel string }{{"go", "fused"}, {"go-own", "fused"}, {"go-unfused", "foreach"}}
 	for _, c := range r.Cases {
 		name := fmt.Sprintf("%s, %d thr", c.Desc, c.Threads)
 		for _, pr := range pairs {

@@ -54,6 +54,7 @@ func main() {
 	device := flag.String("device", "cpu", "device for the Trainer run: cpu, cuda, cuda:N (scripts/gpu/run.sh)")
 	fused := flag.Bool("fused", true, "fused Adam (optim.AdamOptions.Fused, cmd/train's default); false: the multi-tensor (_foreach_*) arithmetic of Python's Adam(foreach=True)")
 	raw := flag.Bool("raw", false, "the loop written directly against package torch, narrowing each batch out of the in-memory tensors, without Trainer and Loader")
+	flag.BoolVar(&own, "own-layers", false, "the model's Linear, ReLU and Flatten stages replaced by layers written in this file, as a user writes a layer of their own")
 	flag.BoolVar(&fuseStep, "fusedstep", true, "let the Trainer run its step as one call into libtorch (trainer.WithOneCallStep); false: call by call")
 	flag.IntVar(&stepsPerCall, "steps-per-call", trainer.DefaultStepsPerCall, "the most fused steps the Trainer runs per call into libtorch (trainer.WithStepsPerCall); 1: one step per call")
 	pair := flag.Int("pair", 0, "1: take turns with another loop, waiting for a line on stdin before each epoch and printing \"epoch N\" after it (paired epochs, bench/README.md)")
@@ -85,12 +86,63 @@ func main() {
 	json.NewEncoder(os.Stdout).Encode(res)
 }
 
+// own is -own-layers.
+var own bool
+
 func newModel(w loopio.Workload) *nn.Sequential {
+	m := models.SmallCNN(10)
 	if w.Hidden > 0 {
-		return models.MLP(784, w.Hidden, 10)
+		m = models.MLP(784, w.Hidden, 10)
 	}
-	return models.SmallCNN(10)
+	if own {
+		return ownLayers(m)
+	}
+	return m
 }
+
+// ownLayers is -own-layers: m with its Linear, ReLU and Flatten stages replaced by the
+// types below, written as a user writes a layer of their own (nn.Base, registered
+// parameters, a Forward over package torch), which gotrain knows nothing of: the
+// Trainer's replayed step is then derived from eager code outside gotrain. The names and
+// shapes are the built-ins', so the same initial weights load, and the ATen calls are
+// the same, so the losses equal the C++ twin's to the bit.
+func ownLayers(m *nn.Sequential) *nn.Sequential {
+	out := nn.NewSequential()
+	for i := range m.Len() {
+		switch l := m.At(i).(type) {
+		case *nn.Linear:
+			d := &dense{}
+			torch.WithScope(func() {
+				d.w = d.RegisterParameter("weight", torch.Zeros(l.Weight.Shape(), torch.Float32, torch.CPU))
+				d.b = d.RegisterParameter("bias", torch.Zeros(l.Bias.Shape(), torch.Float32, torch.CPU))
+			})
+			out.Append(d)
+			nn.Free(l)
+		case *nn.ReLU:
+			out.Append(&relu{})
+		case *nn.Flatten:
+			out.Append(&flatten{})
+		default:
+			out.Append(l)
+		}
+	}
+	return out
+}
+
+type dense struct {
+	nn.Base
+	w, b *torch.Tensor
+}
+
+func (d *dense) Forward(x *torch.Tensor) *torch.Tensor { return torch.Linear(x, d.w, d.b) }
+
+type relu struct{ nn.Base }
+
+func (relu) Forward(x *torch.Tensor) *torch.Tensor { return x.ReLU() }
+
+type flatten struct{ nn.Base }
+
+func (flatten) Forward(x *torch.Tensor) *torch.Tensor { return x.Flatten(1, -1) }
 
 // prepare draws the dataset (standard normal inputs, uniform labels) and the model's
 // initial weights from libtorch's generator seeded with seed, and writes them as raw
@@ -193,7 +245,11 @@ func run(dir string, w loopio.Workload, threads, warmup, reps, check int, seed i
 	}
 	ce := &nn.CrossEntropyLoss{}
 	adam := map[bool]string{true: "fused", false: "foreach"}[fused]
-	res := &loopio.Result{Impl: "go", Adam: adam, Torch: torch.Version(), Workload: w.Name, Steps: loader.Len(), Batch: w.Batch, Warmup: warmup, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	impl := "go"
+	if own {
+		impl = "go-own"
+	}
+	res := &loopio.Result{Impl: impl, Adam: adam, Torch: torch.Version(), Workload: w.Name, Steps: loader.Len(), Batch: w.Batch, Warmup: warmup, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	record := &lossRecorder{res: res, check: check}
 	precision := amp.Off
 	if w.BF16 {
