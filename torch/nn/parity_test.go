@@ -1,6 +1,7 @@
 package nn_test
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -118,4 +119,78 @@ func TestParityWithPyTorch(t *testing.T) {
 		nn.SetTraining(m, false)
 		step("eval")
 	})
+}
+
+const optionsParityScript = `
+import sys, torch, torch.nn as nn
+out = sys.argv[1]
+torch.manual_seed(0)
+x = torch.randn(4, 3, 8, 8)
+layers = {
+    "maxpool_ceil": nn.MaxPool2d(3, stride=2, ceil_mode=True),
+    "avgpool_exclude_pad": nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False),
+    "avgpool_ceil_exclude_pad": nn.AvgPool2d(2, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+    "bn_cumulative": nn.BatchNorm2d(3, momentum=None),
+    "bn_no_affine": nn.BatchNorm2d(3, affine=False),
+    "bn_no_running_stats": nn.BatchNorm2d(3, track_running_stats=False),
+    "ln_no_affine": nn.LayerNorm([8], elementwise_affine=False),
+}
+res = {"x": x}
+for name, m in layers.items():
+    r = {}
+    m.train()
+    for i in range(3):
+        r["out%d" % i] = m(x * (i + 1)).detach()
+    m.eval()
+    r["out3"] = m(x).detach()
+    r["state"] = m.state_dict()
+    res[name] = r
+torch.save(res, out)
+`
+
+// TestLayerOptionsParity: the pooling and normalisation options that change a layer's
+// arithmetic or its state (ceil_mode, count_include_pad=False, momentum=None,
+// affine=False, track_running_stats=False, elementwise_affine=False) give PyTorch's
+// outputs over three training batches and one in evaluation, and its state dict's keys
+// and values.
+func TestLayerOptionsParity(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "options.pt")
+	testpy.Run(t, optionsParityScript, []string{"torch"}, path)
+	ref, err := checkpoint.Read(path)
+	require.NoError(t, err)
+	layers := map[string]nn.Layer{
+		"maxpool_ceil":             nn.NewMaxPool2d(3, nn.Stride(2), nn.CeilMode()),
+		"avgpool_exclude_pad":      nn.NewAvgPool2d(3, nn.Stride(2), nn.Padding(1), nn.ExcludePad()),
+		"avgpool_ceil_exclude_pad": nn.NewAvgPool2d(2, nn.Stride(2), nn.Padding(1), nn.CeilMode(), nn.ExcludePad()),
+		"bn_cumulative":            nn.NewBatchNorm2d(3, nn.CumulativeAverage()),
+		"bn_no_affine":             nn.NewBatchNorm2d(3, nn.NoAffine()),
+		"bn_no_running_stats":      nn.NewBatchNorm2d(3, nn.NoTrackRunningStats()),
+		"ln_no_affine":             nn.NewLayerNorm([]int64{8}, nn.NoAffine()),
+	}
+	for name, m := range layers {
+		t.Run(name, func(t *testing.T) {
+			defer nn.Free(m)
+			torch.WithScope(func() {
+				x, err := torch.TensorFromCheckpoint(getTensor(t, ref, "x"), torch.CPU)
+				require.NoError(t, err)
+				nn.SetTraining(m, true)
+				for i := range 4 {
+					in := x.MulScalar(float64(i + 1))
+					if i == 3 {
+						nn.SetTraining(m, false)
+						in = x
+					}
+					out := fmt.Sprintf("out%d", i)
+					assertClose(t, out, getTensor(t, ref, name, out), m.Forward(in), 1e-5)
+				}
+				state, err := checkpoint.GetDict(ref, name, "state")
+				require.NoError(t, err)
+				sd := nn.StateDict(m)
+				require.Equal(t, keys(state), keys(sd))
+				for k, v := range sd.All() {
+					assertClose(t, k.(string), getTensor(t, state, k), v.(*torch.Tensor), 1e-5)
+				}
+			})
+		})
+	}
 }
