@@ -403,6 +403,53 @@ func TestNaNLossStopsWithTheStep(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "global step 1")
 	assert.Contains(t, err.Error(), "TerminateOnNaN")
+
+	// Switched off, the run goes on to its last step and records the NaN.
+	tr, va = loaders(t, 256)
+	opt, err = optim.NewSGD(nn.Parameters(m), optim.SGDOptions{LR: 0.1})
+	require.NoError(t, err)
+	tt, err = trainer.New(m, tr, va, trainer.LossFunc(bad), opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard),
+		trainer.WithEpochs(2), trainer.WithTerminateOnNaN(false))
+	require.NoError(t, err)
+	require.NoError(t, tt.Run(context.Background()))
+	assert.Equal(t, int64(2*4), tt.GlobalStep)
+	require.Len(t, tt.History, 2)
+	assert.True(t, math.IsNaN(tt.History[1].TrainLoss))
+}
+
+// TestEvalStep: WithEvalStep's step, not the training step, makes the validation
+// metrics, under NoGrad and on the validation batches alone.
+func TestEvalStep(t *testing.T) {
+	var trainCalls, evalCalls int
+	var evalGrad bool
+	train := func(m *nn.Sequential, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+		trainCalls++
+		return (&nn.CrossEntropyLoss{}).Forward(m.Forward(b.Get(data.Input)), b.Get(data.Label)), nil
+	}
+	eval := func(m *nn.Sequential, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+		evalCalls++
+		logits := m.Forward(b.Get(data.Input))
+		evalGrad = evalGrad || logits.RequiresGrad()
+		top1 := logits.Argmax(1, false).Eq(b.Get(data.Label)).ToDType(torch.Float32).Mean()
+		return (&nn.CrossEntropyLoss{}).Forward(logits, b.Get(data.Label)), trainer.Metrics{"top1": top1}
+	}
+	tt := mlpTrainer(t, true, trainer.WithTrainStep(train), trainer.WithEvalStep(eval), trainer.WithOneCallStep(false))
+	require.NoError(t, tt.Run(context.Background()))
+	assert.Equal(t, 4, trainCalls, "256 samples in batches of 64")
+	assert.Equal(t, 1, evalCalls, "64 validation samples in one batch of 128")
+	assert.False(t, evalGrad, "the evaluation step runs under NoGrad")
+	require.Len(t, tt.History, 1)
+	top1, ok := tt.History[0].Metrics["val_top1"]
+	assert.True(t, ok, "the evaluation step's metric is recorded")
+	assert.InDelta(t, 0.5, top1, 0.5)
+	_, ok = tt.History[0].Metrics["train_top1"]
+	assert.False(t, ok, "the training step has no top1")
+
+	// A step for another model type is refused when the option is applied.
+	_, err := trainer.New(models.MLP(784, 4, 10), nil, nil, &nn.CrossEntropyLoss{}, nil,
+		trainer.WithEvalStep(func(m *nn.Linear, b data.Batch) (*torch.Tensor, trainer.Metrics) { return nil, nil }))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the evaluation step takes a *nn.Linear")
 }
 
 func TestAccumulationAndClipping(t *testing.T) {
