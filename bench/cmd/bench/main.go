@@ -459,7 +459,9 @@ func commandLine(quick bool) string {
 		case "quick", "readme", "python", "bin", "out":
 			return
 		}
-		args = append(args, "-"+f.Name+" "+f.Value.String())
+		// -name=value: a bool flag takes no separate value ("-loops-only true" would end
+		// the flags at "true" and drop every flag after it).
+		args = append(args, "-"+f.Name+"="+f.Value.String())
 	})
 	if len(args) > 0 {
 		cmd += " BENCH_ARGS='" + strings.Join(args, " ") + "'"
