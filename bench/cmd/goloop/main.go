@@ -90,9 +90,11 @@ func main() {
 var own bool
 
 func newModel(w loopio.Workload) *nn.Sequential {
-	m := models.SmallCNN(10)
+	var m *nn.Sequential
 	if w.Hidden > 0 {
 		m = models.MLP(784, w.Hidden, 10)
+	} else {
+		m = models.SmallCNN(10)
 	}
 	if own {
 		return ownLayers(m)
