@@ -63,6 +63,14 @@ at::Tensor refill(at::Tensor &t) {
 
 }  // namespace
 
+// refuse_freed is the error of an operation given a tensor whose storage cg_fsdp_free
+// emptied (internal.h: A).
+void cg::refuse_freed(const at::Tensor &t) {
+  TORCH_CHECK(false, "a tensor of ", t.sizes(), " whose memory sharded training freed (FullyShardedDataParallel with ",
+              "ReshardAfterForward frees a unit's parameters between its forward and backward, and between steps): ",
+              "call Unshard (or Unsharded) on every rank before reading the model");
+}
+
 extern "C" {
 
 cg_results cg_fsdp_pre_backward(uintptr_t unit, cg_tensor *xs, int n) {

@@ -149,17 +149,32 @@ inline cg_results resn(const std::vector<at::Tensor> &ts) {
 }
 
 inline at::Tensor &T(cg_tensor t) { return *ptr(t); }
+// freed says whether t has elements but no memory: a parameter whose storage sharded
+// training freed (cg_fsdp_free), which a kernel would read through a null pointer.
+inline bool freed(const at::Tensor &t) {
+  const c10::TensorImpl *i = t.unsafeGetTensorImpl();
+  const c10::Storage &s = i->unsafe_storage();
+  return s && s.data() == nullptr && i->numel() != 0 && !i->is_meta();
+}
+[[noreturn]] void refuse_freed(const at::Tensor &t);
+// A is an operation's tensor argument: T(h), refused (a returned error, not a crash)
+// when its storage is freed.
+inline at::Tensor &A(cg_tensor h) {
+  at::Tensor &t = T(h);
+  if (C10_UNLIKELY(t.defined() && freed(t))) refuse_freed(t);
+  return t;
+}
 // opt maps a NULL handle to an absent optional argument.
 inline std::optional<at::Tensor> opt(cg_tensor t) {
   if (!t) return std::nullopt;
-  return *ptr(t);
+  return A(t);
 }
 // undefined_or maps a NULL handle to an undefined tensor (ATen's other spelling of "absent").
 inline at::Tensor undefined_or(cg_tensor t) { return t ? *ptr(t) : at::Tensor(); }
 inline std::vector<at::Tensor> tensors(const cg_tensor *ts, int n) {
   std::vector<at::Tensor> v;
   v.reserve(n);
-  for (int i = 0; i < n; i++) v.push_back(T(ts[i]));
+  for (int i = 0; i < n; i++) v.push_back(A(ts[i]));
   return v;
 }
 

@@ -151,7 +151,7 @@ void cg_op_Randint(int64_t low, int64_t high, const int64_t *shape_, int shape_n
 
 void cg_op_ZerosLike(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::zeros_like(self));
   if (cg::recording()) {
     cg::Rec rec_(8);
@@ -163,7 +163,7 @@ void cg_op_ZerosLike(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_OnesLike(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::ones_like(self));
   if (cg::recording()) {
     cg::Rec rec_(9);
@@ -175,7 +175,7 @@ void cg_op_OnesLike(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_FullLike(cg_tensor self_, double v_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar v = cg::scalar(v_);
   *ret_ = cg::res(at::full_like(self, v));
   if (cg::recording()) {
@@ -205,7 +205,7 @@ void cg_op_Eye(int64_t n, int dtype_, int dev_type, int dev_index, cg_result *re
 
 void cg_op_To(cg_tensor self_, int dev_type, int dev_index, int nonBlocking_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Device dev = cg::device(dev_type, dev_index);
   bool nonBlocking = nonBlocking_ != 0;
   *ret_ = cg::res(self.to(dev, self.scalar_type(), nonBlocking, false));
@@ -222,7 +222,7 @@ void cg_op_To(cg_tensor self_, int dev_type, int dev_index, int nonBlocking_, cg
 
 void cg_op_ToDType(cg_tensor self_, int dtype_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
   *ret_ = cg::res(self.to(dtype));
   if (cg::recording()) {
@@ -236,7 +236,7 @@ void cg_op_ToDType(cg_tensor self_, int dtype_, cg_result *ret_) {
 
 void cg_op_Contiguous(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(self.contiguous());
   if (cg::recording()) {
     cg::Rec rec_(14);
@@ -260,7 +260,7 @@ void cg_op_Detach(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Clone(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(self.clone());
   if (cg::recording()) {
     cg::Rec rec_(16);
@@ -272,8 +272,8 @@ void cg_op_Clone(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_CopyFrom(cg_tensor self_, cg_tensor src_, int nonBlocking_, cg_status *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &src = cg::T(src_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &src = cg::A(src_);
   bool nonBlocking = nonBlocking_ != 0;
   at::NoGradGuard g; self.copy_(src, nonBlocking);
   *ret_ = cg::ok();
@@ -288,7 +288,7 @@ void cg_op_CopyFrom(cg_tensor self_, cg_tensor src_, int nonBlocking_, cg_status
 
 void cg_op_Neg(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::neg(self));
   if (cg::recording()) {
     cg::Rec rec_(18);
@@ -300,7 +300,7 @@ void cg_op_Neg(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Exp(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::exp(self));
   if (cg::recording()) {
     cg::Rec rec_(19);
@@ -312,7 +312,7 @@ void cg_op_Exp(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Log(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::log(self));
   if (cg::recording()) {
     cg::Rec rec_(20);
@@ -324,7 +324,7 @@ void cg_op_Log(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Log1p(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::log1p(self));
   if (cg::recording()) {
     cg::Rec rec_(21);
@@ -336,7 +336,7 @@ void cg_op_Log1p(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Sqrt(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::sqrt(self));
   if (cg::recording()) {
     cg::Rec rec_(22);
@@ -348,7 +348,7 @@ void cg_op_Sqrt(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Rsqrt(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::rsqrt(self));
   if (cg::recording()) {
     cg::Rec rec_(23);
@@ -360,7 +360,7 @@ void cg_op_Rsqrt(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Square(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::square(self));
   if (cg::recording()) {
     cg::Rec rec_(24);
@@ -372,7 +372,7 @@ void cg_op_Square(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Abs(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::abs(self));
   if (cg::recording()) {
     cg::Rec rec_(25);
@@ -384,7 +384,7 @@ void cg_op_Abs(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Sign(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::sign(self));
   if (cg::recording()) {
     cg::Rec rec_(26);
@@ -396,7 +396,7 @@ void cg_op_Sign(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Floor(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::floor(self));
   if (cg::recording()) {
     cg::Rec rec_(27);
@@ -408,7 +408,7 @@ void cg_op_Floor(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Ceil(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::ceil(self));
   if (cg::recording()) {
     cg::Rec rec_(28);
@@ -420,7 +420,7 @@ void cg_op_Ceil(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Round(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::round(self));
   if (cg::recording()) {
     cg::Rec rec_(29);
@@ -432,7 +432,7 @@ void cg_op_Round(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Sin(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::sin(self));
   if (cg::recording()) {
     cg::Rec rec_(30);
@@ -444,7 +444,7 @@ void cg_op_Sin(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Cos(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::cos(self));
   if (cg::recording()) {
     cg::Rec rec_(31);
@@ -456,7 +456,7 @@ void cg_op_Cos(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Reciprocal(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::reciprocal(self));
   if (cg::recording()) {
     cg::Rec rec_(32);
@@ -468,7 +468,7 @@ void cg_op_Reciprocal(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_ReLU(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::relu(self));
   if (cg::recording()) {
     cg::Rec rec_(33);
@@ -480,7 +480,7 @@ void cg_op_ReLU(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Sigmoid(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::sigmoid(self));
   if (cg::recording()) {
     cg::Rec rec_(34);
@@ -492,7 +492,7 @@ void cg_op_Sigmoid(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Tanh(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::tanh(self));
   if (cg::recording()) {
     cg::Rec rec_(35);
@@ -504,7 +504,7 @@ void cg_op_Tanh(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_SiLU(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::silu(self));
   if (cg::recording()) {
     cg::Rec rec_(36);
@@ -516,7 +516,7 @@ void cg_op_SiLU(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_GELU(cg_tensor self_, int tanhApprox_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   bool tanhApprox = tanhApprox_ != 0;
   *ret_ = cg::res(at::gelu(self, tanhApprox ? "tanh" : "none"));
   if (cg::recording()) {
@@ -530,7 +530,7 @@ void cg_op_GELU(cg_tensor self_, int tanhApprox_, cg_result *ret_) {
 
 void cg_op_LeakyReLU(cg_tensor self_, double slope_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar slope = cg::scalar(slope_);
   *ret_ = cg::res(at::leaky_relu(self, slope));
   if (cg::recording()) {
@@ -544,7 +544,7 @@ void cg_op_LeakyReLU(cg_tensor self_, double slope_, cg_result *ret_) {
 
 void cg_op_IsNaN(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::isnan(self));
   if (cg::recording()) {
     cg::Rec rec_(39);
@@ -556,7 +556,7 @@ void cg_op_IsNaN(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_IsInf(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::isinf(self));
   if (cg::recording()) {
     cg::Rec rec_(40);
@@ -568,7 +568,7 @@ void cg_op_IsInf(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_IsFinite(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::isfinite(self));
   if (cg::recording()) {
     cg::Rec rec_(41);
@@ -580,7 +580,7 @@ void cg_op_IsFinite(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_LogicalNot(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::logical_not(self));
   if (cg::recording()) {
     cg::Rec rec_(42);
@@ -592,7 +592,7 @@ void cg_op_LogicalNot(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_clamp(cg_tensor self_, double lo, double hi, int hasLo_, int hasHi_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   bool hasLo = hasLo_ != 0;
   bool hasHi = hasHi_ != 0;
   *ret_ = cg::res(at::clamp(self, hasLo ? std::optional<at::Scalar>(cg::scalar(lo)) : std::nullopt, hasHi ? std::optional<at::Scalar>(cg::scalar(hi)) : std::nullopt));
@@ -610,8 +610,8 @@ void cg_op_clamp(cg_tensor self_, double lo, double hi, int hasLo_, int hasHi_, 
 
 void cg_op_Add(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::add(self, o));
   if (cg::recording()) {
     cg::Rec rec_(44);
@@ -624,8 +624,8 @@ void cg_op_Add(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Sub(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::sub(self, o));
   if (cg::recording()) {
     cg::Rec rec_(45);
@@ -638,8 +638,8 @@ void cg_op_Sub(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Mul(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::mul(self, o));
   if (cg::recording()) {
     cg::Rec rec_(46);
@@ -652,8 +652,8 @@ void cg_op_Mul(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Div(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::div(self, o));
   if (cg::recording()) {
     cg::Rec rec_(47);
@@ -666,8 +666,8 @@ void cg_op_Div(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Pow(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::pow(self, o));
   if (cg::recording()) {
     cg::Rec rec_(48);
@@ -680,8 +680,8 @@ void cg_op_Pow(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Remainder(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::remainder(self, o));
   if (cg::recording()) {
     cg::Rec rec_(49);
@@ -694,8 +694,8 @@ void cg_op_Remainder(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Maximum(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::maximum(self, o));
   if (cg::recording()) {
     cg::Rec rec_(50);
@@ -708,8 +708,8 @@ void cg_op_Maximum(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Minimum(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::minimum(self, o));
   if (cg::recording()) {
     cg::Rec rec_(51);
@@ -722,8 +722,8 @@ void cg_op_Minimum(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Eq(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::eq(self, o));
   if (cg::recording()) {
     cg::Rec rec_(52);
@@ -736,8 +736,8 @@ void cg_op_Eq(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Ne(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::ne(self, o));
   if (cg::recording()) {
     cg::Rec rec_(53);
@@ -750,8 +750,8 @@ void cg_op_Ne(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Lt(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::lt(self, o));
   if (cg::recording()) {
     cg::Rec rec_(54);
@@ -764,8 +764,8 @@ void cg_op_Lt(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Le(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::le(self, o));
   if (cg::recording()) {
     cg::Rec rec_(55);
@@ -778,8 +778,8 @@ void cg_op_Le(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Gt(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::gt(self, o));
   if (cg::recording()) {
     cg::Rec rec_(56);
@@ -792,8 +792,8 @@ void cg_op_Gt(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Ge(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::ge(self, o));
   if (cg::recording()) {
     cg::Rec rec_(57);
@@ -806,8 +806,8 @@ void cg_op_Ge(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_LogicalAnd(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::logical_and(self, o));
   if (cg::recording()) {
     cg::Rec rec_(58);
@@ -820,8 +820,8 @@ void cg_op_LogicalAnd(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_LogicalOr(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::logical_or(self, o));
   if (cg::recording()) {
     cg::Rec rec_(59);
@@ -834,8 +834,8 @@ void cg_op_LogicalOr(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Matmul(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::matmul(self, o));
   if (cg::recording()) {
     cg::Rec rec_(60);
@@ -848,8 +848,8 @@ void cg_op_Matmul(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_MM(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::mm(self, o));
   if (cg::recording()) {
     cg::Rec rec_(61);
@@ -862,8 +862,8 @@ void cg_op_MM(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_BMM(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   *ret_ = cg::res(at::bmm(self, o));
   if (cg::recording()) {
     cg::Rec rec_(62);
@@ -876,9 +876,9 @@ void cg_op_BMM(cg_tensor self_, cg_tensor o_, cg_result *ret_) {
 
 void cg_op_Addmm(cg_tensor self_, cg_tensor m1_, cg_tensor m2_, double beta_, double alpha_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &m1 = cg::T(m1_);
-  at::Tensor &m2 = cg::T(m2_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &m1 = cg::A(m1_);
+  at::Tensor &m2 = cg::A(m2_);
   at::Scalar beta = cg::scalar(beta_);
   at::Scalar alpha = cg::scalar(alpha_);
   *ret_ = cg::res(at::addmm(self, m1, m2, beta, alpha));
@@ -896,9 +896,9 @@ void cg_op_Addmm(cg_tensor self_, cg_tensor m1_, cg_tensor m2_, double beta_, do
 
 void cg_op_Baddbmm(cg_tensor self_, cg_tensor b1_, cg_tensor b2_, double beta_, double alpha_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &b1 = cg::T(b1_);
-  at::Tensor &b2 = cg::T(b2_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &b1 = cg::A(b1_);
+  at::Tensor &b2 = cg::A(b2_);
   at::Scalar beta = cg::scalar(beta_);
   at::Scalar alpha = cg::scalar(alpha_);
   *ret_ = cg::res(at::baddbmm(self, b1, b2, beta, alpha));
@@ -916,9 +916,9 @@ void cg_op_Baddbmm(cg_tensor self_, cg_tensor b1_, cg_tensor b2_, double beta_, 
 
 void cg_op_Where(cg_tensor cond_, cg_tensor a_, cg_tensor b_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &cond = cg::T(cond_);
-  at::Tensor &a = cg::T(a_);
-  at::Tensor &b = cg::T(b_);
+  at::Tensor &cond = cg::A(cond_);
+  at::Tensor &a = cg::A(a_);
+  at::Tensor &b = cg::A(b_);
   *ret_ = cg::res(at::where(cond, a, b));
   if (cg::recording()) {
     cg::Rec rec_(65);
@@ -932,7 +932,7 @@ void cg_op_Where(cg_tensor cond_, cg_tensor a_, cg_tensor b_, cg_result *ret_) {
 
 void cg_op_AddScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::add(self, s));
   if (cg::recording()) {
@@ -946,7 +946,7 @@ void cg_op_AddScalar(cg_tensor self_, double s_, cg_result *ret_) {
 
 void cg_op_SubScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::sub(self, s));
   if (cg::recording()) {
@@ -960,7 +960,7 @@ void cg_op_SubScalar(cg_tensor self_, double s_, cg_result *ret_) {
 
 void cg_op_RSubScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::rsub(self, s));
   if (cg::recording()) {
@@ -974,7 +974,7 @@ void cg_op_RSubScalar(cg_tensor self_, double s_, cg_result *ret_) {
 
 void cg_op_MulScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::mul(self, s));
   if (cg::recording()) {
@@ -988,7 +988,7 @@ void cg_op_MulScalar(cg_tensor self_, double s_, cg_result *ret_) {
 
 void cg_op_DivScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::div(self, s));
   if (cg::recording()) {
@@ -1002,7 +1002,7 @@ void cg_op_DivScalar(cg_tensor self_, double s_, cg_result *ret_) {
 
 void cg_op_PowScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::pow(self, s));
   if (cg::recording()) {
@@ -1016,7 +1016,7 @@ void cg_op_PowScalar(cg_tensor self_, double s_, cg_result *ret_) {
 
 void cg_op_RemainderScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::remainder(self, s));
   if (cg::recording()) {
@@ -1030,7 +1030,7 @@ void cg_op_RemainderScalar(cg_tensor self_, double s_, cg_result *ret_) {
 
 void cg_op_EqScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::eq(self, s));
   if (cg::recording()) {
@@ -1044,7 +1044,7 @@ void cg_op_EqScalar(cg_tensor self_, double s_, cg_result *ret_) {
 
 void cg_op_NeScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::ne(self, s));
   if (cg::recording()) {
@@ -1058,7 +1058,7 @@ void cg_op_NeScalar(cg_tensor self_, double s_, cg_result *ret_) {
 
 void cg_op_LtScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::lt(self, s));
   if (cg::recording()) {
@@ -1072,7 +1072,7 @@ void cg_op_LtScalar(cg_tensor self_, double s_, cg_result *ret_) {
 
 void cg_op_LeScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::le(self, s));
   if (cg::recording()) {
@@ -1086,7 +1086,7 @@ void cg_op_LeScalar(cg_tensor self_, double s_, cg_result *ret_) {
 
 void cg_op_GtScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::gt(self, s));
   if (cg::recording()) {
@@ -1100,7 +1100,7 @@ void cg_op_GtScalar(cg_tensor self_, double s_, cg_result *ret_) {
 
 void cg_op_GeScalar(cg_tensor self_, double s_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   *ret_ = cg::res(at::ge(self, s));
   if (cg::recording()) {
@@ -1114,8 +1114,8 @@ void cg_op_GeScalar(cg_tensor self_, double s_, cg_result *ret_) {
 
 void cg_op_AddInPlace(cg_tensor self_, cg_tensor o_, double alpha_, cg_status *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   at::Scalar alpha = cg::scalar(alpha_);
   self.add_(o, alpha);
   *ret_ = cg::ok();
@@ -1130,8 +1130,8 @@ void cg_op_AddInPlace(cg_tensor self_, cg_tensor o_, double alpha_, cg_status *r
 
 void cg_op_SubInPlace(cg_tensor self_, cg_tensor o_, double alpha_, cg_status *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   at::Scalar alpha = cg::scalar(alpha_);
   self.sub_(o, alpha);
   *ret_ = cg::ok();
@@ -1146,8 +1146,8 @@ void cg_op_SubInPlace(cg_tensor self_, cg_tensor o_, double alpha_, cg_status *r
 
 void cg_op_MulInPlace(cg_tensor self_, cg_tensor o_, cg_status *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &o = cg::T(o_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &o = cg::A(o_);
   self.mul_(o);
   *ret_ = cg::ok();
   if (cg::recording()) {
@@ -1160,7 +1160,7 @@ void cg_op_MulInPlace(cg_tensor self_, cg_tensor o_, cg_status *ret_) {
 
 void cg_op_AddScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   self.add_(s);
   *ret_ = cg::ok();
@@ -1174,7 +1174,7 @@ void cg_op_AddScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
 
 void cg_op_SubScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   self.sub_(s);
   *ret_ = cg::ok();
@@ -1188,7 +1188,7 @@ void cg_op_SubScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
 
 void cg_op_MulScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   self.mul_(s);
   *ret_ = cg::ok();
@@ -1202,7 +1202,7 @@ void cg_op_MulScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
 
 void cg_op_DivScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar s = cg::scalar(s_);
   self.div_(s);
   *ret_ = cg::ok();
@@ -1216,7 +1216,7 @@ void cg_op_DivScalarInPlace(cg_tensor self_, double s_, cg_status *ret_) {
 
 void cg_op_Fill(cg_tensor self_, double v_, cg_status *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar v = cg::scalar(v_);
   self.fill_(v);
   *ret_ = cg::ok();
@@ -1230,7 +1230,7 @@ void cg_op_Fill(cg_tensor self_, double v_, cg_status *ret_) {
 
 void cg_op_Zero(cg_tensor self_, cg_status *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   self.zero_();
   *ret_ = cg::ok();
   if (cg::recording()) {
@@ -1242,7 +1242,7 @@ void cg_op_Zero(cg_tensor self_, cg_status *ret_) {
 
 void cg_op_Sum(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::sum(self));
   if (cg::recording()) {
     cg::Rec rec_(88);
@@ -1254,7 +1254,7 @@ void cg_op_Sum(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_SumDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::sum(self, dims, keepdim));
@@ -1270,7 +1270,7 @@ void cg_op_SumDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdi
 
 void cg_op_Mean(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::mean(self));
   if (cg::recording()) {
     cg::Rec rec_(90);
@@ -1282,7 +1282,7 @@ void cg_op_Mean(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_MeanDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::mean(self, dims, keepdim));
@@ -1298,7 +1298,7 @@ void cg_op_MeanDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepd
 
 void cg_op_Max(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::max(self));
   if (cg::recording()) {
     cg::Rec rec_(92);
@@ -1310,7 +1310,7 @@ void cg_op_Max(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Min(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::min(self));
   if (cg::recording()) {
     cg::Rec rec_(93);
@@ -1322,7 +1322,7 @@ void cg_op_Min(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_AmaxDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::amax(self, dims, keepdim));
@@ -1338,7 +1338,7 @@ void cg_op_AmaxDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepd
 
 void cg_op_AminDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::amin(self, dims, keepdim));
@@ -1354,7 +1354,7 @@ void cg_op_AminDims(cg_tensor self_, const int64_t *dims_, int dims_n, int keepd
 
 void cg_op_Prod(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::prod(self));
   if (cg::recording()) {
     cg::Rec rec_(96);
@@ -1366,7 +1366,7 @@ void cg_op_Prod(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Std(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::std(self));
   if (cg::recording()) {
     cg::Rec rec_(97);
@@ -1378,7 +1378,7 @@ void cg_op_Std(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Var(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::var(self));
   if (cg::recording()) {
     cg::Rec rec_(98);
@@ -1390,7 +1390,7 @@ void cg_op_Var(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_LogSumExp(cg_tensor self_, const int64_t *dims_, int dims_n, int keepdim_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::IntArrayRef dims(dims_, dims_n);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::logsumexp(self, dims, keepdim));
@@ -1406,7 +1406,7 @@ void cg_op_LogSumExp(cg_tensor self_, const int64_t *dims_, int dims_n, int keep
 
 void cg_op_All(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::all(self));
   if (cg::recording()) {
     cg::Rec rec_(100);
@@ -1418,7 +1418,7 @@ void cg_op_All(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Any(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::any(self));
   if (cg::recording()) {
     cg::Rec rec_(101);
@@ -1430,7 +1430,7 @@ void cg_op_Any(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Norm(cg_tensor self_, double p_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::Scalar p = cg::scalar(p_);
   *ret_ = cg::res(at::norm(self, p));
   if (cg::recording()) {
@@ -1444,7 +1444,7 @@ void cg_op_Norm(cg_tensor self_, double p_, cg_result *ret_) {
 
 void cg_op_MaxDim(cg_tensor self_, int64_t dim, int keepdim_, cg_result2 *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   bool keepdim = keepdim_ != 0;
   auto r = at::max(self, dim, keepdim);
   *ret_ = cg::res2(std::get<0>(r), std::get<1>(r));
@@ -1461,7 +1461,7 @@ void cg_op_MaxDim(cg_tensor self_, int64_t dim, int keepdim_, cg_result2 *ret_) 
 
 void cg_op_MinDim(cg_tensor self_, int64_t dim, int keepdim_, cg_result2 *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   bool keepdim = keepdim_ != 0;
   auto r = at::min(self, dim, keepdim);
   *ret_ = cg::res2(std::get<0>(r), std::get<1>(r));
@@ -1478,7 +1478,7 @@ void cg_op_MinDim(cg_tensor self_, int64_t dim, int keepdim_, cg_result2 *ret_) 
 
 void cg_op_TopK(cg_tensor self_, int64_t k, int64_t dim, int largest_, int sorted_, cg_result2 *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   bool largest = largest_ != 0;
   bool sorted = sorted_ != 0;
   auto r = at::topk(self, k, dim, largest, sorted);
@@ -1498,7 +1498,7 @@ void cg_op_TopK(cg_tensor self_, int64_t k, int64_t dim, int largest_, int sorte
 
 void cg_op_Sort(cg_tensor self_, int64_t dim, int descending_, int stable_, cg_result2 *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   bool descending = descending_ != 0;
   bool stable = stable_ != 0;
   auto r = at::sort(self, std::optional<bool>(stable), dim, descending);
@@ -1517,7 +1517,7 @@ void cg_op_Sort(cg_tensor self_, int64_t dim, int descending_, int stable_, cg_r
 
 void cg_op_Argmax(cg_tensor self_, int64_t dim, int keepdim_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::argmax(self, dim, keepdim));
   if (cg::recording()) {
@@ -1532,7 +1532,7 @@ void cg_op_Argmax(cg_tensor self_, int64_t dim, int keepdim_, cg_result *ret_) {
 
 void cg_op_ArgmaxAll(cg_tensor self_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::argmax(self));
   if (cg::recording()) {
     cg::Rec rec_(108);
@@ -1544,7 +1544,7 @@ void cg_op_ArgmaxAll(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Argmin(cg_tensor self_, int64_t dim, int keepdim_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   bool keepdim = keepdim_ != 0;
   *ret_ = cg::res(at::argmin(self, dim, keepdim));
   if (cg::recording()) {
@@ -1559,7 +1559,7 @@ void cg_op_Argmin(cg_tensor self_, int64_t dim, int keepdim_, cg_result *ret_) {
 
 void cg_op_Softmax(cg_tensor self_, int64_t dim, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::softmax(self, dim));
   if (cg::recording()) {
     cg::Rec rec_(110);
@@ -1572,7 +1572,7 @@ void cg_op_Softmax(cg_tensor self_, int64_t dim, cg_result *ret_) {
 
 void cg_op_LogSoftmax(cg_tensor self_, int64_t dim, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::log_softmax(self, dim));
   if (cg::recording()) {
     cg::Rec rec_(111);
@@ -1585,7 +1585,7 @@ void cg_op_LogSoftmax(cg_tensor self_, int64_t dim, cg_result *ret_) {
 
 void cg_op_Cumsum(cg_tensor self_, int64_t dim, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::cumsum(self, dim));
   if (cg::recording()) {
     cg::Rec rec_(112);
@@ -1612,7 +1612,7 @@ void cg_op_View(cg_tensor self_, const int64_t *shape_, int shape_n, cg_result *
 
 void cg_op_Reshape(cg_tensor self_, const int64_t *shape_, int shape_n, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::IntArrayRef shape(shape_, shape_n);
   *ret_ = cg::res(self.reshape(shape));
   if (cg::recording()) {
@@ -1654,7 +1654,7 @@ void cg_op_Expand(cg_tensor self_, const int64_t *shape_, int shape_n, cg_result
 
 void cg_op_Repeat(cg_tensor self_, const int64_t *times_, int times_n, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::IntArrayRef times(times_, times_n);
   *ret_ = cg::res(self.repeat(times));
   if (cg::recording()) {
@@ -1668,7 +1668,7 @@ void cg_op_Repeat(cg_tensor self_, const int64_t *times_, int times_n, cg_result
 
 void cg_op_Flip(cg_tensor self_, const int64_t *dims_, int dims_n, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   at::IntArrayRef dims(dims_, dims_n);
   *ret_ = cg::res(self.flip(dims));
   if (cg::recording()) {
@@ -1708,7 +1708,7 @@ void cg_op_T(cg_tensor self_, cg_result *ret_) {
 
 void cg_op_Flatten(cg_tensor self_, int64_t start, int64_t end, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(self.flatten(start, end));
   if (cg::recording()) {
     cg::Rec rec_(121);
@@ -1805,8 +1805,8 @@ void cg_op_Select(cg_tensor self_, int64_t dim, int64_t index, cg_result *ret_) 
 
 void cg_op_IndexSelect(cg_tensor self_, int64_t dim, cg_tensor index_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &index = cg::T(index_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &index = cg::A(index_);
   *ret_ = cg::res(at::index_select(self, dim, index));
   if (cg::recording()) {
     cg::Rec rec_(128);
@@ -1820,8 +1820,8 @@ void cg_op_IndexSelect(cg_tensor self_, int64_t dim, cg_tensor index_, cg_result
 
 void cg_op_Gather(cg_tensor self_, int64_t dim, cg_tensor index_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &index = cg::T(index_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &index = cg::A(index_);
   *ret_ = cg::res(at::gather(self, dim, index));
   if (cg::recording()) {
     cg::Rec rec_(129);
@@ -1835,9 +1835,9 @@ void cg_op_Gather(cg_tensor self_, int64_t dim, cg_tensor index_, cg_result *ret
 
 void cg_op_Scatter(cg_tensor self_, int64_t dim, cg_tensor index_, cg_tensor src_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &index = cg::T(index_);
-  at::Tensor &src = cg::T(src_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &index = cg::A(index_);
+  at::Tensor &src = cg::A(src_);
   *ret_ = cg::res(at::scatter(self, dim, index, src));
   if (cg::recording()) {
     cg::Rec rec_(130);
@@ -1852,9 +1852,9 @@ void cg_op_Scatter(cg_tensor self_, int64_t dim, cg_tensor index_, cg_tensor src
 
 void cg_op_ScatterAdd(cg_tensor self_, int64_t dim, cg_tensor index_, cg_tensor src_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &index = cg::T(index_);
-  at::Tensor &src = cg::T(src_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &index = cg::A(index_);
+  at::Tensor &src = cg::A(src_);
   *ret_ = cg::res(at::scatter_add(self, dim, index, src));
   if (cg::recording()) {
     cg::Rec rec_(131);
@@ -1869,9 +1869,9 @@ void cg_op_ScatterAdd(cg_tensor self_, int64_t dim, cg_tensor index_, cg_tensor 
 
 void cg_op_IndexAdd(cg_tensor self_, int64_t dim, cg_tensor index_, cg_tensor src_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &index = cg::T(index_);
-  at::Tensor &src = cg::T(src_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &index = cg::A(index_);
+  at::Tensor &src = cg::A(src_);
   *ret_ = cg::res(at::index_add(self, dim, index, src));
   if (cg::recording()) {
     cg::Rec rec_(132);
@@ -1886,7 +1886,7 @@ void cg_op_IndexAdd(cg_tensor self_, int64_t dim, cg_tensor index_, cg_tensor sr
 
 void cg_op_Bincount(cg_tensor self_, cg_tensor weights_, int64_t minlength, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   std::optional<at::Tensor> weights = cg::opt(weights_);
   *ret_ = cg::res(at::bincount(self, weights, minlength));
   if (cg::recording()) {
@@ -1901,8 +1901,8 @@ void cg_op_Bincount(cg_tensor self_, cg_tensor weights_, int64_t minlength, cg_r
 
 void cg_op_MaskedFill(cg_tensor self_, cg_tensor mask_, double v_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &mask = cg::T(mask_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &mask = cg::A(mask_);
   at::Scalar v = cg::scalar(v_);
   *ret_ = cg::res(at::masked_fill(self, mask, v));
   if (cg::recording()) {
@@ -1917,8 +1917,8 @@ void cg_op_MaskedFill(cg_tensor self_, cg_tensor mask_, double v_, cg_result *re
 
 void cg_op_MaskedSelect(cg_tensor self_, cg_tensor mask_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
-  at::Tensor &mask = cg::T(mask_);
+  at::Tensor &self = cg::A(self_);
+  at::Tensor &mask = cg::A(mask_);
   *ret_ = cg::res(at::masked_select(self, mask));
   if (cg::recording()) {
     cg::Rec rec_(135);
@@ -1931,7 +1931,7 @@ void cg_op_MaskedSelect(cg_tensor self_, cg_tensor mask_, cg_result *ret_) {
 
 void cg_op_Triu(cg_tensor self_, int64_t diagonal, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::triu(self, diagonal));
   if (cg::recording()) {
     cg::Rec rec_(136);
@@ -1944,7 +1944,7 @@ void cg_op_Triu(cg_tensor self_, int64_t diagonal, cg_result *ret_) {
 
 void cg_op_Tril(cg_tensor self_, int64_t diagonal, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::tril(self, diagonal));
   if (cg::recording()) {
     cg::Rec rec_(137);
@@ -1985,7 +1985,7 @@ void cg_op_Chunk(cg_tensor self_, int64_t chunks, int64_t dim, cg_results *ret_)
 
 void cg_op_OneHot(cg_tensor self_, int64_t numClasses, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   *ret_ = cg::res(at::one_hot(self, numClasses));
   if (cg::recording()) {
     cg::Rec rec_(140);
@@ -1998,7 +1998,7 @@ void cg_op_OneHot(cg_tensor self_, int64_t numClasses, cg_result *ret_) {
 
 void cg_op_Multinomial(cg_tensor self_, int64_t numSamples, int replacement_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &self = cg::T(self_);
+  at::Tensor &self = cg::A(self_);
   bool replacement = replacement_ != 0;
   *ret_ = cg::res(at::multinomial(self, numSamples, replacement));
   if (cg::recording()) {
@@ -2159,7 +2159,7 @@ void cg_op_FusedAdamTensorLR(const cg_tensor *params_, int params_n, const cg_te
   std::vector<at::Tensor> expAvgSqs = cg::tensors(expAvgSqs_, expAvgSqs_n);
   std::vector<at::Tensor> maxExpAvgSqs = cg::tensors(maxExpAvgSqs_, maxExpAvgSqs_n);
   std::vector<at::Tensor> steps = cg::tensors(steps_, steps_n);
-  at::Tensor &lr = cg::T(lr_);
+  at::Tensor &lr = cg::A(lr_);
   bool amsgrad = amsgrad_ != 0;
   bool maximize = maximize_ != 0;
   std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
@@ -2195,7 +2195,7 @@ void cg_op_FusedAdamWTensorLR(const cg_tensor *params_, int params_n, const cg_t
   std::vector<at::Tensor> expAvgSqs = cg::tensors(expAvgSqs_, expAvgSqs_n);
   std::vector<at::Tensor> maxExpAvgSqs = cg::tensors(maxExpAvgSqs_, maxExpAvgSqs_n);
   std::vector<at::Tensor> steps = cg::tensors(steps_, steps_n);
-  at::Tensor &lr = cg::T(lr_);
+  at::Tensor &lr = cg::A(lr_);
   bool amsgrad = amsgrad_ != 0;
   bool maximize = maximize_ != 0;
   std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
@@ -2228,7 +2228,7 @@ void cg_op_FusedSGDTensorLR(const cg_tensor *params_, int params_n, const cg_ten
   std::vector<at::Tensor> params = cg::tensors(params_, params_n);
   std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
   std::vector<at::Tensor> momentumBuffers = cg::tensors(momentumBuffers_, momentumBuffers_n);
-  at::Tensor &lr = cg::T(lr_);
+  at::Tensor &lr = cg::A(lr_);
   bool nesterov = nesterov_ != 0;
   bool maximize = maximize_ != 0;
   bool isFirstStep = isFirstStep_ != 0;
@@ -2256,8 +2256,8 @@ void cg_op_FusedSGDTensorLR(const cg_tensor *params_, int params_n, const cg_ten
 
 void cg_op_Linear(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
-  at::Tensor &w = cg::T(w_);
+  at::Tensor &x = cg::A(x_);
+  at::Tensor &w = cg::A(w_);
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::linear(x, w, b));
   if (cg::recording()) {
@@ -2272,8 +2272,8 @@ void cg_op_Linear(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_result *ret_) {
 
 void cg_op_conv2d(cg_tensor x_, cg_tensor w_, cg_tensor b_, const int64_t *stride_, int stride_n, const int64_t *padding_, int padding_n, const int64_t *dilation_, int dilation_n, int64_t groups, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
-  at::Tensor &w = cg::T(w_);
+  at::Tensor &x = cg::A(x_);
+  at::Tensor &w = cg::A(w_);
   std::optional<at::Tensor> b = cg::opt(b_);
   at::IntArrayRef stride(stride_, stride_n);
   at::IntArrayRef padding(padding_, padding_n);
@@ -2295,7 +2295,7 @@ void cg_op_conv2d(cg_tensor x_, cg_tensor w_, cg_tensor b_, const int64_t *strid
 
 void cg_op_maxPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const int64_t *stride_, int stride_n, const int64_t *padding_, int padding_n, const int64_t *dilation_, int dilation_n, int ceil_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
+  at::Tensor &x = cg::A(x_);
   at::IntArrayRef kernel(kernel_, kernel_n);
   at::IntArrayRef stride(stride_, stride_n);
   at::IntArrayRef padding(padding_, padding_n);
@@ -2317,7 +2317,7 @@ void cg_op_maxPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const i
 
 void cg_op_avgPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const int64_t *stride_, int stride_n, const int64_t *padding_, int padding_n, int ceil_, int countIncludePad_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
+  at::Tensor &x = cg::A(x_);
   at::IntArrayRef kernel(kernel_, kernel_n);
   at::IntArrayRef stride(stride_, stride_n);
   at::IntArrayRef padding(padding_, padding_n);
@@ -2339,7 +2339,7 @@ void cg_op_avgPool2d(cg_tensor x_, const int64_t *kernel_, int kernel_n, const i
 
 void cg_op_adaptiveAvgPool2d(cg_tensor x_, const int64_t *out_, int out_n, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
+  at::Tensor &x = cg::A(x_);
   at::IntArrayRef out(out_, out_n);
   *ret_ = cg::res(at::adaptive_avg_pool2d(x, out));
   if (cg::recording()) {
@@ -2353,7 +2353,7 @@ void cg_op_adaptiveAvgPool2d(cg_tensor x_, const int64_t *out_, int out_n, cg_re
 
 void cg_op_batchNorm(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor runningMean_, cg_tensor runningVar_, int training_, double momentum, double eps, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
+  at::Tensor &x = cg::A(x_);
   std::optional<at::Tensor> w = cg::opt(w_);
   std::optional<at::Tensor> b = cg::opt(b_);
   std::optional<at::Tensor> runningMean = cg::opt(runningMean_);
@@ -2377,7 +2377,7 @@ void cg_op_batchNorm(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor running
 
 void cg_op_batchNormCounted(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor runningMean_, cg_tensor runningVar_, cg_tensor count_, int64_t ranks, int training_, double momentum, double eps, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
+  at::Tensor &x = cg::A(x_);
   std::optional<at::Tensor> w = cg::opt(w_);
   std::optional<at::Tensor> b = cg::opt(b_);
   std::optional<at::Tensor> runningMean = cg::opt(runningMean_);
@@ -2404,7 +2404,7 @@ void cg_op_batchNormCounted(cg_tensor x_, cg_tensor w_, cg_tensor b_, cg_tensor 
 
 void cg_op_LayerNorm(cg_tensor x_, const int64_t *normalizedShape_, int normalizedShape_n, cg_tensor w_, cg_tensor b_, double eps, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
+  at::Tensor &x = cg::A(x_);
   at::IntArrayRef normalizedShape(normalizedShape_, normalizedShape_n);
   std::optional<at::Tensor> w = cg::opt(w_);
   std::optional<at::Tensor> b = cg::opt(b_);
@@ -2423,7 +2423,7 @@ void cg_op_LayerNorm(cg_tensor x_, const int64_t *normalizedShape_, int normaliz
 
 void cg_op_GroupNorm(cg_tensor x_, int64_t groups, cg_tensor w_, cg_tensor b_, double eps, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
+  at::Tensor &x = cg::A(x_);
   std::optional<at::Tensor> w = cg::opt(w_);
   std::optional<at::Tensor> b = cg::opt(b_);
   *ret_ = cg::res(at::group_norm(x, groups, w, b, eps));
@@ -2441,7 +2441,7 @@ void cg_op_GroupNorm(cg_tensor x_, int64_t groups, cg_tensor w_, cg_tensor b_, d
 
 void cg_op_Dropout(cg_tensor x_, double p, int training_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
+  at::Tensor &x = cg::A(x_);
   bool training = training_ != 0;
   *ret_ = cg::res(at::dropout(x, p, training));
   if (cg::recording()) {
@@ -2456,8 +2456,8 @@ void cg_op_Dropout(cg_tensor x_, double p, int training_, cg_result *ret_) {
 
 void cg_op_Embedding(cg_tensor weight_, cg_tensor indices_, int64_t paddingIdx, cg_result *ret_) {
   CG_TRY
-  at::Tensor &weight = cg::T(weight_);
-  at::Tensor &indices = cg::T(indices_);
+  at::Tensor &weight = cg::A(weight_);
+  at::Tensor &indices = cg::A(indices_);
   *ret_ = cg::res(at::embedding(weight, indices, paddingIdx));
   if (cg::recording()) {
     cg::Rec rec_(161);
@@ -2471,9 +2471,9 @@ void cg_op_Embedding(cg_tensor weight_, cg_tensor indices_, int64_t paddingIdx, 
 
 void cg_op_scaledDotProductAttention(cg_tensor q_, cg_tensor k_, cg_tensor v_, cg_tensor mask_, double dropout, int causal_, double scale, int hasScale_, cg_result *ret_) {
   CG_TRY
-  at::Tensor &q = cg::T(q_);
-  at::Tensor &k = cg::T(k_);
-  at::Tensor &v = cg::T(v_);
+  at::Tensor &q = cg::A(q_);
+  at::Tensor &k = cg::A(k_);
+  at::Tensor &v = cg::A(v_);
   std::optional<at::Tensor> mask = cg::opt(mask_);
   bool causal = causal_ != 0;
   bool hasScale = hasScale_ != 0;
@@ -2495,9 +2495,9 @@ void cg_op_scaledDotProductAttention(cg_tensor q_, cg_tensor k_, cg_tensor v_, c
 
 void cg_op_sdpBackend(cg_tensor q_, cg_tensor k_, cg_tensor v_, cg_tensor mask_, double dropout, int causal_, double scale, int hasScale_, int64_t *out, cg_status *ret_) {
   CG_TRY
-  at::Tensor &q = cg::T(q_);
-  at::Tensor &k = cg::T(k_);
-  at::Tensor &v = cg::T(v_);
+  at::Tensor &q = cg::A(q_);
+  at::Tensor &k = cg::A(k_);
+  at::Tensor &v = cg::A(v_);
   std::optional<at::Tensor> mask = cg::opt(mask_);
   bool causal = causal_ != 0;
   bool hasScale = hasScale_ != 0;
@@ -2509,8 +2509,8 @@ void cg_op_sdpBackend(cg_tensor q_, cg_tensor k_, cg_tensor v_, cg_tensor mask_,
 
 void cg_op_crossEntropy(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduction, int64_t ignoreIndex, double labelSmoothing, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
-  at::Tensor &y = cg::T(y_);
+  at::Tensor &x = cg::A(x_);
+  at::Tensor &y = cg::A(y_);
   std::optional<at::Tensor> weight = cg::opt(weight_);
   *ret_ = cg::res(at::cross_entropy_loss(x, y, weight, reduction, ignoreIndex, labelSmoothing));
   if (cg::recording()) {
@@ -2528,8 +2528,8 @@ void cg_op_crossEntropy(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t r
 
 void cg_op_nllLoss(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduction, int64_t ignoreIndex, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
-  at::Tensor &y = cg::T(y_);
+  at::Tensor &x = cg::A(x_);
+  at::Tensor &y = cg::A(y_);
   std::optional<at::Tensor> weight = cg::opt(weight_);
   *ret_ = cg::res(at::nll_loss_nd(x, y, weight, reduction, ignoreIndex));
   if (cg::recording()) {
@@ -2546,8 +2546,8 @@ void cg_op_nllLoss(cg_tensor x_, cg_tensor y_, cg_tensor weight_, int64_t reduct
 
 void cg_op_mseLoss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
-  at::Tensor &y = cg::T(y_);
+  at::Tensor &x = cg::A(x_);
+  at::Tensor &y = cg::A(y_);
   *ret_ = cg::res(at::mse_loss(x, y, reduction));
   if (cg::recording()) {
     cg::Rec rec_(166);
@@ -2561,8 +2561,8 @@ void cg_op_mseLoss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret
 
 void cg_op_l1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
-  at::Tensor &y = cg::T(y_);
+  at::Tensor &x = cg::A(x_);
+  at::Tensor &y = cg::A(y_);
   *ret_ = cg::res(at::l1_loss(x, y, reduction));
   if (cg::recording()) {
     cg::Rec rec_(167);
@@ -2576,8 +2576,8 @@ void cg_op_l1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, cg_result *ret_
 
 void cg_op_smoothL1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, double beta, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
-  at::Tensor &y = cg::T(y_);
+  at::Tensor &x = cg::A(x_);
+  at::Tensor &y = cg::A(y_);
   *ret_ = cg::res(at::smooth_l1_loss(x, y, reduction, beta));
   if (cg::recording()) {
     cg::Rec rec_(168);
@@ -2592,8 +2592,8 @@ void cg_op_smoothL1Loss(cg_tensor x_, cg_tensor y_, int64_t reduction, double be
 
 void cg_op_bceWithLogits(cg_tensor x_, cg_tensor y_, cg_tensor weight_, cg_tensor posWeight_, int64_t reduction, cg_result *ret_) {
   CG_TRY
-  at::Tensor &x = cg::T(x_);
-  at::Tensor &y = cg::T(y_);
+  at::Tensor &x = cg::A(x_);
+  at::Tensor &y = cg::A(y_);
   std::optional<at::Tensor> weight = cg::opt(weight_);
   std::optional<at::Tensor> posWeight = cg::opt(posWeight_);
   *ret_ = cg::res(at::binary_cross_entropy_with_logits(x, y, weight, posWeight, reduction));
@@ -2894,20 +2894,20 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     }
     case 8: {  // ZerosLike
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::zeros_like(self));
       return;
     }
     case 9: {  // OnesLike
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::ones_like(self));
       return;
     }
     case 10: {  // FullLike
       cg_tensor self_ = rd_.t();
       double v_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar v = cg::scalar(v_);
       rd_.out(at::full_like(self, v));
       return;
@@ -2927,7 +2927,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int dev_type = static_cast<int>(rd_.i());
       int dev_index = static_cast<int>(rd_.i());
       int nonBlocking_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Device dev = cg::device(dev_type, dev_index);
       bool nonBlocking = nonBlocking_ != 0;
       rd_.out(self.to(dev, self.scalar_type(), nonBlocking, false));
@@ -2936,14 +2936,14 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 13: {  // ToDType
       cg_tensor self_ = rd_.t();
       int dtype_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::ScalarType dtype = static_cast<at::ScalarType>(dtype_);
       rd_.out(self.to(dtype));
       return;
     }
     case 14: {  // Contiguous
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(self.contiguous());
       return;
     }
@@ -2955,7 +2955,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     }
     case 16: {  // Clone
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(self.clone());
       return;
     }
@@ -2963,130 +2963,130 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       cg_tensor src_ = rd_.t();
       int nonBlocking_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &src = cg::T(src_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &src = cg::A(src_);
       bool nonBlocking = nonBlocking_ != 0;
       at::NoGradGuard g; self.copy_(src, nonBlocking);
       return;
     }
     case 18: {  // Neg
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::neg(self));
       return;
     }
     case 19: {  // Exp
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::exp(self));
       return;
     }
     case 20: {  // Log
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::log(self));
       return;
     }
     case 21: {  // Log1p
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::log1p(self));
       return;
     }
     case 22: {  // Sqrt
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::sqrt(self));
       return;
     }
     case 23: {  // Rsqrt
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::rsqrt(self));
       return;
     }
     case 24: {  // Square
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::square(self));
       return;
     }
     case 25: {  // Abs
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::abs(self));
       return;
     }
     case 26: {  // Sign
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::sign(self));
       return;
     }
     case 27: {  // Floor
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::floor(self));
       return;
     }
     case 28: {  // Ceil
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::ceil(self));
       return;
     }
     case 29: {  // Round
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::round(self));
       return;
     }
     case 30: {  // Sin
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::sin(self));
       return;
     }
     case 31: {  // Cos
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::cos(self));
       return;
     }
     case 32: {  // Reciprocal
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::reciprocal(self));
       return;
     }
     case 33: {  // ReLU
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::relu(self));
       return;
     }
     case 34: {  // Sigmoid
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::sigmoid(self));
       return;
     }
     case 35: {  // Tanh
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::tanh(self));
       return;
     }
     case 36: {  // SiLU
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::silu(self));
       return;
     }
     case 37: {  // GELU
       cg_tensor self_ = rd_.t();
       int tanhApprox_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       bool tanhApprox = tanhApprox_ != 0;
       rd_.out(at::gelu(self, tanhApprox ? "tanh" : "none"));
       return;
@@ -3094,32 +3094,32 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 38: {  // LeakyReLU
       cg_tensor self_ = rd_.t();
       double slope_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar slope = cg::scalar(slope_);
       rd_.out(at::leaky_relu(self, slope));
       return;
     }
     case 39: {  // IsNaN
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::isnan(self));
       return;
     }
     case 40: {  // IsInf
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::isinf(self));
       return;
     }
     case 41: {  // IsFinite
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::isfinite(self));
       return;
     }
     case 42: {  // LogicalNot
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::logical_not(self));
       return;
     }
@@ -3129,7 +3129,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       double hi = rd_.d();
       int hasLo_ = static_cast<int>(rd_.i());
       int hasHi_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       bool hasLo = hasLo_ != 0;
       bool hasHi = hasHi_ != 0;
       rd_.out(at::clamp(self, hasLo ? std::optional<at::Scalar>(cg::scalar(lo)) : std::nullopt, hasHi ? std::optional<at::Scalar>(cg::scalar(hi)) : std::nullopt));
@@ -3138,152 +3138,152 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 44: {  // Add
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::add(self, o));
       return;
     }
     case 45: {  // Sub
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::sub(self, o));
       return;
     }
     case 46: {  // Mul
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::mul(self, o));
       return;
     }
     case 47: {  // Div
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::div(self, o));
       return;
     }
     case 48: {  // Pow
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::pow(self, o));
       return;
     }
     case 49: {  // Remainder
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::remainder(self, o));
       return;
     }
     case 50: {  // Maximum
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::maximum(self, o));
       return;
     }
     case 51: {  // Minimum
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::minimum(self, o));
       return;
     }
     case 52: {  // Eq
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::eq(self, o));
       return;
     }
     case 53: {  // Ne
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::ne(self, o));
       return;
     }
     case 54: {  // Lt
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::lt(self, o));
       return;
     }
     case 55: {  // Le
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::le(self, o));
       return;
     }
     case 56: {  // Gt
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::gt(self, o));
       return;
     }
     case 57: {  // Ge
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::ge(self, o));
       return;
     }
     case 58: {  // LogicalAnd
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::logical_and(self, o));
       return;
     }
     case 59: {  // LogicalOr
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::logical_or(self, o));
       return;
     }
     case 60: {  // Matmul
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::matmul(self, o));
       return;
     }
     case 61: {  // MM
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::mm(self, o));
       return;
     }
     case 62: {  // BMM
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       rd_.out(at::bmm(self, o));
       return;
     }
@@ -3293,9 +3293,9 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor m2_ = rd_.t();
       double beta_ = rd_.d();
       double alpha_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &m1 = cg::T(m1_);
-      at::Tensor &m2 = cg::T(m2_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &m1 = cg::A(m1_);
+      at::Tensor &m2 = cg::A(m2_);
       at::Scalar beta = cg::scalar(beta_);
       at::Scalar alpha = cg::scalar(alpha_);
       rd_.out(at::addmm(self, m1, m2, beta, alpha));
@@ -3307,9 +3307,9 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor b2_ = rd_.t();
       double beta_ = rd_.d();
       double alpha_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &b1 = cg::T(b1_);
-      at::Tensor &b2 = cg::T(b2_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &b1 = cg::A(b1_);
+      at::Tensor &b2 = cg::A(b2_);
       at::Scalar beta = cg::scalar(beta_);
       at::Scalar alpha = cg::scalar(alpha_);
       rd_.out(at::baddbmm(self, b1, b2, beta, alpha));
@@ -3319,16 +3319,16 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor cond_ = rd_.t();
       cg_tensor a_ = rd_.t();
       cg_tensor b_ = rd_.t();
-      at::Tensor &cond = cg::T(cond_);
-      at::Tensor &a = cg::T(a_);
-      at::Tensor &b = cg::T(b_);
+      at::Tensor &cond = cg::A(cond_);
+      at::Tensor &a = cg::A(a_);
+      at::Tensor &b = cg::A(b_);
       rd_.out(at::where(cond, a, b));
       return;
     }
     case 66: {  // AddScalar
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       rd_.out(at::add(self, s));
       return;
@@ -3336,7 +3336,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 67: {  // SubScalar
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       rd_.out(at::sub(self, s));
       return;
@@ -3344,7 +3344,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 68: {  // RSubScalar
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       rd_.out(at::rsub(self, s));
       return;
@@ -3352,7 +3352,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 69: {  // MulScalar
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       rd_.out(at::mul(self, s));
       return;
@@ -3360,7 +3360,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 70: {  // DivScalar
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       rd_.out(at::div(self, s));
       return;
@@ -3368,7 +3368,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 71: {  // PowScalar
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       rd_.out(at::pow(self, s));
       return;
@@ -3376,7 +3376,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 72: {  // RemainderScalar
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       rd_.out(at::remainder(self, s));
       return;
@@ -3384,7 +3384,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 73: {  // EqScalar
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       rd_.out(at::eq(self, s));
       return;
@@ -3392,7 +3392,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 74: {  // NeScalar
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       rd_.out(at::ne(self, s));
       return;
@@ -3400,7 +3400,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 75: {  // LtScalar
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       rd_.out(at::lt(self, s));
       return;
@@ -3408,7 +3408,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 76: {  // LeScalar
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       rd_.out(at::le(self, s));
       return;
@@ -3416,7 +3416,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 77: {  // GtScalar
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       rd_.out(at::gt(self, s));
       return;
@@ -3424,7 +3424,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 78: {  // GeScalar
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       rd_.out(at::ge(self, s));
       return;
@@ -3433,8 +3433,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
       double alpha_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       at::Scalar alpha = cg::scalar(alpha_);
       self.add_(o, alpha);
       return;
@@ -3443,8 +3443,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
       double alpha_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       at::Scalar alpha = cg::scalar(alpha_);
       self.sub_(o, alpha);
       return;
@@ -3452,15 +3452,15 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 81: {  // MulInPlace
       cg_tensor self_ = rd_.t();
       cg_tensor o_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &o = cg::T(o_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &o = cg::A(o_);
       self.mul_(o);
       return;
     }
     case 82: {  // AddScalarInPlace
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       self.add_(s);
       return;
@@ -3468,7 +3468,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 83: {  // SubScalarInPlace
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       self.sub_(s);
       return;
@@ -3476,7 +3476,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 84: {  // MulScalarInPlace
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       self.mul_(s);
       return;
@@ -3484,7 +3484,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 85: {  // DivScalarInPlace
       cg_tensor self_ = rd_.t();
       double s_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar s = cg::scalar(s_);
       self.div_(s);
       return;
@@ -3492,20 +3492,20 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 86: {  // Fill
       cg_tensor self_ = rd_.t();
       double v_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar v = cg::scalar(v_);
       self.fill_(v);
       return;
     }
     case 87: {  // Zero
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       self.zero_();
       return;
     }
     case 88: {  // Sum
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::sum(self));
       return;
     }
@@ -3514,7 +3514,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int dims_n;
       const int64_t *dims_ = rd_.ints(&dims_n);
       int keepdim_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::IntArrayRef dims(dims_, dims_n);
       bool keepdim = keepdim_ != 0;
       rd_.out(at::sum(self, dims, keepdim));
@@ -3522,7 +3522,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     }
     case 90: {  // Mean
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::mean(self));
       return;
     }
@@ -3531,7 +3531,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int dims_n;
       const int64_t *dims_ = rd_.ints(&dims_n);
       int keepdim_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::IntArrayRef dims(dims_, dims_n);
       bool keepdim = keepdim_ != 0;
       rd_.out(at::mean(self, dims, keepdim));
@@ -3539,13 +3539,13 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     }
     case 92: {  // Max
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::max(self));
       return;
     }
     case 93: {  // Min
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::min(self));
       return;
     }
@@ -3554,7 +3554,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int dims_n;
       const int64_t *dims_ = rd_.ints(&dims_n);
       int keepdim_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::IntArrayRef dims(dims_, dims_n);
       bool keepdim = keepdim_ != 0;
       rd_.out(at::amax(self, dims, keepdim));
@@ -3565,7 +3565,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int dims_n;
       const int64_t *dims_ = rd_.ints(&dims_n);
       int keepdim_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::IntArrayRef dims(dims_, dims_n);
       bool keepdim = keepdim_ != 0;
       rd_.out(at::amin(self, dims, keepdim));
@@ -3573,19 +3573,19 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     }
     case 96: {  // Prod
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::prod(self));
       return;
     }
     case 97: {  // Std
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::std(self));
       return;
     }
     case 98: {  // Var
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::var(self));
       return;
     }
@@ -3594,7 +3594,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int dims_n;
       const int64_t *dims_ = rd_.ints(&dims_n);
       int keepdim_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::IntArrayRef dims(dims_, dims_n);
       bool keepdim = keepdim_ != 0;
       rd_.out(at::logsumexp(self, dims, keepdim));
@@ -3602,20 +3602,20 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     }
     case 100: {  // All
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::all(self));
       return;
     }
     case 101: {  // Any
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::any(self));
       return;
     }
     case 102: {  // Norm
       cg_tensor self_ = rd_.t();
       double p_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::Scalar p = cg::scalar(p_);
       rd_.out(at::norm(self, p));
       return;
@@ -3624,7 +3624,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       int64_t dim = rd_.i();
       int keepdim_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       bool keepdim = keepdim_ != 0;
       auto r = at::max(self, dim, keepdim);
       rd_.out(std::get<0>(r));
@@ -3635,7 +3635,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       int64_t dim = rd_.i();
       int keepdim_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       bool keepdim = keepdim_ != 0;
       auto r = at::min(self, dim, keepdim);
       rd_.out(std::get<0>(r));
@@ -3648,7 +3648,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int64_t dim = rd_.i();
       int largest_ = static_cast<int>(rd_.i());
       int sorted_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       bool largest = largest_ != 0;
       bool sorted = sorted_ != 0;
       auto r = at::topk(self, k, dim, largest, sorted);
@@ -3661,7 +3661,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int64_t dim = rd_.i();
       int descending_ = static_cast<int>(rd_.i());
       int stable_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       bool descending = descending_ != 0;
       bool stable = stable_ != 0;
       auto r = at::sort(self, std::optional<bool>(stable), dim, descending);
@@ -3673,14 +3673,14 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       int64_t dim = rd_.i();
       int keepdim_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       bool keepdim = keepdim_ != 0;
       rd_.out(at::argmax(self, dim, keepdim));
       return;
     }
     case 108: {  // ArgmaxAll
       cg_tensor self_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::argmax(self));
       return;
     }
@@ -3688,7 +3688,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       int64_t dim = rd_.i();
       int keepdim_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       bool keepdim = keepdim_ != 0;
       rd_.out(at::argmin(self, dim, keepdim));
       return;
@@ -3696,21 +3696,21 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 110: {  // Softmax
       cg_tensor self_ = rd_.t();
       int64_t dim = rd_.i();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::softmax(self, dim));
       return;
     }
     case 111: {  // LogSoftmax
       cg_tensor self_ = rd_.t();
       int64_t dim = rd_.i();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::log_softmax(self, dim));
       return;
     }
     case 112: {  // Cumsum
       cg_tensor self_ = rd_.t();
       int64_t dim = rd_.i();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::cumsum(self, dim));
       return;
     }
@@ -3727,7 +3727,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       int shape_n;
       const int64_t *shape_ = rd_.ints(&shape_n);
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::IntArrayRef shape(shape_, shape_n);
       rd_.out(self.reshape(shape));
       return;
@@ -3754,7 +3754,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       int times_n;
       const int64_t *times_ = rd_.ints(&times_n);
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::IntArrayRef times(times_, times_n);
       rd_.out(self.repeat(times));
       return;
@@ -3763,7 +3763,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       int dims_n;
       const int64_t *dims_ = rd_.ints(&dims_n);
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       at::IntArrayRef dims(dims_, dims_n);
       rd_.out(self.flip(dims));
       return;
@@ -3786,7 +3786,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       int64_t start = rd_.i();
       int64_t end = rd_.i();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(self.flatten(start, end));
       return;
     }
@@ -3841,8 +3841,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       int64_t dim = rd_.i();
       cg_tensor index_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &index = cg::T(index_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &index = cg::A(index_);
       rd_.out(at::index_select(self, dim, index));
       return;
     }
@@ -3850,8 +3850,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       int64_t dim = rd_.i();
       cg_tensor index_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &index = cg::T(index_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &index = cg::A(index_);
       rd_.out(at::gather(self, dim, index));
       return;
     }
@@ -3860,9 +3860,9 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int64_t dim = rd_.i();
       cg_tensor index_ = rd_.t();
       cg_tensor src_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &index = cg::T(index_);
-      at::Tensor &src = cg::T(src_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &index = cg::A(index_);
+      at::Tensor &src = cg::A(src_);
       rd_.out(at::scatter(self, dim, index, src));
       return;
     }
@@ -3871,9 +3871,9 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int64_t dim = rd_.i();
       cg_tensor index_ = rd_.t();
       cg_tensor src_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &index = cg::T(index_);
-      at::Tensor &src = cg::T(src_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &index = cg::A(index_);
+      at::Tensor &src = cg::A(src_);
       rd_.out(at::scatter_add(self, dim, index, src));
       return;
     }
@@ -3882,9 +3882,9 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int64_t dim = rd_.i();
       cg_tensor index_ = rd_.t();
       cg_tensor src_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &index = cg::T(index_);
-      at::Tensor &src = cg::T(src_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &index = cg::A(index_);
+      at::Tensor &src = cg::A(src_);
       rd_.out(at::index_add(self, dim, index, src));
       return;
     }
@@ -3892,7 +3892,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       cg_tensor weights_ = rd_.t();
       int64_t minlength = rd_.i();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       std::optional<at::Tensor> weights = cg::opt(weights_);
       rd_.out(at::bincount(self, weights, minlength));
       return;
@@ -3901,8 +3901,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       cg_tensor mask_ = rd_.t();
       double v_ = rd_.d();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &mask = cg::T(mask_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &mask = cg::A(mask_);
       at::Scalar v = cg::scalar(v_);
       rd_.out(at::masked_fill(self, mask, v));
       return;
@@ -3910,22 +3910,22 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 135: {  // MaskedSelect
       cg_tensor self_ = rd_.t();
       cg_tensor mask_ = rd_.t();
-      at::Tensor &self = cg::T(self_);
-      at::Tensor &mask = cg::T(mask_);
+      at::Tensor &self = cg::A(self_);
+      at::Tensor &mask = cg::A(mask_);
       rd_.out(at::masked_select(self, mask));
       return;
     }
     case 136: {  // Triu
       cg_tensor self_ = rd_.t();
       int64_t diagonal = rd_.i();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::triu(self, diagonal));
       return;
     }
     case 137: {  // Tril
       cg_tensor self_ = rd_.t();
       int64_t diagonal = rd_.i();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::tril(self, diagonal));
       return;
     }
@@ -3948,7 +3948,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
     case 140: {  // OneHot
       cg_tensor self_ = rd_.t();
       int64_t numClasses = rd_.i();
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       rd_.out(at::one_hot(self, numClasses));
       return;
     }
@@ -3956,7 +3956,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor self_ = rd_.t();
       int64_t numSamples = rd_.i();
       int replacement_ = static_cast<int>(rd_.i());
-      at::Tensor &self = cg::T(self_);
+      at::Tensor &self = cg::A(self_);
       bool replacement = replacement_ != 0;
       rd_.out(at::multinomial(self, numSamples, replacement));
       return;
@@ -4111,7 +4111,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       std::vector<at::Tensor> expAvgSqs = cg::tensors(expAvgSqs_, expAvgSqs_n);
       std::vector<at::Tensor> maxExpAvgSqs = cg::tensors(maxExpAvgSqs_, maxExpAvgSqs_n);
       std::vector<at::Tensor> steps = cg::tensors(steps_, steps_n);
-      at::Tensor &lr = cg::T(lr_);
+      at::Tensor &lr = cg::A(lr_);
       bool amsgrad = amsgrad_ != 0;
       bool maximize = maximize_ != 0;
       std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
@@ -4147,7 +4147,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       std::vector<at::Tensor> expAvgSqs = cg::tensors(expAvgSqs_, expAvgSqs_n);
       std::vector<at::Tensor> maxExpAvgSqs = cg::tensors(maxExpAvgSqs_, maxExpAvgSqs_n);
       std::vector<at::Tensor> steps = cg::tensors(steps_, steps_n);
-      at::Tensor &lr = cg::T(lr_);
+      at::Tensor &lr = cg::A(lr_);
       bool amsgrad = amsgrad_ != 0;
       bool maximize = maximize_ != 0;
       std::optional<at::Tensor> gradScale = cg::opt(gradScale_);
@@ -4174,7 +4174,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       std::vector<at::Tensor> params = cg::tensors(params_, params_n);
       std::vector<at::Tensor> grads = cg::tensors(grads_, grads_n);
       std::vector<at::Tensor> momentumBuffers = cg::tensors(momentumBuffers_, momentumBuffers_n);
-      at::Tensor &lr = cg::T(lr_);
+      at::Tensor &lr = cg::A(lr_);
       bool nesterov = nesterov_ != 0;
       bool maximize = maximize_ != 0;
       bool isFirstStep = isFirstStep_ != 0;
@@ -4187,8 +4187,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor x_ = rd_.t();
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
-      at::Tensor &x = cg::T(x_);
-      at::Tensor &w = cg::T(w_);
+      at::Tensor &x = cg::A(x_);
+      at::Tensor &w = cg::A(w_);
       std::optional<at::Tensor> b = cg::opt(b_);
       rd_.out(at::linear(x, w, b));
       return;
@@ -4204,8 +4204,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int dilation_n;
       const int64_t *dilation_ = rd_.ints(&dilation_n);
       int64_t groups = rd_.i();
-      at::Tensor &x = cg::T(x_);
-      at::Tensor &w = cg::T(w_);
+      at::Tensor &x = cg::A(x_);
+      at::Tensor &w = cg::A(w_);
       std::optional<at::Tensor> b = cg::opt(b_);
       at::IntArrayRef stride(stride_, stride_n);
       at::IntArrayRef padding(padding_, padding_n);
@@ -4224,7 +4224,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int dilation_n;
       const int64_t *dilation_ = rd_.ints(&dilation_n);
       int ceil_ = static_cast<int>(rd_.i());
-      at::Tensor &x = cg::T(x_);
+      at::Tensor &x = cg::A(x_);
       at::IntArrayRef kernel(kernel_, kernel_n);
       at::IntArrayRef stride(stride_, stride_n);
       at::IntArrayRef padding(padding_, padding_n);
@@ -4243,7 +4243,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       const int64_t *padding_ = rd_.ints(&padding_n);
       int ceil_ = static_cast<int>(rd_.i());
       int countIncludePad_ = static_cast<int>(rd_.i());
-      at::Tensor &x = cg::T(x_);
+      at::Tensor &x = cg::A(x_);
       at::IntArrayRef kernel(kernel_, kernel_n);
       at::IntArrayRef stride(stride_, stride_n);
       at::IntArrayRef padding(padding_, padding_n);
@@ -4256,7 +4256,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor x_ = rd_.t();
       int out_n;
       const int64_t *out_ = rd_.ints(&out_n);
-      at::Tensor &x = cg::T(x_);
+      at::Tensor &x = cg::A(x_);
       at::IntArrayRef out(out_, out_n);
       rd_.out(at::adaptive_avg_pool2d(x, out));
       return;
@@ -4270,7 +4270,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int training_ = static_cast<int>(rd_.i());
       double momentum = rd_.d();
       double eps = rd_.d();
-      at::Tensor &x = cg::T(x_);
+      at::Tensor &x = cg::A(x_);
       std::optional<at::Tensor> w = cg::opt(w_);
       std::optional<at::Tensor> b = cg::opt(b_);
       std::optional<at::Tensor> runningMean = cg::opt(runningMean_);
@@ -4290,7 +4290,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int training_ = static_cast<int>(rd_.i());
       double momentum = rd_.d();
       double eps = rd_.d();
-      at::Tensor &x = cg::T(x_);
+      at::Tensor &x = cg::A(x_);
       std::optional<at::Tensor> w = cg::opt(w_);
       std::optional<at::Tensor> b = cg::opt(b_);
       std::optional<at::Tensor> runningMean = cg::opt(runningMean_);
@@ -4307,7 +4307,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
       double eps = rd_.d();
-      at::Tensor &x = cg::T(x_);
+      at::Tensor &x = cg::A(x_);
       at::IntArrayRef normalizedShape(normalizedShape_, normalizedShape_n);
       std::optional<at::Tensor> w = cg::opt(w_);
       std::optional<at::Tensor> b = cg::opt(b_);
@@ -4320,7 +4320,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor w_ = rd_.t();
       cg_tensor b_ = rd_.t();
       double eps = rd_.d();
-      at::Tensor &x = cg::T(x_);
+      at::Tensor &x = cg::A(x_);
       std::optional<at::Tensor> w = cg::opt(w_);
       std::optional<at::Tensor> b = cg::opt(b_);
       rd_.out(at::group_norm(x, groups, w, b, eps));
@@ -4330,7 +4330,7 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor x_ = rd_.t();
       double p = rd_.d();
       int training_ = static_cast<int>(rd_.i());
-      at::Tensor &x = cg::T(x_);
+      at::Tensor &x = cg::A(x_);
       bool training = training_ != 0;
       rd_.out(at::dropout(x, p, training));
       return;
@@ -4339,8 +4339,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor weight_ = rd_.t();
       cg_tensor indices_ = rd_.t();
       int64_t paddingIdx = rd_.i();
-      at::Tensor &weight = cg::T(weight_);
-      at::Tensor &indices = cg::T(indices_);
+      at::Tensor &weight = cg::A(weight_);
+      at::Tensor &indices = cg::A(indices_);
       rd_.out(at::embedding(weight, indices, paddingIdx));
       return;
     }
@@ -4353,9 +4353,9 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int causal_ = static_cast<int>(rd_.i());
       double scale = rd_.d();
       int hasScale_ = static_cast<int>(rd_.i());
-      at::Tensor &q = cg::T(q_);
-      at::Tensor &k = cg::T(k_);
-      at::Tensor &v = cg::T(v_);
+      at::Tensor &q = cg::A(q_);
+      at::Tensor &k = cg::A(k_);
+      at::Tensor &v = cg::A(v_);
       std::optional<at::Tensor> mask = cg::opt(mask_);
       bool causal = causal_ != 0;
       bool hasScale = hasScale_ != 0;
@@ -4369,8 +4369,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       int64_t reduction = rd_.i();
       int64_t ignoreIndex = rd_.i();
       double labelSmoothing = rd_.d();
-      at::Tensor &x = cg::T(x_);
-      at::Tensor &y = cg::T(y_);
+      at::Tensor &x = cg::A(x_);
+      at::Tensor &y = cg::A(y_);
       std::optional<at::Tensor> weight = cg::opt(weight_);
       rd_.out(at::cross_entropy_loss(x, y, weight, reduction, ignoreIndex, labelSmoothing));
       return;
@@ -4381,8 +4381,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor weight_ = rd_.t();
       int64_t reduction = rd_.i();
       int64_t ignoreIndex = rd_.i();
-      at::Tensor &x = cg::T(x_);
-      at::Tensor &y = cg::T(y_);
+      at::Tensor &x = cg::A(x_);
+      at::Tensor &y = cg::A(y_);
       std::optional<at::Tensor> weight = cg::opt(weight_);
       rd_.out(at::nll_loss_nd(x, y, weight, reduction, ignoreIndex));
       return;
@@ -4391,8 +4391,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       int64_t reduction = rd_.i();
-      at::Tensor &x = cg::T(x_);
-      at::Tensor &y = cg::T(y_);
+      at::Tensor &x = cg::A(x_);
+      at::Tensor &y = cg::A(y_);
       rd_.out(at::mse_loss(x, y, reduction));
       return;
     }
@@ -4400,8 +4400,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor x_ = rd_.t();
       cg_tensor y_ = rd_.t();
       int64_t reduction = rd_.i();
-      at::Tensor &x = cg::T(x_);
-      at::Tensor &y = cg::T(y_);
+      at::Tensor &x = cg::A(x_);
+      at::Tensor &y = cg::A(y_);
       rd_.out(at::l1_loss(x, y, reduction));
       return;
     }
@@ -4410,8 +4410,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor y_ = rd_.t();
       int64_t reduction = rd_.i();
       double beta = rd_.d();
-      at::Tensor &x = cg::T(x_);
-      at::Tensor &y = cg::T(y_);
+      at::Tensor &x = cg::A(x_);
+      at::Tensor &y = cg::A(y_);
       rd_.out(at::smooth_l1_loss(x, y, reduction, beta));
       return;
     }
@@ -4421,8 +4421,8 @@ void cg::replay_op(int op, cg::Reader &rd_) {
       cg_tensor weight_ = rd_.t();
       cg_tensor posWeight_ = rd_.t();
       int64_t reduction = rd_.i();
-      at::Tensor &x = cg::T(x_);
-      at::Tensor &y = cg::T(y_);
+      at::Tensor &x = cg::A(x_);
+      at::Tensor &y = cg::A(y_);
       std::optional<at::Tensor> weight = cg::opt(weight_);
       std::optional<at::Tensor> posWeight = cg::opt(posWeight_);
       rd_.out(at::binary_cross_entropy_with_logits(x, y, weight, posWeight, reduction));

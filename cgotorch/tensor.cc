@@ -136,7 +136,8 @@ int cg_tensor_requires_grad(cg_tensor t) { return T(t).requires_grad() ? 1 : 0; 
 int cg_tensor_is_contiguous(cg_tensor t) { return T(t).is_contiguous() ? 1 : 0; }
 void *cg_tensor_data_ptr(cg_tensor t) {
   if (cg::recording()) cg::refuse("data_ptr gives the host a tensor's memory");
-  return T(t).data_ptr();
+  const at::Tensor &x = T(t);
+  return cg::freed(x) ? nullptr : x.data_ptr();
 }
 int64_t cg_tensor_storage_offset(cg_tensor t) { return T(t).storage_offset(); }
 
@@ -168,7 +169,7 @@ cg_status cg_randperm_seeded(int64_t n, uint64_t seed, int64_t *out) {
 
 cg_status cg_copy_to_host(cg_tensor t, void *dst, int64_t nbytes) {
   CG_TRY if (cg::recording()) cg::refuse("a copy to the host reads values on the host");
-  at::Tensor c = T(t).detach().to(at::kCPU).contiguous();
+  at::Tensor c = cg::A(t).detach().to(at::kCPU).contiguous();
   int64_t need = c.numel() * c.element_size();
   if (need != nbytes) return cg::fail(CG_ERR_INVALID, "copy_to_host: buffer is " + std::to_string(nbytes) + " bytes, tensor needs " + std::to_string(need));
   if (need > 0) std::memcpy(dst, c.data_ptr(), need);
@@ -178,7 +179,7 @@ cg_status cg_copy_to_host(cg_tensor t, void *dst, int64_t nbytes) {
 
 cg_status cg_item(cg_tensor t, double *d, int64_t *i) {
   CG_TRY if (cg::recording()) cg::refuse("item reads a value on the host");
-  at::Scalar s = T(t).item();
+  at::Scalar s = cg::A(t).item();
   if (s.isIntegral(true)) {
     *i = s.toLong();
     *d = static_cast<double>(*i);

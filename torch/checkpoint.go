@@ -82,7 +82,11 @@ func TensorToCheckpoint(t *Tensor) (ct *checkpoint.Tensor, err error) {
 	var data []byte
 	if t.Device() == CPU && t.IsContiguous() {
 		if n > 0 {
-			data = unsafe.Slice((*byte)(t.dataPtr()), n)
+			p := t.dataPtr()
+			if p == nil { // its memory was freed (cgotorch: cg::freed)
+				return nil, fmt.Errorf("a tensor of %v whose memory sharded training freed: call Unshard on every rank before saving it", t.Shape())
+			}
+			data = unsafe.Slice((*byte)(p), n)
 		}
 	} else {
 		data = make([]byte, n)

@@ -68,9 +68,10 @@ type FullyShardedDataParallel struct {
 	// such a unit holds only its shards. A unit's backward then also reduce-scatters the
 	// gradients of the unit after it, which has finished its own, and frees its
 	// parameters. Inside Run, between steps, the parameters of those units are not
-	// allocated: a callback must not read them (the process would crash on the freed
-	// storage) before calling Unshard on every rank, and every forward of the model (a
-	// sample generated at an epoch's end) must run on every rank, since it gathers. New
+	// allocated: an operation on one is an error (naming Unshard), so a callback that
+	// reads them calls Unshard (or Unsharded) on every rank first, and every forward of
+	// the model (a sample generated at an epoch's end) must run on every rank, since it
+	// gathers. New
 	// leaves the model whole, and so does Run when it succeeds; outside Run the hooks do
 	// nothing (after a failed Run, call Unshard on every rank before using the model).
 	ReshardAfterForward bool

@@ -570,3 +570,59 @@ func shardedCheckpointCrashes(t *testing.T, tt *trainer.Trainer) {
 	require.NoError(t, os.WriteFile(file, []byte("x"), 0o644))
 	require.ErrorContains(t, tt.LoadCheckpoint(file), "not a single file")
 }
+
+// TestFSDPFreedParameterIsAnError: under ReshardAfterForward a callback that reads a
+// parameter the last forward freed gets an error that says to call Unshard, where the
+// kernel read a null pointer and the process died of SIGSEGV; through Unsharded the same
+// reads work, and the run goes on.
+func TestFSDPFreedParameterIsAnError(t *testing.T) {
+	pg, err := distributed.Init(distributed.Options{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: disttest.FreePort(t),
+		Timeout: time.Minute, Backend: distributed.Gloo})
+	require.NoError(t, err)
+	defer pg.Close()
+	ds, err := fsdpData()
+	require.NoError(t, err)
+	tr, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: fsdpBatch})
+	require.NoError(t, err)
+	m, err := fsdpLlama()
+	require.NoError(t, err)
+	defer nn.Free(m)
+	opt, err := optim.NewSGD(nn.TrainableParameters(m), optim.SGDOptions{LR: 0.1})
+	require.NoError(t, err)
+	step := func(m *models.LlamaForCausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+		ids := b.Get(data.Input).ToDType(torch.Int64)
+		return models.CausalLMLoss(m.Forward(models.DecoderInput{InputIDs: ids}), ids), nil
+	}
+	w := m.Model.Layers[0].MLP.DownProj.Weight
+	try := func(fn func()) (err error) {
+		defer torch.Recover(&err, "reading")
+		fn()
+		return nil
+	}
+	var freed []error
+	var whole float64
+	fs := &trainer.FullyShardedDataParallel{Group: pg, ReshardAfterForward: true}
+	cb := trainer.CallbackFunc(func(e trainer.Event, tt *trainer.Trainer) error {
+		if e != trainer.BatchEnd || tt.GlobalStep != 1 {
+			return nil
+		}
+		freed = append(freed, try(func() { w.Sum().Item() }), try(func() { w.Float32s() }),
+			func() error { _, err := torch.TensorToCheckpoint(w); return err }())
+		return fs.Unsharded(func() error {
+			whole = w.Abs().Sum().Item()
+			return nil
+		})
+	})
+	tt, err := trainer.New(m, tr, nil, nil, opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard),
+		trainer.WithTrainStep(step), trainer.WithStrategy(fs), trainer.WithCallbacks(cb))
+	require.NoError(t, err)
+	require.NoError(t, tt.Run(context.Background()))
+	require.Len(t, freed, 3)
+	for _, err := range freed {
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "whose memory sharded training freed")
+		assert.Contains(t, err.Error(), "call Unshard")
+	}
+	assert.Greater(t, whole, 0.0)
+	assert.Greater(t, w.Abs().Sum().Item(), 0.0, "Run leaves the model whole")
+}

@@ -159,17 +159,29 @@ func (o op) prototype() string {
 	return fmt.Sprintf("void %s(%s)", o.cName(), strings.Join(o.cParams(), ", "))
 }
 
+// views are the ops that make a view without reading or writing the elements: they
+// take a tensor whose memory sharded training freed (sharding code narrows and detaches
+// a parameter before refilling it), where every other op refuses one (cg::A).
+var views = map[string]bool{
+	"detach": true, "view": true, "permute": true, "expand": true, "transpose": true, "t": true, "squeeze": true,
+	"unsqueeze": true, "narrow": true, "slice": true, "select": true, "split": true, "chunk": true,
+}
+
 // cxxLocals turns the C parameters into the C++ values the expression names.
 func (o op) cxxLocals() []string {
+	arg := "cg::A" // an argument, checked for freed memory
+	if views[o.name] {
+		arg = "cg::T"
+	}
 	var out []string
 	if o.self {
-		out = append(out, "at::Tensor &self = cg::T(self_);")
+		out = append(out, fmt.Sprintf("at::Tensor &self = %s(self_);", arg))
 	}
 	for _, p := range o.params {
 		n := p.name
 		switch p.kind {
 		case "tensor":
-			out = append(out, fmt.Sprintf("at::Tensor &%s = cg::T(%s_);", n, n))
+			out = append(out, fmt.Sprintf("at::Tensor &%s = %s(%s_);", n, arg, n))
 		case "tensor?":
 			out = append(out, fmt.Sprintf("std::optional<at::Tensor> %s = cg::opt(%s_);", n, n))
 		case "tensors":
