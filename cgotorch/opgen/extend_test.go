@@ -31,9 +31,9 @@ func TestExtendOp(t *testing.T) {
 	want := map[string][]string{
 		"../ops_gen.h": {"void cg_op_Cube(cg_tensor self_, cg_result *ret_);"},
 		"../ops_gen.cc": {
-			"void cg_op_Cube(cg_tensor self_, cg_result *ret_) {\n  CG_TRY\n  at::Tensor &self = cg::T(self_);\n  *ret_ = cg::res(at::pow(self, 3));\n" +
+			"void cg_op_Cube(cg_tensor self_, cg_result *ret_) {\n  CG_TRY\n  at::Tensor &self = cg::A(self_);\n  *ret_ = cg::res(at::pow(self, 3));\n" +
 				"  if (cg::recording()) {\n    cg::Rec rec_(" + num + ");\n    rec_.t(self_);\n    rec_.out(ret_->t);\n  }\n  CG_CATCH_INTO(res)\n}",
-			"    case " + num + ": {  // Cube\n      cg_tensor self_ = rd_.t();\n      at::Tensor &self = cg::T(self_);\n      rd_.out(at::pow(self, 3));\n      return;\n    }",
+			"    case " + num + ": {  // Cube\n      cg_tensor self_ = rd_.t();\n      at::Tensor &self = cg::A(self_);\n      rd_.out(at::pow(self, 3));\n      return;\n    }",
 			"      \"pow\",\n  };",
 		},
 		"../ops_gen.go":          {"#cgo noescape cg_op_Cube", "// OpCube is pow (ops.tab line " + strconv.Itoa(line) + ").", "func OpCube(self Tensor) Result {"},
