@@ -466,15 +466,22 @@ func TestFSDPEqualsSingleProcess(t *testing.T) {
 // TestFSDPRefusals: on one Gloo rank in this process, what sharded training cannot do is
 // refused by New with an error that names it, and Units overrides the model's units;
 // then its sharded checkpoints survive crashes (shardedCheckpointCrashes).
-func TestFSDPRefusals(t *testing.T) {
+// oneRank is an in-process Gloo group of one rank, closed when t ends, and a loader of
+// fsdpData.
+func oneRank(t *testing.T) (*distributed.ProcessGroup, *data.Loader) {
 	pg, err := distributed.Init(distributed.Options{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: disttest.FreePort(t),
 		Timeout: time.Minute, Backend: distributed.Gloo})
 	require.NoError(t, err)
-	defer pg.Close()
+	t.Cleanup(func() { pg.Close() })
 	ds, err := fsdpData()
 	require.NoError(t, err)
 	tr, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: fsdpBatch})
 	require.NoError(t, err)
+	return pg, tr
+}
+
+func TestFSDPRefusals(t *testing.T) {
+	pg, tr := oneRank(t)
 	step := func(m *models.LlamaForCausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
 		ids := b.Get(data.Input).ToDType(torch.Int64)
 		return models.CausalLMLoss(m.Forward(models.DecoderInput{InputIDs: ids}), ids), nil
@@ -491,7 +498,7 @@ func TestFSDPRefusals(t *testing.T) {
 	}
 	all := nn.TrainableParameters
 
-	_, err = build(trainer.WithFSDP(nil), all)
+	_, err := build(trainer.WithFSDP(nil), all)
 	require.ErrorContains(t, err, "nil process group")
 
 	_, err = build(trainer.WithFSDP(pg), all, trainer.WithRunDir(t.TempDir()), trainer.WithTopK(2))
@@ -576,14 +583,7 @@ func shardedCheckpointCrashes(t *testing.T, tt *trainer.Trainer) {
 // kernel read a null pointer and the process died of SIGSEGV; through Unsharded the same
 // reads work, and the run goes on.
 func TestFSDPFreedParameterIsAnError(t *testing.T) {
-	pg, err := distributed.Init(distributed.Options{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: disttest.FreePort(t),
-		Timeout: time.Minute, Backend: distributed.Gloo})
-	require.NoError(t, err)
-	defer pg.Close()
-	ds, err := fsdpData()
-	require.NoError(t, err)
-	tr, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: fsdpBatch})
-	require.NoError(t, err)
+	pg, tr := oneRank(t)
 	m, err := fsdpLlama()
 	require.NoError(t, err)
 	defer nn.Free(m)
