@@ -71,9 +71,9 @@ type FullyShardedDataParallel struct {
 	// allocated: an operation on one is an error (naming Unshard), so a callback that
 	// reads them calls Unshard (or Unsharded) on every rank first, and every forward of
 	// the model (a sample generated at an epoch's end) must run on every rank, since it
-	// gathers. New
-	// leaves the model whole, and so does Run when it succeeds; outside Run the hooks do
-	// nothing (after a failed Run, call Unshard on every rank before using the model).
+	// gathers. New leaves the model whole, and so does Run when it succeeds; outside Run
+	// the hooks do nothing (after a failed Run, call Unshard on every rank before using
+	// the model).
 	ReshardAfterForward bool
 	// MixedPrecision, when its ParamDType is set, is FSDP2's MixedPrecisionPolicy: the
 	// model's full parameters are ParamDType, the shards (the master weights the

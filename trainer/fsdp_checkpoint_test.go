@@ -21,7 +21,6 @@ import (
 	"github.com/gotrain/gotrain/torch/distributed"
 	"github.com/gotrain/gotrain/torch/distributed/disttest"
 	"github.com/gotrain/gotrain/torch/nn"
-	"github.com/gotrain/gotrain/torch/nn/models"
 	"github.com/gotrain/gotrain/torch/optim"
 	"github.com/gotrain/gotrain/trainer"
 )
@@ -65,10 +64,6 @@ func fsdpCkptTrainer(pg *distributed.ProcessGroup, runDir string, stopAt int64, 
 	if err != nil {
 		return nil, nil, err
 	}
-	step := func(m *models.LlamaForCausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
-		ids := b.Get(data.Input).ToDType(torch.Int64)
-		return models.CausalLMLoss(m.Forward(models.DecoderInput{InputIDs: ids}), ids), nil
-	}
 	stop := trainer.On(func(_ trainer.Event, t *trainer.Trainer) error {
 		if stopAt > 0 && t.GlobalStep == stopAt {
 			cancel()
@@ -77,7 +72,7 @@ func fsdpCkptTrainer(pg *distributed.ProcessGroup, runDir string, stopAt int64, 
 	}, trainer.BatchEnd)
 	opts := []trainer.Option{trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard), trainer.WithEpochs(2),
 		trainer.WithSeed(seed), trainer.WithAccumulation(2), trainer.WithGradClip(0.05), trainer.WithThreads(1),
-		trainer.WithTrainStep(step), trainer.WithMonitor("val_loss", trainer.Min), trainer.WithCallbacks(stop)}
+		trainer.WithTrainStep(llamaLMStep), trainer.WithMonitor("val_loss", trainer.Min), trainer.WithCallbacks(stop)}
 	if pg != nil {
 		// ReshardAfterForward: the layers' parameters are freed between steps, when the
 		// checkpoints are written, and saved from their shards.

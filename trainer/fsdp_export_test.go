@@ -90,10 +90,6 @@ func fsdpExportChild() error {
 	if err != nil {
 		return err
 	}
-	step := func(m *models.LlamaForCausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
-		ids := b.Get(data.Input).ToDType(torch.Int64)
-		return models.CausalLMLoss(m.Forward(models.DecoderInput{InputIDs: ids}), ids), nil
-	}
 	fs := &trainer.FullyShardedDataParallel{Group: pg, ReshardAfterForward: true}
 	var res fsdpExportResult
 	freed := func() (n int) {
@@ -196,7 +192,7 @@ func fsdpExportChild() error {
 		return err
 	}, trainer.EpochEnd)
 	tt, err := trainer.New(m, tr, nil, nil, opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard), trainer.WithEpochs(1),
-		trainer.WithSeed(seed), trainer.WithTrainStep(step), trainer.WithMonitor("train_loss", trainer.Min),
+		trainer.WithSeed(seed), trainer.WithTrainStep(llamaLMStep), trainer.WithMonitor("train_loss", trainer.Min),
 		trainer.WithStrategy(fs), trainer.WithCallbacks(export))
 	if err != nil {
 		return err

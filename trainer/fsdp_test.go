@@ -463,9 +463,6 @@ func TestFSDPEqualsSingleProcess(t *testing.T) {
 	}
 }
 
-// TestFSDPRefusals: on one Gloo rank in this process, what sharded training cannot do is
-// refused by New with an error that names it, and Units overrides the model's units;
-// then its sharded checkpoints survive crashes (shardedCheckpointCrashes).
 // oneRank is an in-process Gloo group of one rank, closed when t ends, and a loader of
 // fsdpData.
 func oneRank(t *testing.T) (*distributed.ProcessGroup, *data.Loader) {
@@ -480,19 +477,24 @@ func oneRank(t *testing.T) (*distributed.ProcessGroup, *data.Loader) {
 	return pg, tr
 }
 
+// llamaLMStep is the FSDP tests' training step: fsdpLlama's causal-LM loss on the batch.
+func llamaLMStep(m *models.LlamaForCausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
+	ids := b.Get(data.Input).ToDType(torch.Int64)
+	return models.CausalLMLoss(m.Forward(models.DecoderInput{InputIDs: ids}), ids), nil
+}
+
+// TestFSDPRefusals: on one Gloo rank in this process, what sharded training cannot do is
+// refused by New with an error that names it, and Units overrides the model's units;
+// then its sharded checkpoints survive crashes (shardedCheckpointCrashes).
 func TestFSDPRefusals(t *testing.T) {
 	pg, tr := oneRank(t)
-	step := func(m *models.LlamaForCausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
-		ids := b.Get(data.Input).ToDType(torch.Int64)
-		return models.CausalLMLoss(m.Forward(models.DecoderInput{InputIDs: ids}), ids), nil
-	}
 	build := func(strategy trainer.Option, params func(m nn.Module) []*torch.Tensor, more ...trainer.Option) (*trainer.Trainer, error) {
 		m, err := fsdpLlama()
 		require.NoError(t, err)
 		t.Cleanup(func() { nn.Free(m) })
 		opt, err := optim.NewSGD(params(m), optim.SGDOptions{LR: 0.1})
 		require.NoError(t, err)
-		opts := append([]trainer.Option{trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard), trainer.WithTrainStep(step),
+		opts := append([]trainer.Option{trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard), trainer.WithTrainStep(llamaLMStep),
 			trainer.WithMonitor("train_loss", trainer.Min), strategy}, more...)
 		return trainer.New(m, tr, nil, nil, opt, opts...)
 	}
@@ -589,10 +591,6 @@ func TestFSDPFreedParameterIsAnError(t *testing.T) {
 	defer nn.Free(m)
 	opt, err := optim.NewSGD(nn.TrainableParameters(m), optim.SGDOptions{LR: 0.1})
 	require.NoError(t, err)
-	step := func(m *models.LlamaForCausalLM, b data.Batch) (*torch.Tensor, trainer.Metrics) {
-		ids := b.Get(data.Input).ToDType(torch.Int64)
-		return models.CausalLMLoss(m.Forward(models.DecoderInput{InputIDs: ids}), ids), nil
-	}
 	w := m.Model.Layers[0].MLP.DownProj.Weight
 	try := func(fn func()) (err error) {
 		defer torch.Recover(&err, "reading")
@@ -614,7 +612,7 @@ func TestFSDPFreedParameterIsAnError(t *testing.T) {
 		})
 	})
 	tt, err := trainer.New(m, tr, nil, nil, opt, trainer.WithDevice("cpu"), trainer.WithOutput(io.Discard),
-		trainer.WithTrainStep(step), trainer.WithStrategy(fs), trainer.WithCallbacks(cb))
+		trainer.WithTrainStep(llamaLMStep), trainer.WithStrategy(fs), trainer.WithCallbacks(cb))
 	require.NoError(t, err)
 	require.NoError(t, tt.Run(context.Background()))
 	require.Len(t, freed, 3)
