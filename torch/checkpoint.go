@@ -79,24 +79,19 @@ func TensorToCheckpoint(t *Tensor) (ct *checkpoint.Tensor, err error) {
 		return nil, err
 	}
 	n := int(t.Numel()) * t.DType().Size()
+	var p unsafe.Pointer // the tensor's own memory, when it can be referenced
+	if n > 0 && t.Device() == CPU && t.IsContiguous() {
+		p = t.dataPtr() // nil when sharded training freed it: the copy below refuses it
+	}
 	var data []byte
-	if t.Device() == CPU && t.IsContiguous() {
-		if n > 0 {
-			p := t.dataPtr()
-			if p == nil { // its memory was freed (cgotorch: cg::freed)
-				return nil, fmt.Errorf("a tensor of %v whose memory sharded training freed: call Unshard on every rank before saving it", t.Shape())
-			}
-			data = unsafe.Slice((*byte)(p), n)
-		}
-	} else {
+	if p != nil {
+		data = unsafe.Slice((*byte)(p), n)
+	} else if n > 0 {
 		data = make([]byte, n)
-		if n > 0 {
-			src := t.Detach()
-			defer src.Free()
-			err := copyToHost(src, unsafe.Pointer(&data[0]), int64(n))
-			if err != nil {
-				return nil, err
-			}
+		src := t.Detach()
+		defer src.Free()
+		if err := copyToHost(src, unsafe.Pointer(&data[0]), int64(n)); err != nil {
+			return nil, err
 		}
 	}
 	ct = checkpoint.NewTensor(dt, t.Shape(), data)
