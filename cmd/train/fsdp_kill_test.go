@@ -104,8 +104,7 @@ func TestFSDPKillRankInAllGather(t *testing.T) {
 	out := l.output()
 	assert.Equal(t, 128+int(syscall.SIGKILL), status, out)
 	assert.Contains(t, out, "rank 1 was killed by signal 9 (killed); the other ranks were stopped")
-	assert.NoFileExists(t, filepath.Join(runs, "kill", "hf", "last", "model.safetensors"))
-	assert.NoFileExists(t, filepath.Join(runs, "kill", "hf", "last", "config.json"))
+	noExport(t, runs, out)
 	noTemporaryFiles(t, runs)
 }
 
@@ -142,6 +141,26 @@ func TestFSDPKillRankInAllGatherTorchrun(t *testing.T) {
 	assert.Equal(t, 1, ee.ExitCode(), out)
 	assert.Contains(t, out, `unit "model.layers.0": distributed all-gather failed on rank 0 of 2: lost rank 1`)
 	assert.Less(t, time.Since(killed), timeout, "rank 0 outlived the collective timeout")
-	assert.NoFileExists(t, filepath.Join(runs, "kill", "hf", "last", "model.safetensors"))
+	noExport(t, runs, "rank 0:\n"+out+"rank 1:\n"+ranks[1].output())
 	noTemporaryFiles(t, runs) // rank 0's export removed what it had staged
+}
+
+// noExport asserts that the interrupted export left no weights file and no config in
+// hf/last; on failure it shows what the run directory holds and the ranks' output.
+func noExport(t *testing.T, runs, out string) {
+	t.Helper()
+	last := filepath.Join(runs, "kill", "hf", "last")
+	for _, name := range []string{"model.safetensors", "config.json"} {
+		if _, err := os.Stat(filepath.Join(last, name)); err == nil {
+			var files []string
+			filepath.WalkDir(runs, func(path string, d os.DirEntry, err error) error {
+				if fi, err := d.Info(); err == nil && !d.IsDir() {
+					files = append(files, fmt.Sprintf("%s %d %s", path, fi.Size(), fi.ModTime().Format(time.StampMicro)))
+				}
+				return nil
+			})
+			t.Errorf("%s exists after the interrupted export; the run holds:\n%s\noutput:\n%s",
+				filepath.Join(last, name), strings.Join(files, "\n"), out)
+		}
+	}
 }
