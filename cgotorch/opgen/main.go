@@ -38,12 +38,83 @@ type op struct {
 	line   int
 }
 
-var kinds = map[string]bool{
-	"tensor": true, "tensor?": true, "tensors": true, "int64": true, "int64s": true,
-	"double": true, "scalar": true, "bool": true, "dtype": true, "device": true,
+// A form is how a parameter kind is written in each generated file: a format whose %[1]s
+// is the parameter's name (and, in cxx, %[2]s the function that reads a tensor
+// argument); a field of several lines or comma-separated parts gives them all.
+type form struct {
+	c    string // the C parameters
+	cxx  string // the C++ local the expression names; "": the C parameter itself
+	rec  string // the trace entry's arguments (cg::Rec)
+	read string // replay: the C parameters read back from the entry (cg::Reader)
+	goP  string // the cgotorch wrapper's Go parameter
+	cArg string // ... and the C arguments it passes
+	tP   string // package torch's parameter
+	tArg string // ... and what it passes to the wrapper
 }
 
-var results = map[string]bool{"tensor": true, "tensor2": true, "tensors": true, "int64": true, "void": true}
+var forms = map[string]form{
+	"tensor": {c: "cg_tensor %[1]s_", cxx: "at::Tensor &%[1]s = %[2]s(%[1]s_);",
+		rec: "rec_.t(%[1]s_);", read: "cg_tensor %[1]s_ = rd_.t();",
+		goP: "%[1]s Tensor", cArg: "C.cg_tensor(%[1]s)", tP: "%[1]s *Tensor", tArg: "%[1]s.handle()"},
+	"tensor?": {c: "cg_tensor %[1]s_", cxx: "std::optional<at::Tensor> %[1]s = cg::opt(%[1]s_);",
+		rec: "rec_.t(%[1]s_);", read: "cg_tensor %[1]s_ = rd_.t();",
+		goP: "%[1]s Tensor", cArg: "C.cg_tensor(%[1]s)", tP: "%[1]s *Tensor", tArg: "opt(%[1]s)"},
+	"tensors": {c: "const cg_tensor *%[1]s_, int %[1]s_n", cxx: "std::vector<at::Tensor> %[1]s = cg::tensors(%[1]s_, %[1]s_n);",
+		rec: "rec_.list(%[1]s_, %[1]s_n);", read: "int %[1]s_n;\nconst cg_tensor *%[1]s_ = rd_.tensors(&%[1]s_n);",
+		goP: "%[1]s []Tensor", cArg: "handles(%[1]s), C.int(len(%[1]s))", tP: "%[1]s []*Tensor", tArg: "handles(%[1]s)"},
+	"int64": {c: "int64_t %[1]s",
+		rec: "rec_.v(%[1]s);", read: "int64_t %[1]s = rd_.i();",
+		goP: "%[1]s int64", cArg: "C.int64_t(%[1]s)", tP: "%[1]s int64", tArg: "%[1]s"},
+	"int64s": {c: "const int64_t *%[1]s_, int %[1]s_n", cxx: "at::IntArrayRef %[1]s(%[1]s_, %[1]s_n);",
+		rec: "rec_.list(%[1]s_, %[1]s_n);", read: "int %[1]s_n;\nconst int64_t *%[1]s_ = rd_.ints(&%[1]s_n);",
+		goP: "%[1]s []int64", cArg: "i64p(%[1]s), C.int(len(%[1]s))", tP: "%[1]s []int64", tArg: "%[1]s"},
+	"double": {c: "double %[1]s",
+		rec: "rec_.v(%[1]s);", read: "double %[1]s = rd_.d();",
+		goP: "%[1]s float64", cArg: "C.double(%[1]s)", tP: "%[1]s float64", tArg: "%[1]s"},
+	"scalar": {c: "double %[1]s_", cxx: "at::Scalar %[1]s = cg::scalar(%[1]s_);",
+		rec: "rec_.v(%[1]s_);", read: "double %[1]s_ = rd_.d();",
+		goP: "%[1]s float64", cArg: "C.double(%[1]s)", tP: "%[1]s float64", tArg: "%[1]s"},
+	"bool": {c: "int %[1]s_", cxx: "bool %[1]s = %[1]s_ != 0;",
+		rec: "rec_.v(%[1]s_);", read: "int %[1]s_ = static_cast<int>(rd_.i());",
+		goP: "%[1]s bool", cArg: "cbool(%[1]s)", tP: "%[1]s bool", tArg: "%[1]s"},
+	"dtype": {c: "int %[1]s_", cxx: "at::ScalarType %[1]s = static_cast<at::ScalarType>(%[1]s_);",
+		rec: "rec_.v(%[1]s_);", read: "int %[1]s_ = static_cast<int>(rd_.i());",
+		goP: "%[1]s int", cArg: "C.int(%[1]s)", tP: "%[1]s DType", tArg: "int(%[1]s)"},
+	"device": {c: "int %[1]s_type, int %[1]s_index", cxx: "at::Device %[1]s = cg::device(%[1]s_type, %[1]s_index);",
+		rec:  "rec_.v(%[1]s_type);\nrec_.v(%[1]s_index);",
+		read: "int %[1]s_type = static_cast<int>(rd_.i());\nint %[1]s_index = static_cast<int>(rd_.i());",
+		goP:  "%[1]sType, %[1]sIndex int", cArg: "C.int(%[1]sType), C.int(%[1]sIndex)",
+		tP: "%[1]s Device", tArg: "int(%[1]s.Type), %[1]s.Index"},
+}
+
+// each formats one field of the form of each of the op's C parameters (the receiver
+// first, as a tensor named self), a line per line of the field; arg is cxx's %[2]s.
+func (o op) each(field func(form) string, arg string) []string {
+	ps := o.params
+	if o.self {
+		ps = append([]param{{name: "self", kind: "tensor"}}, ps...)
+	}
+	var out []string
+	for _, p := range ps {
+		if f := field(forms[p.kind]); f != "" {
+			out = append(out, strings.Split(fmt.Sprintf(f, p.name, arg), "\n")...)
+		}
+	}
+	return out
+}
+
+// A result is how a result kind is written: the C result type, its CG_CATCH_INTO
+// wrapper, the cgotorch wrapper's Go result and conversion, and package torch's result
+// and body (%[1]q the op's name, %[2]s the wrapper's call).
+type result struct{ c, catch, goSig, conv, tRet, tBody string }
+
+var results = map[string]result{
+	"tensor":  {"cg_result", "res", "Result", "rt", " *Tensor", "return adopt(%[1]q, %[2]s)"},
+	"tensor2": {"cg_result2", "res2", "Result2", "rt2", " (values, indices *Tensor)", "return adopt2(%[1]q, %[2]s)"},
+	"tensors": {"cg_results", "resn", "Results", "rtn", " []*Tensor", "return adoptN(%[1]q, %[2]s)"},
+	"int64":   {"cg_status", "status", "(int64, error)", "", " int64", "n, err := %[2]s\n\tcheck(%[1]q, err)\n\treturn n"},
+	"void":    {"cg_status", "status", "error", "st", "", "check(%[1]q, %[2]s)"},
+}
 
 // parse reads the table; errors name the line.
 func parse(src []byte, file string) ([]op, error) {
@@ -70,7 +141,7 @@ func parse(src []byte, file string) ([]op, error) {
 			return nil, fmt.Errorf("%s:%d: %s is already declared on line %d", file, n, o.goName, prev)
 		}
 		seen[o.goName] = n
-		if !results[o.result] {
+		if _, ok := results[o.result]; !ok {
 			return nil, fmt.Errorf("%s:%d: unknown result %q", file, n, o.result)
 		}
 		if f[2] != "" {
@@ -88,7 +159,7 @@ func parse(src []byte, file string) ([]op, error) {
 				if strings.HasSuffix(pr.kind, "...") {
 					pr.kind, pr.variadic = strings.TrimSuffix(pr.kind, "..."), true
 				}
-				if !kinds[pr.kind] {
+				if _, ok := forms[pr.kind]; !ok {
 					return nil, fmt.Errorf("%s:%d: param %s: unknown kind %q", file, n, pr.name, pr.kind)
 				}
 				o.params = append(o.params, pr)
@@ -106,32 +177,7 @@ func parse(src []byte, file string) ([]op, error) {
 
 // cParams are the C parameters of an op.
 func (o op) cParams() []string {
-	var out []string
-	if o.self {
-		out = append(out, "cg_tensor self_")
-	}
-	for _, p := range o.params {
-		switch p.kind {
-		case "tensor", "tensor?":
-			out = append(out, "cg_tensor "+p.name+"_")
-		case "tensors":
-			out = append(out, "const cg_tensor *"+p.name+"_", "int "+p.name+"_n")
-		case "int64":
-			out = append(out, "int64_t "+p.name)
-		case "int64s":
-			out = append(out, "const int64_t *"+p.name+"_", "int "+p.name+"_n")
-		case "double":
-			out = append(out, "double "+p.name)
-		case "scalar":
-			out = append(out, "double "+p.name+"_")
-		case "bool":
-			out = append(out, "int "+p.name+"_")
-		case "dtype":
-			out = append(out, "int "+p.name+"_")
-		case "device":
-			out = append(out, "int "+p.name+"_type", "int "+p.name+"_index")
-		}
-	}
+	out := o.each(func(f form) string { return f.c }, "")
 	if o.result == "int64" {
 		out = append(out, "int64_t *out")
 	}
@@ -143,17 +189,7 @@ func (o op) cParams() []string {
 
 func (o op) cName() string { return "cg_op_" + o.goName }
 
-func (o op) cResult() string {
-	switch o.result {
-	case "tensor":
-		return "cg_result"
-	case "tensor2":
-		return "cg_result2"
-	case "tensors":
-		return "cg_results"
-	}
-	return "cg_status"
-}
+func (o op) cResult() string { return results[o.result].c }
 
 func (o op) prototype() string {
 	return fmt.Sprintf("void %s(%s)", o.cName(), strings.Join(o.cParams(), ", "))
@@ -173,32 +209,7 @@ func (o op) cxxLocals() []string {
 	if views[o.name] {
 		arg = "cg::T"
 	}
-	var out []string
-	if o.self {
-		out = append(out, fmt.Sprintf("at::Tensor &self = %s(self_);", arg))
-	}
-	for _, p := range o.params {
-		n := p.name
-		switch p.kind {
-		case "tensor":
-			out = append(out, fmt.Sprintf("at::Tensor &%s = %s(%s_);", n, arg, n))
-		case "tensor?":
-			out = append(out, fmt.Sprintf("std::optional<at::Tensor> %s = cg::opt(%s_);", n, n))
-		case "tensors":
-			out = append(out, fmt.Sprintf("std::vector<at::Tensor> %s = cg::tensors(%s_, %s_n);", n, n, n))
-		case "int64s":
-			out = append(out, fmt.Sprintf("at::IntArrayRef %s(%s_, %s_n);", n, n, n))
-		case "scalar":
-			out = append(out, fmt.Sprintf("at::Scalar %s = cg::scalar(%s_);", n, n))
-		case "bool":
-			out = append(out, fmt.Sprintf("bool %s = %s_ != 0;", n, n))
-		case "dtype":
-			out = append(out, fmt.Sprintf("at::ScalarType %s = static_cast<at::ScalarType>(%s_);", n, n))
-		case "device":
-			out = append(out, fmt.Sprintf("at::Device %s = cg::device(%s_type, %s_index);", n, n, n))
-		}
-	}
-	return out
+	return o.each(func(f form) string { return f.cxx }, arg)
 }
 
 // cxxBody is the op's C function: the locals, the expression, and, while the calling
@@ -230,36 +241,14 @@ func (o op) cxxBody(num int) string {
 		}
 		b.WriteString("  }\n")
 	}
-	wrap := map[string]string{"tensor": "res", "tensor2": "res2", "tensors": "resn"}[o.result]
-	if wrap == "" {
-		wrap = "status"
-	}
-	fmt.Fprintf(&b, "  CG_CATCH_INTO(%s)\n}\n", wrap)
+	fmt.Fprintf(&b, "  CG_CATCH_INTO(%s)\n}\n", results[o.result].catch)
 	return b.String()
 }
 
 // recArgs append the call's arguments and results to its trace entry (cg::Rec), in the
 // order replayCase reads them back.
 func (o op) recArgs() []string {
-	var out []string
-	if o.self {
-		out = append(out, "rec_.t(self_);")
-	}
-	for _, p := range o.params {
-		n := p.name
-		switch p.kind {
-		case "tensor", "tensor?":
-			out = append(out, fmt.Sprintf("rec_.t(%s_);", n))
-		case "tensors", "int64s":
-			out = append(out, fmt.Sprintf("rec_.list(%s_, %s_n);", n, n))
-		case "int64", "double":
-			out = append(out, fmt.Sprintf("rec_.v(%s);", n))
-		case "scalar", "bool", "dtype":
-			out = append(out, fmt.Sprintf("rec_.v(%s_);", n))
-		case "device":
-			out = append(out, fmt.Sprintf("rec_.v(%s_type);", n), fmt.Sprintf("rec_.v(%s_index);", n))
-		}
-	}
+	out := o.each(func(f form) string { return f.rec }, "")
 	switch o.result {
 	case "tensor":
 		out = append(out, "rec_.out(ret_->t);")
@@ -277,31 +266,7 @@ func (o op) recArgs() []string {
 func (o op) replayCase(num int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "    case %d: {  // %s\n", num, o.goName)
-	if o.self {
-		b.WriteString("      cg_tensor self_ = rd_.t();\n")
-	}
-	for _, p := range o.params {
-		n := p.name
-		switch p.kind {
-		case "tensor", "tensor?":
-			fmt.Fprintf(&b, "      cg_tensor %s_ = rd_.t();\n", n)
-		case "tensors":
-			fmt.Fprintf(&b, "      int %s_n;\n      const cg_tensor *%s_ = rd_.tensors(&%s_n);\n", n, n, n)
-		case "int64s":
-			fmt.Fprintf(&b, "      int %s_n;\n      const int64_t *%s_ = rd_.ints(&%s_n);\n", n, n, n)
-		case "int64":
-			fmt.Fprintf(&b, "      int64_t %s = rd_.i();\n", n)
-		case "double":
-			fmt.Fprintf(&b, "      double %s = rd_.d();\n", n)
-		case "scalar":
-			fmt.Fprintf(&b, "      double %s_ = rd_.d();\n", n)
-		case "bool", "dtype":
-			fmt.Fprintf(&b, "      int %s_ = static_cast<int>(rd_.i());\n", n)
-		case "device":
-			fmt.Fprintf(&b, "      int %s_type = static_cast<int>(rd_.i());\n      int %s_index = static_cast<int>(rd_.i());\n", n, n)
-		}
-	}
-	for _, l := range o.cxxLocals() {
+	for _, l := range append(o.each(func(f form) string { return f.read }, ""), o.cxxLocals()...) {
 		fmt.Fprintf(&b, "      %s\n", l)
 	}
 	switch o.result {
@@ -320,59 +285,12 @@ func (o op) replayCase(num int) string {
 
 // goParams are the cgotorch wrapper's Go parameters; cArgs the matching C arguments.
 func (o op) goParams() (params, cargs []string) {
-	if o.self {
-		params = append(params, "self Tensor")
-		cargs = append(cargs, "C.cg_tensor(self)")
-	}
-	for _, p := range o.params {
-		n := p.name
-		switch p.kind {
-		case "tensor", "tensor?":
-			params = append(params, n+" Tensor")
-			cargs = append(cargs, "C.cg_tensor("+n+")")
-		case "tensors":
-			params = append(params, n+" []Tensor")
-			cargs = append(cargs, "handles("+n+")", "C.int(len("+n+"))")
-		case "int64":
-			params = append(params, n+" int64")
-			cargs = append(cargs, "C.int64_t("+n+")")
-		case "int64s":
-			params = append(params, n+" []int64")
-			cargs = append(cargs, "i64p("+n+")", "C.int(len("+n+"))")
-		case "double", "scalar":
-			params = append(params, n+" float64")
-			cargs = append(cargs, "C.double("+n+")")
-		case "bool":
-			params = append(params, n+" bool")
-			cargs = append(cargs, "cbool("+n+")")
-		case "dtype":
-			params = append(params, n+" int")
-			cargs = append(cargs, "C.int("+n+")")
-		case "device":
-			params = append(params, n+"Type, "+n+"Index int")
-			cargs = append(cargs, "C.int("+n+"Type)", "C.int("+n+"Index)")
-		}
-	}
-	return
-}
-
-func (o op) goResult() (sig, conv string) {
-	switch o.result {
-	case "tensor":
-		return "Result", "rt"
-	case "tensor2":
-		return "Result2", "rt2"
-	case "tensors":
-		return "Results", "rtn"
-	case "int64":
-		return "(int64, error)", ""
-	}
-	return "error", "st"
+	return o.each(func(f form) string { return f.goP }, ""), o.each(func(f form) string { return f.cArg }, "")
 }
 
 func (o op) cgoWrapper() string {
 	params, cargs := o.goParams()
-	sig, conv := o.goResult()
+	sig, conv := results[o.result].goSig, results[o.result].conv
 	ret := "C." + o.cResult()
 	if o.result == "int64" {
 		return fmt.Sprintf("// Op%s is %s (ops.tab line %d).\nfunc Op%s(%s) %s {\n\tvar out C.int64_t\n\tvar r %s\n\tC.%s(%s)\n\treturn int64(out), st(r)\n}\n",
@@ -399,61 +317,22 @@ func (o op) torchFunc() string {
 		args = append(args, "t.handle()")
 	}
 	for _, p := range o.params {
-		n := p.name
-		switch p.kind {
-		case "tensor":
-			params = append(params, n+" *Tensor")
-			args = append(args, n+".handle()")
-		case "tensor?":
-			params = append(params, n+" *Tensor")
-			args = append(args, "opt("+n+")")
-		case "tensors":
-			params = append(params, n+" []*Tensor")
-			args = append(args, "handles("+n+")")
-		case "int64":
-			params = append(params, n+" int64")
-			args = append(args, n)
-		case "int64s":
-			if p.variadic {
-				params = append(params, n+" ...int64")
-			} else {
-				params = append(params, n+" []int64")
-			}
-			args = append(args, n)
-		case "double", "scalar":
-			params = append(params, n+" float64")
-			args = append(args, n)
-		case "bool":
-			params = append(params, n+" bool")
-			args = append(args, n)
-		case "dtype":
-			params = append(params, n+" DType")
-			args = append(args, "int("+n+")")
-		case "device":
-			params = append(params, n+" Device")
-			args = append(args, "int("+n+".Type)", n+".Index")
+		f := forms[p.kind]
+		if p.variadic {
+			f.tP = "%[1]s ...int64"
 		}
+		params = append(params, fmt.Sprintf(f.tP, p.name))
+		args = append(args, fmt.Sprintf(f.tArg, p.name))
 	}
 	recv := ""
 	if o.self {
 		recv = "(t *Tensor) "
 	}
 	call := fmt.Sprintf("cgotorch.Op%s(%s)", o.goName, strings.Join(args, ", "))
-	var ret, body string
-	switch o.result {
-	case "tensor":
-		ret, body = " *Tensor", fmt.Sprintf("return adopt(%q, %s)", o.name, call)
-	case "tensor2":
-		ret, body = " (values, indices *Tensor)", fmt.Sprintf("return adopt2(%q, %s)", o.name, call)
-	case "tensors":
-		ret, body = " []*Tensor", fmt.Sprintf("return adoptN(%q, %s)", o.name, call)
-	case "int64":
-		ret, body = " int64", fmt.Sprintf("n, err := %s\n\tcheck(%q, err)\n\treturn n", call, o.name)
-	default:
-		body = fmt.Sprintf("check(%q, %s)", o.name, call)
-	}
+	r := results[o.result]
+	body := fmt.Sprintf(r.tBody, o.name, call)
 	doc := o.goName + " " + o.doc
-	return fmt.Sprintf("%s\nfunc %s%s(%s)%s {\n\t%s\n}\n", comment(doc), recv, o.goName, strings.Join(params, ", "), ret, body)
+	return fmt.Sprintf("%s\nfunc %s%s(%s)%s {\n\t%s\n}\n", comment(doc), recv, o.goName, strings.Join(params, ", "), r.tRet, body)
 }
 
 // comment wraps text as a Go comment of lines up to 90 columns.
