@@ -73,13 +73,14 @@ func New(a Algorithm, groups []Group, lr float64) (Optimizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &algorithmOptimizer{b: b, a: a}, nil
+	return &algorithmOptimizer{Optimizer: b, b: b, a: a}, nil
 }
 
-// algorithmOptimizer is an Algorithm's Optimizer. It holds its base rather than
-// embedding it, so that it is not an optim.Stepper: its step is not one of libtorch's
-// kernels.
+// algorithmOptimizer is an Algorithm's Optimizer. It embeds its base as an Optimizer
+// (whose Step it replaces) rather than as a *base, so that it is not an optim.Stepper:
+// its step is not one of libtorch's kernels.
 type algorithmOptimizer struct {
+	Optimizer
 	b *base
 	a Algorithm
 }
@@ -150,21 +151,6 @@ func keep(slot **torch.Tensor, old, t *torch.Tensor) {
 	old.Free()
 	*slot = t
 }
-
-// ZeroGrad zeroes or drops the gradients.
-func (o *algorithmOptimizer) ZeroGrad(setToNone bool) { o.b.ZeroGrad(setToNone) }
-
-// ParamGroups returns the live parameter groups.
-func (o *algorithmOptimizer) ParamGroups() []*ParamGroup { return o.b.ParamGroups() }
-
-// StateDict returns PyTorch's optimizer state-dict layout.
-func (o *algorithmOptimizer) StateDict() *checkpoint.Dict { return o.b.StateDict() }
-
-// LoadStateDict loads PyTorch's optimizer state-dict layout.
-func (o *algorithmOptimizer) LoadStateDict(sd *checkpoint.Dict) error { return o.b.LoadStateDict(sd) }
-
-// Params returns every parameter, group by group.
-func (o *algorithmOptimizer) Params() []*torch.Tensor { return o.b.Params() }
 
 // Name returns the Algorithm's name, which the Trainer records as the optimizer's class.
 func (o *algorithmOptimizer) Name() string { return o.a.Name }

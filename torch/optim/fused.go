@@ -58,7 +58,7 @@ func fusedAdam(o *base, g *ParamGroup, lr *torch.Tensor, params, grads []*torch.
 			maxSqs[i] = r[3]
 		}
 	}
-	betas := pair(g, "betas", pair(o.defaultGroup(), "betas", [2]float64{0.9, 0.999}))
+	betas := g.Pair("betas", o.defaultGroup().Pair("betas", [2]float64{0.9, 0.999}))
 	wd, eps, maximize := o.float(g, "weight_decay"), o.float(g, "eps"), o.flag(g, "maximize")
 	torch.ForeachAddScalarInPlace(steps, 1)
 	if o.flag(g, "decoupled_weight_decay") {

@@ -52,15 +52,11 @@ type ParamGroup struct {
 // Float returns the numeric group option key (ints and bools convert), or def when the
 // group has no such key.
 func (g *ParamGroup) Float(key string, def float64) float64 {
-	v, ok := g.Options.Lookup(key)
-	if !ok {
-		return def
+	v, _ := g.Options.Lookup(key) // nil, not a number, when missing
+	if f, ok := number(v); ok {
+		return f
 	}
-	f, ok := number(v)
-	if !ok {
-		return def
-	}
-	return f
+	return def
 }
 
 // Group is a parameter group for the New*Groups constructors: its parameters and the
@@ -101,14 +97,8 @@ func (g *ParamGroup) Bool(key string) bool { return g.Float(key, 0) != 0 }
 
 // Pair returns the two-number option key ("betas"), or def when the group has no such
 // key or it is not two numbers.
-func (g *ParamGroup) Pair(key string, def [2]float64) [2]float64 { return pair(g, key, def) }
-
-// pair reads a two-number tuple option such as "betas".
-func pair(g *ParamGroup, key string, def [2]float64) [2]float64 {
-	v, ok := g.Options.Lookup(key)
-	if !ok {
-		return def
-	}
+func (g *ParamGroup) Pair(key string, def [2]float64) [2]float64 {
+	v, _ := g.Options.Lookup(key) // nil, not a pair, when missing
 	if p, ok := pairValue(v); ok {
 		return p
 	}
@@ -303,7 +293,7 @@ func (o *base) readHyper(g *ParamGroup, h []float64) {
 		} else if key == "lr" {
 			h[i] = g.LR
 		} else if key == "betas" {
-			b := pair(g, key, pair(def, key, [2]float64{}))
+			b := g.Pair(key, def.Pair(key, [2]float64{}))
 			h[i], h[i+1] = b[0], b[1]
 			i++
 		} else if _, ok := g.Options.Lookup(key); ok {
@@ -397,17 +387,13 @@ func (o *base) StateDict() *checkpoint.Dict {
 	o.syncState()
 	state := checkpoint.NewDict()
 	for i, slots := range o.state {
-		var d *checkpoint.Dict
+		d := checkpoint.NewDict()
 		for k, name := range o.k.slots {
-			if slots[k] == nil {
-				continue
+			if slots[k] != nil {
+				d.Set(name, slots[k])
 			}
-			if d == nil {
-				d = checkpoint.NewDict()
-			}
-			d.Set(name, slots[k])
 		}
-		if d != nil {
+		if d.Len() > 0 {
 			state.Set(int64(i), d)
 		}
 	}
@@ -485,18 +471,16 @@ func (o *base) LoadStateDict(sd *checkpoint.Dict) (err error) {
 			key, _ := k.(string)
 			switch key {
 			case "params", "param_names":
-			case "lr":
+			case "lr", "initial_lr":
 				f, ok := number(v)
 				if !ok {
-					return fmt.Errorf("param_groups[%d] lr is %T, want a number", gi, v)
+					return fmt.Errorf("param_groups[%d] %s is %T, want a number", gi, key, v)
 				}
-				ng.LR = f
-			case "initial_lr":
-				f, ok := number(v)
-				if !ok {
-					return fmt.Errorf("param_groups[%d] initial_lr is %T, want a number", gi, v)
+				if key == "lr" {
+					ng.LR = f
+				} else {
+					ng.InitialLR, ng.HasInitialLR = f, true
 				}
-				ng.InitialLR, ng.HasInitialLR = f, true
 			default:
 				ng.Options.Set(k, v)
 			}

@@ -9,11 +9,39 @@ import (
 
 func single(params []*torch.Tensor) []Group { return []Group{{Params: params}} }
 
-func or(v, def float64) float64 {
-	if v == 0 {
+// newOpt returns the optimizer T of kind k over groups.
+func newOpt[T ~struct{ *base }](k *kind, groups []Group, lr float64, defaults *checkpoint.Dict) (*T, error) {
+	b, err := newBase(k, groups, lr, defaults)
+	if err != nil {
+		return nil, err
+	}
+	return &T{b}, nil
+}
+
+// or returns v, or def when v is the zero value (an option left unset).
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
 		return def
 	}
 	return v
+}
+
+// dictOf returns the dict of the key, value pairs in kv, in order.
+func dictOf(kv ...any) *checkpoint.Dict {
+	d := checkpoint.NewDict()
+	for i := 0; i < len(kv); i += 2 {
+		d.Set(kv[i], kv[i+1])
+	}
+	return d
+}
+
+// fusedValue is the "fused" option PyTorch stores: True when set, else None.
+func fusedValue(fused bool) any {
+	if fused {
+		return true
+	}
+	return nil
 }
 
 // nonNegative checks that each of keys, where the group sets it, is a number >= 0, as
@@ -69,20 +97,9 @@ var sgdKind = &kind{
 }
 
 func sgdDefaults(o SGDOptions) *checkpoint.Dict {
-	d := checkpoint.NewDict()
-	d.Set("momentum", o.Momentum)
-	d.Set("dampening", o.Dampening)
-	d.Set("weight_decay", o.WeightDecay)
-	d.Set("nesterov", o.Nesterov)
-	d.Set("maximize", o.Maximize)
-	d.Set("foreach", nil)
-	d.Set("differentiable", false)
-	if o.Fused {
-		d.Set("fused", true)
-	} else {
-		d.Set("fused", nil)
-	}
-	return d
+	return dictOf("momentum", o.Momentum, "dampening", o.Dampening, "weight_decay", o.WeightDecay,
+		"nesterov", o.Nesterov, "maximize", o.Maximize, "foreach", nil, "differentiable", false,
+		"fused", fusedValue(o.Fused))
 }
 
 // NewSGD returns torch.optim.SGD over params with one parameter group.
@@ -93,11 +110,7 @@ func NewSGD(params []*torch.Tensor, o SGDOptions) (*SGD, error) {
 // NewSGDGroups returns torch.optim.SGD over parameter groups; o gives the options a
 // group does not override.
 func NewSGDGroups(groups []Group, o SGDOptions) (*SGD, error) {
-	b, err := newBase(sgdKind, groups, or(o.LR, 1e-3), sgdDefaults(o))
-	if err != nil {
-		return nil, err
-	}
-	return &SGD{b}, nil
+	return newOpt[SGD](sgdKind, groups, or(o.LR, 1e-3), sgdDefaults(o))
 }
 
 // ---- Adam and AdamW ----
@@ -149,7 +162,7 @@ func adamKind(name string, fixed map[string]float64) *kind {
 					return fmt.Errorf("betas is %v (%T), want two numbers", v, v)
 				}
 			}
-			b := pair(g, "betas", [2]float64{0.9, 0.999})
+			b := g.Pair("betas", [2]float64{0.9, 0.999})
 			for i, v := range b {
 				if !(v >= 0 && v < 1) {
 					return fmt.Errorf("invalid beta parameter at index %d: %v (betas must be in [0, 1))", i, v)
@@ -170,22 +183,10 @@ func adamDefaults(o AdamOptions, decoupled bool) *checkpoint.Dict {
 	if o.Betas == [2]float64{} {
 		o.Betas = DefaultAdam.Betas
 	}
-	d := checkpoint.NewDict()
-	d.Set("betas", checkpoint.Tuple{o.Betas[0], o.Betas[1]})
-	d.Set("eps", or(o.Eps, 1e-8))
-	d.Set("weight_decay", o.WeightDecay)
-	d.Set("amsgrad", o.AMSGrad)
-	d.Set("maximize", o.Maximize)
-	d.Set("foreach", nil)
-	d.Set("capturable", false)
-	d.Set("differentiable", false)
-	if o.Fused {
-		d.Set("fused", true)
-	} else {
-		d.Set("fused", nil)
-	}
-	d.Set("decoupled_weight_decay", decoupled)
-	return d
+	return dictOf("betas", checkpoint.Tuple{o.Betas[0], o.Betas[1]}, "eps", or(o.Eps, 1e-8),
+		"weight_decay", o.WeightDecay, "amsgrad", o.AMSGrad, "maximize", o.Maximize, "foreach", nil,
+		"capturable", false, "differentiable", false, "fused", fusedValue(o.Fused),
+		"decoupled_weight_decay", decoupled)
 }
 
 // NewAdam returns torch.optim.Adam over params with one parameter group.
@@ -196,11 +197,7 @@ func NewAdam(params []*torch.Tensor, o AdamOptions) (*Adam, error) {
 // NewAdamGroups returns torch.optim.Adam over parameter groups; o gives the options a
 // group does not override.
 func NewAdamGroups(groups []Group, o AdamOptions) (*Adam, error) {
-	b, err := newBase(adamK, groups, or(o.LR, 1e-3), adamDefaults(o, false))
-	if err != nil {
-		return nil, err
-	}
-	return &Adam{b}, nil
+	return newOpt[Adam](adamK, groups, or(o.LR, 1e-3), adamDefaults(o, false))
 }
 
 // NewAdamW returns torch.optim.AdamW (Adam with decoupled weight decay: each step
@@ -212,11 +209,7 @@ func NewAdamW(params []*torch.Tensor, o AdamOptions) (*Adam, error) {
 
 // NewAdamWGroups returns torch.optim.AdamW over parameter groups.
 func NewAdamWGroups(groups []Group, o AdamOptions) (*Adam, error) {
-	b, err := newBase(adamWK, groups, or(o.LR, 1e-3), adamDefaults(o, true))
-	if err != nil {
-		return nil, err
-	}
-	return &Adam{b}, nil
+	return newOpt[Adam](adamWK, groups, or(o.LR, 1e-3), adamDefaults(o, true))
 }
 
 // ---- RMSprop ----
@@ -246,21 +239,10 @@ func NewRMSprop(params []*torch.Tensor, o RMSpropOptions) (*RMSprop, error) {
 
 // NewRMSpropGroups returns torch.optim.RMSprop over parameter groups.
 func NewRMSpropGroups(groups []Group, o RMSpropOptions) (*RMSprop, error) {
-	d := checkpoint.NewDict()
-	d.Set("momentum", o.Momentum)
-	d.Set("alpha", or(o.Alpha, 0.99))
-	d.Set("eps", or(o.Eps, 1e-8))
-	d.Set("centered", o.Centered)
-	d.Set("weight_decay", o.WeightDecay)
-	d.Set("capturable", false)
-	d.Set("foreach", nil)
-	d.Set("maximize", o.Maximize)
-	d.Set("differentiable", false)
-	b, err := newBase(rmspropKind, groups, or(o.LR, 1e-2), d)
-	if err != nil {
-		return nil, err
-	}
-	return &RMSprop{b}, nil
+	d := dictOf("momentum", o.Momentum, "alpha", or(o.Alpha, 0.99), "eps", or(o.Eps, 1e-8),
+		"centered", o.Centered, "weight_decay", o.WeightDecay, "capturable", false, "foreach", nil,
+		"maximize", o.Maximize, "differentiable", false)
+	return newOpt[RMSprop](rmspropKind, groups, or(o.LR, 1e-2), d)
 }
 
 // ---- Adagrad ----
@@ -307,18 +289,8 @@ func NewAdagrad(params []*torch.Tensor, o AdagradOptions) (*Adagrad, error) {
 
 // NewAdagradGroups returns torch.optim.Adagrad over parameter groups.
 func NewAdagradGroups(groups []Group, o AdagradOptions) (*Adagrad, error) {
-	d := checkpoint.NewDict()
-	d.Set("lr_decay", o.LRDecay)
-	d.Set("eps", or(o.Eps, 1e-10))
-	d.Set("weight_decay", o.WeightDecay)
-	d.Set("initial_accumulator_value", o.InitialAccumulatorValue)
-	d.Set("foreach", nil)
-	d.Set("maximize", o.Maximize)
-	d.Set("differentiable", false)
-	d.Set("fused", nil)
-	b, err := newBase(adagradKind, groups, or(o.LR, 1e-2), d)
-	if err != nil {
-		return nil, err
-	}
-	return &Adagrad{b}, nil
+	d := dictOf("lr_decay", o.LRDecay, "eps", or(o.Eps, 1e-10), "weight_decay", o.WeightDecay,
+		"initial_accumulator_value", o.InitialAccumulatorValue, "foreach", nil, "maximize", o.Maximize,
+		"differentiable", false, "fused", nil)
+	return newOpt[Adagrad](adagradKind, groups, or(o.LR, 1e-2), d)
 }

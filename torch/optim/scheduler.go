@@ -44,14 +44,29 @@ type lrBase struct {
 	lastEpoch int64
 	stepCount int64
 	isInitial bool
-	lastLR    []float64
+	lastLRs
 	// getLR is the recursive ("chainable") form; closed is the closed form, or nil.
 	getLR  func() []float64
 	closed func() []float64
-	// own writes and reads the subclass's fields (which precede the common keys).
+	// fields are the subclass's numeric fields, then own writes and loadOwn reads its
+	// others: all precede the common keys.
+	fields  []schedField
 	own     func(d *checkpoint.Dict)
 	loadOwn func(d *checkpoint.Dict) error
 }
+
+// schedField is a scheduler's numeric state-dict key and its field, an *int64 or a
+// *float64.
+type schedField struct {
+	key string
+	ptr any
+}
+
+// lastLRs holds the learning rates the last step set.
+type lastLRs struct{ lastLR []float64 }
+
+// LastLR returns the learning rates set by the last step.
+func (s *lastLRs) LastLR() []float64 { return slices.Clone(s.lastLR) }
 
 func (s *lrBase) init(opt Optimizer) {
 	s.opt = opt
@@ -72,10 +87,31 @@ func (s *lrBase) initialStep() {
 	s.isInitial = false
 }
 
-func (s *lrBase) lrs() []float64 {
+func (s *lrBase) lrs() []float64 { return groupLRs(s.opt) }
+
+// groupLRs returns the optimizer's groups' learning rates.
+func groupLRs(opt Optimizer) []float64 {
 	var out []float64
-	for _, g := range s.opt.ParamGroups() {
+	for _, g := range opt.ParamGroups() {
 		out = append(out, g.LR)
+	}
+	return out
+}
+
+// scaledLRs returns the groups' learning rates times f.
+func (s *lrBase) scaledLRs(f float64) []float64 {
+	out := s.lrs()
+	for i := range out {
+		out[i] *= f
+	}
+	return out
+}
+
+// scaledBase returns the base learning rates times f.
+func (s *lrBase) scaledBase(f float64) []float64 {
+	out := make([]float64, len(s.baseLRs))
+	for i, b := range s.baseLRs {
+		out[i] = b * f
 	}
 	return out
 }
@@ -107,13 +143,11 @@ func (s *lrBase) update(epoch *int64) {
 	s.lastLR = s.lrs()
 }
 
-// LastLR returns the learning rates set by the last step.
-func (s *lrBase) LastLR() []float64 { return append([]float64(nil), s.lastLR...) }
-
 // LastEpoch returns the number of steps taken since construction (last_epoch).
 func (s *lrBase) LastEpoch() int64 { return s.lastEpoch }
 
-func floats(v []float64) []any {
+// anys converts v to a Python list.
+func anys[T any](v []T) []any {
 	out := make([]any, len(v))
 	for i, f := range v {
 		out[i] = f
@@ -126,15 +160,23 @@ func floats(v []float64) []any {
 // _last_lr.
 func (s *lrBase) StateDict() *checkpoint.Dict {
 	d := checkpoint.NewDict()
+	for _, f := range s.fields {
+		switch p := f.ptr.(type) {
+		case *int64:
+			d.Set(f.key, *p)
+		case *float64:
+			d.Set(f.key, *p)
+		}
+	}
 	if s.own != nil {
 		s.own(d)
 	}
-	d.Set("base_lrs", floats(s.baseLRs))
+	d.Set("base_lrs", anys(s.baseLRs))
 	d.Set("last_epoch", s.lastEpoch)
 	d.Set("_step_count", s.stepCount)
 	d.Set("_is_initial", s.isInitial)
 	d.Set("_get_lr_called_within_step", false)
-	d.Set("_last_lr", floats(s.lastLR))
+	d.Set("_last_lr", anys(s.lastLR))
 	return d
 }
 
@@ -190,6 +232,18 @@ func (s *lrBase) LoadStateDict(sd *checkpoint.Dict) error {
 	if v, err := checkpoint.GetBool(sd, "_is_initial"); err == nil {
 		s.isInitial = v
 	}
+	for _, f := range s.fields {
+		v, err := getNum(sd, f.key)
+		if err != nil {
+			return wrap(err)
+		}
+		switch p := f.ptr.(type) {
+		case *int64:
+			*p = int64(v)
+		case *float64:
+			*p = v
+		}
+	}
 	if s.loadOwn != nil {
 		if err := s.loadOwn(sd); err != nil {
 			return wrap(err)
@@ -222,29 +276,12 @@ func NewStepLR(opt Optimizer, stepSize int64, gamma float64) (*StepLR, error) {
 		if s.lastEpoch == 0 || s.lastEpoch%s.StepSize != 0 {
 			return s.lrs()
 		}
-		out := s.lrs()
-		for i := range out {
-			out[i] *= s.Gamma
-		}
-		return out
+		return s.scaledLRs(s.Gamma)
 	}
 	s.closed = func() []float64 {
-		out := make([]float64, len(s.baseLRs))
-		for i, b := range s.baseLRs {
-			out[i] = b * math.Pow(s.Gamma, float64(floorDiv(s.lastEpoch, s.StepSize)))
-		}
-		return out
+		return s.scaledBase(math.Pow(s.Gamma, float64(floorDiv(s.lastEpoch, s.StepSize))))
 	}
-	s.own = func(d *checkpoint.Dict) { d.Set("step_size", s.StepSize); d.Set("gamma", s.Gamma) }
-	s.loadOwn = func(d *checkpoint.Dict) error {
-		ss, err := getNum(d, "step_size")
-		if err != nil {
-			return err
-		}
-		s.StepSize = int64(ss)
-		s.Gamma, err = getNum(d, "gamma")
-		return err
-	}
+	s.fields = []schedField{{"step_size", &s.StepSize}, {"gamma", &s.Gamma}}
 	s.init(opt)
 	return s, nil
 }
@@ -294,15 +331,11 @@ func NewMultiStepLR(opt Optimizer, milestones []int64, gamma float64) (*MultiSte
 		s.Milestones[m]++
 	}
 	s.getLR = func() []float64 {
-		out := s.lrs()
 		n, ok := s.Milestones[s.lastEpoch]
 		if !ok {
-			return out
+			return s.lrs()
 		}
-		for i := range out {
-			out[i] *= math.Pow(s.Gamma, float64(n))
-		}
-		return out
+		return s.scaledLRs(math.Pow(s.Gamma, float64(n)))
 	}
 	s.closed = func() []float64 {
 		var ms []int64
@@ -313,11 +346,7 @@ func NewMultiStepLR(opt Optimizer, milestones []int64, gamma float64) (*MultiSte
 		}
 		sort.Slice(ms, func(i, j int) bool { return ms[i] < ms[j] })
 		k := sort.Search(len(ms), func(i int) bool { return ms[i] > s.lastEpoch })
-		out := make([]float64, len(s.baseLRs))
-		for i, b := range s.baseLRs {
-			out[i] = b * math.Pow(s.Gamma, float64(k))
-		}
-		return out
+		return s.scaledBase(math.Pow(s.Gamma, float64(k)))
 	}
 	s.own = func(d *checkpoint.Dict) {
 		md := checkpoint.NewDict()
@@ -367,24 +396,13 @@ func NewExponentialLR(opt Optimizer, gamma float64) (*ExponentialLR, error) {
 	}
 	s := &ExponentialLR{lrBase: &lrBase{}, Gamma: gamma}
 	s.getLR = func() []float64 {
-		out := s.lrs()
 		if s.isInitial {
-			return out
+			return s.lrs()
 		}
-		for i := range out {
-			out[i] *= s.Gamma
-		}
-		return out
+		return s.scaledLRs(s.Gamma)
 	}
-	s.closed = func() []float64 {
-		out := make([]float64, len(s.baseLRs))
-		for i, b := range s.baseLRs {
-			out[i] = b * math.Pow(s.Gamma, float64(s.lastEpoch))
-		}
-		return out
-	}
-	s.own = func(d *checkpoint.Dict) { d.Set("gamma", s.Gamma) }
-	s.loadOwn = func(d *checkpoint.Dict) (err error) { s.Gamma, err = getNum(d, "gamma"); return err }
+	s.closed = func() []float64 { return s.scaledBase(math.Pow(s.Gamma, float64(s.lastEpoch))) }
+	s.fields = []schedField{{"gamma", &s.Gamma}}
 	s.init(opt)
 	return s, nil
 }
@@ -438,16 +456,7 @@ func NewCosineAnnealingLR(opt Optimizer, tMax int64, etaMin float64) (*CosineAnn
 		}
 		return out
 	}
-	s.own = func(d *checkpoint.Dict) { d.Set("T_max", s.TMax); d.Set("eta_min", s.EtaMin) }
-	s.loadOwn = func(d *checkpoint.Dict) error {
-		tm, err := getNum(d, "T_max")
-		if err != nil {
-			return err
-		}
-		s.TMax = int64(tm)
-		s.EtaMin, err = getNum(d, "eta_min")
-		return err
-	}
+	s.fields = []schedField{{"T_max", &s.TMax}, {"eta_min", &s.EtaMin}}
 	s.init(opt)
 	return s, nil
 }
@@ -488,42 +497,20 @@ func NewLinearLR(opt Optimizer, startFactor, endFactor float64, totalIters int64
 	}
 	s := &LinearLR{lrBase: &lrBase{}, StartFactor: startFactor, EndFactor: endFactor, TotalIters: totalIters}
 	s.getLR = func() []float64 {
-		out := s.lrs()
 		switch {
 		case s.lastEpoch == 0:
-			for i := range out {
-				out[i] *= s.StartFactor
-			}
+			return s.scaledLRs(s.StartFactor)
 		case s.isInitial || s.lastEpoch > s.TotalIters:
-		default:
-			for i := range out {
-				out[i] *= 1.0 + (s.EndFactor-s.StartFactor)/(float64(s.TotalIters)*s.StartFactor+float64(s.lastEpoch-1)*(s.EndFactor-s.StartFactor))
-			}
+			return s.lrs()
 		}
-		return out
+		d := s.EndFactor - s.StartFactor
+		return s.scaledLRs(1.0 + d/(float64(s.TotalIters)*s.StartFactor+float64(s.lastEpoch-1)*d))
 	}
 	s.closed = func() []float64 {
-		out := make([]float64, len(s.baseLRs))
-		for i, b := range s.baseLRs {
-			out[i] = b * (s.StartFactor + (s.EndFactor-s.StartFactor)*float64(min(s.TotalIters, s.lastEpoch))/float64(s.TotalIters))
-		}
-		return out
+		return s.scaledBase(s.StartFactor + (s.EndFactor-s.StartFactor)*float64(min(s.TotalIters, s.lastEpoch))/float64(s.TotalIters))
 	}
-	s.own = func(d *checkpoint.Dict) {
-		d.Set("start_factor", s.StartFactor)
-		d.Set("end_factor", s.EndFactor)
-		d.Set("total_iters", s.TotalIters)
-	}
-	s.loadOwn = func(d *checkpoint.Dict) (err error) {
-		if s.StartFactor, err = getNum(d, "start_factor"); err != nil {
-			return err
-		}
-		if s.EndFactor, err = getNum(d, "end_factor"); err != nil {
-			return err
-		}
-		ti, err := getNum(d, "total_iters")
-		s.TotalIters = int64(ti)
-		return err
+	s.fields = []schedField{
+		{"start_factor", &s.StartFactor}, {"end_factor", &s.EndFactor}, {"total_iters", &s.TotalIters},
 	}
 	s.init(opt)
 	return s, nil
@@ -615,15 +602,11 @@ func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleO
 	if totalSteps <= 0 {
 		return nil, fmt.Errorf("optim: OneCycleLR: total_steps must be a positive integer, got %d", totalSteps)
 	}
-	if o.PctStart == 0 {
-		o.PctStart = 0.3
-	}
+	o.PctStart = or(o.PctStart, 0.3)
 	if !(o.PctStart >= 0 && o.PctStart <= 1) {
 		return nil, fmt.Errorf("optim: OneCycleLR: pct_start must be a float between 0 and 1, got %v", o.PctStart)
 	}
-	if o.AnnealStrategy == "" {
-		o.AnnealStrategy = "cos"
-	}
+	o.AnnealStrategy = or(o.AnnealStrategy, "cos")
 	if o.AnnealStrategy != "cos" && o.AnnealStrategy != "linear" {
 		return nil, fmt.Errorf("optim: OneCycleLR: anneal_strategy must be one of 'cos' or 'linear', got %q", o.AnnealStrategy)
 	}
@@ -660,17 +643,12 @@ func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleO
 	}
 	s := &OneCycleLR{lrBase: &lrBase{}, TotalSteps: totalSteps, anneal: o.AnnealStrategy, cycleMomentum: !o.NoCycleMomentum}
 	n := float64(totalSteps)
+	warmup := oneCyclePhase{o.PctStart*n - 1, false, "initial_lr", "max_lr", "max_momentum", "base_momentum"}
+	s.phases = []oneCyclePhase{warmup, {n - 1, true, "max_lr", "min_lr", "base_momentum", "max_momentum"}}
 	if o.ThreePhase {
-		s.phases = []oneCyclePhase{
-			{o.PctStart*n - 1, false, "initial_lr", "max_lr", "max_momentum", "base_momentum"},
+		s.phases = []oneCyclePhase{warmup,
 			{2*o.PctStart*n - 2, false, "max_lr", "initial_lr", "base_momentum", "max_momentum"},
-			{n - 1, true, "initial_lr", "min_lr", "max_momentum", "max_momentum"},
-		}
-	} else {
-		s.phases = []oneCyclePhase{
-			{o.PctStart*n - 1, false, "initial_lr", "max_lr", "max_momentum", "base_momentum"},
-			{n - 1, true, "max_lr", "min_lr", "base_momentum", "max_momentum"},
-		}
+			{n - 1, true, "initial_lr", "min_lr", "max_momentum", "max_momentum"}}
 	}
 	for i, g := range groups {
 		g.InitialLR, g.HasInitialLR = maxLR[i]/o.DivFactor, true
@@ -686,6 +664,7 @@ func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleO
 		}
 	}
 	s.getLR = s.compute
+	s.fields = []schedField{{"total_steps", &s.TotalSteps}}
 	s.own = s.writeOwn
 	s.loadOwn = s.readOwn
 	s.init(opt)
@@ -694,7 +673,7 @@ func NewOneCycleLR(opt Optimizer, maxLR []float64, totalSteps int64, o OneCycleO
 
 func (s *OneCycleLR) setMomentum(g *ParamGroup, m float64) {
 	if s.useBeta1 {
-		b := pair(g, "betas", [2]float64{0.9, 0.999})
+		b := g.Pair("betas", [2]float64{0.9, 0.999})
 		g.Options.Set("betas", checkpoint.Tuple{m, b[1]})
 	} else {
 		g.Options.Set("momentum", m)
@@ -748,20 +727,14 @@ func (s *OneCycleLR) compute() []float64 {
 }
 
 func (s *OneCycleLR) writeOwn(d *checkpoint.Dict) {
-	d.Set("total_steps", s.TotalSteps)
 	phases := make([]any, len(s.phases))
 	for i, ph := range s.phases {
-		p := checkpoint.NewDict()
+		var end any = ph.end
 		if ph.endIsInt {
-			p.Set("end_step", int64(ph.end))
-		} else {
-			p.Set("end_step", ph.end)
+			end = int64(ph.end)
 		}
-		p.Set("start_lr", ph.startLR)
-		p.Set("end_lr", ph.endLR)
-		p.Set("start_momentum", ph.startMomentum)
-		p.Set("end_momentum", ph.endMomentum)
-		phases[i] = p
+		phases[i] = dictOf("end_step", end, "start_lr", ph.startLR, "end_lr", ph.endLR,
+			"start_momentum", ph.startMomentum, "end_momentum", ph.endMomentum)
 	}
 	d.Set("_schedule_phases", phases)
 	d.Set("_anneal_func_type", s.anneal)
@@ -772,11 +745,6 @@ func (s *OneCycleLR) writeOwn(d *checkpoint.Dict) {
 }
 
 func (s *OneCycleLR) readOwn(d *checkpoint.Dict) error {
-	ts, err := getNum(d, "total_steps")
-	if err != nil {
-		return err
-	}
-	s.TotalSteps = int64(ts)
 	pl, err := checkpoint.GetList(d, "_schedule_phases")
 	if err != nil {
 		return err
@@ -821,7 +789,7 @@ type SequentialLR struct {
 	children   []Scheduler
 	milestones []int64
 	lastEpoch  int64
-	lastLR     []float64
+	lastLRs
 }
 
 type lrScheduler interface {
@@ -889,26 +857,15 @@ func (s *SequentialLR) Step() {
 	s.lastLR = b.LastLR()
 }
 
-// LastLR returns the learning rates set by the last step.
-func (s *SequentialLR) LastLR() []float64 { return append([]float64(nil), s.lastLR...) }
-
 // StateDict returns PyTorch's SequentialLR state dict: _milestones, last_epoch, _last_lr
 // and _schedulers, the children's state dicts.
 func (s *SequentialLR) StateDict() *checkpoint.Dict {
-	d := checkpoint.NewDict()
-	ms := make([]any, len(s.milestones))
-	for i, m := range s.milestones {
-		ms[i] = m
-	}
-	d.Set("_milestones", ms)
-	d.Set("last_epoch", s.lastEpoch)
-	d.Set("_last_lr", floats(s.lastLR))
 	cs := make([]any, len(s.children))
 	for i, c := range s.children {
 		cs[i] = c.StateDict()
 	}
-	d.Set("_schedulers", cs)
-	return d
+	return dictOf("_milestones", anys(s.milestones), "last_epoch", s.lastEpoch, "_last_lr", anys(s.lastLR),
+		"_schedulers", cs)
 }
 
 // LoadStateDict restores a SequentialLR state dict and its children's.
@@ -974,7 +931,7 @@ type ReduceLROnPlateau struct {
 	best, modeWorse              float64
 	cooldownCounter, numBadEpoch int64
 	lastEpoch                    int64
-	lastLR                       []float64
+	lastLRs
 }
 
 // NewReduceLROnPlateau returns torch.optim.lr_scheduler.ReduceLROnPlateau(opt, ...).
@@ -982,9 +939,7 @@ type ReduceLROnPlateau struct {
 // ThresholdMode "rel" or "abs", Patience, Cooldown, Threshold, Eps and MinLRs not
 // negative, and MinLRs of length 0, 1 or one per group.
 func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) (*ReduceLROnPlateau, error) {
-	if o.Factor == 0 {
-		o.Factor = 0.1
-	}
+	o.Factor = or(o.Factor, 0.1)
 	// PyTorch checks only factor < 1.0; a negative factor would make a negative rate.
 	if !(o.Factor > 0 && o.Factor < 1) {
 		return nil, fmt.Errorf("optim: ReduceLROnPlateau: factor must be in (0, 1), got %v", o.Factor)
@@ -992,12 +947,8 @@ func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) (*ReduceLROnPlateau, 
 	if o.Patience == 0 && !o.ZeroPatience {
 		o.Patience = 10
 	}
-	if o.Mode == "" {
-		o.Mode = "min"
-	}
-	if o.ThresholdMode == "" {
-		o.ThresholdMode = "rel"
-	}
+	o.Mode = or(o.Mode, "min")
+	o.ThresholdMode = or(o.ThresholdMode, "rel")
 	if o.Mode != "min" && o.Mode != "max" {
 		return nil, fmt.Errorf("optim: ReduceLROnPlateau: mode must be \"min\" or \"max\", got %q", o.Mode)
 	}
@@ -1017,11 +968,8 @@ func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) (*ReduceLROnPlateau, 
 			return nil, fmt.Errorf("optim: ReduceLROnPlateau: min_lrs[%d] must be >= 0, got %v", i, v)
 		}
 	}
-	if o.Threshold == 0 {
-		o.Threshold = 1e-4
-	}
-	s := &ReduceLROnPlateau{opt: opt, factor: o.Factor, threshold: o.Threshold, eps: or(o.Eps, 1e-8),
-		patience: o.Patience, cooldown: o.Cooldown, mode: o.Mode, thresholdMode: o.ThresholdMode}
+	s := &ReduceLROnPlateau{opt: opt, factor: o.Factor, threshold: or(o.Threshold, 1e-4),
+		eps: or(o.Eps, 1e-8), patience: o.Patience, cooldown: o.Cooldown, mode: o.Mode, thresholdMode: o.ThresholdMode}
 	n := len(opt.ParamGroups())
 	switch len(o.MinLRs) {
 	case 0, 1:
@@ -1030,9 +978,7 @@ func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) (*ReduceLROnPlateau, 
 			v = o.MinLRs[0]
 		}
 		s.defaultMinLR = &v
-		for range n {
-			s.minLRs = append(s.minLRs, v)
-		}
+		s.minLRs = slices.Repeat([]float64{v}, n)
 	case n:
 		s.minLRs = append([]float64(nil), o.MinLRs...)
 	default:
@@ -1042,17 +988,9 @@ func NewReduceLROnPlateau(opt Optimizer, o PlateauOptions) (*ReduceLROnPlateau, 
 	if s.mode == "max" {
 		s.modeWorse = math.Inf(-1)
 	}
-	s.lastLR = s.lrs()
+	s.lastLR = groupLRs(opt)
 	s.best = s.modeWorse
 	return s, nil
-}
-
-func (s *ReduceLROnPlateau) lrs() []float64 {
-	var out []float64
-	for _, g := range s.opt.ParamGroups() {
-		out = append(out, g.LR)
-	}
-	return out
 }
 
 // Step does nothing: ReduceLROnPlateau needs a metric (StepMetric).
@@ -1094,35 +1032,20 @@ func (s *ReduceLROnPlateau) StepMetric(v float64) {
 		s.cooldownCounter = s.cooldown
 		s.numBadEpoch = 0
 	}
-	s.lastLR = s.lrs()
+	s.lastLR = groupLRs(s.opt)
 }
-
-// LastLR returns the groups' learning rates after the last StepMetric.
-func (s *ReduceLROnPlateau) LastLR() []float64 { return append([]float64(nil), s.lastLR...) }
 
 // StateDict returns PyTorch's ReduceLROnPlateau state dict.
 func (s *ReduceLROnPlateau) StateDict() *checkpoint.Dict {
-	d := checkpoint.NewDict()
-	d.Set("factor", s.factor)
+	var defaultMinLR any // None when min_lrs has one value per group
 	if s.defaultMinLR != nil {
-		d.Set("default_min_lr", *s.defaultMinLR)
-	} else {
-		d.Set("default_min_lr", nil)
+		defaultMinLR = *s.defaultMinLR
 	}
-	d.Set("min_lrs", floats(s.minLRs))
-	d.Set("patience", s.patience)
-	d.Set("cooldown", s.cooldown)
-	d.Set("eps", s.eps)
-	d.Set("last_epoch", s.lastEpoch)
-	d.Set("_last_lr", floats(s.lastLR))
-	d.Set("mode_worse", s.modeWorse)
-	d.Set("mode", s.mode)
-	d.Set("threshold", s.threshold)
-	d.Set("threshold_mode", s.thresholdMode)
-	d.Set("best", s.best)
-	d.Set("cooldown_counter", s.cooldownCounter)
-	d.Set("num_bad_epochs", s.numBadEpoch)
-	return d
+	return dictOf("factor", s.factor, "default_min_lr", defaultMinLR, "min_lrs", anys(s.minLRs),
+		"patience", s.patience, "cooldown", s.cooldown, "eps", s.eps, "last_epoch", s.lastEpoch,
+		"_last_lr", anys(s.lastLR), "mode_worse", s.modeWorse, "mode", s.mode,
+		"threshold", s.threshold, "threshold_mode", s.thresholdMode, "best", s.best,
+		"cooldown_counter", s.cooldownCounter, "num_bad_epochs", s.numBadEpoch)
 }
 
 // LoadStateDict restores a ReduceLROnPlateau state dict.
