@@ -170,23 +170,21 @@ func deviceSets(params []*torch.Tensor) [][]int {
 		dev torch.Device
 		dt  torch.DType
 	}
-	var keys []key
-	sets := map[key][]int{}
+	var sets [][]int
+	at := map[key]int{} // the index in sets of each key's set
 	for j, p := range params {
 		if p.Grad() == nil {
 			continue
 		}
 		k := key{p.Device(), p.DType()}
-		if _, ok := sets[k]; !ok {
-			keys = append(keys, k)
+		i, ok := at[k]
+		if !ok {
+			i, at[k] = len(sets), len(sets)
+			sets = append(sets, nil)
 		}
-		sets[k] = append(sets[k], j)
+		sets[i] = append(sets[i], j)
 	}
-	out := make([][]int, len(keys))
-	for i, k := range keys {
-		out[i] = sets[k]
-	}
-	return out
+	return sets
 }
 
 // Capturable is implemented by the optimizers whose step a CUDA graph can capture: SGD,

@@ -400,8 +400,7 @@ func (o *base) StateDict() *checkpoint.Dict {
 	groups := make([]any, len(o.groups))
 	next := int64(0)
 	for gi, g := range o.groups {
-		d := checkpoint.NewDict()
-		d.Set("lr", g.LR)
+		d := dictOf("lr", g.LR)
 		for k, v := range g.Options.All() {
 			d.Set(k, v)
 		}
@@ -416,10 +415,7 @@ func (o *base) StateDict() *checkpoint.Dict {
 		d.Set("params", ids)
 		groups[gi] = d
 	}
-	sd := checkpoint.NewDict()
-	sd.Set("state", state)
-	sd.Set("param_groups", groups)
-	return sd
+	return dictOf("state", state, "param_groups", groups)
 }
 
 // LoadStateDict loads PyTorch's optimizer state dict layout, as Python's

@@ -2,6 +2,7 @@ package optim
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -208,6 +209,23 @@ func getNum(d *checkpoint.Dict, key string) (float64, error) {
 	return f, nil
 }
 
+// loadFields reads each field's number from d, in order.
+func loadFields(d *checkpoint.Dict, fields []schedField) error {
+	for _, f := range fields {
+		v, err := getNum(d, f.key)
+		if err != nil {
+			return err
+		}
+		switch p := f.ptr.(type) {
+		case *int64:
+			*p = int64(v)
+		case *float64:
+			*p = v
+		}
+	}
+	return nil
+}
+
 // LoadStateDict restores the state (as Python's scheduler.__dict__.update(sd)).
 func (s *lrBase) LoadStateDict(sd *checkpoint.Dict) error {
 	if sd == nil {
@@ -232,17 +250,8 @@ func (s *lrBase) LoadStateDict(sd *checkpoint.Dict) error {
 	if v, err := checkpoint.GetBool(sd, "_is_initial"); err == nil {
 		s.isInitial = v
 	}
-	for _, f := range s.fields {
-		v, err := getNum(sd, f.key)
-		if err != nil {
-			return wrap(err)
-		}
-		switch p := f.ptr.(type) {
-		case *int64:
-			*p = int64(v)
-		case *float64:
-			*p = v
-		}
+	if err := loadFields(sd, s.fields); err != nil {
+		return wrap(err)
 	}
 	if s.loadOwn != nil {
 		if err := s.loadOwn(sd); err != nil {
@@ -297,13 +306,8 @@ func checkGamma(name string, gamma float64) error {
 	return nil
 }
 
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if (a%b != 0) && ((a < 0) != (b < 0)) {
-		q--
-	}
-	return q
-}
+// floorDiv is Python's // on integers: a - pyMod(a, b) is a multiple of b.
+func floorDiv(a, b int64) int64 { return (a - pyMod(a, b)) / b }
 
 // MultiStepLR multiplies the learning rate by Gamma at each milestone step.
 type MultiStepLR struct {
@@ -338,24 +342,17 @@ func NewMultiStepLR(opt Optimizer, milestones []int64, gamma float64) (*MultiSte
 		return s.scaledLRs(math.Pow(s.Gamma, float64(n)))
 	}
 	s.closed = func() []float64 {
-		var ms []int64
+		k := int64(0) // the milestones reached, each as often as it was given
 		for m, n := range s.Milestones {
-			for range n {
-				ms = append(ms, m)
+			if m <= s.lastEpoch {
+				k += max(n, 0)
 			}
 		}
-		sort.Slice(ms, func(i, j int) bool { return ms[i] < ms[j] })
-		k := sort.Search(len(ms), func(i int) bool { return ms[i] > s.lastEpoch })
 		return s.scaledBase(math.Pow(s.Gamma, float64(k)))
 	}
 	s.own = func(d *checkpoint.Dict) {
 		md := checkpoint.NewDict()
-		keys := make([]int64, 0, len(s.Milestones))
-		for m := range s.Milestones {
-			keys = append(keys, m)
-		}
-		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-		for _, m := range keys {
+		for _, m := range slices.Sorted(maps.Keys(s.Milestones)) {
 			md.Set(m, s.Milestones[m])
 		}
 		d.Set("milestones", md)
@@ -792,11 +789,6 @@ type SequentialLR struct {
 	lastLRs
 }
 
-type lrScheduler interface {
-	Scheduler
-	base() *lrBase
-}
-
 // NewSequentialLR returns torch.optim.lr_scheduler.SequentialLR(opt, schedulers,
 // milestones). The schedulers must be this package's epoch schedulers on opt (not
 // ReduceLROnPlateau or another SequentialLR), with one more scheduler than milestones,
@@ -808,14 +800,12 @@ func NewSequentialLR(opt Optimizer, schedulers []Scheduler, milestones []int64) 
 	if len(milestones) != len(schedulers)-1 {
 		return nil, fmt.Errorf("optim: SequentialLR: milestones must have one value fewer than schedulers: got %d schedulers and %d milestones", len(schedulers), len(milestones))
 	}
-	for i := 1; i < len(milestones); i++ {
-		if milestones[i] < milestones[i-1] {
-			return nil, fmt.Errorf("optim: SequentialLR: milestones must be sorted, got %v", milestones)
-		}
+	if !slices.IsSorted(milestones) {
+		return nil, fmt.Errorf("optim: SequentialLR: milestones must be sorted, got %v", milestones)
 	}
 	s := &SequentialLR{opt: opt, children: schedulers, milestones: append([]int64(nil), milestones...)}
 	for i, c := range schedulers {
-		b, ok := c.(lrScheduler)
+		b, ok := c.(interface{ base() *lrBase })
 		if !ok {
 			return nil, fmt.Errorf("optim: SequentialLR: schedulers[%d] (%T) is not supported", i, c)
 		}
@@ -824,7 +814,6 @@ func NewSequentialLR(opt Optimizer, schedulers []Scheduler, milestones []int64) 
 		}
 		s.scheds = append(s.scheds, b.base())
 	}
-	s.lastEpoch = 0
 	for _, g := range opt.ParamGroups() {
 		g.LR = g.InitialLR
 	}
@@ -1055,19 +1044,11 @@ func (s *ReduceLROnPlateau) LoadStateDict(sd *checkpoint.Dict) (err error) {
 			err = fmt.Errorf("optim: ReduceLROnPlateau: load_state_dict: %w", err)
 		}
 	}()
-	nums := map[string]*float64{"factor": &s.factor, "eps": &s.eps, "mode_worse": &s.modeWorse, "threshold": &s.threshold, "best": &s.best}
-	for k, dst := range nums {
-		if *dst, err = getNum(sd, k); err != nil {
-			return err
-		}
-	}
-	ints := map[string]*int64{"patience": &s.patience, "cooldown": &s.cooldown, "last_epoch": &s.lastEpoch, "cooldown_counter": &s.cooldownCounter, "num_bad_epochs": &s.numBadEpoch}
-	for k, dst := range ints {
-		f, err := getNum(sd, k)
-		if err != nil {
-			return err
-		}
-		*dst = int64(f)
+	fields := []schedField{{"factor", &s.factor}, {"eps", &s.eps}, {"mode_worse", &s.modeWorse},
+		{"threshold", &s.threshold}, {"best", &s.best}, {"patience", &s.patience}, {"cooldown", &s.cooldown},
+		{"last_epoch", &s.lastEpoch}, {"cooldown_counter", &s.cooldownCounter}, {"num_bad_epochs", &s.numBadEpoch}}
+	if err = loadFields(sd, fields); err != nil {
+		return err
 	}
 	if s.minLRs, err = getFloats(sd, "min_lrs"); err != nil {
 		return err
