@@ -356,11 +356,14 @@ func (o *base) ZeroGrad(setToNone bool) { torch.ZeroGrads(o.params(), setToNone)
 
 // Free releases the optimizer's state tensors now instead of leaving them to the
 // garbage collector. The optimizer starts from empty state if used again.
-func (o *base) Free() {
-	for i := range o.state {
-		for k, t := range o.state[i] {
+func (o *base) Free() { freeState(o.state) }
+
+// freeState frees the state tensors and clears their slots.
+func freeState(state [][torch.OptimizerStateSlots]*torch.Tensor) {
+	for i := range state {
+		for k, t := range state[i] {
 			t.Free()
-			o.state[i][k] = nil
+			state[i][k] = nil
 		}
 	}
 }
@@ -485,17 +488,10 @@ func (o *base) LoadStateDict(sd *checkpoint.Dict) (err error) {
 	}
 	ps := o.Params()
 	newState := make([][torch.OptimizerStateSlots]*torch.Tensor, len(ps))
-	free := func() {
-		for i := range newState {
-			for _, t := range newState[i] {
-				t.Free()
-			}
-		}
-	}
 	for kv, v := range stateD.All() {
 		id, ok := kv.(int64)
 		if !ok {
-			free()
+			freeState(newState)
 			return fmt.Errorf("state key %v is %T, want int", kv, kv)
 		}
 		i, ok := ids[id]
@@ -504,7 +500,7 @@ func (o *base) LoadStateDict(sd *checkpoint.Dict) (err error) {
 		}
 		d, ok := v.(*checkpoint.Dict)
 		if !ok {
-			free()
+			freeState(newState)
 			return fmt.Errorf("state[%d] is %T, want a dict", id, v)
 		}
 		for k, name := range o.k.slots {
@@ -514,7 +510,7 @@ func (o *base) LoadStateDict(sd *checkpoint.Dict) (err error) {
 			}
 			t, err := o.loadTensor(sv, ps[i], name == "step")
 			if err != nil {
-				free()
+				freeState(newState)
 				return fmt.Errorf("state[%d][%s]: %w", id, name, err)
 			}
 			newState[i][k] = t

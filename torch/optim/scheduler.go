@@ -99,22 +99,12 @@ func groupLRs(opt Optimizer) []float64 {
 	return out
 }
 
-// scaledLRs returns the groups' learning rates times f.
-func (s *lrBase) scaledLRs(f float64) []float64 {
-	out := s.lrs()
-	for i := range out {
-		out[i] *= f
+// scale multiplies v by f in place and returns it.
+func scale(v []float64, f float64) []float64 {
+	for i := range v {
+		v[i] *= f
 	}
-	return out
-}
-
-// scaledBase returns the base learning rates times f.
-func (s *lrBase) scaledBase(f float64) []float64 {
-	out := make([]float64, len(s.baseLRs))
-	for i, b := range s.baseLRs {
-		out[i] = b * f
-	}
-	return out
+	return v
 }
 
 func (s *lrBase) base() *lrBase { return s }
@@ -239,19 +229,14 @@ func (s *lrBase) LoadStateDict(sd *checkpoint.Dict) error {
 	if s.lastLR, err = getFloats(sd, "_last_lr"); err != nil {
 		return wrap(err)
 	}
-	le, err := getNum(sd, "last_epoch")
-	if err != nil {
+	if err := loadFields(sd, append([]schedField{{"last_epoch", &s.lastEpoch}}, s.fields...)); err != nil {
 		return wrap(err)
 	}
-	s.lastEpoch = int64(le)
 	if sc, err := getNum(sd, "_step_count"); err == nil {
 		s.stepCount = int64(sc)
 	}
 	if v, err := checkpoint.GetBool(sd, "_is_initial"); err == nil {
 		s.isInitial = v
-	}
-	if err := loadFields(sd, s.fields); err != nil {
-		return wrap(err)
 	}
 	if s.loadOwn != nil {
 		if err := s.loadOwn(sd); err != nil {
@@ -285,10 +270,10 @@ func NewStepLR(opt Optimizer, stepSize int64, gamma float64) (*StepLR, error) {
 		if s.lastEpoch == 0 || s.lastEpoch%s.StepSize != 0 {
 			return s.lrs()
 		}
-		return s.scaledLRs(s.Gamma)
+		return scale(s.lrs(), s.Gamma)
 	}
 	s.closed = func() []float64 {
-		return s.scaledBase(math.Pow(s.Gamma, float64(floorDiv(s.lastEpoch, s.StepSize))))
+		return scale(slices.Clone(s.baseLRs), math.Pow(s.Gamma, float64(floorDiv(s.lastEpoch, s.StepSize))))
 	}
 	s.fields = []schedField{{"step_size", &s.StepSize}, {"gamma", &s.Gamma}}
 	s.init(opt)
@@ -339,7 +324,7 @@ func NewMultiStepLR(opt Optimizer, milestones []int64, gamma float64) (*MultiSte
 		if !ok {
 			return s.lrs()
 		}
-		return s.scaledLRs(math.Pow(s.Gamma, float64(n)))
+		return scale(s.lrs(), math.Pow(s.Gamma, float64(n)))
 	}
 	s.closed = func() []float64 {
 		k := int64(0) // the milestones reached, each as often as it was given
@@ -348,7 +333,7 @@ func NewMultiStepLR(opt Optimizer, milestones []int64, gamma float64) (*MultiSte
 				k += max(n, 0)
 			}
 		}
-		return s.scaledBase(math.Pow(s.Gamma, float64(k)))
+		return scale(slices.Clone(s.baseLRs), math.Pow(s.Gamma, float64(k)))
 	}
 	s.own = func(d *checkpoint.Dict) {
 		md := checkpoint.NewDict()
@@ -396,9 +381,11 @@ func NewExponentialLR(opt Optimizer, gamma float64) (*ExponentialLR, error) {
 		if s.isInitial {
 			return s.lrs()
 		}
-		return s.scaledLRs(s.Gamma)
+		return scale(s.lrs(), s.Gamma)
 	}
-	s.closed = func() []float64 { return s.scaledBase(math.Pow(s.Gamma, float64(s.lastEpoch))) }
+	s.closed = func() []float64 {
+		return scale(slices.Clone(s.baseLRs), math.Pow(s.Gamma, float64(s.lastEpoch)))
+	}
 	s.fields = []schedField{{"gamma", &s.Gamma}}
 	s.init(opt)
 	return s, nil
@@ -496,15 +483,16 @@ func NewLinearLR(opt Optimizer, startFactor, endFactor float64, totalIters int64
 	s.getLR = func() []float64 {
 		switch {
 		case s.lastEpoch == 0:
-			return s.scaledLRs(s.StartFactor)
+			return scale(s.lrs(), s.StartFactor)
 		case s.isInitial || s.lastEpoch > s.TotalIters:
 			return s.lrs()
 		}
 		d := s.EndFactor - s.StartFactor
-		return s.scaledLRs(1.0 + d/(float64(s.TotalIters)*s.StartFactor+float64(s.lastEpoch-1)*d))
+		return scale(s.lrs(), 1.0+d/(float64(s.TotalIters)*s.StartFactor+float64(s.lastEpoch-1)*d))
 	}
 	s.closed = func() []float64 {
-		return s.scaledBase(s.StartFactor + (s.EndFactor-s.StartFactor)*float64(min(s.TotalIters, s.lastEpoch))/float64(s.TotalIters))
+		f := s.StartFactor + (s.EndFactor-s.StartFactor)*float64(min(s.TotalIters, s.lastEpoch))/float64(s.TotalIters)
+		return scale(slices.Clone(s.baseLRs), f)
 	}
 	s.fields = []schedField{
 		{"start_factor", &s.StartFactor}, {"end_factor", &s.EndFactor}, {"total_iters", &s.TotalIters},
