@@ -2,6 +2,7 @@ package optim
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
@@ -28,8 +29,10 @@ func or[T comparable](v, def T) T {
 }
 
 // dictOf returns the dict of the key, value pairs in kv, in order.
-func dictOf(kv ...any) *checkpoint.Dict {
-	d := checkpoint.NewDict()
+func dictOf(kv ...any) *checkpoint.Dict { return setAll(checkpoint.NewDict(), kv...) }
+
+// setAll sets the key, value pairs in kv on d, in order, and returns d.
+func setAll(d *checkpoint.Dict, kv ...any) *checkpoint.Dict {
 	for i := 0; i < len(kv); i += 2 {
 		d.Set(kv[i], kv[i+1])
 	}
@@ -271,10 +274,8 @@ var adagradKind = &kind{
 		}
 		init := 0.0
 		for _, g := range o.groups {
-			for _, q := range g.Params {
-				if q == p {
-					init = g.Float("initial_accumulator_value", 0)
-				}
+			if slices.Contains(g.Params, p) {
+				init = g.Float("initial_accumulator_value", 0)
 			}
 		}
 		o.state[i][0] = torch.Full(nil, 0, torch.Float32, torch.CPU).Escape()

@@ -116,18 +116,16 @@ func (s *lrBase) Step() {
 }
 
 func (s *lrBase) update(epoch *int64) {
-	var v []float64
+	get := s.getLR
 	if epoch == nil {
 		s.lastEpoch++
-		v = s.getLR()
 	} else {
 		s.lastEpoch = *epoch
 		if s.closed != nil {
-			v = s.closed()
-		} else {
-			v = s.getLR()
+			get = s.closed
 		}
 	}
+	v := get()
 	for i, g := range s.opt.ParamGroups() {
 		g.LR = v[i]
 	}
@@ -162,13 +160,8 @@ func (s *lrBase) StateDict() *checkpoint.Dict {
 	if s.own != nil {
 		s.own(d)
 	}
-	d.Set("base_lrs", anys(s.baseLRs))
-	d.Set("last_epoch", s.lastEpoch)
-	d.Set("_step_count", s.stepCount)
-	d.Set("_is_initial", s.isInitial)
-	d.Set("_get_lr_called_within_step", false)
-	d.Set("_last_lr", anys(s.lastLR))
-	return d
+	return setAll(d, "base_lrs", anys(s.baseLRs), "last_epoch", s.lastEpoch, "_step_count", s.stepCount,
+		"_is_initial", s.isInitial, "_get_lr_called_within_step", false, "_last_lr", anys(s.lastLR))
 }
 
 func getFloats(d *checkpoint.Dict, key string) ([]float64, error) {
@@ -340,8 +333,7 @@ func NewMultiStepLR(opt Optimizer, milestones []int64, gamma float64) (*MultiSte
 		for _, m := range slices.Sorted(maps.Keys(s.Milestones)) {
 			md.Set(m, s.Milestones[m])
 		}
-		d.Set("milestones", md)
-		d.Set("gamma", s.Gamma)
+		setAll(d, "milestones", md, "gamma", s.Gamma)
 	}
 	s.loadOwn = func(d *checkpoint.Dict) error {
 		md, err := checkpoint.GetDict(d, "milestones")
@@ -721,9 +713,7 @@ func (s *OneCycleLR) writeOwn(d *checkpoint.Dict) {
 		phases[i] = dictOf("end_step", end, "start_lr", ph.startLR, "end_lr", ph.endLR,
 			"start_momentum", ph.startMomentum, "end_momentum", ph.endMomentum)
 	}
-	d.Set("_schedule_phases", phases)
-	d.Set("_anneal_func_type", s.anneal)
-	d.Set("cycle_momentum", s.cycleMomentum)
+	setAll(d, "_schedule_phases", phases, "_anneal_func_type", s.anneal, "cycle_momentum", s.cycleMomentum)
 	if s.cycleMomentum {
 		d.Set("use_beta1", s.useBeta1)
 	}
@@ -769,7 +759,6 @@ func (s *OneCycleLR) readOwn(d *checkpoint.Dict) error {
 
 // SequentialLR runs schedulers one after another, switching at the milestones.
 type SequentialLR struct {
-	opt        Optimizer
 	scheds     []*lrBase
 	children   []Scheduler
 	milestones []int64
@@ -791,7 +780,7 @@ func NewSequentialLR(opt Optimizer, schedulers []Scheduler, milestones []int64) 
 	if !slices.IsSorted(milestones) {
 		return nil, fmt.Errorf("optim: SequentialLR: milestones must be sorted, got %v", milestones)
 	}
-	s := &SequentialLR{opt: opt, children: schedulers, milestones: append([]int64(nil), milestones...)}
+	s := &SequentialLR{children: schedulers, milestones: append([]int64(nil), milestones...)}
 	for i, c := range schedulers {
 		b, ok := c.(interface{ base() *lrBase })
 		if !ok {
