@@ -104,51 +104,58 @@ func (l *Linear) DeltaWeight() *torch.Tensor {
 	return d
 }
 
-// newLinear wraps base in a Linear for c. With initialise, A and B start as c.Init
-// says; without, they are zero, waiting for weights to be loaded (no random draw).
-// Adapters on half-precision weights are float32, as PEFT's autocast_adapter_dtype
-// makes them, for stable training.
+// newLinear wraps base in a Linear for c (addAdapter makes its A and B).
 func newLinear(path string, base *nn.Linear, c Config, initialise bool) *Linear {
 	shape := base.Weight.Shape()
 	rank, _, scale := c.rankAlpha(path)
-	out, in, r := shape[0], shape[1], int64(rank)
-	dt, dev := base.Weight.DType(), base.Weight.Device()
-	if dt == torch.Float16 || dt == torch.BFloat16 {
-		dt = torch.Float32
-	}
-	l := &Linear{Path: path, BaseLayer: base, Scaling: scale}
-	nn.Register(&l.Base, "base_layer", base)
-	l.dropout = nn.NewIdentity()
+	l := &Linear{Path: path, BaseLayer: base, Scaling: scale, dropout: nn.NewIdentity()}
 	if c.Dropout > 0 {
 		l.dropout = nn.NewDropout(c.Dropout)
 	}
+	l.A, l.B = addAdapter(&l.Base, base, l.dropout, base.Weight, int64(rank), shape[1], shape[0], c, rank, initialise)
+	nn.SetTraining(l, base.Training())
+	return l
+}
+
+// addAdapter registers base in owner as "base_layer" and, as PEFT's per-adapter
+// modules, dropout, A [rows, in] and B [out, rows] as "lora_dropout", "lora_A" and
+// "lora_B". A and B are on w's device in w's dtype, float32 for half-precision w, as
+// PEFT's autocast_adapter_dtype makes them, for stable training. With initialise, A and
+// B start as c.Init says (gaussian: standard deviation 1/rank); without, they are zero,
+// waiting for weights to be loaded (no random draw).
+func addAdapter(owner *nn.Base, base, dropout nn.Module, w *torch.Tensor, rows, in, out int64,
+	c Config, rank int, initialise bool) (a, b *nn.Linear) {
+	dt, dev := w.DType(), w.Device()
+	if dt == torch.Float16 || dt == torch.BFloat16 {
+		dt = torch.Float32
+	}
+	nn.Register(owner, "base_layer", base)
 	weight := func(rows, cols int64) *nn.Linear {
 		lin := &nn.Linear{}
 		lin.Weight = lin.RegisterParameter("weight", torch.Zeros([]int64{rows, cols}, dt, dev))
 		return lin
 	}
-	l.A, l.B = weight(r, in), weight(out, r)
+	a, b = weight(rows, in), weight(out, rows)
 	for _, m := range []struct {
 		name string
 		mod  nn.Module
-	}{{"lora_dropout", l.dropout}, {"lora_A", l.A}, {"lora_B", l.B}} {
+	}{{"lora_dropout", dropout}, {"lora_A", a}, {"lora_B", b}} {
 		d := &moduleDict{}
 		nn.Register(&d.Base, AdapterName, m.mod)
-		nn.Register(&l.Base, m.name, d)
+		nn.Register(owner, m.name, d)
 	}
 	if initialise {
 		switch c.Init {
 		case InitGaussian:
-			nn.InitNormal(l.A.Weight, 0, 1/float64(rank))
+			nn.InitNormal(a.Weight, 0, 1/float64(rank))
 		case InitNone:
-			nn.InitKaimingUniform(l.A.Weight, math.Sqrt(5), false)
-			nn.InitKaimingUniform(l.B.Weight, math.Sqrt(5), false)
+			nn.InitKaimingUniform(a.Weight, math.Sqrt(5), false)
+			nn.InitKaimingUniform(b.Weight, math.Sqrt(5), false)
 		default:
-			nn.InitKaimingUniform(l.A.Weight, math.Sqrt(5), false)
+			nn.InitKaimingUniform(a.Weight, math.Sqrt(5), false)
 		}
 	}
-	nn.SetTraining(l, base.Training())
-	return l
+	return a, b
 }
 
 // Adapter is a LoRA adapter added to a model: its config and its Linear layers, in the

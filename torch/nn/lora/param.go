@@ -3,7 +3,6 @@ package lora
 import (
 	"fmt"
 	"maps"
-	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -113,36 +112,7 @@ func (a *Adapter) wrapParams(ps []paramTarget, c Config, initialise bool) error 
 		default:
 			return fmt.Errorf("target_parameters: %s.%s has %d dimensions; LoRA adapts 2-D and 3-D parameters", path, p.name, len(shape))
 		}
-		dt, dev := t.DType(), t.Device()
-		if dt == torch.Float16 || dt == torch.BFloat16 {
-			dt = torch.Float32
-		}
-		nn.Register(&w.Base, "base_layer", inner)
-		weight := func(r, c int64) *nn.Linear {
-			lin := &nn.Linear{}
-			lin.Weight = lin.RegisterParameter("weight", torch.Zeros([]int64{r, c}, dt, dev))
-			return lin
-		}
-		w.A, w.B = weight(rows, in), weight(out, rows)
-		for _, m := range []struct {
-			name string
-			mod  nn.Module
-		}{{"lora_dropout", nn.NewIdentity()}, {"lora_A", w.A}, {"lora_B", w.B}} {
-			d := &moduleDict{}
-			nn.Register(&d.Base, AdapterName, m.mod)
-			nn.Register(&w.Base, m.name, d)
-		}
-		if initialise {
-			switch c.Init {
-			case InitGaussian:
-				nn.InitNormal(w.A.Weight, 0, 1/float64(rank))
-			case InitNone:
-				nn.InitKaimingUniform(w.A.Weight, math.Sqrt(5), false)
-				nn.InitKaimingUniform(w.B.Weight, math.Sqrt(5), false)
-			default:
-				nn.InitKaimingUniform(w.A.Weight, math.Sqrt(5), false)
-			}
-		}
+		w.A, w.B = addAdapter(&w.Base, inner, nn.NewIdentity(), t, rows, in, out, c, rank, initialise)
 		nn.SetTraining(w, h.ModuleBase().Training())
 		ws = append(ws, w)
 		inner = w
