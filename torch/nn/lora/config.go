@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -101,14 +102,13 @@ func (m *matcher) match(key string) bool {
 	case m.re != nil:
 		return m.re.MatchString(key)
 	case m.t.Names != nil:
-		for _, n := range m.t.Names {
-			if key == n || strings.HasSuffix(key, "."+n) {
-				return true
-			}
-		}
+		return slices.ContainsFunc(m.t.Names, func(n string) bool { return isOrEndsWith(key, n) })
 	}
 	return false
 }
+
+// isOrEndsWith reports whether the dotted name key is name or ends with "." and name.
+func isOrEndsWith(key, name string) bool { return key == name || strings.HasSuffix(key, "."+name) }
 
 // Init is init_lora_weights: how a new adapter's A and B start.
 type Init string
@@ -455,13 +455,6 @@ func (c Config) marshal(targets Targets) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
-}
-
-// sortedNames returns names sorted, for a stable all-linear expansion.
-func sortedNames(names []string) []string {
-	out := append([]string(nil), names...)
-	sort.Strings(out)
-	return out
 }
 
 // orEmpty returns m, or an empty map for nil (PEFT writes {}).

@@ -168,7 +168,8 @@ func (a *Adapter) save(dir string, values map[*torch.Tensor]*checkpoint.Tensor) 
 		for _, l := range a.layers {
 			names = append(names, l.Path)
 		}
-		targets = Targets{Names: sortedNames(names)}
+		slices.Sort(names)
+		targets = Targets{Names: names}
 	}
 	raw, err := a.Config.marshal(targets)
 	if err != nil {

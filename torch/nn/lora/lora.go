@@ -334,11 +334,8 @@ func findParams(m nn.Module, names []string, exclude *matcher) ([]paramTarget, e
 		}
 		for _, p := range h.HookedParameters() {
 			key := nm.Name + "." + p
-			for _, n := range names {
-				if key == n || strings.HasSuffix(key, "."+n) {
-					out = append(out, paramTarget{nm.Name, p, h})
-					break
-				}
+			if slices.ContainsFunc(names, func(n string) bool { return isOrEndsWith(key, n) }) {
+				out = append(out, paramTarget{nm.Name, p, h})
 			}
 		}
 	}

@@ -164,34 +164,29 @@ func convertLegacyTargets(c Config, m nn.Module) (Config, error) {
 	mapping, fused, _ := lt.PEFTTargetMapping()
 	leaf := func(name string) string { return name[strings.LastIndex(name, ".")+1:] }
 	var targets []string
+	seen := map[string]bool{}
+	add := func(name string) {
+		if !seen[leaf(name)] {
+			seen[leaf(name)] = true
+			targets = append(targets, leaf(name))
+		}
+	}
 	switch t := c.TargetModules; {
 	case t.Names != nil:
 		targets = t.Names
 	case strings.EqualFold(t.Pattern, AllLinear):
-		seen := map[string]bool{}
 		for _, nm := range nn.NamedModules(m) {
-			if _, ok := nm.Module.(*nn.Linear); ok && leaf(nm.Name) != "lm_head" && !seen[leaf(nm.Name)] {
-				seen[leaf(nm.Name)] = true
-				targets = append(targets, leaf(nm.Name))
+			if _, ok := nm.Module.(*nn.Linear); ok && leaf(nm.Name) != "lm_head" {
+				add(nm.Name)
 			}
 		}
 		for _, kv := range mapping {
-			if !seen[kv[0]] {
-				seen[kv[0]] = true
-				targets = append(targets, kv[0])
-			}
+			add(kv[0])
 		}
 	case t.Pattern != "":
 		mt, err := t.compile("target_modules")
 		if err != nil {
 			return c, err
-		}
-		seen := map[string]bool{}
-		add := func(name string) {
-			if !seen[leaf(name)] {
-				seen[leaf(name)] = true
-				targets = append(targets, leaf(name))
-			}
 		}
 		containers := map[string][]string{}
 		for _, nm := range nn.NamedModules(m) {
@@ -228,7 +223,7 @@ func convertLegacyTargets(c Config, m nn.Module) (Config, error) {
 	var remaining []string
 	present := map[string]map[string]bool{}
 	for _, t := range targets {
-		i := slices.IndexFunc(mapping, func(kv [2]string) bool { return t == kv[0] || strings.HasSuffix(t, "."+kv[0]) })
+		i := slices.IndexFunc(mapping, func(kv [2]string) bool { return isOrEndsWith(t, kv[0]) })
 		if i < 0 {
 			remaining = append(remaining, t)
 			continue
@@ -255,14 +250,8 @@ func convertLegacyTargets(c Config, m nn.Module) (Config, error) {
 		}
 		if len(got) == len(olds) && len(olds) > 1 {
 			key := `.*\.` + regexp.QuoteMeta(param)
-			c.RankPattern = maps.Clone(c.RankPattern)
-			c.AlphaPattern = maps.Clone(c.AlphaPattern)
-			if c.RankPattern == nil {
-				c.RankPattern = map[string]int{}
-			}
-			if c.AlphaPattern == nil {
-				c.AlphaPattern = map[string]float64{}
-			}
+			c.RankPattern = maps.Clone(orEmpty(c.RankPattern))
+			c.AlphaPattern = maps.Clone(orEmpty(c.AlphaPattern))
 			c.RankPattern[key] = c.R * len(olds)
 			c.AlphaPattern[key] = c.Alpha * float64(len(olds))
 		}
