@@ -400,34 +400,26 @@ const (
 	Avg = ReduceOp(torch.ReduceAvg)
 )
 
+var opNames = map[ReduceOp]string{Sum: "sum", Max: "max", Min: "min", Avg: "avg"}
+
 func (op ReduceOp) String() string {
-	switch op {
-	case Sum:
-		return "sum"
-	case Max:
-		return "max"
-	case Min:
-		return "min"
-	case Avg:
-		return "avg"
+	if s, ok := opNames[op]; ok {
+		return s
 	}
 	return fmt.Sprintf("ReduceOp(%d)", int(op))
 }
 
 // checkOp refuses an unknown op, and Avg on a tensor that is not floating-point.
 func checkOp(op ReduceOp, ts []*torch.Tensor) error {
-	switch op {
-	case Sum, Max, Min:
-		return nil
-	case Avg:
-		for i, t := range ts {
-			if t != nil && !t.DType().IsFloatingPoint() {
-				return fmt.Errorf("distributed: reduce op avg needs floating-point tensors; tensor %d is %s", i, t.DType())
-			}
-		}
-		return nil
+	if _, ok := opNames[op]; !ok {
+		return fmt.Errorf("distributed: unknown reduce op %d (want Sum, Max, Min or Avg)", int(op))
 	}
-	return fmt.Errorf("distributed: unknown reduce op %d (want Sum, Max, Min or Avg)", int(op))
+	for i, t := range ts {
+		if op == Avg && t != nil && !t.DType().IsFloatingPoint() {
+			return fmt.Errorf("distributed: reduce op avg needs floating-point tensors; tensor %d is %s", i, t.DType())
+		}
+	}
+	return nil
 }
 
 // AllReduce reduces the tensors across ranks in place.
@@ -452,7 +444,7 @@ func (pg *ProcessGroup) AllReduce(ts []*torch.Tensor, op ReduceOp) error {
 // (CUDA under NCCL); sizes that do not match are an error naming them, returned before
 // any communication. Every rank must pass the same sizes.
 func (pg *ProcessGroup) AllGather(out, in *torch.Tensor) error {
-	return pg.allGather([]*torch.Tensor{out}, []*torch.Tensor{in}, false)
+	return pg.pairs("all-gather", []*torch.Tensor{out}, []*torch.Tensor{in}, false, nil)
 }
 
 // AllGatherCoalesced is AllGather for a list of (outs[i], ins[i]) pairs in one
@@ -460,21 +452,7 @@ func (pg *ProcessGroup) AllGather(out, in *torch.Tensor) error {
 // copied into one flat buffer, gathered, and copied out into the outputs (with one pair
 // of a dtype, straight into its output).
 func (pg *ProcessGroup) AllGatherCoalesced(outs, ins []*torch.Tensor) error {
-	return pg.allGather(outs, ins, true)
-}
-
-func (pg *ProcessGroup) allGather(outs, ins []*torch.Tensor, list bool) error {
-	c, err := pg.comm()
-	if err != nil {
-		return err
-	}
-	if err := pg.checkPairs("all-gather", outs, ins, list); err != nil {
-		return err
-	}
-	if len(ins) == 0 {
-		return nil
-	}
-	return wrap(c.AllGather(outs, ins))
+	return pg.pairs("all-gather", outs, ins, true, nil)
 }
 
 // ReduceScatter reduces in across ranks with op and leaves this rank's chunk of the
@@ -488,7 +466,7 @@ func (pg *ProcessGroup) allGather(outs, ins []*torch.Tensor, list bool) error {
 // under Gloo the input is copied, all-reduced in place and chunked: twice a
 // reduce-scatter's traffic and a temporary the size of the input.
 func (pg *ProcessGroup) ReduceScatter(out, in *torch.Tensor, op ReduceOp) error {
-	return pg.reduceScatter([]*torch.Tensor{out}, []*torch.Tensor{in}, op, false)
+	return pg.pairs("reduce-scatter", []*torch.Tensor{out}, []*torch.Tensor{in}, false, &op)
 }
 
 // ReduceScatterCoalesced is ReduceScatter for a list of (outs[i], ins[i]) pairs in one
@@ -496,24 +474,28 @@ func (pg *ProcessGroup) ReduceScatter(out, in *torch.Tensor, op ReduceOp) error 
 // laid out rank-major in one flat buffer (chunk r of every input, for each rank r),
 // reduce-scattered, and this rank's chunk is copied out into the outputs.
 func (pg *ProcessGroup) ReduceScatterCoalesced(outs, ins []*torch.Tensor, op ReduceOp) error {
-	return pg.reduceScatter(outs, ins, op, true)
+	return pg.pairs("reduce-scatter", outs, ins, true, &op)
 }
 
-func (pg *ProcessGroup) reduceScatter(outs, ins []*torch.Tensor, op ReduceOp, list bool) error {
+// pairs runs an all-gather (op nil) or a reduce-scatter with *op after checkPairs.
+func (pg *ProcessGroup) pairs(what string, outs, ins []*torch.Tensor, list bool, op *ReduceOp) error {
 	c, err := pg.comm()
 	if err != nil {
 		return err
 	}
-	if err := pg.checkPairs("reduce-scatter", outs, ins, list); err != nil {
+	if err := pg.checkPairs(what, outs, ins, list); err != nil {
 		return err
 	}
-	if err := checkOp(op, ins); err != nil {
+	if op == nil {
+		if len(ins) == 0 {
+			return nil
+		}
+		return wrap(c.AllGather(outs, ins))
+	}
+	if err := checkOp(*op, ins); err != nil || len(ins) == 0 {
 		return err
 	}
-	if len(ins) == 0 {
-		return nil
-	}
-	return wrap(c.ReduceScatter(outs, ins, torch.ReduceOp(op)))
+	return wrap(c.ReduceScatter(outs, ins, torch.ReduceOp(*op)))
 }
 
 // checkPairs checks all-gather and reduce-scatter arguments before any communication:
