@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gotrain/gotrain/torch"
@@ -63,20 +64,13 @@ func (b *Base) checkName(kind, name string) {
 	if name == "" || strings.Contains(name, ".") {
 		panic(fmt.Sprintf("nn: %s name %q must be non-empty and contain no \".\"", kind, name))
 	}
-	for _, p := range b.params {
-		if p.Name == name {
-			panic(fmt.Sprintf("nn: %s %q: a parameter of that name exists", kind, name))
-		}
-	}
-	for _, p := range b.buffers {
-		if p.Name == name {
-			panic(fmt.Sprintf("nn: %s %q: a buffer of that name exists", kind, name))
-		}
-	}
-	for _, c := range b.children {
-		if c.name == name {
-			panic(fmt.Sprintf("nn: %s %q: a submodule of that name exists", kind, name))
-		}
+	switch {
+	case lookup(b.params, name) != nil:
+		panic(fmt.Sprintf("nn: %s %q: a parameter of that name exists", kind, name))
+	case lookup(b.buffers, name) != nil:
+		panic(fmt.Sprintf("nn: %s %q: a buffer of that name exists", kind, name))
+	case slices.ContainsFunc(b.children, func(c namedModule) bool { return c.name == name }):
+		panic(fmt.Sprintf("nn: %s %q: a submodule of that name exists", kind, name))
 	}
 }
 
@@ -129,18 +123,14 @@ func Register[M Module](b *Base, name string, m M) M {
 }
 
 // Parameter returns the module's own parameter called name, or nil.
-func (b *Base) Parameter(name string) *torch.Tensor {
-	for _, p := range b.params {
-		if p.Name == name {
-			return p.Tensor
-		}
-	}
-	return nil
-}
+func (b *Base) Parameter(name string) *torch.Tensor { return lookup(b.params, name) }
 
 // Buffer returns the module's own buffer called name, or nil.
-func (b *Base) Buffer(name string) *torch.Tensor {
-	for _, p := range b.buffers {
+func (b *Base) Buffer(name string) *torch.Tensor { return lookup(b.buffers, name) }
+
+// lookup returns the tensor called name in ts, or nil.
+func lookup(ts []NamedTensor, name string) *torch.Tensor {
+	for _, p := range ts {
 		if p.Name == name {
 			return p.Tensor
 		}
@@ -171,10 +161,16 @@ func walk(m Module, prefix string, f func(prefix string, m Module)) {
 // names, in PyTorch's order (registration order, each module before its children). A
 // tensor registered twice (shared weights) is listed once, under its first name.
 func NamedParameters(m Module) []NamedTensor {
+	return named(m, func(b *Base) []NamedTensor { return b.params })
+}
+
+// named returns the tensors of m and its submodules that of picks, with dotted names,
+// each tensor once, under its first name.
+func named(m Module, of func(*Base) []NamedTensor) []NamedTensor {
 	var out []NamedTensor
 	seen := map[*torch.Tensor]bool{}
 	walk(m, "", func(prefix string, m Module) {
-		for _, p := range m.ModuleBase().params {
+		for _, p := range of(m.ModuleBase()) {
 			if !seen[p.Tensor] {
 				seen[p.Tensor] = true
 				out = append(out, NamedTensor{prefix + p.Name, p.Tensor})
@@ -197,17 +193,7 @@ func Parameters(m Module) []*torch.Tensor {
 // NamedBuffers returns every buffer of m and its submodules with dotted names, in
 // PyTorch's order.
 func NamedBuffers(m Module) []NamedTensor {
-	var out []NamedTensor
-	seen := map[*torch.Tensor]bool{}
-	walk(m, "", func(prefix string, m Module) {
-		for _, p := range m.ModuleBase().buffers {
-			if !seen[p.Tensor] {
-				seen[p.Tensor] = true
-				out = append(out, NamedTensor{prefix + p.Name, p.Tensor})
-			}
-		}
-	})
-	return out
+	return named(m, func(b *Base) []NamedTensor { return b.buffers })
 }
 
 // NamedModules returns m and its submodules pre-order, with dotted names ("" for m).
@@ -253,18 +239,24 @@ func ZeroGrad(m Module) {
 // held elsewhere follow the move. Gradients are dropped. Move the model before building
 // its optimizer: optimizer state already created on the old device does not move.
 func ToDevice(m Module, dev torch.Device) {
+	convertInPlace(m, func(t *torch.Tensor) bool { return t.Device() != dev },
+		func(t *torch.Tensor) *torch.Tensor { return t.To(dev, false) })
+}
+
+// convertInPlace replaces the data of each parameter and buffer t of m for which need(t)
+// holds by to(t), in place, dropping t's gradient.
+func convertInPlace(m Module, need func(*torch.Tensor) bool, to func(*torch.Tensor) *torch.Tensor) {
 	all := ownTensors(m)
 	torch.WithScope(func() {
 		torch.NoGrad(func() {
 			for _, t := range all {
-				if t.Device() == dev {
+				if !need(t) {
 					continue
 				}
 				if t.RequiresGrad() {
 					t.SetGrad(nil)
 				}
-				moved := t.To(dev, false)
-				t.SetData(moved)
+				t.SetData(to(t))
 			}
 		})
 	})
@@ -291,22 +283,10 @@ func ownTensors(m Module) []*torch.Tensor {
 // integer buffers (num_batches_tracked) stay as they are. Convert before building the
 // optimizer.
 func ToDType(m Module, dt torch.DType) {
-	all := ownTensors(m)
-	torch.WithScope(func() {
-		torch.NoGrad(func() {
-			seen := map[*torch.Tensor]bool{}
-			for _, t := range all {
-				if seen[t] || !t.DType().IsFloatingPoint() || t.DType() == dt {
-					continue
-				}
-				seen[t] = true
-				if t.RequiresGrad() {
-					t.SetGrad(nil)
-				}
-				t.SetData(t.ToDType(dt))
-			}
-		})
-	})
+	// A tied tensor listed twice is converted once: the second time it has dtype dt,
+	// or, for an integer dt, is no longer floating-point.
+	convertInPlace(m, func(t *torch.Tensor) bool { return t.DType().IsFloatingPoint() && t.DType() != dt },
+		func(t *torch.Tensor) *torch.Tensor { return t.ToDType(dt) })
 }
 
 // freer is implemented by modules that hold resources beyond their tensors.

@@ -112,7 +112,8 @@ func newLinear(path string, base *nn.Linear, c Config, initialise bool) *Linear 
 	if c.Dropout > 0 {
 		l.dropout = nn.NewDropout(c.Dropout)
 	}
-	l.A, l.B = addAdapter(&l.Base, base, l.dropout, base.Weight, int64(rank), shape[1], shape[0], c, rank, initialise)
+	l.A, l.B = addAdapter(&l.Base, base, l.dropout, base.Weight, int64(rank), shape[1], shape[0],
+		c, rank, initialise)
 	nn.SetTraining(l, base.Training())
 	return l
 }
