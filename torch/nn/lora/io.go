@@ -39,24 +39,19 @@ func (a *Adapter) stateDict(values map[*torch.Tensor]*checkpoint.Tensor) (sd *ch
 	defer torch.Recover(&err, "lora: state dict")
 	sd = checkpoint.NewDict()
 	torch.WithScope(func() {
-		for _, l := range a.lowRanks() {
-			for _, w := range []struct {
-				ab string
-				t  *torch.Tensor
-			}{{"A", l.a}, {"B", l.b}} {
-				ct, given := values[w.t]
-				switch {
-				case values == nil:
-					if ct, err = torch.TensorCopyToCheckpoint(w.t.Detach().Contiguous()); err != nil {
-						return
-					}
-					ct.RequiresGrad = false
-				case !given || !slices.Equal(ct.Shape, w.t.Shape()):
-					err = fmt.Errorf("lora: the value of %s is missing or not of shape %v", fileKey(l.path, w.ab), w.t.Shape())
+		for _, w := range a.lowRanks() {
+			ct, given := values[w.t]
+			switch {
+			case values == nil:
+				if ct, err = torch.TensorCopyToCheckpoint(w.t.Detach().Contiguous()); err != nil {
 					return
 				}
-				sd.Set(fileKey(l.path, w.ab), ct)
+				ct.RequiresGrad = false
+			case !given || !slices.Equal(ct.Shape, w.t.Shape()):
+				err = fmt.Errorf("lora: the value of %s is missing or not of shape %v", fileKey(w.path, w.ab), w.t.Shape())
+				return
 			}
+			sd.Set(fileKey(w.path, w.ab), ct)
 		}
 	})
 	if err != nil {
@@ -82,34 +77,29 @@ func (a *Adapter) LoadStateDict(sd *checkpoint.Dict) (err error) {
 	var copies []pending
 	serr := &nn.StateDictError{}
 	known := map[string]bool{}
-	for _, l := range a.lowRanks() {
-		for _, w := range []struct {
-			ab string
-			t  *torch.Tensor
-		}{{"A", l.a}, {"B", l.b}} {
-			key := fileKey(l.path, w.ab)
-			known[key] = true
-			v, ok := sd.Get(key)
-			if !ok {
-				serr.Missing = append(serr.Missing, key)
-				continue
-			}
-			var shape []int64
-			switch x := v.(type) {
-			case *checkpoint.Tensor:
-				shape = x.Shape
-			case *torch.Tensor:
-				shape = x.Shape()
-			default:
-				serr.Mismatched = append(serr.Mismatched, nn.ShapeMismatch{Key: key, Description: fmt.Sprintf("expected a tensor, got %T", v)})
-				continue
-			}
-			if want := w.t.Shape(); !slices.Equal(want, shape) {
-				serr.Mismatched = append(serr.Mismatched, nn.ShapeMismatch{Key: key, Checkpoint: shape, Model: want})
-				continue
-			}
-			copies = append(copies, pending{w.t, v})
+	for _, w := range a.lowRanks() {
+		key := fileKey(w.path, w.ab)
+		known[key] = true
+		v, ok := sd.Get(key)
+		if !ok {
+			serr.Missing = append(serr.Missing, key)
+			continue
 		}
+		var shape []int64
+		switch x := v.(type) {
+		case *checkpoint.Tensor:
+			shape = x.Shape
+		case *torch.Tensor:
+			shape = x.Shape()
+		default:
+			serr.Mismatched = append(serr.Mismatched, nn.ShapeMismatch{Key: key, Description: fmt.Sprintf("expected a tensor, got %T", v)})
+			continue
+		}
+		if want := w.t.Shape(); !slices.Equal(want, shape) {
+			serr.Mismatched = append(serr.Mismatched, nn.ShapeMismatch{Key: key, Checkpoint: shape, Model: want})
+			continue
+		}
+		copies = append(copies, pending{w.t, v})
 	}
 	for k := range sd.All() {
 		if s, ok := k.(string); !ok || !known[s] {
@@ -122,13 +112,9 @@ func (a *Adapter) LoadStateDict(sd *checkpoint.Dict) (err error) {
 	torch.WithScope(func() {
 		torch.NoGrad(func() {
 			for _, c := range copies {
-				src, ok := c.src.(*torch.Tensor)
-				if !ok {
-					var e error
-					if src, e = torch.TensorFromCheckpoint(c.src.(*checkpoint.Tensor), torch.CPU); e != nil {
-						err = e
-						return
-					}
+				var src *torch.Tensor
+				if src, err = fileTensor(c.src); err != nil {
+					return
 				}
 				c.dst.CopyFrom(src, false)
 			}

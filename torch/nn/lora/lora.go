@@ -189,20 +189,24 @@ func (a *Adapter) Layers() []*Linear { return a.layers }
 // order and, on one module, in the order of its parameters.
 func (a *Adapter) Params() []*ParamWrapper { return a.params }
 
-// lowRank is one adapted layer or parameter: its path in the model and its A and B.
+// lowRank is the A ("A") or B ("B") weight of the adapted layer or parameter at path.
 type lowRank struct {
-	path string
-	a, b *torch.Tensor
+	path, ab string
+	t        *torch.Tensor
 }
 
-// lowRanks returns every A and B of the adapter: the layers', then the parameters'.
+// lowRanks returns every A and B of the adapter, each A before its B: the layers', then
+// the parameters'.
 func (a *Adapter) lowRanks() []lowRank {
-	out := make([]lowRank, 0, len(a.layers)+len(a.params))
+	out := make([]lowRank, 0, 2*(len(a.layers)+len(a.params)))
+	add := func(path string, A, B *nn.Linear) {
+		out = append(out, lowRank{path, "A", A.Weight}, lowRank{path, "B", B.Weight})
+	}
 	for _, l := range a.layers {
-		out = append(out, lowRank{l.Path, l.A.Weight, l.B.Weight})
+		add(l.Path, l.A, l.B)
 	}
 	for _, p := range a.params {
-		out = append(out, lowRank{p.Path, p.A.Weight, p.B.Weight})
+		add(p.Path, p.A, p.B)
 	}
 	return out
 }
@@ -215,8 +219,8 @@ func (a *Adapter) empty() bool { return len(a.layers) == 0 && len(a.params) == 0
 // the optimizer.
 func (a *Adapter) Parameters() []*torch.Tensor {
 	var out []*torch.Tensor
-	for _, lr := range a.lowRanks() {
-		out = append(out, lr.a, lr.b)
+	for _, w := range a.lowRanks() {
+		out = append(out, w.t)
 	}
 	return out
 }
@@ -225,10 +229,9 @@ func (a *Adapter) Parameters() []*torch.Tensor {
 // ("model.layers.0.self_attn.q_proj.lora_A.default.weight").
 func (a *Adapter) NamedParameters() []nn.NamedTensor {
 	var out []nn.NamedTensor
-	for _, lr := range a.lowRanks() {
-		out = append(out,
-			nn.NamedTensor{Name: lr.path + ".lora_A." + AdapterName + ".weight", Tensor: lr.a},
-			nn.NamedTensor{Name: lr.path + ".lora_B." + AdapterName + ".weight", Tensor: lr.b})
+	for _, w := range a.lowRanks() {
+		name := w.path + ".lora_" + w.ab + "." + AdapterName + ".weight"
+		out = append(out, nn.NamedTensor{Name: name, Tensor: w.t})
 	}
 	return out
 }
