@@ -76,11 +76,12 @@ func NewComm(o CommOptions) (*Comm, error) {
 
 var errClosed = errors.New("process group is closed")
 
-func (c *Comm) handle() (cgotorch.ProcessGroup, error) {
+// do runs f on the group's handle and names op in its error; a closed group is errClosed.
+func (c *Comm) do(op string, f func(cgotorch.ProcessGroup) error) error {
 	if c == nil || c.h == nil {
-		return nil, errClosed
+		return errClosed
 	}
-	return c.h, nil
+	return wrapErr(op, f(c.h))
 }
 
 // Close leaves the process group. Closing twice is harmless.
@@ -93,30 +94,24 @@ func (c *Comm) Close() {
 
 // Broadcast copies root's tensors into every rank's, in place (coalesced by dtype).
 func (c *Comm) Broadcast(ts []*Tensor, root int) error {
-	h, err := c.handle()
-	if err != nil {
-		return err
-	}
-	return wrapErr("broadcast", cgotorch.DistBroadcast(h, handles(ts), root))
+	return c.do("broadcast", func(h cgotorch.ProcessGroup) error {
+		return cgotorch.DistBroadcast(h, handles(ts), root)
+	})
 }
 
 // AllReduce reduces the tensors across ranks in place (coalesced by dtype).
 func (c *Comm) AllReduce(ts []*Tensor, op ReduceOp) error {
-	h, err := c.handle()
-	if err != nil {
-		return err
-	}
-	return wrapErr("all_reduce", cgotorch.DistAllReduce(h, handles(ts), int(op)))
+	return c.do("all_reduce", func(h cgotorch.ProcessGroup) error {
+		return cgotorch.DistAllReduce(h, handles(ts), int(op))
+	})
 }
 
 // AllReduceGrads averages the params' gradients across ranks in one flattened all-reduce
 // per dtype; an undefined gradient takes part as zeros.
 func (c *Comm) AllReduceGrads(params []*Tensor) error {
-	h, err := c.handle()
-	if err != nil {
-		return err
-	}
-	return wrapErr("all_reduce", cgotorch.DistAllReduceGrads(h, handles(params)))
+	return c.do("all_reduce", func(h cgotorch.ProcessGroup) error {
+		return cgotorch.DistAllReduceGrads(h, handles(params))
+	})
 }
 
 // AllGather gathers every rank's ins[i] into outs[i], which holds world*numel(ins[i])
@@ -124,28 +119,20 @@ func (c *Comm) AllReduceGrads(params []*Tensor) error {
 // when a group has several pairs). The pairs must have been checked (same dtype and
 // device, sizes that match).
 func (c *Comm) AllGather(outs, ins []*Tensor) error {
-	h, err := c.handle()
-	if err != nil {
-		return err
-	}
-	return wrapErr("all_gather", cgotorch.DistAllGather(h, handles(outs), handles(ins)))
+	return c.do("all_gather", func(h cgotorch.ProcessGroup) error {
+		return cgotorch.DistAllGather(h, handles(outs), handles(ins))
+	})
 }
 
 // ReduceScatter reduces ins[i] (world*numel(outs[i]) elements) across ranks with op and
 // leaves this rank's chunk in outs[i] (one collective per dtype and device).
 func (c *Comm) ReduceScatter(outs, ins []*Tensor, op ReduceOp) error {
-	h, err := c.handle()
-	if err != nil {
-		return err
-	}
-	return wrapErr("reduce_scatter", cgotorch.DistReduceScatter(h, handles(outs), handles(ins), int(op)))
+	return c.do("reduce_scatter", func(h cgotorch.ProcessGroup) error {
+		return cgotorch.DistReduceScatter(h, handles(outs), handles(ins), int(op))
+	})
 }
 
 // Barrier blocks until every rank reaches it.
 func (c *Comm) Barrier() error {
-	h, err := c.handle()
-	if err != nil {
-		return err
-	}
-	return wrapErr("barrier", cgotorch.DistBarrier(h))
+	return c.do("barrier", func(h cgotorch.ProcessGroup) error { return cgotorch.DistBarrier(h) })
 }
