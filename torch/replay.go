@@ -83,9 +83,9 @@ func Record(inputs []*Tensor, step int64, f func() []*Tensor) (outs []*Tensor, t
 func (t *Trace) Same(o *Trace) bool { return cgotorch.TraceSame(t.h, o.h) }
 
 // Free releases the trace and its hold on the persistent tensors. A Trace that is not
-// freed is released when the collector finds it unreachable.
+// freed is released when the collector finds it unreachable. Freeing nil is a no-op.
 func (t *Trace) Free() {
-	if t.h == nil {
+	if t == nil || t.h == nil {
 		return
 	}
 	t.cleanup.Stop()
@@ -193,16 +193,12 @@ func (r *Replayer) Step(inputs []*Tensor, opt *OptimizerArgs, step int64, eager 
 		tr.Free()
 		st.why = fmt.Sprintf("the step did different work in each of %d recordings (it depends on values that change between steps)", maxRecords)
 	default:
-		if st.prev != nil {
-			st.prev.Free()
-		}
+		st.prev.Free()
 		st.prev = tr
 		return outs, false
 	}
-	if st.prev != nil {
-		st.prev.Free()
-		st.prev = nil
-	}
+	st.prev.Free()
+	st.prev = nil
 	return outs, false
 }
 
@@ -231,11 +227,8 @@ func (r *Replayer) Why() string {
 // Free releases the Replayer's traces; it starts over if used again.
 func (r *Replayer) Free() {
 	for _, st := range r.steps {
-		for _, tr := range []*Trace{st.tr, st.prev} {
-			if tr != nil {
-				tr.Free()
-			}
-		}
+		st.tr.Free()
+		st.prev.Free()
 	}
 	r.steps, r.last = nil, nil
 }
