@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gotrain/gotrain/torch"
 )
@@ -24,9 +25,6 @@ var batchNormOptions = []string{"Eps", "Momentum", "CumulativeAverage", "NoAffin
 
 func newBatchNorm(name string, features int64, dims []int, opts []Option) *BatchNorm {
 	o := parseOptions(name, batchNormOptions, opts)
-	if o.eps == 0 {
-		o.eps = 1e-5
-	}
 	b := &BatchNorm{Eps: o.eps, Momentum: o.momentum, CumulativeAverage: o.cumulative, inputDims: dims, name: name}
 	if !o.noAffine {
 		b.Weight = b.RegisterParameter("weight", torch.Ones([]int64{features}, torch.Float32, torch.CPU))
@@ -57,11 +55,7 @@ func NewBatchNorm2d(features int64, opts ...Option) *BatchNorm {
 // running statistics, when it keeps them.
 func (b *BatchNorm) Forward(x *torch.Tensor) *torch.Tensor {
 	d := x.Dim()
-	ok := false
-	for _, want := range b.inputDims {
-		ok = ok || d == want
-	}
-	if !ok {
+	if !slices.Contains(b.inputDims, d) {
 		panic(&torch.Error{Op: b.name, Msg: fmt.Sprintf("expected %v-d input, got %d-d", b.inputDims, d)})
 	}
 	training := b.Training()
@@ -88,9 +82,6 @@ type LayerNorm struct {
 // (elementwise_affine=False) and NoBias.
 func NewLayerNorm(shape []int64, opts ...Option) *LayerNorm {
 	o := parseOptions("LayerNorm", []string{"Eps", "NoAffine", "NoBias"}, opts)
-	if o.eps == 0 {
-		o.eps = 1e-5
-	}
 	l := &LayerNorm{Shape: append([]int64{}, shape...), Eps: o.eps}
 	if !o.noAffine {
 		l.Weight = l.RegisterParameter("weight", torch.Ones(shape, torch.Float32, torch.CPU))
@@ -120,9 +111,6 @@ func NewGroupNorm(groups, channels int64, opts ...Option) *GroupNorm {
 	o := parseOptions("GroupNorm", []string{"Eps", "NoAffine"}, opts)
 	if groups <= 0 || channels%groups != 0 {
 		panic(fmt.Sprintf("nn: GroupNorm: %d channels are not divisible into %d groups", channels, groups))
-	}
-	if o.eps == 0 {
-		o.eps = 1e-5
 	}
 	g := &GroupNorm{Groups: groups, Eps: o.eps}
 	if !o.noAffine {

@@ -1,6 +1,9 @@
 package nn
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Option sets one of a layer's keyword arguments, as in
 // nn.NewConv2d(3, 64, 7, nn.Stride(2), nn.Padding(3), nn.NoBias()). Each constructor
@@ -30,14 +33,13 @@ type options struct {
 func parseOptions(layer string, allowed []string, opts []Option) options {
 	o := options{dilation: [2]int64{1, 1}, groups: 1, momentum: 0.1}
 	for _, op := range opts {
-		ok := false
-		for _, a := range allowed {
-			ok = ok || a == op.name
-		}
-		if !ok {
+		if !slices.Contains(allowed, op.name) {
 			panic(fmt.Sprintf("nn: %s does not take the option %s", layer, op.name))
 		}
 		op.apply(&o)
+	}
+	if o.eps == 0 { // the normalisation layers' default, also for Eps(0)
+		o.eps = 1e-5
 	}
 	return o
 }
