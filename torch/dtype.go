@@ -31,6 +31,11 @@ var dtypeSizes = map[DType]int{
 	Uint8: 1, Int8: 1, Int16: 2, Int32: 4, Int64: 8, Float16: 2, Float32: 4, Float64: 8, Bool: 1, BFloat16: 2,
 }
 
+// dtypeAliases are the names ParseDType accepts besides dtypeNames'.
+var dtypeAliases = map[string]DType{
+	"float": Float32, "double": Float64, "half": Float16, "long": Int64, "int": Int32, "short": Int16,
+}
+
 // String returns PyTorch's name without the "torch." prefix, e.g. "float32".
 func (d DType) String() string {
 	if n, ok := dtypeNames[d]; ok {
@@ -52,27 +57,13 @@ func ParseDType(s string) (DType, error) {
 	if len(s) > 6 && s[:6] == "torch." {
 		s = s[6:]
 	}
-	switch s {
-	case "float", "float32":
-		return Float32, nil
-	case "double", "float64":
-		return Float64, nil
-	case "half", "float16":
-		return Float16, nil
-	case "bfloat16":
-		return BFloat16, nil
-	case "long", "int64":
-		return Int64, nil
-	case "int", "int32":
-		return Int32, nil
-	case "short", "int16":
-		return Int16, nil
-	case "int8":
-		return Int8, nil
-	case "uint8":
-		return Uint8, nil
-	case "bool":
-		return Bool, nil
+	if d, ok := dtypeAliases[s]; ok {
+		return d, nil
+	}
+	for d, n := range dtypeNames {
+		if n == s {
+			return d, nil
+		}
 	}
 	return 0, fmt.Errorf("torch: unknown dtype %q (want float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8 or bool)", s)
 }
@@ -84,22 +75,11 @@ type Elem interface {
 
 // DTypeOf returns the DType that holds Go values of type T.
 func DTypeOf[T Elem]() DType {
-	switch reflect.TypeFor[T]().Kind() {
-	case reflect.Float32:
-		return Float32
-	case reflect.Float64:
-		return Float64
-	case reflect.Int64:
-		return Int64
-	case reflect.Int32:
-		return Int32
-	case reflect.Int16:
-		return Int16
-	case reflect.Int8:
-		return Int8
-	case reflect.Uint8:
-		return Uint8
-	default:
-		return Bool
+	if d, ok := kindDTypes[reflect.TypeFor[T]().Kind()]; ok {
+		return d
 	}
+	return Bool
 }
+
+var kindDTypes = map[reflect.Kind]DType{reflect.Float32: Float32, reflect.Float64: Float64, reflect.Int64: Int64,
+	reflect.Int32: Int32, reflect.Int16: Int16, reflect.Int8: Int8, reflect.Uint8: Uint8}
