@@ -14,10 +14,7 @@ func CUDADeviceName(n int) (string, error) { return cudaErr(cgotorch.CUDADeviceN
 // CUDACapability returns the compute capability of CUDA device n.
 func CUDACapability(n int) (major, minor int, err error) {
 	major, minor, err = cgotorch.CUDACapability(n)
-	if err != nil {
-		err = wrapErr("cuda_capability", err)
-	}
-	return
+	return major, minor, wrapErr("cuda_capability", err)
 }
 
 // CUDATotalMemory returns the memory of CUDA device n in bytes.
@@ -34,18 +31,12 @@ func CUDATotalMemory(n int) (int64, error) {
 // device NCCL communicators and cuDNN handles are made on. Call it after
 // runtime.LockOSThread; the Trainer does.
 func CUDASetDevice(n int) error {
-	if err := cgotorch.CUDASetDevice(n); err != nil {
-		return wrapErr("cuda_set_device", err)
-	}
-	return nil
+	return wrapErr("cuda_set_device", cgotorch.CUDASetDevice(n))
 }
 
 // CUDASynchronize waits for all work queued on CUDA device n.
 func CUDASynchronize(n int) error {
-	if err := cgotorch.CUDASynchronize(n); err != nil {
-		return wrapErr("cuda_synchronize", err)
-	}
-	return nil
+	return wrapErr("cuda_synchronize", cgotorch.CUDASynchronize(n))
 }
 
 // CUDAMemory is the caching allocator's view of one device.
@@ -62,18 +53,12 @@ func CUDAMemoryStats(n int) (CUDAMemory, error) {
 
 // CUDAResetPeakMemory resets the peak statistic of device n.
 func CUDAResetPeakMemory(n int) error {
-	if err := cgotorch.CUDAResetPeak(n); err != nil {
-		return wrapErr("cuda_reset_peak", err)
-	}
-	return nil
+	return wrapErr("cuda_reset_peak", cgotorch.CUDAResetPeak(n))
 }
 
 // CUDAEmptyCache returns cached, unused device memory to the driver.
 func CUDAEmptyCache() error {
-	if err := cgotorch.CUDAEmptyCache(); err != nil {
-		return wrapErr("cuda_empty_cache", err)
-	}
-	return nil
+	return wrapErr("cuda_empty_cache", cgotorch.CUDAEmptyCache())
 }
 
 // CuDNNVersion returns the cuDNN version (e.g. 91000), 0 without cuDNN.
