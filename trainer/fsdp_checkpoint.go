@@ -312,32 +312,30 @@ func (t *Trainer) saveSharded(f *FullyShardedDataParallel, path string) (err err
 		osd := t.Optimizer.StateDict()
 		state, _ := checkpoint.GetDict(osd, "state")
 		rankState, metaState, optSharded := checkpoint.NewDict(), checkpoint.NewDict(), checkpoint.NewDict()
-		if state != nil {
-			for k, v := range state.All() {
-				idx, _ := k.(int64)
-				st, ok := v.(*checkpoint.Dict)
-				if !ok {
-					return fmt.Errorf("optimizer state %v is %T, want a dict", k, v)
+		for k, v := range state.All() {
+			idx, _ := k.(int64)
+			st, ok := v.(*checkpoint.Dict)
+			if !ok {
+				return fmt.Errorf("optimizer state %v is %T, want a dict", k, v)
+			}
+			rs, ms := checkpoint.NewDict(), checkpoint.NewDict()
+			var keys []any
+			for sk, sv := range st.All() {
+				tv, isT := sv.(*torch.Tensor)
+				if isT && int(idx) < len(index) && index[idx] >= 0 && slices.Equal(tv.Shape(), infos[index[idx]].shard.Shape()) {
+					rs.Set(sk, tv)
+					keys = append(keys, sk)
+				} else {
+					ms.Set(sk, sv)
 				}
-				rs, ms := checkpoint.NewDict(), checkpoint.NewDict()
-				var keys []any
-				for sk, sv := range st.All() {
-					tv, isT := sv.(*torch.Tensor)
-					if isT && int(idx) < len(index) && index[idx] >= 0 && slices.Equal(tv.Shape(), infos[index[idx]].shard.Shape()) {
-						rs.Set(sk, tv)
-						keys = append(keys, sk)
-					} else {
-						ms.Set(sk, sv)
-					}
-				}
-				rankState.Set(idx, rs)
-				metaState.Set(idx, ms)
-				if len(keys) > 0 {
-					e := checkpoint.NewDict()
-					e.Set("param", infos[index[idx]].name)
-					e.Set("keys", keys)
-					optSharded.Set(idx, e)
-				}
+			}
+			rankState.Set(idx, rs)
+			metaState.Set(idx, ms)
+			if len(keys) > 0 {
+				e := checkpoint.NewDict()
+				e.Set("param", infos[index[idx]].name)
+				e.Set("keys", keys)
+				optSharded.Set(idx, e)
 			}
 		}
 		model := checkpoint.NewDict()
@@ -471,26 +469,18 @@ func (t *Trainer) loadSharded(path, dir string) error {
 	}
 	// The old ranks' files are read as this process needs them (only those that hold
 	// rows of its shards), and only the tensors it takes rows of are converted.
-	files := map[int64]*checkpoint.Dict{}
-	rankFile := func(k int64) (*checkpoint.Dict, error) {
+	files := map[int64]any{}
+	rankFile := func(k int64) (any, error) {
 		if d := files[k]; d != nil {
 			return d, nil
 		}
-		p := filepath.Join(dir, shardedRankFile(int(k), int(oldW)))
-		r, err := checkpoint.Read(p)
-		if err != nil {
-			return nil, err
-		}
-		d, ok := r.(*checkpoint.Dict)
-		if !ok {
-			return nil, fmt.Errorf("%s: holds a %T, not a dict", p, r)
-		}
+		d, err := checkpoint.Read(filepath.Join(dir, shardedRankFile(int(k), int(oldW))))
 		files[k] = d
-		return d, nil
+		return d, err
 	}
 	// assemble returns this process's rows of the sharded tensor name (its shard, padded,
-	// under sharding; all of it otherwise), reading each old rank's piece with get.
-	assemble := func(name string, get func(d *checkpoint.Dict) (*checkpoint.Tensor, error)) (*torch.Tensor, error) {
+	// under sharding; all of it otherwise), reading each old rank's piece at path.
+	assemble := func(name string, path ...any) (*torch.Tensor, error) {
 		e, err := checkpoint.GetDict(sharded, name)
 		if err != nil {
 			return nil, fmt.Errorf("%s: sharded %s: %w", dir, name, err)
@@ -516,7 +506,7 @@ func (t *Trainer) loadSharded(path, dir string) error {
 			if err != nil {
 				return nil, err
 			}
-			ct, err := get(d)
+			ct, err := checkpoint.GetTensor(d, path...)
 			if err != nil {
 				return nil, fmt.Errorf("%s: rank %d: %s: %w", dir, k, name, err)
 			}
@@ -558,13 +548,7 @@ func (t *Trainer) loadSharded(path, dir string) error {
 	shardsOf := map[string]*torch.Tensor{}
 	for k := range sharded.All() {
 		name, _ := k.(string)
-		x, err := assemble(name, func(d *checkpoint.Dict) (*checkpoint.Tensor, error) {
-			m, err := checkpoint.GetDict(d, "model_state_dict")
-			if err != nil {
-				return nil, err
-			}
-			return getTensor(m, name)
-		})
+		x, err := assemble(name, "model_state_dict", name)
 		if err != nil {
 			return err
 		}
@@ -577,42 +561,27 @@ func (t *Trainer) loadSharded(path, dir string) error {
 	}
 	mstate, _ := checkpoint.GetDict(mopt, "state")
 	state := checkpoint.NewDict()
-	if mstate != nil {
-		for k, sv := range mstate.All() {
-			st, _ := sv.(*checkpoint.Dict)
-			out := checkpoint.NewDict()
-			if st != nil {
-				for sk, x := range st.All() {
-					out.Set(sk, x)
-				}
-			}
-			if optSharded != nil {
-				if pe, ok := optSharded.Get(k); ok {
-					name, err := checkpoint.GetString(pe, "param")
-					if err != nil {
-						return fmt.Errorf("%s: optimizer_sharded %v: %w", dir, k, err)
-					}
-					keys, err := checkpoint.GetList(pe, "keys")
-					if err != nil {
-						return fmt.Errorf("%s: optimizer_sharded %v: %w", dir, k, err)
-					}
-					for _, sk := range keys {
-						x, err := assemble(name, func(d *checkpoint.Dict) (*checkpoint.Tensor, error) {
-							st, err := optState(d, k)
-							if err != nil {
-								return nil, err
-							}
-							return getTensor(st, sk)
-						})
-						if err != nil {
-							return err
-						}
-						out.Set(sk, x)
-					}
-				}
-			}
-			state.Set(k, out)
+	for k, sv := range mstate.All() {
+		st, _ := sv.(*checkpoint.Dict)
+		out := checkpoint.NewDict()
+		for sk, x := range st.All() {
+			out.Set(sk, x)
 		}
+		if pe, ok := optSharded.Get(k); ok {
+			name, err := checkpoint.GetString(pe, "param")
+			keys, err2 := checkpoint.GetList(pe, "keys")
+			if err = firstErr(err, err2); err != nil {
+				return fmt.Errorf("%s: optimizer_sharded %v: %w", dir, k, err)
+			}
+			for _, sk := range keys {
+				x, err := assemble(name, "optimizer_state_dict", "state", k, sk)
+				if err != nil {
+					return err
+				}
+				out.Set(sk, x)
+			}
+		}
+		state.Set(k, out)
 	}
 	opt := checkpoint.NewDict()
 	opt.Set("state", state)
@@ -623,17 +592,13 @@ func (t *Trainer) loadSharded(path, dir string) error {
 	for k, x := range meta.All() {
 		switch k {
 		case "format", "world_size", "sharded", "optimizer_sharded", "samples_in_epoch":
-		case "model_state_dict":
-			full := checkpoint.NewDict()
-			for mk, mv := range model.All() {
-				full.Set(mk, mv)
-			}
+		case "model_state_dict": // without sharding, with the sharded tensors put together
 			if f == nil {
 				for name, s := range shardsOf {
-					full.Set(name, s)
+					model.Set(name, s)
 				}
 			}
-			top.Set(k, full)
+			top.Set(k, model)
 		case "optimizer_state_dict":
 			top.Set(k, opt)
 		default:
@@ -698,37 +663,4 @@ func (f *FullyShardedDataParallel) loadShards(t *Trainer, d *checkpoint.Dict, ro
 		return err
 	}
 	return f.Unshard()
-}
-
-func getTensor(d *checkpoint.Dict, key any) (*checkpoint.Tensor, error) {
-	v, ok := d.Get(key)
-	if !ok {
-		return nil, fmt.Errorf("no %v", key)
-	}
-	x, ok := v.(*checkpoint.Tensor)
-	if !ok {
-		return nil, fmt.Errorf("%v is %T, not a tensor", key, v)
-	}
-	return x, nil
-}
-
-// optState is a rank file's optimizer state of index k.
-func optState(d *checkpoint.Dict, k any) (*checkpoint.Dict, error) {
-	o, err := checkpoint.GetDict(d, "optimizer_state_dict")
-	if err != nil {
-		return nil, err
-	}
-	s, err := checkpoint.GetDict(o, "state")
-	if err != nil {
-		return nil, err
-	}
-	v, ok := s.Get(k)
-	if !ok {
-		return nil, fmt.Errorf("no optimizer state %v", k)
-	}
-	st, ok := v.(*checkpoint.Dict)
-	if !ok {
-		return nil, fmt.Errorf("optimizer state %v is %T, not a dict", k, v)
-	}
-	return st, nil
 }
