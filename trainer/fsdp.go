@@ -83,7 +83,6 @@ type FullyShardedDataParallel struct {
 	dp       DataParallel
 	runDir   string // rank 0's run directory, where every rank writes its shards
 	units    []*fsdpUnit
-	hooked   []nn.UnitHooker
 	counts   FSDPCounts
 	backward bool // inside a pre-backward callback
 	running  bool // inside Run: the hooks act only then
@@ -330,9 +329,7 @@ func (f *FullyShardedDataParallel) Start(t *Trainer) (err error) {
 			})
 		})
 	}
-	if err := f.installHooks(t); err != nil {
-		return err
-	}
+	f.installHooks(t)
 	// Frozen parameters are sharded only where they are freed: a unit that is not
 	// resharded keeps them whole, as they never change.
 	kept := f.units[:0]
@@ -366,8 +363,8 @@ func (u *fsdpUnit) dropFrozen() {
 // installHooks runs hooks around the units the model offers to hook (nn.UnitHooker):
 // their gradients are reduce-scattered as soon as their backward is done and, under
 // ReshardAfterForward, their parameters gathered and freed around their forward and
-// backward (and freed until their first forward).
-func (f *FullyShardedDataParallel) installHooks(t *Trainer) error {
+// backward (whole until the first forward of a run frees them).
+func (f *FullyShardedDataParallel) installHooks(t *Trainer) {
 	byName := map[string]*fsdpUnit{}
 	for i, u := range f.units {
 		u.order = i
@@ -396,10 +393,7 @@ func (f *FullyShardedDataParallel) installHooks(t *Trainer) error {
 				torch.OwnStorage(u.full)
 			}
 		}
-		f.hooked = append(f.hooked, m)
 	}
-	// The parameters stay whole until the first forward of a run frees them.
-	return nil
 }
 
 // fsdpHooks are the hooks the model runs around its units. They act only inside Run:
@@ -455,10 +449,7 @@ func (f *FullyShardedDataParallel) preBackward(u *fsdpUnit) error {
 				return err
 			}
 		}
-		if v.reshard && v.gathered {
-			torch.FreeStorage(v.full)
-			v.gathered = false
-		}
+		v.free()
 		v.pending = false
 	}
 	if !u.reshard {
@@ -467,13 +458,11 @@ func (f *FullyShardedDataParallel) preBackward(u *fsdpUnit) error {
 	return f.gatherUnit(u)
 }
 
-// reshardAll frees the parameters of every resharded unit that holds them.
-func (f *FullyShardedDataParallel) reshardAll() {
-	for _, u := range f.units {
-		if u.reshard && u.gathered {
-			torch.FreeStorage(u.full)
-			u.gathered = false
-		}
+// free frees a resharded unit's full parameters when they are allocated.
+func (u *fsdpUnit) free() {
+	if u.reshard && u.gathered {
+		torch.FreeStorage(u.full)
+		u.gathered = false
 	}
 }
 
@@ -566,8 +555,8 @@ func (f *FullyShardedDataParallel) afterBackward() (err error) {
 	if !f.NoSync {
 		err = f.reduceScatter()
 	}
-	f.reshardAll()
 	for _, u := range f.units {
+		u.free()
 		u.pending = false
 	}
 	return err
@@ -682,8 +671,7 @@ func (f *FullyShardedDataParallel) gather() (err error) {
 				return err
 			}
 		case u.gathered: // gathered by Unshard before the step: stale now
-			torch.FreeStorage(u.full)
-			u.gathered = false
+			u.free()
 		}
 	}
 	return nil

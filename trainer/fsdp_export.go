@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/torch"
@@ -19,24 +20,14 @@ import (
 // (ReshardAfterForward on units the model runs hooks around): then reading the model
 // inside Run needs Unshard, or GatherUnits or GatherState a unit at a time.
 func (f *FullyShardedDataParallel) Resharded() bool {
-	for _, u := range f.units {
-		if u.reshard {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(f.units, func(u *fsdpUnit) bool { return u.reshard })
 }
 
 // Hooked reports whether the model runs hooks around some units (nn.UnitHooker: the
 // Llama-family decoders, whose state dict is their Hugging Face layout), as
 // ReshardAfterForward needs.
 func (f *FullyShardedDataParallel) Hooked() bool {
-	for _, u := range f.units {
-		if u.hooked {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(f.units, func(u *fsdpUnit) bool { return u.hooked })
 }
 
 // GatherUnits calls fn with each unit's name ("" for the root unit), its parameters'
@@ -86,9 +77,8 @@ func (f *FullyShardedDataParallel) withUnit(u *fsdpUnit, fn func(full []*torch.T
 		}
 		fn(u.full)
 	})
-	if ours && u.gathered {
-		torch.FreeStorage(u.full)
-		u.gathered = false
+	if ours {
+		u.free()
 	}
 	return err
 }
