@@ -227,15 +227,7 @@ func (f *graphSteps) eager(t *Trainer, sg *shapeGraph, b data.Batch) (err error)
 			err = e
 		}
 	}()
-	run := func() []*torch.Tensor {
-		t.Optimizer.ZeroGrad(true)
-		var items *torch.Tensor
-		if err = t.forwardBackward(b, 1, &items); err != nil {
-			return nil
-		}
-		_, err = t.applyGradients(items)
-		return []*torch.Tensor{t.StepLoss}
-	}
+	run := t.singleStep(b, &err)
 	if sg.warm < graphWarmup {
 		sg.warm++
 		var why string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -180,6 +181,23 @@ func (t *Trainer) step(it *data.Iter, n, k int) (bool, error) {
 		return false, err
 	}
 	return true, t.finishStep(stepped)
+}
+
+// singleStep returns the tensor work of a one-batch window, the code of every eager step
+// (zero_grad, forwardBackward, applyGradients), for the one-call step to record and the
+// CUDA graphs to capture: it returns the loss, or nil with the error in *errp.
+func (t *Trainer) singleStep(b data.Batch, errp *error) func() []*torch.Tensor {
+	return func() []*torch.Tensor {
+		t.Optimizer.ZeroGrad(true)
+		var items *torch.Tensor
+		if *errp = t.forwardBackward(b, 1, &items); *errp != nil {
+			return nil
+		}
+		if _, *errp = t.applyGradients(items); *errp != nil {
+			return nil
+		}
+		return []*torch.Tensor{t.StepLoss}
+	}
 }
 
 // finishStep counts an optimizer step, or a skipped one, and runs what follows it in
@@ -406,14 +424,7 @@ func (t *Trainer) sumNamed(head []float64, sums map[string]float64) ([]float64, 
 	return out, total, nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	return names
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // interrupted saves last.pt after a stop between steps. The epoch's running statistics
 // become the job's (summed over processes), so the main process's checkpoint holds the

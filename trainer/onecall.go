@@ -158,17 +158,7 @@ func (f *oneCallStep) step(t *Trainer, b data.Batch) (err error) {
 	t.Batch = batchOn(t.Train, b, t.Device)
 	f.bind(t.Batch)
 	f.args = f.opt.StepArgs()
-	outs, replayed := f.rep.Step(f.inputs, &f.args, t.GlobalStep+1, func() []*torch.Tensor {
-		t.Optimizer.ZeroGrad(true)
-		var items *torch.Tensor
-		if err = t.forwardBackward(b, 1, &items); err != nil {
-			return nil
-		}
-		if _, err = t.applyGradients(items); err != nil {
-			return nil
-		}
-		return []*torch.Tensor{t.StepLoss}
-	})
+	outs, replayed := f.rep.Step(f.inputs, &f.args, t.GlobalStep+1, t.singleStep(b, &err))
 	if err != nil {
 		f.rep.Free() // what was recorded is not a whole step
 		return err

@@ -51,7 +51,6 @@ func (p *progress) nextDue(batch int) int {
 }
 
 // update shows the epoch's running mean loss at a logging point.
-
 func (p *progress) update(batch int, loss float64) {
 	if p.w == nil {
 		return

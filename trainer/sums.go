@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -56,11 +57,7 @@ func (s *deviceSums) add(loss *torch.Tensor, ms Metrics, weight float64, step in
 		panic(fmt.Errorf("trainer: a step's metrics may not be named \"loss\" (the loss is recorded already)"))
 	}
 	if !s.hasNames(ms) {
-		names := []string{"loss"}
-		for n := range ms {
-			names = append(names, n)
-		}
-		s.resize(names)
+		s.resize(append([]string{"loss"}, slices.Collect(maps.Keys(ms))...))
 	}
 	s.vals = append(s.vals[:0], loss)
 	for _, n := range s.names[1:] {
@@ -180,10 +177,7 @@ func (s *deviceSums) set(sums map[string]float64) {
 	if len(sums) == 0 {
 		return
 	}
-	names := make([]string, 0, len(sums))
-	for n := range sums {
-		names = append(names, n)
-	}
+	names := slices.Collect(maps.Keys(sums))
 	sortNames(names)
 	vals := make([]float64, len(names))
 	for i, n := range names {
@@ -218,12 +212,8 @@ func splitItems(ms Metrics) (*torch.Tensor, Metrics) {
 	if !ok {
 		return nil, ms
 	}
-	rest := make(Metrics, len(ms)-1)
-	for k, v := range ms {
-		if k != NumItems {
-			rest[k] = v
-		}
-	}
+	rest := maps.Clone(ms)
+	delete(rest, NumItems)
 	return n, rest
 }
 

@@ -399,14 +399,11 @@ func (t *Trainer) announce() {
 // groupDigits writes n with thousands separators, as Python's format(n, ",d").
 func groupDigits(n int64) string {
 	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
+	digits := strings.TrimPrefix(s, "-")
 	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
+	b.WriteString(s[:len(s)-len(digits)]) // the sign
+	for i, c := range digits {
+		if i > 0 && (len(digits)-i)%3 == 0 {
 			b.WriteByte(',')
 		}
 		b.WriteRune(c)
