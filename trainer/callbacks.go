@@ -104,12 +104,8 @@ func (e *EarlyStopping) StateKey() string { return "EarlyStopping{monitor=" + e.
 
 // StateDict returns the counters, with Lightning's key names.
 func (e *EarlyStopping) StateDict() *checkpoint.Dict {
-	d := checkpoint.NewDict()
-	d.Set("wait_count", int64(e.Wait))
-	d.Set("best_score", e.Best)
-	d.Set("stopped_epoch", int64(e.StoppedEpoch))
-	d.Set("patience", int64(e.Patience))
-	return d
+	return dictOf("wait_count", int64(e.Wait), "best_score", e.Best, "stopped_epoch", int64(e.StoppedEpoch),
+		"patience", int64(e.Patience))
 }
 
 // LoadStateDict restores the counters.
@@ -165,8 +161,6 @@ func NewModelCheckpoint(dir, monitor string, mode Direction, topK int) (*ModelCh
 	return &ModelCheckpoint{Dir: dir, Monitor: monitor, Mode: d, TopK: topK, Kept: map[string]float64{}, BestScore: d.worst()}, nil
 }
 
-func (m *ModelCheckpoint) better(a, b float64) bool { return m.Mode.better(a, b) }
-
 // Events is Evaluated and EpochEnd.
 func (m *ModelCheckpoint) Events() EventSet { return Events(Evaluated, EpochEnd) }
 
@@ -188,7 +182,7 @@ func (m *ModelCheckpoint) OnEvent(ev Event, t *Trainer) error {
 	}
 	// Update the table first, so every file of this epoch carries the updated state.
 	var same []string
-	if m.better(v, m.BestScore) {
+	if m.Mode.better(v, m.BestScore) {
 		m.BestScore = v
 		m.BestPath = filepath.Join(m.Dir, "best_model.pth")
 		same = append(same, m.BestPath)
@@ -223,11 +217,11 @@ func (m *ModelCheckpoint) admitTopK(t *Trainer, v float64) (string, error) {
 	if len(m.Kept) >= m.TopK {
 		worst, ws := "", 0.0
 		for p, s := range m.Kept {
-			if worst == "" || m.better(ws, s) {
+			if worst == "" || m.Mode.better(ws, s) {
 				worst, ws = p, s
 			}
 		}
-		if !m.better(v, ws) {
+		if !m.Mode.better(v, ws) {
 			return "", nil
 		}
 		delete(m.Kept, worst)
@@ -245,9 +239,7 @@ func (m *ModelCheckpoint) StateKey() string { return "ModelCheckpoint{monitor=" 
 
 // StateDict returns the best score and the top-k table.
 func (m *ModelCheckpoint) StateDict() *checkpoint.Dict {
-	d := checkpoint.NewDict()
-	d.Set("best_model_score", m.BestScore)
-	d.Set("best_model_path", m.BestPath)
+	d := dictOf("best_model_score", m.BestScore, "best_model_path", m.BestPath)
 	k := checkpoint.NewDict()
 	for _, p := range sortedKeys(m.Kept) {
 		k.Set(p, m.Kept[p])

@@ -72,8 +72,6 @@ func shardedDir(path string) (string, bool, error) {
 			return "", false, fmt.Errorf("%s is a directory without %s: not a sharded checkpoint", path, shardedMetadata)
 		}
 		return path, true, nil
-	case err == nil:
-		return "", false, nil
 	case errors.Is(err, fs.ErrNotExist):
 		_, prev := shardedSiblings(path)
 		if _, err := os.Stat(filepath.Join(prev, shardedMetadata)); err == nil {
@@ -332,25 +330,15 @@ func (t *Trainer) saveSharded(f *FullyShardedDataParallel, path string) (err err
 			rankState.Set(idx, rs)
 			metaState.Set(idx, ms)
 			if len(keys) > 0 {
-				e := checkpoint.NewDict()
-				e.Set("param", infos[index[idx]].name)
-				e.Set("keys", keys)
-				optSharded.Set(idx, e)
+				optSharded.Set(idx, dictOf("param", infos[index[idx]].name, "keys", keys))
 			}
 		}
 		model := checkpoint.NewDict()
 		for _, s := range infos {
 			model.Set(s.name, s.shard.Detach())
 		}
-		opt := checkpoint.NewDict()
-		opt.Set("state", rankState)
-		rd := checkpoint.NewDict()
-		rd.Set("format", shardedFormat)
-		rd.Set("rank", int64(rank))
-		rd.Set("world_size", int64(world))
-		rd.Set("model_state_dict", model)
-		rd.Set("optimizer_state_dict", opt)
-		cv, err := torch.ToCheckpoint(rd)
+		cv, err := torch.ToCheckpoint(dictOf("format", shardedFormat, "rank", int64(rank), "world_size", int64(world),
+			"model_state_dict", model, "optimizer_state_dict", dictOf("state", rankState)))
 		if err != nil {
 			return err
 		}
@@ -361,24 +349,16 @@ func (t *Trainer) saveSharded(f *FullyShardedDataParallel, path string) (err err
 			return nil
 		}
 		// Rank 0 writes the metadata: everything that is not sharded.
-		meta := checkpoint.NewDict()
-		meta.Set("format", shardedFormat)
-		meta.Set("world_size", int64(world))
 		sharded := checkpoint.NewDict()
 		for _, s := range infos {
-			e := checkpoint.NewDict()
 			shape := make([]any, len(s.full))
 			for i, n := range s.full {
 				shape[i] = n
 			}
-			e.Set("shape", shape)
-			e.Set("dtype", s.shard.DType().String())
-			e.Set("rows_per_rank", s.rows)
-			sharded.Set(s.name, e)
+			sharded.Set(s.name, dictOf("shape", shape, "dtype", s.shard.DType().String(), "rows_per_rank", s.rows))
 		}
-		meta.Set("sharded", sharded)
-		meta.Set("optimizer_sharded", optSharded)
-		meta.Set("samples_in_epoch", int64(t.BatchInEpoch)*int64(t.Train.BatchSize())*int64(world))
+		meta := dictOf("format", shardedFormat, "world_size", int64(world), "sharded", sharded, "optimizer_sharded", optSharded,
+			"samples_in_epoch", int64(t.BatchInEpoch)*int64(t.Train.BatchSize())*int64(world))
 		// The rest of the model is whole on every rank; under ReshardAfterForward the
 		// resharded units' parameters are not allocated between steps, and are saved as
 		// their shards, so they are not read (nor gathered) here.
@@ -392,8 +372,7 @@ func (t *Trainer) saveSharded(f *FullyShardedDataParallel, path string) (err err
 			}
 			whole.Set(k, v)
 		}
-		mo := checkpoint.NewDict()
-		mo.Set("state", metaState)
+		mo := dictOf("state", metaState)
 		if g, ok := osd.Get("param_groups"); ok {
 			mo.Set("param_groups", g)
 		}
@@ -583,8 +562,7 @@ func (t *Trainer) loadSharded(path, dir string) error {
 		}
 		state.Set(k, out)
 	}
-	opt := checkpoint.NewDict()
-	opt.Set("state", state)
+	opt := dictOf("state", state)
 	if g, ok := mopt.Get("param_groups"); ok {
 		opt.Set("param_groups", g)
 	}

@@ -171,10 +171,7 @@ func (f *FullyShardedDataParallel) WriteSafetensorsDir(dir, name string, m nn.Mo
 		return err
 	})
 	if w == nil {
-		if err == nil {
-			err = werr
-		}
-		return err
+		return firstErr(err, werr)
 	}
 	if err != nil {
 		w.Abort()

@@ -128,10 +128,10 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 //
 // A one-call engine (WithOneCallStep) executes the first three lines in libtorch, one
 // call per step or per run of steps, and a CUDA graph (WithCUDAGraphs) replays them;
-// their steps then take the last two lines here, one step at a time, as eager steps do. Each micro-batch's BatchEnd fires once the next one
-// has arrived, and the last one's after the optimizer step, so BatchEnd always follows
-// the optimizer step of the batch that completes a window (Lightning's
-// on_train_batch_end).
+// their steps then take the last two lines here, one step at a time, as eager steps
+// do. Each micro-batch's BatchEnd fires once the next one has arrived, and the last
+// one's after the optimizer step, so BatchEnd always follows the optimizer step of the
+// batch that completes a window (Lightning's on_train_batch_end).
 func (t *Trainer) step(it *data.Iter, n, k int) (bool, error) {
 	if t.oneCall != nil || t.graphs != nil {
 		var done int
@@ -217,8 +217,9 @@ func (t *Trainer) finishStep(stepped bool) error {
 	return t.endBatch()
 }
 
-// endBatch is the bookkeeping after each batch: the logging point when one is due (the progress line, the metrics read, the NaN
-// check), then BatchEnd and, at a logging point, Logged.
+// endBatch is the bookkeeping after each batch: the logging point when one is due (the
+// progress line, the metrics read, the NaN check), then BatchEnd and, at a logging
+// point, Logged.
 func (t *Trainer) endBatch() error {
 	if t.progress.due(t.BatchInEpoch) {
 		if err := t.logPoint(); err != nil {

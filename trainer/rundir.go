@@ -63,21 +63,20 @@ func (t *Trainer) record() runRecord {
 	if t.Scheduler != nil {
 		r.Scheduler = className(t.Scheduler)
 	}
-	if groups, ok := t.Optimizer.StateDict().Get("param_groups"); ok {
-		list, _ := groups.([]any)
-		for _, g := range list {
-			d, ok := g.(*checkpoint.Dict)
-			if !ok {
-				continue
-			}
-			rec := map[string]any{}
-			for k, v := range d.All() {
-				if name, ok := k.(string); ok && name != "params" {
-					rec[name] = jsonValue(v)
-				}
-			}
-			r.Optimizer.ParamGroups = append(r.Optimizer.ParamGroups, rec)
+	groups, _ := t.Optimizer.StateDict().Get("param_groups")
+	list, _ := groups.([]any)
+	for _, g := range list {
+		d, ok := g.(*checkpoint.Dict)
+		if !ok {
+			continue
 		}
+		rec := map[string]any{}
+		for k, v := range d.All() {
+			if name, ok := k.(string); ok && name != "params" {
+				rec[name] = jsonValue(v)
+			}
+		}
+		r.Optimizer.ParamGroups = append(r.Optimizer.ParamGroups, rec)
 	}
 	return r
 }

@@ -97,12 +97,7 @@ func (t *Trainer) parts() []part {
 			cfg, err := json.Marshal(t.record())
 			return string(cfg), err
 		}, load: ignore},
-		value("versions", func() any {
-			ver := checkpoint.NewDict()
-			ver.Set("gotrain", Version)
-			ver.Set("torch", torch.Version())
-			return ver
-		}, ignore),
+		value("versions", func() any { return dictOf("gotrain", Version, "torch", torch.Version()) }, ignore),
 	}
 	if len(t.cfg.ClassNames) > 0 {
 		ps = append(ps, value("class_names", func() any {
@@ -116,6 +111,15 @@ func (t *Trainer) parts() []part {
 		ps = append(ps, part{key: "class_names", load: ignore})
 	}
 	return append(ps, part{key: "rng_state", save: rngStates, load: loadRNGStates, raw: true})
+}
+
+// dictOf is a dict of the key-value pairs kv, in their order.
+func dictOf(kv ...any) *checkpoint.Dict {
+	d := checkpoint.NewDict()
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Set(kv[i], kv[i+1])
+	}
+	return d
 }
 
 // intPart is an integer part of the state.
@@ -245,25 +249,21 @@ func (t *Trainer) loadCallbackStates(cbs *checkpoint.Dict) error {
 }
 
 func rngStates() (any, error) {
-	rng := checkpoint.NewDict()
-	rng.Set("cpu", torch.RNGState(torch.CPU))
+	cpu := torch.RNGState(torch.CPU)
 	var cudaStates []any
 	for i := 0; i < torch.CUDADeviceCount(); i++ {
 		cudaStates = append(cudaStates, torch.RNGState(torch.CUDA(i)))
 	}
-	rng.Set("cuda", cudaStates)
-	return rng, nil
+	return dictOf("cpu", cpu, "cuda", cudaStates), nil
 }
 
 func loadRNGStates(v any) error {
-	if cpu, err := checkpoint.Get(v, "cpu"); err == nil {
-		if ct, ok := cpu.(*checkpoint.Tensor); ok {
-			st, err := torch.TensorFromCheckpoint(ct, torch.CPU)
-			if err != nil {
-				return err
-			}
-			torch.SetRNGState(torch.CPU, st)
+	if ct, err := checkpoint.GetTensor(v, "cpu"); err == nil {
+		st, err := torch.TensorFromCheckpoint(ct, torch.CPU)
+		if err != nil {
+			return err
 		}
+		torch.SetRNGState(torch.CPU, st)
 	}
 	if cuda, err := checkpoint.GetList(v, "cuda"); err == nil {
 		for i, c := range cuda {
@@ -396,13 +396,11 @@ func (t *Trainer) readDict(path string) (raw any, d *checkpoint.Dict, err error)
 // epoch on another world size).
 func (t *Trainer) loadTop(path string, top *checkpoint.Dict, raw any, override map[string]func(any) error, adjust func()) error {
 	parts := t.parts()
+	claimed := map[string]bool{}
 	for i, p := range parts {
 		if o := override[p.key]; o != nil {
 			parts[i].load = o
 		}
-	}
-	claimed := map[string]bool{}
-	for _, p := range parts {
 		claimed[p.key] = true
 	}
 	var unknown []string
