@@ -169,24 +169,16 @@ func (in DecoderInput) Positions() *torch.Tensor {
 func (in DecoderInput) SDPAMask() (mask *torch.Tensor, causal bool) {
 	t := in.InputIDs.Size(1)
 	past := in.Cache.Len()
-	if docs := in.Documents(); docs != nil {
-		return in.packedMask(torch.Ones([]int64{t, t}, torch.Bool, in.InputIDs.Device()).Tril(0), docs), false
-	}
-	if in.AttentionMask == nil {
+	docs := in.Documents()
+	if docs == nil && in.AttentionMask == nil {
 		switch {
 		case past == 0:
 			return nil, true
 		case t == 1:
 			return nil, false
 		}
-		dev := in.InputIDs.Device()
-		return torch.Ones([]int64{t, past + t}, torch.Bool, dev).Tril(past), false
 	}
-	dev := in.InputIDs.Device()
-	keep := in.AttentionMask.ToDType(torch.Bool).Unsqueeze(1).Unsqueeze(1) // [B, 1, 1, S]
-	allowed := torch.Ones([]int64{t, past + t}, torch.Bool, dev).Tril(past).LogicalAnd(keep)
-	self := torch.Eye(past+t, torch.Bool, dev).Narrow(0, past, t) // [T, S]
-	return allowed.LogicalOr(self), false
+	return in.restrictMask(torch.Ones([]int64{t, past + t}, torch.Bool, in.InputIDs.Device()).Tril(past), docs), false
 }
 
 // Documents returns, for a forward without a cache and with PositionIDs, the index of
@@ -207,18 +199,21 @@ func (in DecoderInput) Documents() *torch.Tensor {
 	return pos.Sub(prev).NeScalar(1).Cumsum(1)
 }
 
-// packedMask returns allowed [T, T] (causal, or a sliding window's band) restricted to
-// the keys of each query's own sequence (docs, from Documents) and, with an
-// AttentionMask, to real tokens; a query always sees itself (SDPAMask). [B, 1, T, T].
-func (in DecoderInput) packedMask(allowed, docs *torch.Tensor) *torch.Tensor {
-	same := docs.Unsqueeze(2).Eq(docs.Unsqueeze(1)) // [B, T, T]
-	m := same.LogicalAnd(allowed).Unsqueeze(1)
-	if in.AttentionMask == nil {
-		return m
+// restrictMask returns allowed [T, S] (S = past+T; causal, or a sliding window's band)
+// restricted to the keys of each query's own sequence (docs, from Documents; nil: one
+// sequence per row) and, with an AttentionMask, to real tokens, a query always seeing
+// itself (SDPAMask): [B, 1, T, S], or allowed itself without packing or padding.
+func (in DecoderInput) restrictMask(allowed, docs *torch.Tensor) *torch.Tensor {
+	if docs != nil {
+		allowed = docs.Unsqueeze(2).Eq(docs.Unsqueeze(1)).LogicalAnd(allowed).Unsqueeze(1) // [B, 1, T, T]
 	}
-	t := in.InputIDs.Size(1)
-	keep := in.AttentionMask.ToDType(torch.Bool).Unsqueeze(1).Unsqueeze(1) // [B, 1, 1, T]
-	return m.LogicalAnd(keep).LogicalOr(torch.Eye(t, torch.Bool, in.InputIDs.Device()))
+	if in.AttentionMask == nil {
+		return allowed
+	}
+	t, s := in.InputIDs.Size(1), allowed.Size(-1)
+	keep := in.AttentionMask.ToDType(torch.Bool).Unsqueeze(1).Unsqueeze(1)   // [B, 1, 1, S]
+	self := torch.Eye(s, torch.Bool, in.InputIDs.Device()).Narrow(0, s-t, t) // [T, S]
+	return allowed.LogicalAnd(keep).LogicalOr(self)
 }
 
 // GradientCheckpointer is a module whose layers can recompute their activations in

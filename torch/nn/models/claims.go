@@ -3,6 +3,7 @@ package models
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -66,12 +67,7 @@ func checkClaims(dir string, raw []byte, weights *checkpoint.Dict, rename func(s
 	if c.layers > 0 && len(layers) > 0 && int64(len(layers)) != c.layers {
 		return fmt.Errorf("%s: num_hidden_layers %d disagrees with the checkpoint, whose tensors are of %d layers", cfg, c.layers, len(layers))
 	}
-	names := make([]string, 0, len(shapes))
-	for name := range shapes {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(shapes)) {
 		shape := shapes[name]
 		switch {
 		case c.intermediate > 0 && strings.HasSuffix(name, ".mlp.down_proj.weight") && len(shape) == 2 && shape[1] != c.intermediate:

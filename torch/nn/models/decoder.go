@@ -57,7 +57,7 @@ func (s decoderSizes) validate(cfg string, tied bool) error {
 			return err
 		}
 	}
-	if err := checkProbability(cfg, "attention_dropout", s.attnDropout); err != nil {
+	if err := checkProbability(cfg, probability{"attention_dropout", s.attnDropout}); err != nil {
 		return err
 	}
 	switch {
@@ -91,6 +91,35 @@ func (s decoderSizes) validate(cfg string, tied bool) error {
 // checkWindow checks a sliding window of config field name.
 func checkWindow(cfg, name string, w int64) error {
 	return checkSizes(cfg, configSize{name, w, 1, maxPositions})
+}
+
+// layerWindows returns each of the layers' sliding window (0: full attention) from
+// layer_types, the sliding layers' being window; off says why they have none when
+// window is nil. cfg names the config in errors.
+func layerWindows(cfg string, layers int64, types []string, window *int64, off string) ([]int64, error) {
+	if err := checkSizes(cfg, configSize{"num_hidden_layers", layers, 1, maxLayers}); err != nil {
+		return nil, err
+	}
+	if int64(len(types)) != layers {
+		return nil, fmt.Errorf("%s: layer_types has %d entries for %d layers (num_hidden_layers)", cfg, len(types), layers)
+	}
+	w := make([]int64, layers)
+	for i, t := range types {
+		switch t {
+		case FullAttention:
+		case SlidingAttention:
+			if window == nil {
+				return nil, fmt.Errorf("%s: layer_types[%d] is %q but %s", cfg, i, t, off)
+			}
+			if err := checkWindow(cfg, "sliding_window", *window); err != nil {
+				return nil, err
+			}
+			w[i] = *window
+		default:
+			return nil, fmt.Errorf("%s: layer_types[%d] %q is not supported (%s, %s)", cfg, i, t, FullAttention, SlidingAttention)
+		}
+	}
+	return w, nil
 }
 
 // decoderActivation is transformers' ACT2FN for the hidden_act names decoder configs
@@ -440,22 +469,12 @@ func (d *DecoderModel[L]) ForwardEmbeddings(x *torch.Tensor, in DecoderInput) *t
 func (in DecoderInput) slidingSDPAMask(window int64) (mask *torch.Tensor, causal bool) {
 	t := in.InputIDs.Size(1)
 	past := in.Cache.Len()
-	s := past + t
-	if s <= window {
+	if past+t <= window {
 		return in.SDPAMask()
 	}
-	dev := in.InputIDs.Device()
-	allowed := torch.Ones([]int64{t, s}, torch.Bool, dev).Tril(past).Triu(past - window + 1)
-	if docs := in.Documents(); docs != nil {
-		// Sequences are contiguous, so a window over the row is one within each sequence.
-		return in.packedMask(allowed, docs), false
-	}
-	if in.AttentionMask == nil {
-		return allowed, false
-	}
-	keep := in.AttentionMask.ToDType(torch.Bool).Unsqueeze(1).Unsqueeze(1) // [B, 1, 1, S]
-	self := torch.Eye(s, torch.Bool, dev).Narrow(0, past, t)
-	return allowed.LogicalAnd(keep).LogicalOr(self), false
+	allowed := torch.Ones([]int64{t, past + t}, torch.Bool, in.InputIDs.Device()).Tril(past).Triu(past - window + 1)
+	// Packed sequences are contiguous, so a window over the row is one within each.
+	return in.restrictMask(allowed, in.Documents()), false
 }
 
 // decoderLM is the body the *ForCausalLM types built on DecoderModel share: "model"
@@ -464,6 +483,9 @@ func (in DecoderInput) slidingSDPAMask(window int64) (mask *torch.Tensor, causal
 type decoderLM[L decoderLayer] struct {
 	model  *DecoderModel[L]
 	lmHead *nn.Linear
+	// family is a Llama-family model's config, for DecoderConfig (nil in Gemma's,
+	// whose gemmaLM has its own).
+	family *LlamaFamilyConfig
 }
 
 // buildDecoder registers "model" (a DecoderModel of the layers newLayer returns, the
@@ -536,15 +558,21 @@ func (lm decoderLM[L]) Loss(ids *torch.Tensor) *torch.Tensor {
 	return lmLoss(lm, chunked(lm, LossAuto), DecoderInput{InputIDs: ids}, ids)
 }
 
-// parseConfigJSON unmarshals config.json's raw bytes into c with errors that name the
-// file, and reads the rotary settings in either form (ropeFields).
-func parseConfigJSON(raw []byte, c any, maxPos func() int64) (RopeParameters, error) {
+// parseConfigJSON unmarshals config.json's raw bytes over c, an architecture's
+// defaults, with errors that name the file, and reads the rotary settings in either
+// form (ropeFields, with the *maxPos read). config.json's model_type, if it has one,
+// must be c's, *modelType.
+func parseConfigJSON(raw []byte, c any, modelType *string, maxPos *int64) (RopeParameters, error) {
+	want := *modelType
 	if err := json.Unmarshal(raw, c); err != nil {
 		return RopeParameters{}, fmt.Errorf("models: %s: %w", ConfigFile, jsonFieldError(raw, c, err))
 	}
-	p, err := ropeFields(raw, maxPos())
+	p, err := ropeFields(raw, *maxPos)
 	if err != nil {
 		return RopeParameters{}, fmt.Errorf("models: %w", err)
+	}
+	if *modelType != want {
+		return RopeParameters{}, fmt.Errorf("models: %s: model_type %q is not %s", ConfigFile, *modelType, want)
 	}
 	return p, nil
 }

@@ -1,7 +1,6 @@
 package models
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -73,12 +72,9 @@ func DefaultGemma2Config() Gemma2Config {
 // ParseLlamaConfig).
 func ParseGemma2Config(raw []byte) (Gemma2Config, error) {
 	c := DefaultGemma2Config()
-	rope, err := parseConfigJSON(raw, &c, func() int64 { return c.MaxPositionEmbeddings })
+	rope, err := parseConfigJSON(raw, &c, &c.ModelType, &c.MaxPositionEmbeddings)
 	if err != nil {
 		return c, err
-	}
-	if c.ModelType != "gemma2" {
-		return c, fmt.Errorf("models: %s: model_type %q is not gemma2", ConfigFile, c.ModelType)
 	}
 	c.RopeParameters, c.DType = rope, dtypeField(raw)
 	if c.LayerTypes == nil && c.NumHiddenLayers > 0 && c.NumHiddenLayers <= maxLayers {
@@ -167,7 +163,7 @@ func (c Gemma2Config) sizes(cfg string, rope RopeParameters) (decoderSizes, []in
 	if c.UseBidirectionalAttention {
 		return decoderSizes{}, nil, fmt.Errorf("%s: use_bidirectional_attention is not supported", cfg)
 	}
-	windows, err := gemmaWindows(cfg, c.NumHiddenLayers, c.LayerTypes, c.SlidingWindow)
+	windows, err := layerWindows(cfg, c.NumHiddenLayers, c.LayerTypes, c.SlidingWindow, "sliding_window is null")
 	if err != nil {
 		return decoderSizes{}, nil, err
 	}
@@ -195,34 +191,6 @@ func gemmaNorms(base *nn.Base, s decoderSizes) (input, postAttention, preFeedfor
 	return norm("input_layernorm"), norm("post_attention_layernorm"), norm("pre_feedforward_layernorm"), norm("post_feedforward_layernorm")
 }
 
-// gemmaWindows returns each layer's sliding window from layer_types (cfg names the
-// config in errors).
-func gemmaWindows(cfg string, layers int64, types []string, window *int64) ([]int64, error) {
-	if err := checkSizes(cfg, configSize{"num_hidden_layers", layers, 1, maxLayers}); err != nil {
-		return nil, err
-	}
-	if int64(len(types)) != layers {
-		return nil, fmt.Errorf("%s: layer_types has %d entries for %d layers (num_hidden_layers)", cfg, len(types), layers)
-	}
-	w := make([]int64, layers)
-	for i, t := range types {
-		switch t {
-		case FullAttention:
-		case SlidingAttention:
-			if window == nil {
-				return nil, fmt.Errorf("%s: layer_types[%d] is %q but sliding_window is null", cfg, i, t)
-			}
-			if err := checkWindow(cfg, "sliding_window", *window); err != nil {
-				return nil, err
-			}
-			w[i] = *window
-		default:
-			return nil, fmt.Errorf("%s: layer_types[%d] %q is not supported (%s, %s)", cfg, i, t, FullAttention, SlidingAttention)
-		}
-	}
-	return w, nil
-}
-
 // softCap returns a soft-capping value of config field name (nil: 0, none).
 func softCap(cfg, name string, v *float64) (float64, error) {
 	if v == nil {
@@ -238,13 +206,12 @@ func softCap(cfg, name string, v *float64) (float64, error) {
 // embeddings scaled by √hidden_size and the logits soft-capped.
 type gemmaLM[L decoderLayer] struct {
 	decoderLM[L]
-	hidden  int64
 	softCap float64
 	config  Gemma2Config
 }
 
 func newGemmaLM[L decoderLayer](lm decoderLM[L], c Gemma2Config) gemmaLM[L] {
-	g := gemmaLM[L]{decoderLM: lm, hidden: c.HiddenSize, config: c}
+	g := gemmaLM[L]{decoderLM: lm, config: c}
 	g.softCap, _ = softCap("", "", c.FinalLogitSoftcapping)
 	return g
 }
@@ -263,7 +230,7 @@ func (m gemmaLM[L]) Forward(in DecoderInput) *torch.Tensor {
 // HiddenStates returns the final hidden states [B, T, hidden_size] of in's tokens
 // (HiddenStateLM).
 func (m gemmaLM[L]) HiddenStates(in DecoderInput) *torch.Tensor {
-	return m.model.ForwardEmbeddings(scaleEmbeddings(m.model.EmbedTokens.Forward(in.InputIDs), m.hidden), in)
+	return m.model.ForwardEmbeddings(scaleEmbeddings(m.model.EmbedTokens.Forward(in.InputIDs), m.config.HiddenSize), in)
 }
 
 // OutputHead returns lm_head with final_logit_softcapping (HiddenStateLM).
@@ -281,19 +248,17 @@ func (m gemmaLM[L]) Loss(ids *torch.Tensor) *torch.Tensor {
 // (CausalLM).
 func (m gemmaLM[L]) DecoderConfig() DecoderConfig {
 	c := m.config
-	d := DecoderConfig{VocabSize: c.VocabSize, MaxPositions: c.MaxPositionEmbeddings, BOS: -1, EOS: append([]int64(nil), c.EOSTokenID...)}
-	if c.BOSTokenID != nil {
-		d.BOS = *c.BOSTokenID
-	}
-	return d
+	return newDecoderConfig(c.VocabSize, c.MaxPositionEmbeddings, c.BOSTokenID, c.EOSTokenID)
+}
+
+func (c *Gemma2Config) setArchitecture(modelType, class string) {
+	c.ModelType, c.Architectures = modelType, []string{class}
 }
 
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form, with
 // layer_types), with model_type and architectures set.
 func (m *Gemma2ForCausalLM) PretrainedConfig() any {
-	c := m.Config
-	c.ModelType, c.Architectures = "gemma2", []string{"Gemma2ForCausalLM"}
-	return c
+	return pretrained(m.Config, "gemma2", "Gemma2ForCausalLM")
 }
 
 // MarshalJSON writes the config as config.json holds it, the soft-capping values as
@@ -303,26 +268,13 @@ func (c Gemma2Config) MarshalJSON() ([]byte, error) { return json.Marshal(c.conf
 // gemma2JSON is Gemma2Config with its float-only keys written as floats.
 type gemma2JSON struct {
 	gemma2Plain
-	FinalLogitSoftcapping *pyFloat `json:"final_logit_softcapping"`
-	AttnLogitSoftcapping  *pyFloat `json:"attn_logit_softcapping"`
+	FinalLogitSoftcapping *PyFloat `json:"final_logit_softcapping"`
+	AttnLogitSoftcapping  *PyFloat `json:"attn_logit_softcapping"`
 }
 
 // gemma2Plain is Gemma2Config without its MarshalJSON.
 type gemma2Plain Gemma2Config
 
 func (c Gemma2Config) configJSON() gemma2JSON {
-	return gemma2JSON{gemma2Plain(c), (*pyFloat)(c.FinalLogitSoftcapping), (*pyFloat)(c.AttnLogitSoftcapping)}
-}
-
-// pyFloat is a float64 that JSON always writes as a float, with a point or an
-// exponent, as Python's json does.
-type pyFloat float64
-
-// MarshalJSON writes f as a float.
-func (f pyFloat) MarshalJSON() ([]byte, error) {
-	b, err := json.Marshal(float64(f))
-	if err == nil && !bytes.ContainsAny(b, ".eE") {
-		b = append(b, ".0"...)
-	}
-	return b, err
+	return gemma2JSON{gemma2Plain(c), (*PyFloat)(c.FinalLogitSoftcapping), (*PyFloat)(c.AttnLogitSoftcapping)}
 }

@@ -100,21 +100,8 @@ func ParseGemma3TextConfig(raw []byte) (Gemma3TextConfig, error) {
 	}
 	full.RopeTheta = ropeTheta(full.RopeTheta, aux.RopeTheta, gemma3GlobalTheta)
 	local.RopeTheta = ropeTheta(local.RopeTheta, aux.LocalBase, gemma3LocalTheta)
-	for _, p := range []*RopeParameters{&full, &local} {
-		if p.RopeType == "" {
-			p.RopeType = RopeDefault
-		}
-		switch p.RopeType {
-		case RopeLlama3, RopeYarn, RopeLongrope:
-			if p.OriginalMaxPositionEmbeddings == 0 {
-				p.OriginalMaxPositionEmbeddings = c.MaxPositionEmbeddings
-			}
-		}
-		if p.RopeType == RopeYarn && p.Factor == 0 && p.OriginalMaxPositionEmbeddings > 0 {
-			p.Factor = float64(c.MaxPositionEmbeddings) / float64(p.OriginalMaxPositionEmbeddings)
-		}
-	}
-	c.RopeParameters = map[string]RopeParameters{FullAttention: full, SlidingAttention: local}
+	c.RopeParameters = map[string]RopeParameters{FullAttention: full.withDefaults(c.MaxPositionEmbeddings),
+		SlidingAttention: local.withDefaults(c.MaxPositionEmbeddings)}
 	if c.LayerTypes == nil && c.NumHiddenLayers > 0 && c.NumHiddenLayers <= maxLayers {
 		pattern := int64(6)
 		if aux.Pattern != nil {
@@ -133,17 +120,6 @@ func ParseGemma3TextConfig(raw []byte) (Gemma3TextConfig, error) {
 	}
 	c.DType = dtypeField(raw)
 	return c, nil
-}
-
-// ropeTheta is a base given in rope_parameters, else the v4 top-level one, else def.
-func ropeTheta(inner float64, top *float64, def float64) float64 {
-	switch {
-	case inner != 0:
-		return inner
-	case top != nil:
-		return *top
-	}
-	return def
 }
 
 // Gemma3ForCausalLM is transformers' Gemma3ForCausalLM: Gemma2ForCausalLM's modules
@@ -229,9 +205,7 @@ func init() {
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form), with
 // model_type and architectures set.
 func (m *Gemma3ForCausalLM) PretrainedConfig() any {
-	c := m.Config
-	c.ModelType, c.Architectures = "gemma3_text", []string{"Gemma3ForCausalLM"}
-	return c
+	return pretrained(m.Config, "gemma3_text", "Gemma3ForCausalLM")
 }
 
 // MarshalJSON writes the config as config.json holds it: Gemma2Config's keys (the

@@ -63,10 +63,10 @@ func (c GPT2Config) validate() error {
 	if err != nil {
 		return err
 	}
-	for name, p := range map[string]float64{"resid_pdrop": c.ResidPdrop, "embd_pdrop": c.EmbdPdrop, "attn_pdrop": c.AttnPdrop} {
-		if err := checkProbability(cfg, name, p); err != nil {
-			return err
-		}
+	err = checkProbability(cfg, probability{"resid_pdrop", c.ResidPdrop}, probability{"embd_pdrop", c.EmbdPdrop},
+		probability{"attn_pdrop", c.AttnPdrop})
+	if err != nil {
+		return err
 	}
 	e, in := c.NEmbd, c.inner()
 	block := 4*e + (3*e*e + 3*e) + (e*e + e) + (e*in + in) + (in*e + e)
@@ -83,19 +83,14 @@ func (c GPT2Config) validate() error {
 	return err
 }
 
-// gpt2Activation is transformers' ACT2FN for the names GPT-2 configs use.
+// gpt2Activation is transformers' ACT2FN for the names GPT-2 configs use: the
+// decoders' (decoderActivation) and tanh.
 func gpt2Activation(name string) (func(*torch.Tensor) *torch.Tensor, error) {
-	switch name {
-	case "gelu_new", "gelu_pytorch_tanh", "gelu_fast":
-		return func(x *torch.Tensor) *torch.Tensor { return x.GELU(true) }, nil
-	case "gelu":
-		return func(x *torch.Tensor) *torch.Tensor { return x.GELU(false) }, nil
-	case "relu":
-		return (*torch.Tensor).ReLU, nil
-	case "silu", "swish":
-		return (*torch.Tensor).SiLU, nil
-	case "tanh":
+	if name == "tanh" {
 		return (*torch.Tensor).Tanh, nil
+	}
+	if act, err := decoderActivation(name); err == nil {
+		return act, nil
 	}
 	return nil, fmt.Errorf("models: GPT-2 activation %q is not supported", name)
 }
@@ -338,14 +333,11 @@ func (m *GPT2LMHeadModel) OutputHead() LMHead { return LMHead{Layer: m.LMHead} }
 
 // DecoderConfig returns the vocabulary, n_positions and the special tokens (CausalLM).
 func (m *GPT2LMHeadModel) DecoderConfig() DecoderConfig {
-	c := DecoderConfig{VocabSize: m.Config.VocabSize, MaxPositions: m.Config.NPositions, BOS: -1}
+	var eos TokenIDs
 	if m.Config.EOSTokenID != nil {
-		c.EOS = []int64{*m.Config.EOSTokenID}
+		eos = TokenIDs{*m.Config.EOSTokenID}
 	}
-	if m.Config.BOSTokenID != nil {
-		c.BOS = *m.Config.BOSTokenID
-	}
-	return c
+	return newDecoderConfig(m.Config.VocabSize, m.Config.NPositions, m.Config.BOSTokenID, eos)
 }
 
 // Loss returns the language-modelling loss transformers computes for labels=ids: the
@@ -359,8 +351,7 @@ func (m *GPT2LMHeadModel) Loss(ids *torch.Tensor) *torch.Tensor {
 // PretrainedConfig returns the model's config as config.json holds it (Pretrained).
 func (m *GPT2LMHeadModel) PretrainedConfig() any {
 	c := m.Config
-	c.ModelType = "gpt2"
-	c.Architectures = []string{"GPT2LMHeadModel"}
+	c.ModelType, c.Architectures = "gpt2", []string{"GPT2LMHeadModel"}
 	return c
 }
 

@@ -109,16 +109,18 @@ func newLlamaDecoderLayer(s decoderSizes, a attentionSizes, mlpBias bool, i int,
 // with biases on the q, k, v projections (qkvBias), o_proj (oBias) and the MLP
 // (mlpBias), layer i sliding over windows[i] positions (none if windows is nil); cfg
 // names the config in errors.
-func buildLlamaLike(base *nn.Base, cfg string, f LlamaFamilyConfig, qkvBias, oBias, mlpBias bool, windows []int64) (decoderLM[*LlamaDecoderLayer], error) {
+func buildLlamaLike(base *nn.Base, cfg string, f *LlamaFamilyConfig, qkvBias, oBias, mlpBias bool, windows []int64) (decoderLM[*LlamaDecoderLayer], error) {
 	s := f.sizes()
 	a := s.attention(qkvBias, oBias)
-	return buildDecoder(base, cfg, s, f.TieWordEmbeddings, func(i int) *LlamaDecoderLayer {
+	lm, err := buildDecoder(base, cfg, s, f.TieWordEmbeddings, func(i int) *LlamaDecoderLayer {
 		var w int64
 		if windows != nil {
 			w = windows[i]
 		}
 		return newLlamaDecoderLayer(s, a, mlpBias, i, w)
 	}, func() nn.Layer { return NewRMSNorm(s.hidden, s.eps) })
+	lm.family = f
+	return lm, err
 }
 
 // NewLlamaForCausalLM returns LlamaForCausalLM(config) initialised as transformers
@@ -132,7 +134,7 @@ func NewLlamaForCausalLM(c LlamaConfig) (*LlamaForCausalLM, error) {
 	}
 	bias := m.Config.AttentionBias
 	var err error
-	if m.decoderLM, err = buildLlamaLike(&m.Base, "LlamaConfig", m.Config.LlamaFamilyConfig, bias, bias, m.Config.MLPBias, nil); err != nil {
+	if m.decoderLM, err = buildLlamaLike(&m.Base, "LlamaConfig", &m.Config.LlamaFamilyConfig, bias, bias, m.Config.MLPBias, nil); err != nil {
 		return nil, err
 	}
 	m.Model, m.LMHead = m.model, m.lmHead
@@ -143,16 +145,8 @@ func init() {
 	RegisterArchitecture(Architecture{ModelType: "llama", Class: "LlamaForCausalLM", New: fromJSON(ParseLlamaConfig, NewLlamaForCausalLM), Rename: decoderCheckpointKey})
 }
 
-// DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
-// (CausalLM).
-func (m *LlamaForCausalLM) DecoderConfig() DecoderConfig {
-	return m.Config.decoderConfig()
-}
-
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form), with
 // model_type and architectures set.
 func (m *LlamaForCausalLM) PretrainedConfig() any {
-	c := m.Config
-	c.ModelType, c.Architectures = "llama", []string{"LlamaForCausalLM"}
-	return c
+	return pretrained(m.Config, "llama", "LlamaForCausalLM")
 }

@@ -63,15 +63,11 @@ func (f *LlamaFamilyConfig) family() *LlamaFamilyConfig { return f }
 // either form transformers writes (see ParseLlamaConfig), and fills what transformers
 // derives. config.json's model_type, if it has one, must be c's.
 func parseLlamaFamily[C any, P llamaFamily[C]](raw []byte, c C) (C, error) {
-	var none C
 	f := P(&c).family()
-	want := f.ModelType
-	rope, err := parseConfigJSON(raw, &c, func() int64 { return f.MaxPositionEmbeddings })
+	rope, err := parseConfigJSON(raw, &c, &f.ModelType, &f.MaxPositionEmbeddings)
 	if err != nil {
+		var none C
 		return none, err
-	}
-	if f.ModelType != want {
-		return none, fmt.Errorf("models: %s: model_type %q is not %s", ConfigFile, f.ModelType, want)
 	}
 	f.RopeParameters, f.DType = rope, dtypeField(raw)
 	return P(&c).withDefaults(), nil
@@ -87,24 +83,10 @@ func (c LlamaFamilyConfig) withDefaults() LlamaFamilyConfig {
 	if c.HeadDim == 0 && c.NumAttentionHeads > 0 && c.HiddenSize%c.NumAttentionHeads == 0 {
 		c.HeadDim = c.HiddenSize / c.NumAttentionHeads
 	}
-	if c.RopeParameters.RopeType == "" {
-		c.RopeParameters.RopeType = RopeDefault
-	}
 	if c.RopeParameters.RopeTheta == 0 {
 		c.RopeParameters.RopeTheta = defaultRopeTheta
 	}
-	p := &c.RopeParameters
-	switch p.RopeType {
-	case RopeLlama3, RopeYarn, RopeLongrope:
-		if p.OriginalMaxPositionEmbeddings == 0 {
-			p.OriginalMaxPositionEmbeddings = c.MaxPositionEmbeddings
-		}
-	}
-	if p.RopeType == RopeYarn && p.Factor == 0 && p.OriginalMaxPositionEmbeddings > 0 {
-		// A null factor is the ratio of the contexts; written out, so that a saved
-		// config has the key transformers requires.
-		p.Factor = float64(c.MaxPositionEmbeddings) / float64(p.OriginalMaxPositionEmbeddings)
-	}
+	c.RopeParameters = c.RopeParameters.withDefaults(c.MaxPositionEmbeddings)
 	return c
 }
 
@@ -121,6 +103,15 @@ func (c LlamaFamilyConfig) checkLayers(cfg string) error {
 		return fmt.Errorf("%s: hidden_size %d is not divisible by num_attention_heads %d (and no head_dim is given)", cfg, c.HiddenSize, c.NumAttentionHeads)
 	}
 	return nil
+}
+
+// slidingWindow checks the layers (checkLayers) and returns every layer's sliding window,
+// w (nil: 0, full attention).
+func (c LlamaFamilyConfig) slidingWindow(cfg string, w *int64) (int64, error) {
+	if err := c.checkLayers(cfg); err != nil || w == nil {
+		return 0, err
+	}
+	return *w, checkWindow(cfg, "sliding_window", *w)
 }
 
 // sizes are the decoderSizes of the shared fields.
@@ -140,14 +131,39 @@ func (s decoderSizes) attention(qkvBias, oBias bool) attentionSizes {
 		qkvBias: qkvBias, oBias: oBias, initStd: s.initStd, dropout: s.attnDropout}
 }
 
-// decoderConfig is DecoderConfig for a model of this config: the vocabulary,
-// max_position_embeddings and the special tokens.
-func (c LlamaFamilyConfig) decoderConfig() DecoderConfig {
-	d := DecoderConfig{VocabSize: c.VocabSize, MaxPositions: c.MaxPositionEmbeddings, BOS: -1, EOS: append([]int64(nil), c.EOSTokenID...)}
-	if c.BOSTokenID != nil {
-		d.BOS = *c.BOSTokenID
+// newDecoderConfig is the DecoderConfig of a config's vocabulary, context and special
+// tokens (bos nil: none).
+func newDecoderConfig(vocab, maxPos int64, bos *int64, eos TokenIDs) DecoderConfig {
+	d := DecoderConfig{VocabSize: vocab, MaxPositions: maxPos, BOS: -1, EOS: append([]int64(nil), eos...)}
+	if bos != nil {
+		d.BOS = *bos
 	}
 	return d
+}
+
+// DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
+// of a Llama-family model's config (CausalLM).
+func (lm decoderLM[L]) DecoderConfig() DecoderConfig {
+	f := lm.family
+	return newDecoderConfig(f.VocabSize, f.MaxPositionEmbeddings, f.BOSTokenID, f.EOSTokenID)
+}
+
+// namedConfig is a pointer to a config C whose model_type and architectures
+// PretrainedConfig sets: one that embeds LlamaFamilyConfig or Gemma2Config.
+type namedConfig[C any] interface {
+	*C
+	setArchitecture(modelType, class string)
+}
+
+func (f *LlamaFamilyConfig) setArchitecture(modelType, class string) {
+	f.ModelType, f.Architectures = modelType, []string{class}
+}
+
+// pretrained returns c as save_pretrained writes it (PretrainedConfig), with
+// model_type and the architectures of class set.
+func pretrained[C any, P namedConfig[C]](c C, modelType, class string) any {
+	P(&c).setArchitecture(modelType, class)
+	return c
 }
 
 // fromJSON is a registry constructor (Architecture.New) of a config parser and the

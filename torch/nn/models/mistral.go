@@ -2,6 +2,7 @@ package models
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gotrain/gotrain/torch/nn"
 )
@@ -53,21 +54,12 @@ type MistralForCausalLM struct {
 func NewMistralForCausalLM(c MistralConfig) (*MistralForCausalLM, error) {
 	const cfg = "MistralConfig"
 	m := &MistralForCausalLM{Config: c.withDefaults()}
-	if err := m.Config.checkLayers(cfg); err != nil {
+	w, err := m.Config.slidingWindow(cfg, m.Config.SlidingWindow)
+	if err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}
-	var windows []int64
-	if w := m.Config.SlidingWindow; w != nil {
-		if err := checkWindow(cfg, "sliding_window", *w); err != nil {
-			return nil, fmt.Errorf("models: %w", err)
-		}
-		windows = make([]int64, m.Config.NumHiddenLayers)
-		for i := range windows {
-			windows[i] = *w
-		}
-	}
-	var err error
-	if m.decoderLM, err = buildLlamaLike(&m.Base, cfg, m.Config.LlamaFamilyConfig, false, false, false, windows); err != nil {
+	windows := slices.Repeat([]int64{w}, int(m.Config.NumHiddenLayers))
+	if m.decoderLM, err = buildLlamaLike(&m.Base, cfg, &m.Config.LlamaFamilyConfig, false, false, false, windows); err != nil {
 		return nil, err
 	}
 	m.Model, m.LMHead = m.model, m.lmHead
@@ -78,16 +70,8 @@ func init() {
 	RegisterArchitecture(Architecture{ModelType: "mistral", Class: "MistralForCausalLM", New: fromJSON(ParseMistralConfig, NewMistralForCausalLM), Rename: decoderCheckpointKey})
 }
 
-// DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
-// (CausalLM).
-func (m *MistralForCausalLM) DecoderConfig() DecoderConfig {
-	return m.Config.decoderConfig()
-}
-
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form), with
 // model_type and architectures set.
 func (m *MistralForCausalLM) PretrainedConfig() any {
-	c := m.Config
-	c.ModelType, c.Architectures = "mistral", []string{"MistralForCausalLM"}
-	return c
+	return pretrained(m.Config, "mistral", "MistralForCausalLM")
 }

@@ -145,15 +145,9 @@ var mixtralExperts = expertNames{block: "block_sparse_moe", gate: "w1", up: "w3"
 func NewMixtralForCausalLM(c MixtralConfig) (*MixtralForCausalLM, error) {
 	const cfg = "MixtralConfig"
 	m := &MixtralForCausalLM{Config: c.withDefaults()}
-	if err := m.Config.checkLayers(cfg); err != nil {
+	window, err := m.Config.slidingWindow(cfg, m.Config.SlidingWindow)
+	if err != nil {
 		return nil, fmt.Errorf("models: %w", err)
-	}
-	var window int64
-	if w := m.Config.SlidingWindow; w != nil {
-		if err := checkWindow(cfg, "sliding_window", *w); err != nil {
-			return nil, fmt.Errorf("models: %w", err)
-		}
-		window = *w
 	}
 	s, moe := m.Config.sizes(), m.Config.moe()
 	if err := moe.validate(cfg, "num_local_experts", "intermediate_size"); err != nil {
@@ -164,7 +158,6 @@ func NewMixtralForCausalLM(c MixtralConfig) (*MixtralForCausalLM, error) {
 	}
 	m.routerLoss = newRouterLoss(m.Config.OutputRouterLogits, float64(m.Config.RouterAuxLossCoef), moe)
 	a := s.attention(false, false)
-	var err error
 	m.decoderLM, err = buildDecoder(&m.Base, cfg, s, m.Config.TieWordEmbeddings, func(i int) *MixtralDecoderLayer {
 		l := &MixtralDecoderLayer{}
 		l.SelfAttn = nn.Register(&l.Base, "self_attn", newAttention(a, i))
@@ -177,7 +170,7 @@ func NewMixtralForCausalLM(c MixtralConfig) (*MixtralForCausalLM, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Model, m.LMHead = m.model, m.lmHead
+	m.Model, m.LMHead, m.family = m.model, m.lmHead, &m.Config.LlamaFamilyConfig
 	return m, nil
 }
 
@@ -197,16 +190,8 @@ func (m *MixtralForCausalLM) fromCheckpoint(sd *checkpoint.Dict, fileOf func(str
 
 func (m *MixtralForCausalLM) hubLayout() checkpoint.Layout { return expertLayout(m, mixtralExperts) }
 
-// DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
-// (CausalLM).
-func (m *MixtralForCausalLM) DecoderConfig() DecoderConfig {
-	return m.Config.decoderConfig()
-}
-
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form), with
 // model_type and architectures set.
 func (m *MixtralForCausalLM) PretrainedConfig() any {
-	c := m.Config
-	c.ModelType, c.Architectures = "mixtral", []string{"MixtralForCausalLM"}
-	return c
+	return pretrained(m.Config, "mixtral", "MixtralForCausalLM")
 }

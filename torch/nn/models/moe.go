@@ -37,7 +37,7 @@ func (s moeSizes) validate(cfg, expertsField, intermediateField string) error {
 	if err != nil {
 		return err
 	}
-	if err := checkProbability(cfg, "router_jitter_noise", s.jitter); err != nil {
+	if err := checkProbability(cfg, probability{"router_jitter_noise", s.jitter}); err != nil {
 		return err
 	}
 	if _, err := decoderActivation(s.act); err != nil {

@@ -102,7 +102,7 @@ func NewOlmo2ForCausalLM(c Olmo2Config) (*Olmo2ForCausalLM, error) {
 		return nil, err
 	}
 	m.model.RotaryEmb.Float32 = true
-	m.Model, m.LMHead = m.model, m.lmHead
+	m.Model, m.LMHead, m.family = m.model, m.lmHead, &m.Config.LlamaFamilyConfig
 	return m, nil
 }
 
@@ -110,16 +110,8 @@ func init() {
 	RegisterArchitecture(Architecture{ModelType: "olmo2", Class: "Olmo2ForCausalLM", New: fromJSON(ParseOlmo2Config, NewOlmo2ForCausalLM), Rename: decoderCheckpointKey})
 }
 
-// DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
-// (CausalLM).
-func (m *Olmo2ForCausalLM) DecoderConfig() DecoderConfig {
-	return m.Config.decoderConfig()
-}
-
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form), with
 // model_type and architectures set.
 func (m *Olmo2ForCausalLM) PretrainedConfig() any {
-	c := m.Config
-	c.ModelType, c.Architectures = "olmo2", []string{"Olmo2ForCausalLM"}
-	return c
+	return pretrained(m.Config, "olmo2", "Olmo2ForCausalLM")
 }

@@ -46,12 +46,9 @@ func DefaultPhi3Config() Phi3Config {
 // partial_rotary_factor at the top level).
 func ParsePhi3Config(raw []byte) (Phi3Config, error) {
 	c := DefaultPhi3Config()
-	rope, err := parseConfigJSON(raw, &c, func() int64 { return c.MaxPositionEmbeddings })
+	rope, err := parseConfigJSON(raw, &c, &c.ModelType, &c.MaxPositionEmbeddings)
 	if err != nil {
 		return Phi3Config{}, err
-	}
-	if c.ModelType != "phi3" {
-		return Phi3Config{}, fmt.Errorf("models: %s: model_type %q is not phi3", ConfigFile, c.ModelType)
 	}
 	var top struct {
 		PartialRotaryFactor *float64 `json:"partial_rotary_factor"`
@@ -171,24 +168,16 @@ func NewPhi3ForCausalLM(c Phi3Config) (*Phi3ForCausalLM, error) {
 	if t := c.RopeParameters.RopeType; t != RopeDefault && t != RopeLongrope {
 		return nil, fmt.Errorf("models: %s: rope_parameters.rope_type %q is not supported by phi3 (%s, %s)", cfg, t, RopeDefault, RopeLongrope)
 	}
-	for _, p := range []struct {
-		name string
-		v    float64
-	}{{"resid_pdrop", c.ResidPdrop}, {"embd_pdrop", c.EmbdPdrop}} {
-		if err := checkProbability(cfg, p.name, p.v); err != nil {
-			return nil, fmt.Errorf("models: %w", err)
-		}
+	if err := checkProbability(cfg, probability{"resid_pdrop", c.ResidPdrop},
+		probability{"embd_pdrop", c.EmbdPdrop}); err != nil {
+		return nil, fmt.Errorf("models: %w", err)
 	}
-	var window int64
-	if c.SlidingWindow != nil {
-		if err := checkWindow(cfg, "sliding_window", *c.SlidingWindow); err != nil {
-			return nil, fmt.Errorf("models: %w", err)
-		}
-		window = *c.SlidingWindow
+	window, err := c.slidingWindow(cfg, c.SlidingWindow)
+	if err != nil {
+		return nil, fmt.Errorf("models: %w", err)
 	}
 	s := c.sizes()
 	s.partialRotary = true
-	var err error
 	m.decoderLM, err = buildDecoder(&m.Base, cfg, s, c.TieWordEmbeddings, func(i int) *Phi3DecoderLayer {
 		l := &Phi3DecoderLayer{ResidPdrop: c.ResidPdrop}
 		a := &Phi3Attention{Attention: Attention{Heads: s.heads, KVHeads: s.kvHeads, HeadDim: s.headDim,
@@ -208,18 +197,12 @@ func NewPhi3ForCausalLM(c Phi3Config) (*Phi3ForCausalLM, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Model, m.LMHead = m.model, m.lmHead
+	m.Model, m.LMHead, m.family = m.model, m.lmHead, &m.Config.LlamaFamilyConfig
 	return m, nil
 }
 
 func init() {
 	RegisterArchitecture(Architecture{ModelType: "phi3", Class: "Phi3ForCausalLM", New: fromJSON(ParsePhi3Config, NewPhi3ForCausalLM), Rename: decoderCheckpointKey})
-}
-
-// DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
-// (CausalLM).
-func (m *Phi3ForCausalLM) DecoderConfig() DecoderConfig {
-	return m.Config.decoderConfig()
 }
 
 // InvalidatesCache reports, as Phi3ForCausalLM.prepare_inputs_for_generation decides,
@@ -235,7 +218,5 @@ func (m *Phi3ForCausalLM) InvalidatesCache(cached, length int64) bool {
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form), with
 // model_type and architectures set.
 func (m *Phi3ForCausalLM) PretrainedConfig() any {
-	c := m.Config
-	c.ModelType, c.Architectures = "phi3", []string{"Phi3ForCausalLM"}
-	return c
+	return pretrained(m.Config, "phi3", "Phi3ForCausalLM")
 }

@@ -67,26 +67,12 @@ func (c Qwen2Config) windows(cfg string) ([]int64, error) {
 	if err := c.checkLayers(cfg); err != nil {
 		return nil, err
 	}
-	if int64(len(c.LayerTypes)) != c.NumHiddenLayers {
-		return nil, fmt.Errorf("%s: layer_types has %d entries for %d layers (num_hidden_layers)", cfg, len(c.LayerTypes), c.NumHiddenLayers)
+	window := c.SlidingWindow
+	if !c.UseSlidingWindow {
+		window = nil
 	}
-	w := make([]int64, len(c.LayerTypes))
-	for i, t := range c.LayerTypes {
-		switch t {
-		case FullAttention:
-		case SlidingAttention:
-			if !c.UseSlidingWindow || c.SlidingWindow == nil {
-				return nil, fmt.Errorf("%s: layer_types[%d] is %q but the sliding window is off (use_sliding_window false or sliding_window null)", cfg, i, t)
-			}
-			if err := checkWindow(cfg, "sliding_window", *c.SlidingWindow); err != nil {
-				return nil, err
-			}
-			w[i] = *c.SlidingWindow
-		default:
-			return nil, fmt.Errorf("%s: layer_types[%d] %q is not supported (%s, %s)", cfg, i, t, FullAttention, SlidingAttention)
-		}
-	}
-	return w, nil
+	return layerWindows(cfg, c.NumHiddenLayers, c.LayerTypes, window,
+		"the sliding window is off (use_sliding_window false or sliding_window null)")
 }
 
 // Qwen2ForCausalLM is transformers' Qwen2ForCausalLM: LlamaForCausalLM's modules and
@@ -110,7 +96,7 @@ func NewQwen2ForCausalLM(c Qwen2Config) (*Qwen2ForCausalLM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}
-	if m.decoderLM, err = buildLlamaLike(&m.Base, cfg, m.Config.LlamaFamilyConfig, true, false, false, w); err != nil {
+	if m.decoderLM, err = buildLlamaLike(&m.Base, cfg, &m.Config.LlamaFamilyConfig, true, false, false, w); err != nil {
 		return nil, err
 	}
 	m.Model, m.LMHead = m.model, m.lmHead
@@ -121,16 +107,8 @@ func init() {
 	RegisterArchitecture(Architecture{ModelType: "qwen2", Class: "Qwen2ForCausalLM", New: fromJSON(ParseQwen2Config, NewQwen2ForCausalLM), Rename: decoderCheckpointKey})
 }
 
-// DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
-// (CausalLM).
-func (m *Qwen2ForCausalLM) DecoderConfig() DecoderConfig {
-	return m.Config.decoderConfig()
-}
-
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form, with
 // layer_types), with model_type and architectures set.
 func (m *Qwen2ForCausalLM) PretrainedConfig() any {
-	c := m.Config
-	c.ModelType, c.Architectures = "qwen2", []string{"Qwen2ForCausalLM"}
-	return c
+	return pretrained(m.Config, "qwen2", "Qwen2ForCausalLM")
 }

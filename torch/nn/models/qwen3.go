@@ -95,7 +95,7 @@ func NewQwen3ForCausalLM(c Qwen3Config) (*Qwen3ForCausalLM, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Model, m.LMHead = m.model, m.lmHead
+	m.Model, m.LMHead, m.family = m.model, m.lmHead, &m.Config.LlamaFamilyConfig
 	return m, nil
 }
 
@@ -103,16 +103,8 @@ func init() {
 	RegisterArchitecture(Architecture{ModelType: "qwen3", Class: "Qwen3ForCausalLM", New: fromJSON(ParseQwen3Config, NewQwen3ForCausalLM), Rename: decoderCheckpointKey})
 }
 
-// DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
-// (CausalLM).
-func (m *Qwen3ForCausalLM) DecoderConfig() DecoderConfig {
-	return m.Config.decoderConfig()
-}
-
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form, with
 // layer_types), with model_type and architectures set.
 func (m *Qwen3ForCausalLM) PretrainedConfig() any {
-	c := m.Config
-	c.ModelType, c.Architectures = "qwen3", []string{"Qwen3ForCausalLM"}
-	return c
+	return pretrained(m.Config, "qwen3", "Qwen3ForCausalLM")
 }

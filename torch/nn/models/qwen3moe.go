@@ -134,15 +134,9 @@ var qwen3MoeExperts = expertNames{block: "mlp", gate: "gate_proj", up: "up_proj"
 func NewQwen3MoeForCausalLM(c Qwen3MoeConfig) (*Qwen3MoeForCausalLM, error) {
 	const cfg = "Qwen3MoeConfig"
 	m := &Qwen3MoeForCausalLM{Config: c.withDefaults()}
-	if err := m.Config.checkLayers(cfg); err != nil {
+	window, err := m.Config.slidingWindow(cfg, m.Config.SlidingWindow)
+	if err != nil {
 		return nil, fmt.Errorf("models: %w", err)
-	}
-	var window int64
-	if w := m.Config.SlidingWindow; w != nil {
-		if err := checkWindow(cfg, "sliding_window", *w); err != nil {
-			return nil, fmt.Errorf("models: %w", err)
-		}
-		window = *w
 	}
 	s := m.Config.sizes()
 	moe := moeSizes{experts: m.Config.NumLocalExperts, topK: m.Config.NumExpertsPerTok, hidden: s.hidden,
@@ -162,7 +156,6 @@ func NewQwen3MoeForCausalLM(c Qwen3MoeConfig) (*Qwen3MoeForCausalLM, error) {
 	}
 	m.routerLoss = newRouterLoss(m.Config.OutputRouterLogits, float64(m.Config.RouterAuxLossCoef), moe)
 	bias := m.Config.AttentionBias
-	var err error
 	m.decoderLM, err = buildDecoder(&m.Base, cfg, s, m.Config.TieWordEmbeddings, func(i int) *Qwen3MoeDecoderLayer {
 		l := &Qwen3MoeDecoderLayer{}
 		a := nn.Register(&l.Base, "self_attn", newAttention(s.attention(bias, bias), i))
@@ -182,7 +175,7 @@ func NewQwen3MoeForCausalLM(c Qwen3MoeConfig) (*Qwen3MoeForCausalLM, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Model, m.LMHead = m.model, m.lmHead
+	m.Model, m.LMHead, m.family = m.model, m.lmHead, &m.Config.LlamaFamilyConfig
 	return m, nil
 }
 
@@ -202,16 +195,8 @@ func (m *Qwen3MoeForCausalLM) fromCheckpoint(sd *checkpoint.Dict, fileOf func(st
 
 func (m *Qwen3MoeForCausalLM) hubLayout() checkpoint.Layout { return expertLayout(m, qwen3MoeExperts) }
 
-// DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
-// (CausalLM).
-func (m *Qwen3MoeForCausalLM) DecoderConfig() DecoderConfig {
-	return m.Config.decoderConfig()
-}
-
 // PretrainedConfig returns the config as save_pretrained writes it (the v5 form), with
 // model_type and architectures set.
 func (m *Qwen3MoeForCausalLM) PretrainedConfig() any {
-	c := m.Config
-	c.ModelType, c.Architectures = "qwen3_moe", []string{"Qwen3MoeForCausalLM"}
-	return c
+	return pretrained(m.Config, "qwen3_moe", "Qwen3MoeForCausalLM")
 }

@@ -150,12 +150,7 @@ func ropeFields(raw []byte, maxPos int64) (RopeParameters, error) {
 	if p.RopeType == "" {
 		p.RopeType = RopeDefault
 	}
-	if p.RopeTheta == 0 {
-		p.RopeTheta = defaultRopeTheta
-		if top.RopeTheta != nil {
-			p.RopeTheta = *top.RopeTheta
-		}
-	}
+	p.RopeTheta = ropeTheta(p.RopeTheta, top.RopeTheta, defaultRopeTheta)
 	if p.RopeType == RopeLlama3 && p.OriginalMaxPositionEmbeddings == 0 {
 		p.OriginalMaxPositionEmbeddings = maxPos
 		if top.OriginalMax != nil {
@@ -166,6 +161,38 @@ func ropeFields(raw []byte, maxPos int64) (RopeParameters, error) {
 		p.OriginalMaxPositionEmbeddings = maxPos
 	}
 	return p, nil
+}
+
+// withDefaults fills what transformers derives of p in a model of maxPos positions
+// (max_position_embeddings): the type when none is given, the pretraining context of
+// llama3, yarn and longrope, and yarn's factor when null.
+func (p RopeParameters) withDefaults(maxPos int64) RopeParameters {
+	if p.RopeType == "" {
+		p.RopeType = RopeDefault
+	}
+	switch p.RopeType {
+	case RopeLlama3, RopeYarn, RopeLongrope:
+		if p.OriginalMaxPositionEmbeddings == 0 {
+			p.OriginalMaxPositionEmbeddings = maxPos
+		}
+	}
+	if p.RopeType == RopeYarn && p.Factor == 0 && p.OriginalMaxPositionEmbeddings > 0 {
+		// A null factor is the ratio of the contexts; written out, so that a saved
+		// config has the key transformers requires.
+		p.Factor = float64(maxPos) / float64(p.OriginalMaxPositionEmbeddings)
+	}
+	return p
+}
+
+// ropeTheta is a base given in rope_parameters, else the v4 top-level one, else def.
+func ropeTheta(inner float64, top *float64, def float64) float64 {
+	switch {
+	case inner != 0:
+		return inner
+	case top != nil:
+		return *top
+	}
+	return def
 }
 
 // cutJSON is a JSON value for a message: at most 40 bytes of it.
@@ -391,11 +418,7 @@ func (r *RotaryEmbedding) computeInvFreq(seqLen int64) *torch.Tensor {
 		if seqLen > p.OriginalMaxPositionEmbeddings {
 			factors = p.LongFactor
 		}
-		f32 := make([]float32, len(factors))
-		for i, v := range factors {
-			f32[i] = float32(v)
-		}
-		return torch.FromSlice(f32).Mul(powers).Reciprocal()
+		return torch.FromSlice(factors).ToDType(torch.Float32).Mul(powers).Reciprocal()
 	}
 	return powers.Reciprocal()
 }

@@ -34,10 +34,18 @@ func checkSizes(cfg string, sizes ...configSize) error {
 	return nil
 }
 
-// checkProbability refuses a dropout probability outside [0, 1].
-func checkProbability(cfg, name string, p float64) error {
-	if !(p >= 0 && p <= 1) {
-		return fmt.Errorf("%s: %s %g is not a probability in [0, 1]", cfg, name, p)
+// probability is one dropout probability of a config, with its field's name.
+type probability struct {
+	name string
+	p    float64
+}
+
+// checkProbability refuses the first dropout probability outside [0, 1].
+func checkProbability(cfg string, ps ...probability) error {
+	for _, p := range ps {
+		if !(p.p >= 0 && p.p <= 1) {
+			return fmt.Errorf("%s: %s %g is not a probability in [0, 1]", cfg, p.name, p.p)
+		}
 	}
 	return nil
 }

@@ -93,13 +93,9 @@ func (c ViTConfig) validate() error {
 	if err := checkSizes(cfg, configSize{"(image_size/patch_size)²+1 tokens", c.seq(), 1, maxPositions}); err != nil {
 		return err
 	}
-	for _, p := range []struct {
-		name string
-		v    float64
-	}{{"dropout", c.Dropout}, {"attention_dropout", c.AttentionDropout}} {
-		if err := checkProbability(cfg, p.name, p.v); err != nil {
-			return err
-		}
+	if err := checkProbability(cfg, probability{"dropout", c.Dropout},
+		probability{"attention_dropout", c.AttentionDropout}); err != nil {
+		return err
 	}
 	d, patch := c.HiddenDim, c.InChannels*c.PatchSize*c.PatchSize
 	block := 4*d + (3*d*d + 3*d) + (d*d + d) + (d*c.MLPDim + c.MLPDim) + (c.MLPDim*d + d)
