@@ -36,14 +36,13 @@ func ParseLlamaConfig(raw []byte) (LlamaConfig, error) {
 	return parseLlamaFamily(raw, DefaultLlamaConfig())
 }
 
-// withDefaults fills the sizes transformers derives; head_dim is derived even where
+// fillDefaults fills the sizes transformers derives; head_dim is derived even where
 // num_attention_heads does not divide hidden_size (spec refuses that config).
-func (c LlamaConfig) withDefaults() LlamaConfig {
+func (c *LlamaConfig) fillDefaults() {
 	if c.HeadDim == 0 && c.NumAttentionHeads > 0 {
 		c.HeadDim = c.HiddenSize / c.NumAttentionHeads
 	}
-	c.LlamaFamilyConfig = c.LlamaFamilyConfig.withDefaults()
-	return c
+	c.LlamaFamilyConfig.fillDefaults()
 }
 
 // check refuses what transformers' LlamaConfig.validate_architecture refuses: heads
@@ -128,7 +127,7 @@ func buildLlamaLike(base *nn.Base, cfg string, f *LlamaFamilyConfig, qkvBias, oB
 // CPU. A config whose sizes are out of range or inconsistent is an error naming the
 // field.
 func NewLlamaForCausalLM(c LlamaConfig) (*LlamaForCausalLM, error) {
-	m := &LlamaForCausalLM{Config: c.withDefaults()}
+	m := &LlamaForCausalLM{Config: withDefaults(c)}
 	if err := m.Config.check(); err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}

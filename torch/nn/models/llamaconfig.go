@@ -53,7 +53,7 @@ func llamaFamilyDefaults(modelType string, vocab, intermediate, maxPos int64) Ll
 type llamaFamily[C any] interface {
 	*C
 	family() *LlamaFamilyConfig
-	withDefaults() C
+	fillDefaults()
 }
 
 // family returns f: through the configs that embed it, their LlamaFamilyConfig.
@@ -70,13 +70,19 @@ func parseLlamaFamily[C any, P llamaFamily[C]](raw []byte, c C) (C, error) {
 		return none, err
 	}
 	f.RopeParameters, f.DType = rope, dtypeField(raw)
-	return P(&c).withDefaults(), nil
+	return withDefaults[C, P](c), nil
 }
 
-// withDefaults fills what transformers derives: the key/value heads, head_dim where
+// withDefaults returns c with what transformers derives filled (its fillDefaults).
+func withDefaults[C any, P llamaFamily[C]](c C) C {
+	P(&c).fillDefaults()
+	return c
+}
+
+// fillDefaults fills what transformers derives: the key/value heads, head_dim where
 // num_attention_heads divides hidden_size, and the rotary embedding's type, base and
 // pretraining context (llama3, yarn, longrope), and yarn's factor when null.
-func (c LlamaFamilyConfig) withDefaults() LlamaFamilyConfig {
+func (c *LlamaFamilyConfig) fillDefaults() {
 	if c.NumKeyValueHeads == 0 {
 		c.NumKeyValueHeads = c.NumAttentionHeads
 	}
@@ -87,7 +93,6 @@ func (c LlamaFamilyConfig) withDefaults() LlamaFamilyConfig {
 		c.RopeParameters.RopeTheta = defaultRopeTheta
 	}
 	c.RopeParameters = c.RopeParameters.withDefaults(c.MaxPositionEmbeddings)
-	return c
 }
 
 // checkLayers checks, for the configs with sliding windows (cfg names the config), what

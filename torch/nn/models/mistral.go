@@ -33,11 +33,6 @@ func ParseMistralConfig(raw []byte) (MistralConfig, error) {
 	return parseLlamaFamily(raw, DefaultMistralConfig())
 }
 
-func (c MistralConfig) withDefaults() MistralConfig {
-	c.LlamaFamilyConfig = c.LlamaFamilyConfig.withDefaults()
-	return c
-}
-
 // MistralForCausalLM is transformers' MistralForCausalLM: LlamaForCausalLM's modules
 // and names (its layers are LlamaDecoderLayers, as Mistral's modular file inherits
 // them), no biases, and the config's sliding window on every layer.
@@ -53,7 +48,7 @@ type MistralForCausalLM struct {
 // does, in float32 on the CPU; a config out of range is an error naming the field.
 func NewMistralForCausalLM(c MistralConfig) (*MistralForCausalLM, error) {
 	const cfg = "MistralConfig"
-	m := &MistralForCausalLM{Config: c.withDefaults()}
+	m := &MistralForCausalLM{Config: withDefaults(c)}
 	w, err := m.Config.slidingWindow(cfg, m.Config.SlidingWindow)
 	if err != nil {
 		return nil, fmt.Errorf("models: %w", err)

@@ -87,11 +87,6 @@ func ropeThetaDefault(raw []byte, theta, def float64) float64 {
 	return def
 }
 
-func (c MixtralConfig) withDefaults() MixtralConfig {
-	c.LlamaFamilyConfig = c.LlamaFamilyConfig.withDefaults()
-	return c
-}
-
 // moe returns the sizes of the sparse blocks.
 func (c MixtralConfig) moe() moeSizes {
 	return moeSizes{experts: c.NumLocalExperts, topK: c.NumExpertsPerTok, hidden: c.HiddenSize,
@@ -144,7 +139,7 @@ var mixtralExperts = expertNames{block: "block_sparse_moe", gate: "w1", up: "w3"
 // does, in float32 on the CPU; a config out of range is an error naming the field.
 func NewMixtralForCausalLM(c MixtralConfig) (*MixtralForCausalLM, error) {
 	const cfg = "MixtralConfig"
-	m := &MixtralForCausalLM{Config: c.withDefaults()}
+	m := &MixtralForCausalLM{Config: withDefaults(c)}
 	window, err := m.Config.slidingWindow(cfg, m.Config.SlidingWindow)
 	if err != nil {
 		return nil, fmt.Errorf("models: %w", err)

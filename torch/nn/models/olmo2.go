@@ -31,11 +31,6 @@ func ParseOlmo2Config(raw []byte) (Olmo2Config, error) {
 	return parseLlamaFamily(raw, DefaultOlmo2Config())
 }
 
-func (c Olmo2Config) withDefaults() Olmo2Config {
-	c.LlamaFamilyConfig = c.LlamaFamilyConfig.withDefaults()
-	return c
-}
-
 // Olmo2ForCausalLM is transformers' Olmo2ForCausalLM: Llama's modules and names, except
 // that each layer normalises the outputs of its attention and MLP
 // ("post_attention_layernorm", "post_feedforward_layernorm") instead of their inputs,
@@ -80,7 +75,7 @@ func newOlmo2Norm(dim int64, eps float64) *RMSNorm {
 // does, in float32 on the CPU; a config out of range is an error naming the field.
 func NewOlmo2ForCausalLM(c Olmo2Config) (*Olmo2ForCausalLM, error) {
 	const cfg = "Olmo2Config"
-	m := &Olmo2ForCausalLM{Config: c.withDefaults()}
+	m := &Olmo2ForCausalLM{Config: withDefaults(c)}
 	if err := m.Config.checkLayers(cfg); err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}

@@ -60,26 +60,25 @@ func ParsePhi3Config(raw []byte) (Phi3Config, error) {
 		rope.PartialRotaryFactor = *top.PartialRotaryFactor
 	}
 	c.RopeParameters, c.DType = rope, dtypeField(raw)
-	return c.withDefaults(), nil
+	return withDefaults(c), nil
 }
 
-// withDefaults derives what Phi3Config.__post_init__ and convert_rope_params_to_dict
+// fillDefaults derives what Phi3Config.__post_init__ and convert_rope_params_to_dict
 // derive: the key/value heads, head_dim, a partial rotary factor of 1, "su" and "yarn"
 // read as longrope, and longrope's original context from
 // original_max_position_embeddings.
-func (c Phi3Config) withDefaults() Phi3Config {
+func (c *Phi3Config) fillDefaults() {
 	p := &c.RopeParameters
 	if p.RopeType == "su" || p.RopeType == RopeYarn {
 		p.RopeType = RopeLongrope
 	}
-	c.LlamaFamilyConfig = c.LlamaFamilyConfig.withDefaults()
+	c.LlamaFamilyConfig.fillDefaults()
 	if p.PartialRotaryFactor == 0 {
 		p.PartialRotaryFactor = 1
 	}
 	if p.RopeType == RopeLongrope {
 		p.OriginalMaxPositionEmbeddings = c.OriginalMaxPositionEmbeddings
 	}
-	return c
 }
 
 // Phi3ForCausalLM is transformers' Phi3ForCausalLM: LlamaForCausalLM's layout with the
@@ -160,7 +159,7 @@ func (l *Phi3DecoderLayer) window() int64 { return l.SelfAttn.Window }
 // in float32 on the CPU; a config out of range is an error naming the field.
 func NewPhi3ForCausalLM(c Phi3Config) (*Phi3ForCausalLM, error) {
 	const cfg = "Phi3Config"
-	m := &Phi3ForCausalLM{Config: c.withDefaults()}
+	m := &Phi3ForCausalLM{Config: withDefaults(c)}
 	c = m.Config
 	if err := c.checkLayers(cfg); err != nil {
 		return nil, fmt.Errorf("models: %w", err)

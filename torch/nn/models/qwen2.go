@@ -44,11 +44,11 @@ func ParseQwen2Config(raw []byte) (Qwen2Config, error) {
 	return parseLlamaFamily(raw, DefaultQwen2Config())
 }
 
-// withDefaults derives what Qwen2Config.__post_init__ derives: the key/value heads,
+// fillDefaults derives what Qwen2Config.__post_init__ derives: the key/value heads,
 // head_dim, and layer_types (the layers from max_window_layers on slide when
 // use_sliding_window is set).
-func (c Qwen2Config) withDefaults() Qwen2Config {
-	c.LlamaFamilyConfig = c.LlamaFamilyConfig.withDefaults()
+func (c *Qwen2Config) fillDefaults() {
+	c.LlamaFamilyConfig.fillDefaults()
 	if c.LayerTypes == nil && c.NumHiddenLayers > 0 && c.NumHiddenLayers <= maxLayers {
 		c.LayerTypes = make([]string, c.NumHiddenLayers)
 		for i := range c.LayerTypes {
@@ -58,7 +58,6 @@ func (c Qwen2Config) withDefaults() Qwen2Config {
 			}
 		}
 	}
-	return c
 }
 
 // windows returns each layer's sliding window (0: full attention); cfg names the
@@ -91,7 +90,7 @@ type Qwen2ForCausalLM struct {
 // does, in float32 on the CPU; a config out of range is an error naming the field.
 func NewQwen2ForCausalLM(c Qwen2Config) (*Qwen2ForCausalLM, error) {
 	const cfg = "Qwen2Config"
-	m := &Qwen2ForCausalLM{Config: c.withDefaults()}
+	m := &Qwen2ForCausalLM{Config: withDefaults(c)}
 	w, err := m.Config.windows(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("models: %w", err)

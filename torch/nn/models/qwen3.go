@@ -31,12 +31,6 @@ func ParseQwen3Config(raw []byte) (Qwen3Config, error) {
 	return parseLlamaFamily(raw, DefaultQwen3Config())
 }
 
-// withDefaults derives what Qwen3Config.__post_init__ derives, as Qwen2's does.
-func (c Qwen3Config) withDefaults() Qwen3Config {
-	c.Qwen2Config = c.Qwen2Config.withDefaults()
-	return c
-}
-
 // Qwen3ForCausalLM is transformers' Qwen3ForCausalLM: Qwen2ForCausalLM's modules and
 // names, with attention_bias on all four projections and each layer's
 // "self_attn.q_norm" and "self_attn.k_norm", RMSNorms over head_dim applied to every
@@ -73,7 +67,7 @@ func (l *Qwen3DecoderLayer) window() int64 { return l.SelfAttn.Window }
 // does, in float32 on the CPU; a config out of range is an error naming the field.
 func NewQwen3ForCausalLM(c Qwen3Config) (*Qwen3ForCausalLM, error) {
 	const cfg = "Qwen3Config"
-	m := &Qwen3ForCausalLM{Config: c.withDefaults()}
+	m := &Qwen3ForCausalLM{Config: withDefaults(c)}
 	windows, err := m.Config.windows(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("models: %w", err)

@@ -62,17 +62,16 @@ func ParseQwen3MoeConfig(raw []byte) (Qwen3MoeConfig, error) {
 	return c, nil
 }
 
-// withDefaults derives what Qwen3MoeConfig.__post_init__ derives: no sliding window
+// fillDefaults derives what Qwen3MoeConfig.__post_init__ derives: no sliding window
 // without use_sliding_window, an empty mlp_only_layers for null.
-func (c Qwen3MoeConfig) withDefaults() Qwen3MoeConfig {
-	c.LlamaFamilyConfig = c.LlamaFamilyConfig.withDefaults()
+func (c *Qwen3MoeConfig) fillDefaults() {
+	c.LlamaFamilyConfig.fillDefaults()
 	if !c.UseSlidingWindow {
 		c.SlidingWindow = nil
 	}
 	if c.MLPOnlyLayers == nil {
 		c.MLPOnlyLayers = []int64{}
 	}
-	return c
 }
 
 // sparse reports whether layer i has a sparse block, as Qwen3MoeDecoderLayer decides.
@@ -133,7 +132,7 @@ var qwen3MoeExperts = expertNames{block: "mlp", gate: "gate_proj", up: "up_proj"
 // the field.
 func NewQwen3MoeForCausalLM(c Qwen3MoeConfig) (*Qwen3MoeForCausalLM, error) {
 	const cfg = "Qwen3MoeConfig"
-	m := &Qwen3MoeForCausalLM{Config: c.withDefaults()}
+	m := &Qwen3MoeForCausalLM{Config: withDefaults(c)}
 	window, err := m.Config.slidingWindow(cfg, m.Config.SlidingWindow)
 	if err != nil {
 		return nil, fmt.Errorf("models: %w", err)
