@@ -486,6 +486,9 @@ type decoderLM[L decoderLayer] struct {
 	// family is a Llama-family model's config, for DecoderConfig (nil in Gemma's,
 	// whose gemmaLM has its own).
 	family *LlamaFamilyConfig
+	// embedScale, when not 0, multiplies the embeddings, rounded to their dtype
+	// (Gemma's √hidden_size); softCap is final_logit_softcapping (Gemma 2; 0: none).
+	embedScale, softCap float64
 }
 
 // buildDecoder registers "model" (a DecoderModel of the layers newLayer returns, the
@@ -547,10 +550,16 @@ func (lm decoderLM[L]) Forward(in DecoderInput) *torch.Tensor {
 
 // HiddenStates returns the final hidden states [B, T, hidden_size] of in's tokens,
 // after the final norm (HiddenStateLM).
-func (lm decoderLM[L]) HiddenStates(in DecoderInput) *torch.Tensor { return lm.model.Forward(in) }
+func (lm decoderLM[L]) HiddenStates(in DecoderInput) *torch.Tensor {
+	if lm.embedScale == 0 {
+		return lm.model.Forward(in)
+	}
+	x := lm.model.EmbedTokens.Forward(in.InputIDs)
+	return lm.model.ForwardEmbeddings(x.Mul(torch.Full([]int64{}, lm.embedScale, x.DType(), x.Device())), in)
+}
 
-// OutputHead returns lm_head (HiddenStateLM).
-func (lm decoderLM[L]) OutputHead() LMHead { return LMHead{Layer: lm.lmHead} }
+// OutputHead returns lm_head, with final_logit_softcapping if any (HiddenStateLM).
+func (lm decoderLM[L]) OutputHead() LMHead { return LMHead{Layer: lm.lmHead, SoftCap: lm.softCap} }
 
 // Loss returns the language-modelling loss transformers computes for labels=ids,
 // chunked for vocabularies of ChunkedLossMinVocab tokens and more (LMLoss, LossAuto).

@@ -203,45 +203,17 @@ func softCap(cfg, name string, v *float64) (float64, error) {
 }
 
 // gemmaLM is the body Gemma2ForCausalLM and Gemma3ForCausalLM share: decoderLM with the
-// embeddings scaled by √hidden_size and the logits soft-capped.
+// embeddings scaled by √hidden_size and the logits soft-capped, and the config's
+// special tokens.
 type gemmaLM[L decoderLayer] struct {
 	decoderLM[L]
-	softCap float64
-	config  Gemma2Config
+	config Gemma2Config
 }
 
 func newGemmaLM[L decoderLayer](lm decoderLM[L], c Gemma2Config) gemmaLM[L] {
-	g := gemmaLM[L]{decoderLM: lm, config: c}
-	g.softCap, _ = softCap("", "", c.FinalLogitSoftcapping)
-	return g
-}
-
-// scaleEmbeddings multiplies the embeddings x by √hidden rounded to x's dtype, as
-// Gemma's scaled embeddings do.
-func scaleEmbeddings(x *torch.Tensor, hidden int64) *torch.Tensor {
-	return x.Mul(torch.Full([]int64{}, math.Sqrt(float64(hidden)), x.DType(), x.Device()))
-}
-
-// Forward returns the logits [B, T, vocab] of in's tokens (CausalLM).
-func (m gemmaLM[L]) Forward(in DecoderInput) *torch.Tensor {
-	return m.OutputHead().Logits(m.HiddenStates(in))
-}
-
-// HiddenStates returns the final hidden states [B, T, hidden_size] of in's tokens
-// (HiddenStateLM).
-func (m gemmaLM[L]) HiddenStates(in DecoderInput) *torch.Tensor {
-	return m.model.ForwardEmbeddings(scaleEmbeddings(m.model.EmbedTokens.Forward(in.InputIDs), m.config.HiddenSize), in)
-}
-
-// OutputHead returns lm_head with final_logit_softcapping (HiddenStateLM).
-func (m gemmaLM[L]) OutputHead() LMHead {
-	return LMHead{Layer: m.lmHead, SoftCap: m.softCap}
-}
-
-// Loss returns the language-modelling loss transformers computes for labels=ids
-// (LMLoss, LossAuto).
-func (m gemmaLM[L]) Loss(ids *torch.Tensor) *torch.Tensor {
-	return lmLoss(m, chunked(m, LossAuto), DecoderInput{InputIDs: ids}, ids)
+	lm.embedScale = math.Sqrt(float64(c.HiddenSize))
+	lm.softCap, _ = softCap("", "", c.FinalLogitSoftcapping)
+	return gemmaLM[L]{decoderLM: lm, config: c}
 }
 
 // DecoderConfig returns the vocabulary, max_position_embeddings and the special tokens
