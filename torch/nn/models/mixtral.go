@@ -145,10 +145,7 @@ func NewMixtralForCausalLM(c MixtralConfig) (*MixtralForCausalLM, error) {
 		return nil, fmt.Errorf("models: %w", err)
 	}
 	s, moe := m.Config.sizes(), m.Config.moe()
-	if err := moe.validate(cfg, "num_local_experts", "intermediate_size"); err != nil {
-		return nil, fmt.Errorf("models: %w", err)
-	}
-	if err := checkFits(cfg, s.layers*moe.params()); err != nil {
+	if err := moe.validate(cfg, "num_local_experts", "intermediate_size", s.layers); err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}
 	m.routerLoss = newRouterLoss(m.Config.OutputRouterLogits, float64(m.Config.RouterAuxLossCoef), moe)

@@ -29,8 +29,9 @@ type moeSizes struct {
 	initStd      float64
 }
 
-// validate checks the sizes (cfg names the config, the fields are config.json's).
-func (s moeSizes) validate(cfg, expertsField, intermediateField string) error {
+// validate checks the sizes, then the more sizes given, then that layers of these
+// blocks fit in memory (cfg names the config, the fields are config.json's).
+func (s moeSizes) validate(cfg, expertsField, intermediateField string, layers int64, more ...configSize) error {
 	err := checkSizes(cfg, configSize{expertsField, s.experts, 1, maxExperts},
 		configSize{"num_experts_per_tok", s.topK, 1, s.experts},
 		configSize{intermediateField, s.intermediate, 1, maxIntermediate})
@@ -43,7 +44,10 @@ func (s moeSizes) validate(cfg, expertsField, intermediateField string) error {
 	if _, err := decoderActivation(s.act); err != nil {
 		return fmt.Errorf("%s: %w", cfg, err)
 	}
-	return nil
+	if err := checkSizes(cfg, more...); err != nil {
+		return err
+	}
+	return checkFits(cfg, layers*s.params())
 }
 
 // maxExperts bounds num_local_experts (the largest released models have 512).

@@ -143,13 +143,9 @@ func NewQwen3MoeForCausalLM(c Qwen3MoeConfig) (*Qwen3MoeForCausalLM, error) {
 		roundWeights: true, initStd: s.initStd}
 	// num_experts 0 makes every layer dense, as in transformers.
 	if m.Config.NumLocalExperts != 0 {
-		if err := moe.validate(cfg, "num_experts", "moe_intermediate_size"); err != nil {
-			return nil, fmt.Errorf("models: %w", err)
-		}
-		if err := checkSizes(cfg, configSize{"decoder_sparse_step", m.Config.DecoderSparseStep, 1, maxLayers}); err != nil {
-			return nil, fmt.Errorf("models: %w", err)
-		}
-		if err := checkFits(cfg, s.layers*moe.params()); err != nil {
+		err := moe.validate(cfg, "num_experts", "moe_intermediate_size", s.layers,
+			configSize{"decoder_sparse_step", m.Config.DecoderSparseStep, 1, maxLayers})
+		if err != nil {
 			return nil, fmt.Errorf("models: %w", err)
 		}
 	}
