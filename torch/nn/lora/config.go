@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -396,9 +397,7 @@ func ParseConfig(raw []byte) (Config, error) {
 			return Config{}, fmt.Errorf("%s %s: %s is not supported", u.key, bytes.TrimSpace(v), u.what)
 		}
 	}
-	for k, v := range all {
-		c.Extra[k] = v
-	}
+	maps.Copy(c.Extra, all)
 	return c, nil
 }
 
@@ -425,7 +424,7 @@ func (c Config) marshal(targets Targets) ([]byte, error) {
 	default:
 		init = string(c.Init)
 	}
-	for k, v := range map[string]any{
+	maps.Copy(out, map[string]any{
 		"peft_type":               "LORA",
 		"task_type":               task,
 		"r":                       c.R,
@@ -447,9 +446,7 @@ func (c Config) marshal(targets Targets) ([]byte, error) {
 		"rank_pattern":            orEmpty(c.RankPattern),
 		"alpha_pattern":           orEmpty(c.AlphaPattern),
 		"inference_mode":          true,
-	} {
-		out[k] = v
-	}
+	})
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return nil, err
