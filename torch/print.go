@@ -53,17 +53,10 @@ type formatter struct {
 }
 
 func newFormatter(vals []float64, dt DType) *formatter {
-	f := &formatter{dt: dt}
-	if !dt.IsFloatingPoint() {
-		for _, v := range vals {
-			f.width = max(f.width, len(f.format(v)))
-		}
-		return f
-	}
-	f.intMode = true
+	f := &formatter{dt: dt, intMode: dt.IsFloatingPoint()}
 	lo, hi := math.Inf(1), 0.0
 	for _, v := range vals {
-		if math.IsInf(v, 0) || math.IsNaN(v) {
+		if !dt.IsFloatingPoint() || math.IsInf(v, 0) || math.IsNaN(v) {
 			continue
 		}
 		if v != math.Trunc(v) {
@@ -73,12 +66,8 @@ func newFormatter(vals []float64, dt DType) *formatter {
 			lo, hi = min(lo, a), max(hi, a)
 		}
 	}
-	if hi > 0 && (hi/lo > 1000 || hi > 1e8 || (!f.intMode && lo < 1e-4)) {
-		f.sci = true
-	}
-	if f.intMode && hi > 1e8 {
-		f.intMode = false
-	}
+	f.sci = hi > 0 && (hi/lo > 1000 || hi > 1e8 || (!f.intMode && lo < 1e-4))
+	f.intMode = f.intMode && hi <= 1e8
 	for _, v := range vals {
 		f.width = max(f.width, len(f.format(v)))
 	}
@@ -118,18 +107,12 @@ func writeNested(b *strings.Builder, vals []float64, shape []int64, f *formatter
 	n := shape[0]
 	stride := len(vals) / int(n)
 	idx := make([]int64, 0, n)
-	if summarize && n > 2*printEdge {
-		for i := int64(0); i < printEdge; i++ {
-			idx = append(idx, i)
+	for i := int64(0); i < n; i++ {
+		if summarize && n > 2*printEdge && i == printEdge {
+			idx = append(idx, -1) // the elided middle
+			i = n - printEdge
 		}
-		idx = append(idx, -1)
-		for i := n - printEdge; i < n; i++ {
-			idx = append(idx, i)
-		}
-	} else {
-		for i := int64(0); i < n; i++ {
-			idx = append(idx, i)
-		}
+		idx = append(idx, i)
 	}
 	for k, i := range idx {
 		if k > 0 {

@@ -460,8 +460,5 @@ func fromBlobStrided(p unsafe.Pointer, shape, strides []int64, dt DType) *Tensor
 
 func copyToHost(t *Tensor, dst unsafe.Pointer, n int64) error {
 	hostReads.Add(1)
-	if err := cgotorch.CopyToHost(t.handle(), dst, n); err != nil {
-		return opErr("copy_to_host", err)
-	}
-	return nil
+	return wrapErr("copy_to_host", cgotorch.CopyToHost(t.handle(), dst, n))
 }
