@@ -1,10 +1,6 @@
 package torch
 
-import (
-	"fmt"
-
-	"github.com/gotrain/gotrain/cgotorch"
-)
+import "github.com/gotrain/gotrain/cgotorch"
 
 // Checkpoint returns f(inputs) with activation checkpointing, as PyTorch's
 // torch.utils.checkpoint.checkpoint(f, *inputs, use_reentrant=True): f runs with
@@ -64,15 +60,7 @@ func Checkpoint(f func(inputs []*Tensor) []*Tensor, inputs, params []*Tensor) []
 	run := func(hs []cgotorch.Tensor, collect func([]cgotorch.Tensor) error) (e *cgotorch.Error) {
 		s := NewScope()
 		defer s.Close()
-		defer func() {
-			if r := recover(); r != nil {
-				panicked = r
-				e = &cgotorch.Error{Code: cgotorch.CodeOther, Msg: fmt.Sprint(r)}
-				if te, ok := r.(*Error); ok && te.code != 0 {
-					e.Code = te.code
-				}
-			}
-		}()
+		defer recoverCallback(&e, &panicked)
 		// The C side owns hs; f gets aliases its scope owns, so that f may free them.
 		in := make([]*Tensor, n)
 		for k, h := range hs {
@@ -81,9 +69,7 @@ func Checkpoint(f func(inputs []*Tensor) []*Tensor, inputs, params []*Tensor) []
 		out := f(in)
 		oh := make([]cgotorch.Tensor, len(out))
 		for i, t := range out {
-			if t != nil {
-				oh[i] = t.handle()
-			}
+			oh[i] = opt(t)
 		}
 		check("checkpoint", collect(oh))
 		return nil

@@ -9,7 +9,10 @@ func CUDAIsAvailable() bool { return cgotorch.CUDAAvailable() }
 func CUDADeviceCount() int { return cgotorch.CUDADeviceCount() }
 
 // CUDADeviceName returns the name of CUDA device n.
-func CUDADeviceName(n int) (string, error) { return cudaErr(cgotorch.CUDADeviceName(n)) }
+func CUDADeviceName(n int) (string, error) {
+	s, err := cgotorch.CUDADeviceName(n)
+	return s, wrapErr("cuda_device_name", err)
+}
 
 // CUDACapability returns the compute capability of CUDA device n.
 func CUDACapability(n int) (major, minor int, err error) {
@@ -66,10 +69,3 @@ func CuDNNVersion() int { return cgotorch.CuDNNVersion() }
 
 // CUDARuntimeVersion returns the CUDA runtime version (e.g. 13000), 0 without CUDA.
 func CUDARuntimeVersion() int { return cgotorch.CUDARuntimeVersion() }
-
-func cudaErr(s string, err error) (string, error) {
-	if err != nil {
-		return "", wrapErr("cuda_device_name", err)
-	}
-	return s, nil
-}

@@ -61,6 +61,23 @@ func check(op string, err error) {
 	}
 }
 
+// recoverCallback, deferred in a Go function that C calls, turns a panic into *e, the
+// error C gets (with a *Error's code), and keeps the panic's value in *value unless
+// value is nil.
+func recoverCallback(e **cgotorch.Error, value *any) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	if value != nil {
+		*value = r
+	}
+	*e = &cgotorch.Error{Code: cgotorch.CodeOther, Msg: fmt.Sprint(r)}
+	if te, ok := r.(*Error); ok && te.code != 0 {
+		(*e).Code = te.code
+	}
+}
+
 // Recover turns a panic carrying a *Error into *errp, prefixed with ctx; any other panic
 // (a nil dereference or an index out of range in a user's Forward, a failed assertion)
 // continues with its original stack. Use it deferred at a boundary that returns errors:

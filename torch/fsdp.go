@@ -1,10 +1,6 @@
 package torch
 
-import (
-	"fmt"
-
-	"github.com/gotrain/gotrain/cgotorch"
-)
+import "github.com/gotrain/gotrain/cgotorch"
 
 // The storage and autograd pieces of sharded training's reshard_after_forward (FSDP2,
 // ZeRO-3): a unit's full parameters are freed after its forward (FreeStorage) and filled
@@ -20,14 +16,7 @@ func RegisterFSDPUnit(gather func() error) uintptr {
 	return cgotorch.RegisterFSDPUnit(func() (e *cgotorch.Error) {
 		s := NewScope()
 		defer s.Close()
-		defer func() {
-			if r := recover(); r != nil {
-				e = &cgotorch.Error{Code: cgotorch.CodeOther, Msg: fmt.Sprint(r)}
-				if te, ok := r.(*Error); ok && te.code != 0 {
-					e.Code = te.code
-				}
-			}
-		}()
+		defer recoverCallback(&e, nil)
 		if err := gather(); err != nil {
 			return &cgotorch.Error{Code: cgotorch.CodeOther, Msg: err.Error()}
 		}

@@ -64,19 +64,15 @@ type Conv2dOptions struct {
 	Groups                    int64
 }
 
-// ones is v with its zeros replaced by 1: PyTorch's default stride and dilation.
-func ones(v [2]int64) [2]int64 {
+// or1 is v with its zeros replaced by 1 (PyTorch's default stride and dilation), as a
+// slice.
+func or1(v [2]int64) []int64 {
 	for i := range v {
 		if v[i] == 0 {
 			v[i] = 1
 		}
 	}
-	return v
-}
-
-func or1(v [2]int64) []int64 {
-	o := ones(v)
-	return o[:]
+	return v[:]
 }
 
 // Conv2d is F.conv2d (b may be nil).
@@ -102,16 +98,12 @@ type Pool2dOptions struct {
 	ExcludePad bool
 }
 
-func (o Pool2dOptions) strideOrKernel() [2]int64 {
-	if o.Stride == [2]int64{} {
-		return o.Kernel
-	}
-	return o.Stride
-}
-
+// stride is Stride, or Kernel when Stride is zero.
 func (o Pool2dOptions) stride() []int64 {
-	s := o.strideOrKernel()
-	return s[:]
+	if o.Stride == [2]int64{} {
+		return o.Kernel[:]
+	}
+	return o.Stride[:]
 }
 
 // MaxPool2d is F.max_pool2d.

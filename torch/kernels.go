@@ -117,9 +117,7 @@ func (a *OptimizerArgs) borrow() (st, ps *[]cgotorch.Tensor) {
 	st = borrowHandles(len(a.params) * OptimizerStateSlots)
 	for i := range a.state {
 		for k, t := range a.state[i] {
-			if t != nil {
-				(*st)[i*OptimizerStateSlots+k] = t.handle()
-			}
+			(*st)[i*OptimizerStateSlots+k] = opt(t)
 		}
 	}
 	return st, borrowHandlesOf(a.params)

@@ -50,9 +50,7 @@ func Config() string {
 
 // BLAS returns the BLAS libtorch was built with, from its build configuration.
 func BLAS() string {
-	cfg := Config()
-	if i := strings.Index(cfg, "BLAS_INFO="); i >= 0 {
-		v := cfg[i+len("BLAS_INFO="):]
+	if _, v, ok := strings.Cut(Config(), "BLAS_INFO="); ok {
 		if j := strings.IndexAny(v, ", \n"); j >= 0 {
 			v = v[:j]
 		}

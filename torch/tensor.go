@@ -192,13 +192,9 @@ func (t *Tensor) Escape() *Tensor {
 	return t
 }
 
-func freeHandle(h cgotorch.Tensor) {
-	cgotorch.TensorFree(h)
-}
-
 func (t *Tensor) guardHandle() {
 	if t.guard == nil {
-		c := runtime.AddCleanup(t, freeHandle, t.h)
+		c := runtime.AddCleanup(t, cgotorch.TensorFree, t.h)
 		t.guard = &c
 	}
 }
@@ -262,7 +258,7 @@ func (t *Tensor) release() {
 		t.guard.Stop()
 		t.guard = nil
 	}
-	freeHandle(t.h)
+	cgotorch.TensorFree(t.h)
 	t.h = 0
 }
 
@@ -297,9 +293,12 @@ func (t *Tensor) handle() cgotorch.Tensor {
 func (t *Tensor) Dim() int { return cgotorch.Dim(t.handle()) }
 
 // Shape returns the sizes of the dimensions.
-func (t *Tensor) Shape() []int64 {
+func (t *Tensor) Shape() []int64 { return t.perDim(cgotorch.Sizes) }
+
+// perDim returns the tensor's values per dimension that get writes.
+func (t *Tensor) perDim(get func(cgotorch.Tensor, []int64)) []int64 {
 	s := make([]int64, t.Dim())
-	cgotorch.Sizes(t.handle(), s)
+	get(t.handle(), s)
 	return s
 }
 
@@ -316,11 +315,7 @@ func (t *Tensor) Size(d int) int64 {
 }
 
 // Strides returns the strides in elements.
-func (t *Tensor) Strides() []int64 {
-	s := make([]int64, t.Dim())
-	cgotorch.Strides(t.handle(), s)
-	return s
-}
+func (t *Tensor) Strides() []int64 { return t.perDim(cgotorch.Strides) }
 
 // Numel returns the number of elements.
 func (t *Tensor) Numel() int64 { return cgotorch.Numel(t.handle()) }
