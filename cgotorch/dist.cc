@@ -208,18 +208,28 @@ void unflat(const at::Tensor &buf, std::vector<at::Tensor> &ts) {
   }
 }
 
-// groups splits tensors by (dtype, device), keeping order within a group.
-std::vector<std::vector<at::Tensor>> groups(const std::vector<at::Tensor> &ts) {
-  std::vector<std::vector<at::Tensor>> gs;
-  for (auto &t : ts) {
+// pair_groups splits the indices of ts by (dtype, device), keeping order.
+std::vector<std::vector<int>> pair_groups(const std::vector<at::Tensor> &ts) {
+  std::vector<std::vector<int>> gs;
+  for (int k = 0; k < static_cast<int>(ts.size()); k++) {
     bool placed = false;
     for (auto &g : gs)
-      if (g[0].scalar_type() == t.scalar_type() && g[0].device() == t.device()) {
-        g.push_back(t);
+      if (ts[g[0]].scalar_type() == ts[k].scalar_type() && ts[g[0]].device() == ts[k].device()) {
+        g.push_back(k);
         placed = true;
         break;
       }
-    if (!placed) gs.push_back({t});
+    if (!placed) gs.push_back({k});
+  }
+  return gs;
+}
+
+// groups splits tensors by (dtype, device), keeping order within a group.
+std::vector<std::vector<at::Tensor>> groups(const std::vector<at::Tensor> &ts) {
+  std::vector<std::vector<at::Tensor>> gs;
+  for (auto &idx : pair_groups(ts)) {
+    gs.emplace_back();
+    for (int k : idx) gs.back().push_back(ts[k]);
   }
   return gs;
 }
@@ -300,28 +310,48 @@ void pairs(const PG &pg, cg_tensor *outs, cg_tensor *ins, int n, bool gather, st
   }
 }
 
-// pair_groups splits pair indices by the input's (dtype, device), keeping order.
-std::vector<std::vector<int>> pair_groups(const std::vector<at::Tensor> &ts) {
-  std::vector<std::vector<int>> gs;
-  for (int k = 0; k < static_cast<int>(ts.size()); k++) {
-    bool placed = false;
-    for (auto &g : gs)
-      if (ts[g[0]].scalar_type() == ts[k].scalar_type() && ts[g[0]].device() == ts[k].device()) {
-        g.push_back(k);
-        placed = true;
-        break;
-      }
-    if (!placed) gs.push_back({k});
-  }
-  return gs;
-}
-
 // fill copies src (out's numel elements, any layout) into out.
 void fill(at::Tensor &out, const at::Tensor &src) {
   if (out.is_contiguous())
     out.view(src.sizes()).copy_(src);
   else
     out.copy_(src.reshape(out.sizes()));
+}
+
+// fill_group fills the outputs o[k] of group g from consecutive slices of src along
+// dim, slice k having sizes[k].numel() elements.
+void fill_group(std::vector<at::Tensor> &o, const std::vector<at::Tensor> &sizes, const std::vector<int> &g,
+                const at::Tensor &src, int dim) {
+  int64_t off = 0;
+  for (int k : g) {
+    int64_t m = sizes[k].numel();
+    fill(o[k], src.narrow(dim, off, m));
+    off += m;
+  }
+}
+
+// rank_major lays group g's inputs out as [world, total]: row r holds chunk r of every
+// input (chunk size its output's numel), one after another.
+at::Tensor rank_major(const PG &pg, const std::vector<at::Tensor> &o, const std::vector<at::Tensor> &i,
+                      const std::vector<int> &g) {
+  std::vector<at::Tensor> parts;
+  for (int k : g) parts.push_back(i[k].reshape({pg.world, o[k].numel()}));
+  return at::cat(parts, 1);
+}
+
+// allreduce_groups all-reduces ts with op through one flat buffer per (dtype, device)
+// group, dividing the result by the world size when div is set.
+void allreduce_groups(PG &pg, const std::vector<at::Tensor> &ts, c10d::ReduceOp op, bool div, const char *what) {
+  at::NoGradGuard ng;
+  for (auto &g : groups(ts)) {
+    std::vector<at::Tensor> buf{flat(g)};
+    c10d::AllreduceOptions o;
+    o.reduceOp = op;
+    o.timeout = pg.timeout;
+    run(pg, pg.backend->allreduce(buf, o), what);
+    if (div) buf[0].div_(pg.world);
+    unflat(buf[0], g);
+  }
 }
 
 }  // namespace
@@ -453,16 +483,7 @@ cg_status cg_dist_allreduce(cg_pg p, cg_tensor *ts, int n, enum cg_reduce_op op)
   auto &pg = P(p);
   std::vector<at::Tensor> all;
   for (int i = 0; i < n; i++) all.push_back(T(ts[i]));
-  at::NoGradGuard ng;
-  for (auto &g : groups(all)) {
-    std::vector<at::Tensor> buf{flat(g)};
-    c10d::AllreduceOptions o;
-    o.reduceOp = wire_op(pg, op);
-    o.timeout = pg.timeout;
-    run(pg, pg.backend->allreduce(buf, o), "all-reduce");
-    if (divides_after(pg, op)) buf[0].div_(pg.world);
-    unflat(buf[0], g);
-  }
+  allreduce_groups(pg, all, wire_op(pg, op), divides_after(pg, op), "all-reduce");
   return cg::ok();
   CG_CATCH_STATUS
 }
@@ -479,14 +500,7 @@ cg_status cg_dist_allreduce_grads(cg_pg p, cg_tensor *params, int n) {
     if (!param.grad().defined()) param.mutable_grad() = at::zeros_like(param);
     grads.push_back(param.grad());
   }
-  for (auto &g : groups(grads)) {
-    std::vector<at::Tensor> buf{flat(g)};
-    c10d::AllreduceOptions o;
-    o.timeout = pg.timeout;
-    run(pg, pg.backend->allreduce(buf, o), "gradient all-reduce");
-    buf[0].div_(pg.world);
-    unflat(buf[0], g);
-  }
+  allreduce_groups(pg, grads, c10d::ReduceOp::SUM, true, "gradient all-reduce");
   return cg::ok();
   CG_CATCH_STATUS
 }
@@ -515,13 +529,7 @@ cg_status cg_dist_allgather(cg_pg p, cg_tensor *outs, cg_tensor *ins, int n) {
     at::Tensor out = at::empty({pg.world * total}, in.options());
     run(pg, all_gather_flat(*pg.backend, out, in, opts), "all-gather");
     // out is rank-major: row r holds rank r's inputs, one after another.
-    at::Tensor rows = out.view({pg.world, total});
-    int64_t off = 0;
-    for (int k : g) {
-      int64_t m = i[k].numel();
-      fill(o[k], rows.narrow(1, off, m));
-      off += m;
-    }
+    fill_group(o, i, g, out.view({pg.world, total}), 1);
   }
   return cg::ok();
   CG_CATCH_STATUS
@@ -549,10 +557,7 @@ cg_status cg_dist_reduce_scatter(cg_pg p, cg_tensor *outs, cg_tensor *ins, int n
         direct = o[g[0]].is_contiguous();
         out = direct ? o[g[0]].view({-1}) : at::empty({total}, in.options());
       } else {
-        // Rank-major: chunk r of every input, one after another, for each rank r.
-        std::vector<at::Tensor> parts;
-        for (int k : g) parts.push_back(i[k].reshape({pg.world, o[k].numel()}));
-        in = at::cat(parts, 1).view({-1});
+        in = rank_major(pg, o, i, g).view({-1});
         out = at::empty({total}, in.options());
       }
       run(pg, reduce_scatter_flat(*pg.backend, out, in, opts), "reduce-scatter");
@@ -560,14 +565,8 @@ cg_status cg_dist_reduce_scatter(cg_pg p, cg_tensor *outs, cg_tensor *ins, int n
     } else {
       // Gloo: all-reduce a rank-major copy in place (the caller's inputs stay as they
       // were), then keep this rank's row.
-      at::Tensor buf;
-      if (g.size() == 1) {
-        buf = i[g[0]].reshape({pg.world, total}).clone(at::MemoryFormat::Contiguous);
-      } else {
-        std::vector<at::Tensor> parts;
-        for (int k : g) parts.push_back(i[k].reshape({pg.world, o[k].numel()}));
-        buf = at::cat(parts, 1);
-      }
+      at::Tensor buf = g.size() == 1 ? i[g[0]].reshape({pg.world, total}).clone(at::MemoryFormat::Contiguous)
+                                     : rank_major(pg, o, i, g);
       std::vector<at::Tensor> bufs{buf.view({-1})};
       c10d::AllreduceOptions opts;
       opts.reduceOp = wire_op(pg, op);
@@ -576,13 +575,7 @@ cg_status cg_dist_reduce_scatter(cg_pg p, cg_tensor *outs, cg_tensor *ins, int n
       mine = buf.select(0, pg.rank);
     }
     if (divides_after(pg, op)) mine.div_(pg.world);
-    if (direct) continue;
-    int64_t off = 0;
-    for (int k : g) {
-      int64_t m = o[k].numel();
-      fill(o[k], mine.narrow(0, off, m));
-      off += m;
-    }
+    if (!direct) fill_group(o, o, g, mine, 0);
   }
   return cg::ok();
   CG_CATCH_STATUS

@@ -62,7 +62,7 @@ List pick(const List &ts, const std::vector<size_t> &idx) {
   return out;
 }
 
-at::Tensor new_step() { return at::zeros({}, at::TensorOptions().dtype(at::kFloat)); }
+at::Tensor new_step(const at::Tensor &) { return at::zeros({}, at::TensorOptions().dtype(at::kFloat)); }
 at::Tensor zeros_like(const at::Tensor &p) { return at::zeros_like(p, at::MemoryFormat::Preserve); }
 
 // Slot is one state tensor of one parameter: state[param*CG_OPT_NSTATE + k].
@@ -85,9 +85,6 @@ List grads_for(const List &params, List grads, bool maximize, double weight_deca
   if (weight_decay != 0) grads = at::_foreach_add(grads, params, weight_decay);
   return grads;
 }
-
-template <class F>
-List ensure(const List &params, const std::vector<size_t> &pid, const Slots &s, int k, F make);
 
 // Each step reads its group's hyperparameters h in torch.OptimizerKeys' order.
 
@@ -150,7 +147,7 @@ std::vector<double> step_values(const List &steps) {
 void adam(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
   double lr = h[0], beta1 = h[1], beta2 = h[2], eps = h[3], wd = h[4];
   bool amsgrad = h[5] != 0, maximize = h[6] != 0, decoupled = h[7] != 0;
-  List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
+  List steps = ensure(params, pid, s, 0, new_step);
   List exp_avgs = ensure(params, pid, s, 1, zeros_like);
   List exp_avg_sqs = ensure(params, pid, s, 2, zeros_like);
   List max_sqs;
@@ -189,15 +186,14 @@ void adam(const double *h, const List &params, const List &grads_in, const std::
 void rmsprop(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
   double lr = h[0], alpha = h[1], eps = h[2], wd = h[3], momentum = h[4];
   bool centered = h[5] != 0, maximize = h[6] != 0;
-  List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
+  List steps = ensure(params, pid, s, 0, new_step);
   List square_avgs = ensure(params, pid, s, 1, zeros_like);
   List bufs, grad_avgs;
   if (momentum > 0) bufs = ensure(params, pid, s, 2, zeros_like);
   if (centered) grad_avgs = ensure(params, pid, s, 3, zeros_like);
 
-  List grads = maximize ? at::_foreach_neg(grads_in) : grads_in;
+  List grads = grads_for(params, grads_in, maximize, wd);
   at::_foreach_add_(steps, 1);
-  if (wd != 0) grads = at::_foreach_add(grads, params, wd);
   at::_foreach_mul_(square_avgs, alpha);
   at::_foreach_addcmul_(square_avgs, grads, grads, 1 - alpha);
   List avg;
@@ -221,12 +217,11 @@ void rmsprop(const double *h, const List &params, const List &grads_in, const st
 void adagrad(const double *h, const List &params, const List &grads_in, const std::vector<size_t> &pid, const Slots &s) {
   double lr = h[0], lr_decay = h[1], eps = h[2], wd = h[3], init = h[4];
   bool maximize = h[5] != 0;
-  List steps = ensure(params, pid, s, 0, [](const at::Tensor &) { return new_step(); });
+  List steps = ensure(params, pid, s, 0, new_step);
   List sums = ensure(params, pid, s, 1,
                      [init](const at::Tensor &p) { return at::full_like(p, init, at::MemoryFormat::Preserve); });
-  List grads = maximize ? at::_foreach_neg(grads_in) : grads_in;
+  List grads = grads_for(params, grads_in, maximize, wd);
   std::vector<double> stepv = step_values(steps);
-  if (wd != 0) grads = at::_foreach_add(grads, params, wd);
   std::vector<double> minus_clr;
   for (double st : stepv) minus_clr.push_back(-lr / (1 + (st - 1) * lr_decay));
   at::_foreach_addcmul_(sums, grads, grads, 1);
@@ -273,14 +268,12 @@ cg_status run_groups(Step step, int ngroups, const int64_t *group_sizes, const d
   return cg::ok();
 }
 
-// grads_of returns the defined gradients of params and their indices.
-void grads_of(cg_tensor *params, int n, List &grads, std::vector<size_t> *idx) {
-  for (int i = 0; i < n; i++) {
-    const at::Tensor &g = T(params[i]).grad();
-    if (!g.defined()) continue;
-    grads.push_back(g);
-    if (idx) idx->push_back(static_cast<size_t>(i));
-  }
+// grads_of returns the defined gradients of params.
+List grads_of(cg_tensor *params, int n) {
+  List grads;
+  for (int i = 0; i < n; i++)
+    if (T(params[i]).grad().defined()) grads.push_back(T(params[i]).grad());
+  return grads;
 }
 
 }  // namespace
@@ -334,8 +327,7 @@ namespace {
 // With error_if_nonfinite a non-finite norm throws before anything is scaled.
 at::Tensor clip_norm(cg_tensor *params, int n, double max_norm, double norm_type, bool error_if_nonfinite) {
   at::NoGradGuard no_grad;
-  List grads;
-  grads_of(params, n, grads, nullptr);
+  List grads = grads_of(params, n);
   if (grads.empty()) return at::Tensor();
   auto bs = buckets(grads);
   List norms;
@@ -380,8 +372,7 @@ cg_result cg_clip_grad_norm_tensor(cg_tensor *params, int n, double max_norm, do
 
 cg_status cg_clip_grad_value(cg_tensor *params, int n, double clip_value) {
   CG_TRY at::NoGradGuard no_grad;
-  List grads;
-  grads_of(params, n, grads, nullptr);
+  List grads = grads_of(params, n);
   for (auto &b : buckets(grads)) {
     List l = pick(grads, b);
     at::_foreach_clamp_min_(l, -clip_value);
