@@ -1,13 +1,9 @@
 package data
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
-	"sync"
 
 	"github.com/gotrain/gotrain/tokenizer"
 	"github.com/gotrain/gotrain/tokenizer/chat"
@@ -100,38 +96,25 @@ func NewChatDataset(path string, tok *tokenizer.Tokenizer, tmpl *chat.Template, 
 		err  error
 	}
 	results := make([]result, len(recs))
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				opts := o.Template
-				if recs[i].tools != nil {
-					opts.Tools = recs[i].tools
-				}
-				ids, mask, _, err := chat.Encode(tok, tmpl, recs[i].msgs, opts)
-				results[i] = result{ids, mask, err}
-			}
-		}()
-	}
-	for i := range recs {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	parallel(len(recs), func(i int) {
+		opts := o.Template
+		if recs[i].tools != nil {
+			opts.Tools = recs[i].tools
+		}
+		ids, mask, _, err := chat.Encode(tok, tmpl, recs[i].msgs, opts)
+		results[i] = result{ids, mask, err}
+	})
 	d := &ChatDataset{Conversations: len(recs), blockSize: o.BlockSize}
 	for i, r := range results {
 		if r.err != nil {
 			return nil, fmt.Errorf("data: %s:%d: the chat template refuses the conversation: %w", path, recs[i].line, r.err)
 		}
-		if !hasAssistant(recs[i].msgs) {
+		if !slices.ContainsFunc(recs[i].msgs, func(m chat.Message) bool { return m["role"] == "assistant" }) {
 			return nil, fmt.Errorf("data: %s:%d: the conversation has no assistant turn: there is nothing to learn from this line", path, recs[i].line)
 		}
 		n := chatCut(r.mask, o.BlockSize)
 		switch {
-		case n == 0 && !containsOne(r.mask):
+		case n == 0 && !slices.Contains(r.mask, 1):
 			return nil, fmt.Errorf("data: %s:%d: the chat template's rendering marks no assistant text to learn (%d tokens)", path, recs[i].line, len(r.ids))
 		case n == 0:
 			d.Dropped++
@@ -206,10 +189,7 @@ func (d *ChatDataset) pack() {
 // bins in the order they were opened, each's items in increasing index order. A tree
 // over the room left (0..capacity) finds the bin in O(log capacity).
 func packBestFitDecreasing(lengths []int, capacity int) [][]int {
-	order := make([]int, len(lengths))
-	for i := range order {
-		order[i] = i
-	}
+	order := arange(len(lengths))
 	slices.SortStableFunc(order, func(a, b int) int { return lengths[b] - lengths[a] })
 	size := 1
 	for size < capacity+1 {
@@ -268,7 +248,7 @@ func packBestFitDecreasing(lengths []int, capacity int) [][]int {
 // run does not end within it.
 func chatCut(mask []uint8, blockSize int) int {
 	if len(mask) <= blockSize {
-		if containsOne(mask) {
+		if slices.Contains(mask, 1) {
 			return len(mask)
 		}
 		return 0
@@ -280,24 +260,6 @@ func chatCut(mask []uint8, blockSize int) int {
 		}
 	}
 	return cut
-}
-
-func containsOne(mask []uint8) bool {
-	for _, m := range mask {
-		if m == 1 {
-			return true
-		}
-	}
-	return false
-}
-
-func hasAssistant(msgs []chat.Message) bool {
-	for _, m := range msgs {
-		if m["role"] == "assistant" {
-			return true
-		}
-	}
-	return false
 }
 
 // Summary is one line saying what truncation (and packing) did.
@@ -327,49 +289,17 @@ func (d *ChatDataset) Get(i int, s *Sample) error {
 
 // readChatFile reads the records of a conversation file, skipping blank lines.
 func readChatFile(path string, o ChatOptions) ([]chatRecord, error) {
-	f, size, err := OpenRegular(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	maxFile := o.MaxFileBytes
-	if maxFile <= 0 {
-		maxFile = defaultMaxLMFile
-	}
-	if size > maxFile {
-		return nil, fmt.Errorf("%s is %d bytes, more than the %d a conversation file may have here", path, size, maxFile)
-	}
-	maxLine := o.MaxLineBytes
-	if maxLine <= 0 {
-		maxLine = defaultMaxLineBytes
-	}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	var out []chatRecord
-	n := 0
-	for sc.Scan() {
-		n++
-		raw := bytes.TrimSuffix(sc.Bytes(), []byte("\r"))
-		if n == 1 {
-			raw = bytes.TrimPrefix(raw, []byte("\uFEFF"))
-		}
-		if len(bytes.TrimSpace(raw)) == 0 {
-			continue
-		}
+	err := scanLines(path, "conversation", o.MaxFileBytes, o.MaxLineBytes, func(n int, raw []byte) error {
 		msgs, tools, err := chat.DecodeConversation(raw)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+			return fmt.Errorf("%s:%d: %w", path, n, err)
 		}
 		out = append(out, chatRecord{line: n, msgs: msgs, tools: tools})
+		return nil
+	})
+	if err == nil && len(out) == 0 {
+		err = fmt.Errorf("%s holds no conversation", path)
 	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, fmt.Errorf("%s: line %d is longer than %d bytes", path, n+1, maxLine)
-		}
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s holds no conversation", path)
-	}
-	return out, nil
+	return out, err
 }

@@ -171,24 +171,15 @@ func ReadCSV(path string, opts CSVOptions) (*CSVDataset, error) {
 		}
 		row := d.n % d.blockRows
 		if row == 0 {
-			in, err := offHeapBlock[float32](d, len(featureCols))
+			err := addBlock(d, &d.inputs, len(featureCols))
+			if err == nil && len(targetCols) > 0 {
+				err = addBlock(d, &d.targets, len(targetCols))
+			}
+			if err == nil && labelCol >= 0 {
+				err = addBlock(d, &labelText, 1)
+			}
 			if err != nil {
 				return nil, err
-			}
-			d.inputs = append(d.inputs, in)
-			if len(targetCols) > 0 {
-				tg, err := offHeapBlock[float32](d, len(targetCols))
-				if err != nil {
-					return nil, err
-				}
-				d.targets = append(d.targets, tg)
-			}
-			if labelCol >= 0 {
-				lb, err := offHeapBlock[int64](d, 1)
-				if err != nil {
-					return nil, err
-				}
-				labelText = append(labelText, lb)
 			}
 		}
 		last := len(d.inputs) - 1
@@ -273,15 +264,15 @@ func columnList(header []string) string {
 // column.
 func (d *CSVDataset) NumClasses() int { return int(d.maxLabel + 1) }
 
-// offHeapBlock returns an empty block of d.blockRows rows of width values, outside Go's
-// heap (see offHeap).
-func offHeapBlock[T float32 | int64](d *CSVDataset, width int) ([]T, error) {
+// addBlock appends to blocks an empty block of d.blockRows rows of width values, outside
+// Go's heap (see offHeap).
+func addBlock[T float32 | int64](d *CSVDataset, blocks *[][]T, width int) error {
 	var zero T
 	b, err := offHeap(d, d.blockRows*width*int(unsafe.Sizeof(zero)))
-	if err != nil {
-		return nil, err
+	if err == nil {
+		*blocks = append(*blocks, viewAs[T](b)[:0])
 	}
-	return viewAs[T](b)[:0], nil
+	return err
 }
 
 func parseCSVFloat(r *csv.Reader, path string, rec []string, c int, name string) (float32, error) {

@@ -148,11 +148,7 @@ func (s *Subset) Get(i int, dst *Sample) error {
 // Head returns the first n samples of ds (all of them when it has fewer), for smoke
 // runs on a slice of a data set.
 func Head(ds Dataset, n int) *Subset {
-	idx := make([]int, min(n, ds.Len()))
-	for i := range idx {
-		idx[i] = i
-	}
-	return &Subset{Dataset: ds, Indices: idx}
+	return &Subset{Dataset: ds, Indices: arange(min(n, ds.Len()))}
 }
 
 // RandomSplit splits ds into non-overlapping subsets of the given lengths, which must sum
@@ -180,6 +176,24 @@ func RandomSplit(ds Dataset, lengths []int, seed int64) ([]*Subset, error) {
 		off += l
 	}
 	return subsets, nil
+}
+
+// arange returns 0, 1, ..., n-1.
+func arange(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// convert returns the values of x converted to To.
+func convert[To, From int | int64 | float32 | float64 | byte](x []From) []To {
+	out := make([]To, len(x))
+	for i, v := range x {
+		out[i] = To(v)
+	}
+	return out
 }
 
 func numel(shape []int64) int { return int(numel64(shape)) }

@@ -163,12 +163,7 @@ func NewImageFolder(root string, opts ImageFolderOptions) (*ImageFolder, error) 
 
 func hasExtension(name string, exts []string) bool {
 	lower := strings.ToLower(name)
-	for _, e := range exts {
-		if strings.HasSuffix(lower, e) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(exts, func(e string) bool { return strings.HasSuffix(lower, e) })
 }
 
 // isDir reports whether e is a directory or a symbolic link to one (os.scandir's

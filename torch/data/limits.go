@@ -38,21 +38,14 @@ type pixelLimit struct{ warn int64 }
 // negative value lifts PIL's limit, and then an image whose pixels would not fit in the
 // machine's memory (8 bytes a pixel, the most a decoder holds) is still refused, since
 // Go cannot recover from an allocation that fails.
-func newPixelLimit(max int64) pixelLimit {
+func newPixelLimit(limit int64) pixelLimit {
 	switch {
-	case max == 0:
+	case limit == 0:
 		return pixelLimit{DefaultMaxImagePixels}
-	case max < 0:
-		return pixelLimit{max64(physicalMemory()/16, 1)}
+	case limit < 0:
+		return pixelLimit{max(physicalMemory()/16, 1)}
 	}
-	return pixelLimit{max}
-}
-
-func max64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
+	return pixelLimit{limit}
 }
 
 // check reports whether a w x h image is refused (an *ImageTooLargeError) or only
@@ -106,7 +99,7 @@ func OpenRegular(path string) (*os.File, int64, error) {
 // would take more than an eighth of this machine's memory is refused with an error
 // rather than failing in an allocation that Go cannot recover from.
 func MaxSamples() int {
-	return int(max64(physicalMemory()/(8*8), 1<<20))
+	return int(max(physicalMemory()/(8*8), 1<<20))
 }
 
 // checkSamples reports a dataset length beyond MaxSamples.

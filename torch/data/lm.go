@@ -98,28 +98,57 @@ type lmLine struct {
 // malformed line, a line of the other kind or an empty completion is an error naming
 // the file and line.
 func readLMFile(path string, o LMOptions) ([]lmLine, LMKind, error) {
-	f, size, err := OpenRegular(path)
+	jsonl := strings.EqualFold(filepath.Ext(path), ".jsonl") || strings.EqualFold(filepath.Ext(path), ".json")
+	var out []lmLine
+	kind := LMKind(-1)
+	err := scanLines(path, "text", o.MaxFileBytes, o.MaxLineBytes, func(n int, raw []byte) error {
+		rec, k := lmLine{text: string(raw)}, Documents
+		if jsonl {
+			var err error
+			if rec, k, err = parseLMRecord(raw); err != nil {
+				return fmt.Errorf("%s:%d: %w", path, n, err)
+			}
+			if kind >= 0 && k != kind {
+				return fmt.Errorf("%s:%d: a %s record in a file of %s records", path, n, kindName(k), kindName(kind))
+			}
+		}
+		kind, rec.line = k, n
+		out = append(out, rec)
+		return nil
+	})
 	if err != nil {
 		return nil, 0, err
 	}
+	if len(out) == 0 {
+		return nil, 0, fmt.Errorf("%s holds no text", path)
+	}
+	return out, kind, nil
+}
+
+// scanLines calls fn with each line of the regular file at path that is not blank, and
+// its number, without the line's "\r" and the file's byte order mark. The file may hold
+// maxFile bytes (default 8 GiB; what names its content in the error), a line maxLine
+// (default 64 MiB).
+func scanLines(path, what string, maxFile int64, maxLine int, fn func(n int, raw []byte) error) error {
+	f, size, err := OpenRegular(path)
+	if err != nil {
+		return err
+	}
 	defer f.Close()
-	maxFile := o.MaxFileBytes
 	if maxFile <= 0 {
 		maxFile = defaultMaxLMFile
 	}
 	if size > maxFile {
-		return nil, 0, fmt.Errorf("%s is %d bytes, more than the %d a text file may have here", path, size, maxFile)
+		return fmt.Errorf("%s is %d bytes, more than the %d a %s file may have here", path, size, maxFile, what)
 	}
-	maxLine := o.MaxLineBytes
 	if maxLine <= 0 {
 		maxLine = defaultMaxLineBytes
 	}
-	jsonl := strings.EqualFold(filepath.Ext(path), ".jsonl") || strings.EqualFold(filepath.Ext(path), ".json")
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
-	var out []lmLine
-	kind := LMKind(-1)
-	for n := 1; sc.Scan(); n++ {
+	n := 0
+	for sc.Scan() {
+		n++
 		raw := bytes.TrimSuffix(sc.Bytes(), []byte("\r"))
 		if n == 1 {
 			raw = bytes.TrimPrefix(raw, []byte("\uFEFF"))
@@ -127,32 +156,17 @@ func readLMFile(path string, o LMOptions) ([]lmLine, LMKind, error) {
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
-		if !jsonl {
-			out = append(out, lmLine{line: n, text: string(raw)})
-			kind = Documents
-			continue
+		if err := fn(n, raw); err != nil {
+			return err
 		}
-		rec, k, err := parseLMRecord(raw)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%s:%d: %w", path, n, err)
-		}
-		if kind >= 0 && k != kind {
-			return nil, 0, fmt.Errorf("%s:%d: a %s record in a file of %s records", path, n, kindName(k), kindName(kind))
-		}
-		kind = k
-		rec.line = n
-		out = append(out, rec)
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, 0, fmt.Errorf("%s: line %d is longer than %d bytes", path, len(out)+1, maxLine)
+			return fmt.Errorf("%s: line %d is longer than %d bytes", path, n+1, maxLine)
 		}
-		return nil, 0, fmt.Errorf("%s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	if len(out) == 0 {
-		return nil, 0, fmt.Errorf("%s holds no text", path)
-	}
-	return out, kind, nil
+	return nil
 }
 
 func kindName(k LMKind) string {
@@ -280,23 +294,10 @@ func NewLMDataset(path string, enc Encoder, o LMOptions) (*LMDataset, error) {
 func encodeAll(lines []lmLine, enc Encoder, eos int64) (ids []int64, starts []int, err error) {
 	parts := make([][]int64, len(lines))
 	errs := make([]error, len(lines))
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				p, err := encodeText(enc, lines[i].text, true)
-				parts[i], errs[i] = append(p, eos), err
-			}
-		}()
-	}
-	for i := range lines {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	parallel(len(lines), func(i int) {
+		p, err := encodeText(enc, lines[i].text, true)
+		parts[i], errs[i] = append(p, eos), err
+	})
 	for i, err := range errs {
 		if err != nil {
 			return nil, nil, fmt.Errorf("%d: %w", lines[i].line, err)
@@ -315,6 +316,26 @@ func encodeAll(lines []lmLine, enc Encoder, eos int64) (ids []int64, starts []in
 	return ids, starts, nil
 }
 
+// parallel calls fn(i) for every i in [0, n) on every CPU.
+func parallel(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				fn(i)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
 // Len returns the number of samples.
 func (d *LMDataset) Len() int {
 	if d.Kind == PromptCompletion {
@@ -326,35 +347,33 @@ func (d *LMDataset) Len() int {
 // Get writes sample i: LMInputIDs and LMLabels (a window's labels are its ids), and
 // LMPositionIDs with SeparateDocuments.
 func (d *LMDataset) Get(i int, s *Sample) error {
+	var ids, prompt []int64 // a pair's prompt tokens are labelled IgnoreIndex
 	if d.Kind == Documents {
-		w := d.windows[i]
-		copy(SetValues[int64](s, LMInputIDs, int64(len(w))), w)
-		labels := SetValues[int64](s, LMLabels, int64(len(w)))
-		copy(labels, w)
-		if d.o.SeparateDocuments {
-			d.separate(i, labels, SetValues[int64](s, LMPositionIDs, int64(len(w))))
+		ids = d.windows[i]
+	} else {
+		p := d.pairs[i]
+		var err error
+		if prompt, err = encodeText(d.enc, p.prompt, true); err != nil {
+			return fmt.Errorf("data: %s:%d: the prompt: %w", d.path, p.line, err)
 		}
-		return nil
+		completion, err := encodeText(d.enc, p.completion, false)
+		if err != nil {
+			return fmt.Errorf("data: %s:%d: the completion: %w", d.path, p.line, err)
+		}
+		ids = append(append(prompt, completion...), d.o.EOS)
+		if err := d.inVocab(ids, p.line); err != nil {
+			return err
+		}
+		ids = ids[:min(len(ids), d.o.BlockSize)]
 	}
-	p := d.pairs[i]
-	prompt, err := encodeText(d.enc, p.prompt, true)
-	if err != nil {
-		return fmt.Errorf("data: %s:%d: the prompt: %w", d.path, p.line, err)
-	}
-	completion, err := encodeText(d.enc, p.completion, false)
-	if err != nil {
-		return fmt.Errorf("data: %s:%d: the completion: %w", d.path, p.line, err)
-	}
-	ids := append(append(prompt, completion...), d.o.EOS)
-	if err := d.inVocab(ids, p.line); err != nil {
-		return err
-	}
-	ids = ids[:min(len(ids), d.o.BlockSize)]
 	copy(SetValues[int64](s, LMInputIDs, int64(len(ids))), ids)
 	labels := SetValues[int64](s, LMLabels, int64(len(ids)))
 	copy(labels, ids)
 	for j := range min(len(prompt), len(labels)) {
 		labels[j] = IgnoreIndex
+	}
+	if d.Kind == Documents && d.o.SeparateDocuments {
+		d.separate(i, labels, SetValues[int64](s, LMPositionIDs, int64(len(ids))))
 	}
 	return nil
 }

@@ -199,12 +199,8 @@ func (l *Loader) loadResident() (err error) {
 		return l.residentErr
 	}
 	defer func() { l.residentErr = err }()
-	all := make([]int, l.ds.Len())
-	for i := range all {
-		all[i] = i
-	}
 	var s Sample
-	if err := l.ds.(BatchReader).ReadBatch(all, &s); err != nil {
+	if err := l.ds.(BatchReader).ReadBatch(arange(l.ds.Len()), &s); err != nil {
 		return fmt.Errorf("data: reading the dataset into memory (Resident): %w", err)
 	}
 	defer torch.Recover(&err, "data: copying the dataset to "+l.opts.Device.String()+" (Resident)")
@@ -241,7 +237,7 @@ func (it *Iter) residentBatch() (Batch, bool) {
 	b := Batch{Index: it.next, Size: len(idx), Indices: idx, Fields: make(map[string]*torch.Tensor, len(it.l.resident))}
 	var sel *torch.Tensor // the indices, when they are not consecutive
 	if !consecutive(idx) {
-		sel = toDevice(int64s(idx), it.l.opts.Device, nil)
+		sel = toDevice(convert[int64](idx), it.l.opts.Device, nil)
 	}
 	for _, f := range it.l.resident {
 		if sel == nil {
@@ -329,18 +325,9 @@ func (it *Iter) NextRun(n int, fields []string, b *torch.BatchRun) (first int, o
 // orderTensor is the epoch's order on the loader's device, made once per iterator.
 func (it *Iter) orderTensor() *torch.Tensor {
 	if it.orderT == nil {
-		torch.WithScope(func() { it.orderT = toDevice(int64s(it.order), it.l.opts.Device, nil).Escape() })
+		torch.WithScope(func() { it.orderT = toDevice(convert[int64](it.order), it.l.opts.Device, nil).Escape() })
 	}
 	return it.orderT
-}
-
-// int64s converts dataset indices to the int64s an index tensor holds.
-func int64s(idx []int) []int64 {
-	ids := make([]int64, len(idx))
-	for i, v := range idx {
-		ids[i] = int64(v)
-	}
-	return ids
 }
 
 // residentField is the resident tensor of the named field, or nil.
@@ -430,41 +417,34 @@ func (it *Iter) nextHost() (*hostBatch, bool) {
 	if !it.more() {
 		return nil, false
 	}
+	var hb *hostBatch
 	if it.inline != nil {
 		if err := it.ctx.Err(); err != nil {
 			it.finish(err)
 			return nil, false
 		}
-		hb := it.l.getBuf()
+		hb = it.l.getBuf()
 		it.inline.fill(hb, it.next)
-		if hb.err != nil {
-			err := hb.err
-			it.l.putBuf(hb)
-			it.finish(err)
-			return nil, false
-		}
-		it.next++
-		return hb, true
-	}
-	slot := it.slots[(it.next-it.start)%len(it.slots)]
-	var hb *hostBatch
-	select {
-	case hb = <-slot:
-	default:
-		t0 := time.Now()
+	} else {
+		slot := it.slots[(it.next-it.start)%len(it.slots)]
 		select {
 		case hb = <-slot:
-		case <-it.ctx.Done():
+		default:
+			t0 := time.Now()
+			select {
+			case hb = <-slot:
+			case <-it.ctx.Done():
+			}
+			d := time.Since(t0)
+			it.wait += d
+			it.l.waitNanos.Add(int64(d))
 		}
-		d := time.Since(t0)
-		it.wait += d
-		it.l.waitNanos.Add(int64(d))
+		if hb == nil {
+			it.finish(it.ctx.Err())
+			return nil, false
+		}
+		<-it.tokens
 	}
-	if hb == nil {
-		it.finish(it.ctx.Err())
-		return nil, false
-	}
-	<-it.tokens
 	if hb.err != nil {
 		err := hb.err
 		it.l.putBuf(hb)
@@ -553,33 +533,28 @@ func (w *worker) fill(hb *hostBatch, b int) {
 			s.unlendAll()
 			hb.lendTo(s)
 		}
-		if err := it.l.ds.Get(idx, s); err != nil {
+		err := it.l.ds.Get(idx, s)
+		if t := o.Transform; t != nil && err == nil {
+			w.pcg.Seed(augSeed, uint64(idx))
+			err = t.Apply(s, w.rng)
+		}
+		if o.Collate == nil && err == nil {
+			err = hb.add(s, len(hb.indices), o.Pad)
+		}
+		if err != nil {
 			hb.err = fmt.Errorf("data: epoch %d batch %d: sample %d: %w", it.epoch, b, idx, err)
 			return
-		}
-		if t := o.Transform; t != nil {
-			w.pcg.Seed(augSeed, uint64(idx))
-			if err := t.Apply(s, w.rng); err != nil {
-				hb.err = fmt.Errorf("data: epoch %d batch %d: sample %d: %w", it.epoch, b, idx, err)
-				return
-			}
-		}
-		if o.Collate == nil {
-			if err := hb.add(s, len(hb.indices), o.Pad); err != nil {
-				hb.err = fmt.Errorf("data: epoch %d batch %d: sample %d: %w", it.epoch, b, idx, err)
-				return
-			}
 		}
 	}
 	if o.Collate == nil {
 		hb.finish()
 		return
 	}
-	if err := o.Collate(w.samples[:len(hb.indices)], &hb.out); err != nil {
-		hb.err = fmt.Errorf("data: epoch %d batch %d: collate: %w", it.epoch, b, err)
-		return
+	err := o.Collate(w.samples[:len(hb.indices)], &hb.out)
+	if err == nil {
+		err = hb.checkOut(false)
 	}
-	if err := hb.checkOut(false); err != nil {
+	if err != nil {
 		hb.err = fmt.Errorf("data: epoch %d batch %d: collate: %w", it.epoch, b, err)
 	}
 }

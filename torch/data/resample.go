@@ -228,7 +228,7 @@ func resizeFloat32(src []float32, c, h, w, oh, ow int, dst []float32) {
 	cur, cw := src, w
 	if ow != w {
 		hc := bilinearCoeffs(w, ow)
-		k := float32s(hc.k)
+		k := convert[float32](hc.k)
 		next := dst
 		if oh != h {
 			next = make([]float32, c*h*ow)
@@ -254,7 +254,7 @@ func resizeFloat32(src []float32, c, h, w, oh, ow int, dst []float32) {
 		return
 	}
 	vc := bilinearCoeffs(h, oh)
-	k := float32s(vc.k)
+	k := convert[float32](vc.k)
 	for ch := range c {
 		plane := cur[ch*h*cw:]
 		for y := range oh {
@@ -270,12 +270,4 @@ func resizeFloat32(src []float32, c, h, w, oh, ow int, dst []float32) {
 			}
 		}
 	}
-}
-
-func float32s(x []float64) []float32 {
-	out := make([]float32, len(x))
-	for i, v := range x {
-		out[i] = float32(v)
-	}
-	return out
 }

@@ -67,10 +67,7 @@ func (s *DistributedSampler) EpochIndices(epoch int) []int {
 	if s.Shuffle {
 		order = Randperm(s.N, s.Seed+int64(epoch))
 	} else {
-		order = make([]int, s.N)
-		for i := range order {
-			order[i] = i
-		}
+		order = arange(s.N)
 	}
 	total := s.Len() * s.WorldSize
 	if pad := total - len(order); pad > 0 && len(order) > 0 {

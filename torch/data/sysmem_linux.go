@@ -16,7 +16,7 @@ var physicalMemory = sync.OnceValue(func() int64 {
 	mem := int64(8 << 30) // when nothing can be read
 	var si syscall.Sysinfo_t
 	if syscall.Sysinfo(&si) == nil && si.Totalram > 0 {
-		mem = satMul(int64(si.Totalram), max64(int64(si.Unit), 1))
+		mem = satMul(int64(si.Totalram), max(int64(si.Unit), 1))
 	}
 	var rl syscall.Rlimit
 	if syscall.Getrlimit(syscall.RLIMIT_AS, &rl) == nil && rl.Cur > 0 && rl.Cur < math.MaxInt64 {

@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -46,12 +47,7 @@ func (b Batch) Has(name string) bool {
 
 // Names returns the batch's field names, sorted.
 func (b Batch) Names() []string {
-	names := make([]string, 0, len(b.Fields))
-	for n := range b.Fields {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(b.Fields))
 }
 
 // Next returns the next batch of the epoch, waiting for the workers if it is not ready.
@@ -83,23 +79,8 @@ func (it *Iter) Next() (Batch, bool) {
 
 // fieldTensor copies a collated field into a tensor on dev.
 func fieldTensor(f *Field, dev torch.Device) *torch.Tensor {
-	switch f.DType {
-	case torch.Float32:
-		return toDevice(viewAs[float32](f.Data), dev, f.Shape)
-	case torch.Float64:
-		return toDevice(viewAs[float64](f.Data), dev, f.Shape)
-	case torch.Int64:
-		return toDevice(viewAs[int64](f.Data), dev, f.Shape)
-	case torch.Int32:
-		return toDevice(viewAs[int32](f.Data), dev, f.Shape)
-	case torch.Int16:
-		return toDevice(viewAs[int16](f.Data), dev, f.Shape)
-	case torch.Int8:
-		return toDevice(viewAs[int8](f.Data), dev, f.Shape)
-	case torch.Uint8:
-		return toDevice(f.Data, dev, f.Shape)
-	case torch.Bool:
-		return toDevice(viewAs[bool](f.Data), dev, f.Shape)
+	if fn, ok := bytesToDevice[f.DType]; ok {
+		return fn(f.Data, dev, f.Shape)
 	}
 	// float16 and bfloat16 have no Go element type: they are widened to float32 on the
 	// host (exactly) and narrowed back by libtorch (exactly again).
@@ -124,14 +105,20 @@ func toDevice[T torch.Elem](data []T, dev torch.Device, shape []int64) *torch.Te
 	return torch.FromSlicePinned(data, shape...).To(dev, true)
 }
 
+// bytesToDevice copies host bytes of a dtype that has a Go element type into a tensor.
+var bytesToDevice = map[torch.DType]func([]byte, torch.Device, []int64) *torch.Tensor{
+	torch.Float32: viewToDevice[float32], torch.Float64: viewToDevice[float64],
+	torch.Int64: viewToDevice[int64], torch.Int32: viewToDevice[int32], torch.Int16: viewToDevice[int16],
+	torch.Int8: viewToDevice[int8], torch.Uint8: viewToDevice[uint8], torch.Bool: viewToDevice[bool],
+}
+
+func viewToDevice[T torch.Elem](b []byte, dev torch.Device, shape []int64) *torch.Tensor {
+	return toDevice(viewAs[T](b), dev, shape)
+}
+
 // Randperm returns a random permutation of 0..n-1 that equals Python's
 // torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist(); libtorch
 // computes it.
 func Randperm(n int, seed int64) []int {
-	p := torch.RandpermSeeded(int64(n), seed)
-	out := make([]int, len(p))
-	for i, v := range p {
-		out[i] = int(v)
-	}
-	return out
+	return convert[int](torch.RandpermSeeded(int64(n), seed))
 }

@@ -209,19 +209,8 @@ func (d *TokenDataset) MaxID() (int64, error) {
 // maxToken is the largest little-endian id of width bytes in b.
 func maxToken(b []byte, width int) uint32 {
 	var m uint32
-	switch width {
-	case 1:
-		for _, v := range b {
-			m = max(m, uint32(v))
-		}
-	case 2:
-		for k := 0; k+1 < len(b); k += 2 {
-			m = max(m, uint32(binary.LittleEndian.Uint16(b[k:])))
-		}
-	default:
-		for k := 0; k+3 < len(b); k += 4 {
-			m = max(m, binary.LittleEndian.Uint32(b[k:]))
-		}
+	for k := range len(b) / width {
+		m = max(m, uint32(tokenAt(b, k, width)))
 	}
 	return m
 }
@@ -258,11 +247,7 @@ func (ByteTokenizer) VocabSize() int { return 256 }
 
 // Encode returns the bytes of text as token ids.
 func (ByteTokenizer) Encode(text string) []int64 {
-	out := make([]int64, len(text))
-	for i := range len(text) {
-		out[i] = int64(text[i])
-	}
-	return out
+	return convert[int64]([]byte(text))
 }
 
 // Decode turns token ids back into text; an id outside 0..255 is an error.

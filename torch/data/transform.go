@@ -145,35 +145,24 @@ func cropField(f *Field, top, left, height, width int) {
 	buf := scratchPool.Get().(*[]byte)
 	src := append((*buf)[:0], f.Data...)
 	out := growBytes(f.Data[:0], ch*height*width*es)[:0]
+	x0, x1 := max(left, 0), min(left+width, w)
 	for k := range ch {
 		plane := src[k*h*w*es : (k+1)*h*w*es]
 		for y := top; y < top+height; y++ {
-			if y < 0 || y >= h {
-				out = appendZeros(out, width*es)
+			if y < 0 || y >= h || x1 <= x0 {
+				out = append(out, make([]byte, width*es)...)
 				continue
 			}
 			row := plane[y*w*es : (y+1)*w*es]
-			x0, x1 := max(left, 0), min(left+width, w)
-			if x1 <= x0 {
-				out = appendZeros(out, width*es)
-				continue
-			}
-			out = appendZeros(out, (x0-left)*es)
+			out = append(out, make([]byte, (x0-left)*es)...)
 			out = append(out, row[x0*es:x1*es]...)
-			out = appendZeros(out, (left+width-x1)*es)
+			out = append(out, make([]byte, (left+width-x1)*es)...)
 		}
 	}
 	*buf = src
 	scratchPool.Put(buf)
 	f.Data = out
 	f.Shape = []int64{int64(ch), int64(height), int64(width)}
-}
-
-func appendZeros(s []byte, n int) []byte {
-	for range n {
-		s = append(s, 0)
-	}
-	return s
 }
 
 // RandomHorizontalFlip mirrors a [..., H, W] field (Input unless Field names another; any
