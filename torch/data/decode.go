@@ -435,10 +435,7 @@ func ycbcrToPlanar(m *image.YCbCr, mode ColorMode, dst []byte) {
 	for y := range h {
 		if fancy {
 			for k, plane := range [2][]uint8{m.Cb, m.Cr} {
-				out := cbRow
-				if k == 1 {
-					out = crRow
-				}
+				out := [2][]uint8{cbRow, crRow}[k]
 				cy, far := y, -1
 				if v2 {
 					// The upper output row of a pair leans on the chroma row above, the

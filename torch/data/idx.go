@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 )
 
 // IDX is the content of an IDX file (the format of MNIST and Fashion-MNIST): unsigned
@@ -98,21 +97,14 @@ func decodeIDX(r io.Reader, maxData int64, compressed bool) (*IDX, error) {
 		}
 		return nil, fmt.Errorf("corrupt: data continues past the %d bytes that dimensions %v describe (the file has %d)", size, dims, have)
 	}
-	// The buffer grows (doubling) as data arrives, so a stream that ends early costs what
-	// it held, not what its header declared.
-	data := make([]byte, 0, min(size, 1<<20))
-	for int64(len(data)) < size {
-		if len(data) == cap(data) {
-			data = slices.Grow(data, int(min(int64(cap(data)), size-int64(len(data)))))
+	// The buffer grows as data arrives, so a stream that ends early costs what it held,
+	// not what its header declared.
+	data, err := io.ReadAll(io.LimitReader(r, size))
+	if int64(len(data)) < size {
+		if err == nil {
+			err = io.ErrUnexpectedEOF
 		}
-		n, err := r.Read(data[len(data):min(int64(cap(data)), size)])
-		data = data[:len(data)+n]
-		if err != nil && int64(len(data)) < size {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, fmt.Errorf("truncated: dimensions %v need %d data bytes, file has %d: %w", dims, size, len(data), readErr(err))
-		}
+		return nil, fmt.Errorf("truncated: dimensions %v need %d data bytes, file has %d: %w", dims, size, len(data), readErr(err))
 	}
 	// A trailing byte means the header and the data disagree; so does a gzip stream whose
 	// checksum fails, which only shows at its end.

@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"unsafe"
@@ -101,10 +102,8 @@ func (s *Sample) Names() []string {
 
 // Field returns the field called name, or nil when the sample has none.
 func (s *Sample) Field(name string) *Field {
-	for i := range s.fields {
-		if s.fields[i].Name == name {
-			return &s.fields[i]
-		}
+	if i := slices.IndexFunc(s.fields, func(f Field) bool { return f.Name == name }); i >= 0 {
+		return &s.fields[i]
 	}
 	return nil
 }
@@ -173,22 +172,10 @@ func (s *Sample) slot(name string) *Field {
 	}
 	n := len(s.fields)
 	spare := s.fields[n:cap(s.fields)]
-	pick := -1
-	for i := range spare {
-		if spare[i].Name == name {
-			pick = i
-			break
-		}
-	}
+	pick := slices.IndexFunc(spare, func(f Field) bool { return f.Name == name })
 	if pick < 0 && len(spare) > 0 {
 		// Prefer a nameless spare: named ones carry storage the loader lent for a field.
-		pick = 0
-		for i := range spare {
-			if spare[i].Name == "" {
-				pick = i
-				break
-			}
-		}
+		pick = max(slices.IndexFunc(spare, func(f Field) bool { return f.Name == "" }), 0)
 	}
 	if pick < 0 {
 		s.fields = append(s.fields, Field{Name: name})
@@ -243,28 +230,19 @@ type Elem interface {
 
 // dtypeFits reports whether Go type T views values of dtype dt.
 func dtypeFits[T Elem](dt torch.DType) bool {
-	var zero T
-	switch any(zero).(type) {
-	case uint16:
+	t := reflect.TypeFor[T]()
+	if t == reflect.TypeFor[uint16]() {
 		return dt == torch.Float16 || dt == torch.BFloat16
-	case float32:
-		return dt == torch.Float32
-	case float64:
-		return dt == torch.Float64
-	case int64:
-		return dt == torch.Int64
-	case int32:
-		return dt == torch.Int32
-	case int16:
-		return dt == torch.Int16
-	case int8:
-		return dt == torch.Int8
-	case uint8:
-		return dt == torch.Uint8
-	case bool:
-		return dt == torch.Bool
 	}
-	return false
+	return t == elemTypes[dt]
+}
+
+// elemTypes are the Go element types of the dtypes that have one.
+var elemTypes = map[torch.DType]reflect.Type{
+	torch.Float32: reflect.TypeFor[float32](), torch.Float64: reflect.TypeFor[float64](),
+	torch.Int64: reflect.TypeFor[int64](), torch.Int32: reflect.TypeFor[int32](),
+	torch.Int16: reflect.TypeFor[int16](), torch.Int8: reflect.TypeFor[int8](),
+	torch.Uint8: reflect.TypeFor[uint8](), torch.Bool: reflect.TypeFor[bool](),
 }
 
 // Values returns f's values as a []T sharing f's storage. It panics when T does not
