@@ -325,17 +325,15 @@ func jsonRecord(r Record) map[string]any {
 		switch x := v.(type) {
 		case float64:
 			if math.IsNaN(x) || math.IsInf(x, 0) {
-				m[k] = nil
-			} else {
-				m[k] = x
+				v = nil
 			}
 		case *checkpoint.Dict: // metrics
 			for mk, mv := range x.All() {
 				put(mk.(string), mv)
 			}
-		default:
-			m[k] = v
+			return
 		}
+		m[k] = v
 	}
 	for k, v := range fieldsDict(&r).All() {
 		put(k.(string), v)

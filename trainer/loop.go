@@ -134,13 +134,11 @@ func (t *Trainer) runEpoch(ctx context.Context, target int) error {
 // batch that completes a window (Lightning's on_train_batch_end).
 func (t *Trainer) step(it *data.Iter, n, k int) (bool, error) {
 	if t.oneCall != nil || t.graphs != nil {
-		var done int
-		var err error
+		steps := t.oneCall.steps
 		if t.graphs != nil {
-			done, err = t.graphs.step(t, it)
-		} else {
-			done, err = t.oneCall.steps(t, it)
+			steps = t.graphs.step
 		}
+		done, err := steps(t, it)
 		if err != nil || done == 0 {
 			return false, err
 		}
@@ -460,7 +458,7 @@ func (t *Trainer) interrupted(cause error) error {
 // finishEpoch's. times books the training time up to the evaluation.
 func (t *Trainer) stepPoints(epochEnd bool, times func()) (end bool, err error) {
 	s := t.GlobalStep
-	last := t.cfg.MaxSteps > 0 && s >= int64(t.cfg.MaxSteps)
+	last := t.budgetSpent()
 	evaluated := false
 	if (t.cfg.EvalEvery > 0 && s%int64(t.cfg.EvalEvery) == 0) || (last && (t.cfg.EvalEvery > 0 || !epochEnd)) {
 		times()
@@ -637,7 +635,7 @@ func (t *Trainer) validate() (err error) {
 	defer nn.SetTraining(t.Model, true)
 	it := t.Val.Iter(context.Background(), 0, 0)
 	defer it.Close()
-	sums := newDeviceSums(t.Device, false)
+	sums := &deviceSums{dev: t.Device}
 	defer sums.free()
 	var n int64
 	batch := 0
@@ -659,13 +657,13 @@ func (t *Trainer) validate() (err error) {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("validation: %w", err)
 	}
-	st, err := t.reduceSums(sums.read().Sums, n)
+	// val_ means over all processes: ratios of sums, so they are right whether the
+	// validation loader is split by rank or not.
+	h, total, err := t.sumNamed([]float64{float64(n)}, sums.read().Sums)
 	if err != nil {
-		return err
+		return fmt.Errorf("epoch %d: reducing validation metrics: %w", t.Epoch+1, err)
 	}
-	for k, v := range st {
-		t.Metrics[k] = v
-	}
+	maps.Copy(t.Metrics, means("val_", total, h[0]))
 	return t.fire(ValidationEnd)
 }
 
@@ -676,15 +674,4 @@ func (t *Trainer) validationStep(b data.Batch, batch int, sums *deviceSums) (err
 	n, ms := splitItems(ms)
 	t.StepLoss = t.addSums(sums, loss, n, ms, b.Size, 0)
 	return t.fire(ValidationBatchEnd)
-}
-
-// reduceSums turns validation sums over n samples into val_ means over all processes.
-// The means are ratios of sums, so they are right whether the validation loader is
-// split by rank or not.
-func (t *Trainer) reduceSums(sums map[string]float64, n int64) (map[string]float64, error) {
-	h, total, err := t.sumNamed([]float64{float64(n)}, sums)
-	if err != nil {
-		return nil, fmt.Errorf("epoch %d: reducing validation metrics: %w", t.Epoch+1, err)
-	}
-	return means("val_", total, h[0]), nil
 }

@@ -60,11 +60,7 @@ func (t *Trainer) parts() []part {
 			if v == nil || t.Scheduler == nil {
 				return nil
 			}
-			d, ok := v.(*checkpoint.Dict)
-			if !ok {
-				return fmt.Errorf("scheduler_state_dict is %T, want a dict", v)
-			}
-			return t.Scheduler.LoadStateDict(d)
+			return dict("scheduler_state_dict", nil, t.Scheduler.LoadStateDict).load(v)
 		}},
 		intPart("epoch", &t.Epoch),
 		value("best_metric", func() any { return t.BestMetric }, func(v any) error {
@@ -149,10 +145,7 @@ func ignore(any) error { return nil }
 // with its shards and metadata.pt with the rest (fsdp_checkpoint.go), published whole:
 // a collective that every rank calls with the same path.
 func (t *Trainer) SaveCheckpoint(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return t.saveCheckpoint(path, func(v any) error { return checkpoint.Write(path, v) })
+	return t.saveCheckpoint(filepath.Dir(path), path, func(v any) error { return checkpoint.Write(path, v) })
 }
 
 // saveCheckpointIn writes the training state as the file name of dir, a directory the
@@ -161,15 +154,16 @@ func (t *Trainer) SaveCheckpoint(path string) error {
 // output directory (checkpoint.WriteInDir). SaveCheckpoint's path, which the caller
 // names, keeps its link.
 func (t *Trainer) saveCheckpointIn(dir, name string) error {
+	write := func(v any) error { return checkpoint.WriteInDir(dir, name, v) }
+	return t.saveCheckpoint(dir, filepath.Join(dir, name), write)
+}
+
+// saveCheckpoint creates dir, builds the checkpoint's dict and hands it to write; path
+// names it in errors.
+func (t *Trainer) saveCheckpoint(dir, path string, write func(any) error) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return t.saveCheckpoint(filepath.Join(dir, name), func(v any) error { return checkpoint.WriteInDir(dir, name, v) })
-}
-
-// saveCheckpoint builds the checkpoint's dict and hands it to write; path names it in
-// errors.
-func (t *Trainer) saveCheckpoint(path string, write func(any) error) (err error) {
 	defer torch.Recover(&err, "saving checkpoint "+path)
 	if f, ok := t.strategy.(*FullyShardedDataParallel); ok {
 		return t.saveSharded(f, path)

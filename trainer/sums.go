@@ -38,10 +38,6 @@ type sumsRead struct {
 	FirstBad int64 // 0 when every loss so far was finite
 }
 
-func newDeviceSums(dev torch.Device, track bool) *deviceSums {
-	return &deviceSums{dev: dev, track: track}
-}
-
 // extra is the number of tracking slots after the sums.
 func (s *deviceSums) extra() int {
 	if s.track {
@@ -99,13 +95,9 @@ func (s *deviceSums) addFinite(name string, v *torch.Tensor) {
 // resize makes acc hold the union of its names and names, keeping the sums it has
 // (device to device: no read). It runs when a loop's first batch names its metrics.
 func (s *deviceSums) resize(names []string) {
-	union := slices.Clone(names)
-	for _, n := range s.names {
-		if !slices.Contains(union, n) {
-			union = append(union, n)
-		}
-	}
+	union := append(slices.Clone(names), s.names...)
 	sortNames(union)
+	union = slices.Compact(union)
 	old, oldNames := s.acc, s.names
 	s.acc = s.newAcc(make([]float64, len(union)))
 	if old != nil {

@@ -206,8 +206,8 @@ func New(model nn.Module, train, val *data.Loader, loss nn.Loss, opt optim.Optim
 		return nil, err
 	}
 	t.params = nn.Parameters(model)
-	t.trainSums = newDeviceSums(dev, true)
-	t.normSums = newDeviceSums(dev, false)
+	t.trainSums = &deviceSums{dev: dev, track: true}
+	t.normSums = &deviceSums{dev: dev}
 	if err := t.strategy.Start(t); err != nil {
 		return nil, err
 	}
