@@ -229,16 +229,13 @@ func (e *GPUShortageError) Error() string {
 	if e.Rank >= 0 {
 		fmt.Fprintf(&b, "rank %d (LOCAL_RANK %d) has no GPU: ", e.Rank, e.LocalRank)
 	}
-	fmt.Fprintf(&b, "%d ranks on this node need one GPU each, but %s visible (%s)",
-		e.Ranks, plural(e.Visible, "GPU is", "GPUs are"), visibleDevices())
-	return b.String()
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
+	verb := "GPUs are"
+	if e.Visible == 1 {
+		verb = "GPU is"
 	}
-	return fmt.Sprintf("%d %s", n, many)
+	fmt.Fprintf(&b, "%d ranks on this node need one GPU each, but %d %s visible (%s)",
+		e.Ranks, e.Visible, verb, visibleDevices())
+	return b.String()
 }
 
 // visibleDevices describes CUDA_VISIBLE_DEVICES, which decides what "visible" means.
@@ -367,24 +364,21 @@ func (pg *ProcessGroup) Device() torch.Device {
 	return torch.CPU
 }
 
-func (pg *ProcessGroup) comm() (*torch.Comm, error) {
+// checkOpen refuses a nil or closed group before any collective.
+func (pg *ProcessGroup) checkOpen() error {
 	if pg == nil || pg.c == nil {
-		return nil, errors.New("distributed: process group is closed")
+		return errors.New("distributed: process group is closed")
 	}
-	return pg.c, nil
+	return nil
 }
 
 // Broadcast copies root's tensors into every rank's tensors in place, coalesced into
 // one flat buffer per dtype. The tensors must have the same shapes on every rank.
 func (pg *ProcessGroup) Broadcast(ts []*torch.Tensor, root int) error {
-	c, err := pg.comm()
-	if err != nil {
+	if err := pg.checkOpen(); err != nil || len(ts) == 0 {
 		return err
 	}
-	if len(ts) == 0 {
-		return nil
-	}
-	return wrap(c.Broadcast(ts, root))
+	return wrap(pg.c.Broadcast(ts, root))
 }
 
 // ReduceOp is the reduction of an all-reduce or a reduce-scatter.
@@ -424,17 +418,13 @@ func checkOp(op ReduceOp, ts []*torch.Tensor) error {
 
 // AllReduce reduces the tensors across ranks in place.
 func (pg *ProcessGroup) AllReduce(ts []*torch.Tensor, op ReduceOp) error {
-	c, err := pg.comm()
-	if err != nil {
+	if err := pg.checkOpen(); err != nil || len(ts) == 0 {
 		return err
-	}
-	if len(ts) == 0 {
-		return nil
 	}
 	if err := checkOp(op, ts); err != nil {
 		return err
 	}
-	return wrap(c.AllReduce(ts, torch.ReduceOp(op)))
+	return wrap(pg.c.AllReduce(ts, torch.ReduceOp(op)))
 }
 
 // AllGather gathers every rank's in into out, the flat buffer of a unit: out has
@@ -479,8 +469,7 @@ func (pg *ProcessGroup) ReduceScatterCoalesced(outs, ins []*torch.Tensor, op Red
 
 // pairs runs an all-gather (op nil) or a reduce-scatter with *op after checkPairs.
 func (pg *ProcessGroup) pairs(what string, outs, ins []*torch.Tensor, list bool, op *ReduceOp) error {
-	c, err := pg.comm()
-	if err != nil {
+	if err := pg.checkOpen(); err != nil {
 		return err
 	}
 	if err := pg.checkPairs(what, outs, ins, list); err != nil {
@@ -490,12 +479,12 @@ func (pg *ProcessGroup) pairs(what string, outs, ins []*torch.Tensor, list bool,
 		if len(ins) == 0 {
 			return nil
 		}
-		return wrap(c.AllGather(outs, ins))
+		return wrap(pg.c.AllGather(outs, ins))
 	}
 	if err := checkOp(*op, ins); err != nil || len(ins) == 0 {
 		return err
 	}
-	return wrap(c.ReduceScatter(outs, ins, torch.ReduceOp(*op)))
+	return wrap(pg.c.ReduceScatter(outs, ins, torch.ReduceOp(*op)))
 }
 
 // checkPairs checks all-gather and reduce-scatter arguments before any communication:
@@ -570,8 +559,7 @@ func (pg *ProcessGroup) AllReduceFloat64s(vs []float64, op ReduceOp) ([]float64,
 // (0: DefaultBucketBytes), and each bucket is one flattened all-reduce (one cgo call).
 // A parameter without a gradient takes part as zeros.
 func (pg *ProcessGroup) AllReduceGradients(params []*torch.Tensor, bucketBytes int64) error {
-	c, err := pg.comm()
-	if err != nil {
+	if err := pg.checkOpen(); err != nil {
 		return err
 	}
 	if bucketBytes <= 0 {
@@ -583,7 +571,7 @@ func (pg *ProcessGroup) AllReduceGradients(params []*torch.Tensor, bucketBytes i
 		if len(bucket) == 0 {
 			return nil
 		}
-		err := c.AllReduceGrads(bucket)
+		err := pg.c.AllReduceGrads(bucket)
 		bucket, size = bucket[:0], 0
 		return wrap(err)
 	}
@@ -602,11 +590,10 @@ func (pg *ProcessGroup) AllReduceGradients(params []*torch.Tensor, bucketBytes i
 
 // Barrier blocks until every rank reaches it.
 func (pg *ProcessGroup) Barrier() error {
-	c, err := pg.comm()
-	if err != nil {
+	if err := pg.checkOpen(); err != nil {
 		return err
 	}
-	return wrap(c.Barrier())
+	return wrap(pg.c.Barrier())
 }
 
 // unwrapTorch returns libtorch's message of a *torch.Error as the error.
@@ -621,11 +608,8 @@ func unwrapTorch(err error) error {
 // wrap turns libtorch's error into one that reads "distributed: ...".
 func wrap(err error) error {
 	var te *torch.Error
-	if errors.As(err, &te) {
-		if strings.HasPrefix(te.Msg, "distributed ") {
-			return errors.New(te.Msg)
-		}
+	if errors.As(err, &te) && !strings.HasPrefix(te.Msg, "distributed ") {
 		return fmt.Errorf("distributed: %s", te.Msg)
 	}
-	return err
+	return unwrapTorch(err)
 }
