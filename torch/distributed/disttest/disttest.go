@@ -91,8 +91,6 @@ func SpawnRanks(t testing.TB, name string, world int, ranks []int, env []string)
 	res := make([]Result, len(ranks))
 	for i, cmd := range cmds {
 		res[i].Err = cmd.Wait()
-	}
-	for i := range res {
 		res[i].Output = outs[i].String()
 	}
 	return res
