@@ -240,12 +240,7 @@ func convertLegacyTargets(c Config, m nn.Module) (Config, error) {
 	for _, param := range mapKeys(fused) {
 		olds, got := fused[param], present[param]
 		if len(got) > 0 && len(got) < len(olds) {
-			var missing []string
-			for _, o := range olds {
-				if !got[o] {
-					missing = append(missing, o)
-				}
-			}
+			missing := slices.DeleteFunc(slices.Clone(olds), func(o string) bool { return got[o] })
 			return c, fmt.Errorf("target_modules: %s cannot be adapted without %s: transformers 5 fuses them into %s", strings.Join(mapKeys(got), ", "), strings.Join(missing, ", "), param)
 		}
 		if len(got) == len(olds) && len(olds) > 1 {
