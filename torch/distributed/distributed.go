@@ -263,10 +263,7 @@ func CheckRankGPU(o Options, visible int) error {
 	if o.LocalRank < visible {
 		return nil
 	}
-	ranks := o.LocalWorldSize
-	if ranks <= o.LocalRank {
-		ranks = o.LocalRank + 1
-	}
+	ranks := max(o.LocalWorldSize, o.LocalRank+1)
 	return &GPUShortageError{Ranks: ranks, Visible: visible, Rank: o.Rank, LocalRank: o.LocalRank}
 }
 
