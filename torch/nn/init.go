@@ -10,35 +10,27 @@ import (
 // default generator, as torch.nn.init's functions of the same name do; inside SkipInit
 // they do nothing.
 
-// fill draws a new tensor like t with gen and copies it into t.
-func fill(t *torch.Tensor, gen func(shape []int64, dt torch.DType, dev torch.Device) *torch.Tensor) {
+// fill draws a new tensor like t with gen, scales it by scale, shifts it by shift and
+// copies it into t.
+func fill(t *torch.Tensor, gen func([]int64, torch.DType, torch.Device) *torch.Tensor, scale, shift float64) {
 	if initSkipped() {
 		return
 	}
 	torch.WithScope(func() {
-		torch.NoGrad(func() { t.CopyFrom(gen(t.Shape(), t.DType(), t.Device()), false) })
+		torch.NoGrad(func() {
+			u := gen(t.Shape(), t.DType(), t.Device())
+			u.MulScalarInPlace(scale)
+			u.AddScalarInPlace(shift)
+			t.CopyFrom(u, false)
+		})
 	})
 }
 
 // InitUniform fills t with samples from U(lo, hi) (nn.init.uniform_).
-func InitUniform(t *torch.Tensor, lo, hi float64) {
-	fill(t, func(s []int64, dt torch.DType, dev torch.Device) *torch.Tensor {
-		u := torch.Rand(s, dt, dev)
-		u.MulScalarInPlace(hi - lo)
-		u.AddScalarInPlace(lo)
-		return u
-	})
-}
+func InitUniform(t *torch.Tensor, lo, hi float64) { fill(t, torch.Rand, hi-lo, lo) }
 
 // InitNormal fills t with samples from N(mean, std²) (nn.init.normal_).
-func InitNormal(t *torch.Tensor, mean, std float64) {
-	fill(t, func(s []int64, dt torch.DType, dev torch.Device) *torch.Tensor {
-		n := torch.Randn(s, dt, dev)
-		n.MulScalarInPlace(std)
-		n.AddScalarInPlace(mean)
-		return n
-	})
-}
+func InitNormal(t *torch.Tensor, mean, std float64) { fill(t, torch.Randn, std, mean) }
 
 // InitConstant fills t with v (nn.init.constant_).
 func InitConstant(t *torch.Tensor, v float64) {
@@ -66,24 +58,23 @@ func Fans(t *torch.Tensor) (fanIn, fanOut int64) {
 // nonlinearity="leaky_relu"): U(-b, b) with b = sqrt(3) * sqrt(2/(1+a²)) / sqrt(fan).
 // With a = sqrt(5) this is Linear's and Conv2d's default: b = 1/sqrt(fan_in).
 func InitKaimingUniform(t *torch.Tensor, a float64, fanOut bool) {
-	fi, fo := Fans(t)
-	fan := fi
-	if fanOut {
-		fan = fo
-	}
-	b := math.Sqrt(3) * math.Sqrt(2/(1+a*a)) / math.Sqrt(float64(fan))
+	b := math.Sqrt(3) * math.Sqrt(2/(1+a*a)) / math.Sqrt(float64(fan(t, fanOut)))
 	InitUniform(t, -b, b)
 }
 
 // InitKaimingNormal is nn.init.kaiming_normal_(t, mode="fan_in" or "fan_out",
 // nonlinearity="relu"): N(0, 2/fan), torchvision's initialisation for ResNet convs.
 func InitKaimingNormal(t *torch.Tensor, fanOut bool) {
-	fi, fo := Fans(t)
-	fan := fi
+	InitNormal(t, 0, math.Sqrt(2/float64(fan(t, fanOut))))
+}
+
+// fan is t's fan_out when fanOut is set, its fan_in otherwise.
+func fan(t *torch.Tensor, fanOut bool) int64 {
+	in, out := Fans(t)
 	if fanOut {
-		fan = fo
+		return out
 	}
-	InitNormal(t, 0, math.Sqrt(2/float64(fan)))
+	return in
 }
 
 // newParam returns an uninitialised float32 tensor on the CPU.
