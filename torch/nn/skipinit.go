@@ -17,28 +17,20 @@ var skipping sync.Map // thread id → struct{}
 func SkipInit(f func()) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	id := threadID()
-	if id < 0 {
-		f() // no thread ids on this system: initialise
-		return
+	// With no thread ids on this system (id < 0), f initialises.
+	if id := threadID(); id >= 0 {
+		if _, nested := skipping.LoadOrStore(id, struct{}{}); !nested {
+			defer skipping.Delete(id)
+		}
 	}
-	if _, nested := skipping.LoadOrStore(id, struct{}{}); nested {
-		f()
-		return
-	}
-	defer skipping.Delete(id)
 	f()
 }
 
 // initSkipped reports whether the calling goroutine is inside SkipInit. A goroutine
 // that is not has no thread locked by SkipInit, so its thread id is in the map only
 // while another goroutine inside SkipInit holds that thread — which it cannot, as that
-// goroutine is locked to it.
+// goroutine is locked to it. (A negative id, for no thread ids, is never stored.)
 func initSkipped() bool {
-	id := threadID()
-	if id < 0 {
-		return false
-	}
-	_, ok := skipping.Load(id)
+	_, ok := skipping.Load(threadID())
 	return ok
 }
