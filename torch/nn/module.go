@@ -268,10 +268,7 @@ func ownTensors(m Module) []*torch.Tensor {
 	var all []*torch.Tensor
 	walk(m, "", func(_ string, m Module) {
 		b := m.ModuleBase()
-		for _, p := range b.params {
-			all = append(all, p.Tensor)
-		}
-		for _, p := range b.buffers {
+		for _, p := range slices.Concat(b.params, b.buffers) {
 			all = append(all, p.Tensor)
 		}
 	})
@@ -297,10 +294,7 @@ type freer interface{ free() }
 func Free(m Module) {
 	walk(m, "", func(_ string, m Module) {
 		b := m.ModuleBase()
-		for _, p := range b.params {
-			p.Tensor.Free()
-		}
-		for _, p := range b.buffers {
+		for _, p := range slices.Concat(b.params, b.buffers) {
 			p.Tensor.Free()
 		}
 		if f, ok := m.(freer); ok {

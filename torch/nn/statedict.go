@@ -15,10 +15,8 @@ func stateEntries(m Module) []NamedTensor {
 	var out []NamedTensor
 	walk(m, "", func(prefix string, m Module) {
 		b := m.ModuleBase()
-		for _, p := range b.params {
-			out = append(out, NamedTensor{prefix + p.Name, p.Tensor})
-		}
-		for _, p := range b.buffers {
+		// Only buffers are non-persistent; a parameter cannot share a buffer's name.
+		for _, p := range slices.Concat(b.params, b.buffers) {
 			if !b.nonPersistent[p.Name] {
 				out = append(out, NamedTensor{prefix + p.Name, p.Tensor})
 			}
@@ -68,11 +66,7 @@ func quoteAll(keys []string) string {
 }
 
 func shapeStr(s []int64) string {
-	p := make([]string, len(s))
-	for i, d := range s {
-		p[i] = fmt.Sprint(d)
-	}
-	return "torch.Size([" + strings.Join(p, ", ") + "])"
+	return "torch.Size(" + strings.ReplaceAll(fmt.Sprint(s), " ", ", ") + ")"
 }
 
 // Error formats the problems as PyTorch's load_state_dict does.
