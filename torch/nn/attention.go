@@ -42,11 +42,7 @@ func NewMultiheadAttention(embedDim, numHeads int64, c MultiheadAttentionConfig)
 	if !c.NoBias {
 		m.InProjBias = m.RegisterParameter("in_proj_bias", newParam(3*embedDim))
 	}
-	var lin []Option
-	if c.NoBias {
-		lin = append(lin, NoBias())
-	}
-	m.OutProj = Register(&m.Base, "out_proj", NewLinear(embedDim, embedDim, lin...))
+	m.OutProj = Register(&m.Base, "out_proj", NewLinear(embedDim, embedDim, noBiasIf(c.NoBias)...))
 	InitXavierUniform(m.InProjWeight, 1)
 	if m.InProjBias != nil {
 		InitConstant(m.InProjBias, 0)
@@ -79,8 +75,7 @@ type AttentionMasks struct {
 
 // Forward is self-attention of x without masks: m.Attend(x, x, x, AttentionMasks{}).
 func (m *MultiheadAttention) Forward(x *torch.Tensor) *torch.Tensor {
-	out, _ := m.attend(x, x, x, AttentionMasks{}, false)
-	return out
+	return m.Attend(x, x, x, AttentionMasks{})
 }
 
 // Attend returns the attention output for query [L, N, E] (or [N, L, E] with BatchFirst)

@@ -100,3 +100,11 @@ func NoTrackRunningStats() Option {
 func PaddingIdx(i int64) Option {
 	return Option{"PaddingIdx", func(o *options) { o.paddingIdx, o.paddingIdxSet = i, true }}
 }
+
+// noBiasIf is the NoBias option when set, and no option otherwise.
+func noBiasIf(set bool) []Option {
+	if set {
+		return []Option{NoBias()}
+	}
+	return nil
+}

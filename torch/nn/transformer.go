@@ -43,17 +43,11 @@ func (c TransformerLayerConfig) activation() func(*torch.Tensor) *torch.Tensor {
 }
 
 func (c TransformerLayerConfig) linear(in, out int64) *Linear {
-	if c.NoBias {
-		return NewLinear(in, out, NoBias())
-	}
-	return NewLinear(in, out)
+	return NewLinear(in, out, noBiasIf(c.NoBias)...)
 }
 
 func (c TransformerLayerConfig) norm(d int64) *LayerNorm {
-	if c.NoBias {
-		return NewLayerNorm([]int64{d}, Eps(c.LayerNormEps), NoBias())
-	}
-	return NewLayerNorm([]int64{d}, Eps(c.LayerNormEps))
+	return NewLayerNorm([]int64{d}, append(noBiasIf(c.NoBias), Eps(c.LayerNormEps))...)
 }
 
 func (c TransformerLayerConfig) attention(d, heads int64) *MultiheadAttention {
