@@ -2,7 +2,6 @@ package nn
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/gotrain/gotrain/torch"
 )
@@ -28,14 +27,7 @@ func NewConv2d(in, out, kernel int64, opts ...Option) *Conv2d {
 		stride = [2]int64{1, 1}
 	}
 	c := &Conv2d{Options: torch.Conv2dOptions{Stride: stride, Padding: o.padding, Dilation: o.dilation, Groups: o.groups}}
-	c.Weight = c.RegisterParameter("weight", newParam(out, in/o.groups, kernel, kernel))
-	InitKaimingUniform(c.Weight, math.Sqrt(5), false)
-	if !o.noBias {
-		c.Bias = c.RegisterParameter("bias", newParam(out))
-		fanIn, _ := Fans(c.Weight)
-		b := 1 / math.Sqrt(float64(fanIn))
-		InitUniform(c.Bias, -b, b)
-	}
+	c.Weight, c.Bias = resetParams(&c.Base, o.noBias, out, in/o.groups, kernel, kernel)
 	return c
 }
 

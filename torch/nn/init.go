@@ -77,5 +77,20 @@ func fan(t *torch.Tensor, fanOut bool) int64 {
 	return in
 }
 
+// resetParams registers "weight" of the given shape and, unless noBias, "bias"
+// [shape[0]] in b, initialised as Linear's and Conv2d's reset_parameters: the weight
+// Kaiming-uniform with a = sqrt(5), the bias uniform in ±1/sqrt(fan_in).
+func resetParams(b *Base, noBias bool, shape ...int64) (w, bias *torch.Tensor) {
+	w = b.RegisterParameter("weight", newParam(shape...))
+	InitKaimingUniform(w, math.Sqrt(5), false)
+	if !noBias {
+		bias = b.RegisterParameter("bias", newParam(shape[0]))
+		fanIn, _ := Fans(w)
+		bound := 1 / math.Sqrt(float64(fanIn))
+		InitUniform(bias, -bound, bound)
+	}
+	return w, bias
+}
+
 // newParam returns an uninitialised float32 tensor on the CPU.
 func newParam(shape ...int64) *torch.Tensor { return torch.Empty(shape, torch.Float32, torch.CPU) }

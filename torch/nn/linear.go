@@ -1,10 +1,6 @@
 package nn
 
-import (
-	"math"
-
-	"github.com/gotrain/gotrain/torch"
-)
+import "github.com/gotrain/gotrain/torch"
 
 // Linear is nn.Linear: y = x Wᵀ + b, with parameters "weight" [out, in] and "bias" [out].
 type Linear struct {
@@ -22,13 +18,7 @@ type Linear struct {
 func NewLinear(in, out int64, opts ...Option) *Linear {
 	o := parseOptions("Linear", []string{"NoBias"}, opts)
 	l := &Linear{}
-	l.Weight = l.RegisterParameter("weight", newParam(out, in))
-	InitKaimingUniform(l.Weight, math.Sqrt(5), false)
-	if !o.noBias {
-		l.Bias = l.RegisterParameter("bias", newParam(out))
-		b := 1 / math.Sqrt(float64(in))
-		InitUniform(l.Bias, -b, b)
-	}
+	l.Weight, l.Bias = resetParams(&l.Base, o.noBias, out, in)
 	return l
 }
 
