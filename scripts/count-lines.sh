@@ -10,8 +10,8 @@ if [ "${1:-}" = --net ]; then
   shift
   sum=0
   for c in "$@"; do
-    n=$(git show --numstat --format= "$c" -- trainer torch cgotorch | grep -E '\.(go|cc|h)$' | grep -Ev '_test\.go$|_gen\.' |
-      awk '{n += $1 - $2} END {print n + 0}')
+    n=$(git show --numstat --format= "$c" -- trainer torch cgotorch | { grep -E '\.(go|cc|h)$' || true; } |
+      { grep -Ev '_test\.go$|_gen\.' || true; } | awk '{n += $1 - $2} END {print n + 0}')
     printf '%+6d %s\n' "$n" "$(git log -1 --format='%h %s' "$c" | cut -c1-90)"
     sum=$((sum + n))
   done
